@@ -1,0 +1,71 @@
+// Tensor: an element type, a shape and shared, 64-byte aligned storage.
+// Copies share storage (like a shared_ptr); clone() makes a deep copy.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/dtype.h"
+#include "kiln/status.h"
+
+namespace kiln {
+
+using Shape = std::vector<int64_t>;
+
+// The largest single tensor kiln allocates. A model asking for more (a hostile ConstantOfShape,
+// a corrupt dim) gets an error instead of an allocation that would take the machine down.
+inline constexpr int64_t kMaxTensorBytes = int64_t{8} << 30;
+
+// Number of elements of a shape, or an error on a negative dim or on overflow.
+Result<int64_t> shape_numel(const Shape& shape);
+std::string shape_str(const Shape& shape);  // "[1,3,224,224]"
+
+class Tensor {
+ public:
+  Tensor() = default;
+
+  // Zero-initialised storage (empty strings for kString). Fails on bad or oversized shapes.
+  static Result<Tensor> make(DType dtype, Shape shape);
+  // A view of memory someone else owns; `owner` keeps it alive.
+  static Tensor wrap(DType dtype, Shape shape, void* data, std::shared_ptr<void> owner);
+  template <typename T>
+  static Tensor scalar(DType dtype, T v) {
+    Tensor t = make(dtype, {}).value();
+    *t.data<T>() = v;
+    return t;
+  }
+
+  bool defined() const { return dtype_ != DType::kUndefined; }
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  int64_t rank() const { return static_cast<int64_t>(shape_.size()); }
+  int64_t dim(int64_t i) const { return shape_[i]; }
+  int64_t numel() const { return numel_; }
+  size_t nbytes() const { return static_cast<size_t>(numel_) * dtype_size(dtype_); }
+
+  void* raw_data() { return data_; }
+  const void* raw_data() const { return data_; }
+  template <typename T>
+  T* data() {
+    return static_cast<T*>(data_);
+  }
+  template <typename T>
+  const T* data() const {
+    return static_cast<const T*>(data_);
+  }
+
+  // Same storage, another shape with the same element count.
+  Tensor reshaped(Shape shape) const;
+  Tensor clone() const;
+
+ private:
+  DType dtype_ = DType::kUndefined;
+  Shape shape_;
+  int64_t numel_ = 0;
+  std::shared_ptr<void> owner_;
+  void* data_ = nullptr;
+};
+
+}  // namespace kiln

@@ -1,0 +1,80 @@
+// Small accessors of the IR.
+#include "ir/graph.h"
+
+namespace kiln::ir {
+
+TypeInfo TypeInfo::tensor(DType dtype, const Shape& shape) {
+  TypeInfo t = tensor(dtype);
+  t.has_shape = true;
+  for (int64_t d : shape) t.shape.push_back(Dim{d, ""});
+  return t;
+}
+
+std::optional<Shape> TypeInfo::static_shape() const {
+  if (kind != Kind::kTensor || !has_shape) return std::nullopt;
+  Shape s;
+  for (const Dim& d : shape) {
+    if (!d.known()) return std::nullopt;
+    s.push_back(d.value);
+  }
+  return s;
+}
+
+const Attribute* Node::attr(const std::string& n) const {
+  for (const Attribute& a : attrs)
+    if (a.name == n) return &a;
+  return nullptr;
+}
+
+int64_t Node::attr_int(const std::string& n, int64_t fallback) const {
+  const Attribute* a = attr(n);
+  return a ? a->i : fallback;
+}
+
+float Node::attr_float(const std::string& n, float fallback) const {
+  const Attribute* a = attr(n);
+  return a ? a->f : fallback;
+}
+
+std::string Node::attr_string(const std::string& n, const std::string& fallback) const {
+  const Attribute* a = attr(n);
+  return a ? a->s : fallback;
+}
+
+std::vector<int64_t> Node::attr_ints(const std::string& n) const {
+  const Attribute* a = attr(n);
+  return a ? a->ints : std::vector<int64_t>{};
+}
+
+std::vector<float> Node::attr_floats(const std::string& n) const {
+  const Attribute* a = attr(n);
+  return a ? a->floats : std::vector<float>{};
+}
+
+std::vector<std::string> Node::attr_strings(const std::string& n) const {
+  const Attribute* a = attr(n);
+  return a ? a->strings : std::vector<std::string>{};
+}
+
+std::string Node::describe() const {
+  return "node '" + (name.empty() ? (outputs.empty() ? std::string("?") : outputs[0]) : name) +
+         "' (" + op_type + ")";
+}
+
+const ValueInfo* Graph::find_value_info(const std::string& n) const {
+  for (const auto* list : {&inputs, &outputs, &value_info})
+    for (const ValueInfo& v : *list)
+      if (v.name == n) return &v;
+  return nullptr;
+}
+
+int64_t Model::opset(const std::string& domain_name) const {
+  auto it = opsets.find(normalize_domain(domain_name));
+  return it == opsets.end() ? 0 : it->second;
+}
+
+std::string normalize_domain(const std::string& domain) {
+  return domain == "ai.onnx" ? std::string() : domain;
+}
+
+}  // namespace kiln::ir

@@ -1,0 +1,64 @@
+// Kernel registry and context helpers.
+#include "kernels/kernel.h"
+
+namespace kiln {
+
+Result<Tensor*> KernelContext::make_output(size_t i, DType dtype, Shape shape) {
+  if (i >= outputs.size()) return error("output index " + std::to_string(i) + " out of range");
+  auto t = Tensor::make(dtype, std::move(shape));
+  if (!t) return error(t.status().message());
+  outputs[i] = Value::of(std::move(t).value());
+  return &outputs[i].tensor;
+}
+
+Status KernelContext::error(const std::string& message) const {
+  return Status::error(node.describe() + ": " + message);
+}
+
+KernelRegistry& KernelRegistry::global() {
+  static KernelRegistry registry;
+  return registry;
+}
+
+void KernelRegistry::add(KernelDef def) { defs_.push_back(std::make_unique<KernelDef>(std::move(def))); }
+
+std::vector<const KernelDef*> KernelRegistry::find(const std::string& domain,
+                                                   const std::string& op_type) const {
+  std::vector<const KernelDef*> out;
+  const std::string d = ir::normalize_domain(domain);
+  for (const auto& def : defs_)
+    if (def->op_type == op_type && def->domain == d) out.push_back(def.get());
+  return out;
+}
+
+std::vector<const KernelDef*> KernelRegistry::all() const {
+  std::vector<const KernelDef*> out;
+  for (const auto& def : defs_) out.push_back(def.get());
+  return out;
+}
+
+namespace {
+class FnKernel : public Kernel {
+ public:
+  explicit FnKernel(KernelFn fn) : fn_(fn) {}
+  Status run(KernelContext& ctx) override { return fn_(ctx); }
+
+ private:
+  KernelFn fn_;
+};
+}  // namespace
+
+std::unique_ptr<Kernel> kernel_from_fn(KernelFn fn) { return std::make_unique<FnKernel>(fn); }
+
+KernelRegistrar::KernelRegistrar(const char* domain, const char* op_type, const char* name,
+                                 KernelFactory f) {
+  KernelRegistry::global().add({ir::normalize_domain(domain), op_type, name, std::move(f)});
+}
+
+KernelRegistrar::KernelRegistrar(const char* domain, const char* op_type, KernelFn fn)
+    : KernelRegistrar(domain, op_type, "ref",
+                      [fn](const ir::Node&, int64_t) -> Result<std::unique_ptr<Kernel>> {
+                        return kernel_from_fn(fn);
+                      }) {}
+
+}  // namespace kiln

@@ -1,0 +1,101 @@
+// The kernel interface and registry. A kernel is registered once, in its own file, with
+// KILN_REGISTER_KERNEL; a node may have several kernels (reference, fast, backends), and the
+// compile step picks one per node. Kernels read inputs and allocate outputs through KernelContext.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "kiln/status.h"
+#include "kiln/value.h"
+
+namespace kiln {
+
+class ThreadPool;
+
+// Runs a subgraph (If/Loop/Scan/SequenceMap bodies) in the scope of the node being run, so the
+// body can read the outer graph's values.
+class SubgraphRunner {
+ public:
+  virtual ~SubgraphRunner() = default;
+  virtual Result<std::vector<Value>> run(const ir::Graph& body, std::vector<Value> inputs) = 0;
+};
+
+class KernelContext {
+ public:
+  KernelContext(const ir::Node& node, int64_t opset, std::vector<const Value*> inputs,
+                ThreadPool* pool, SubgraphRunner* subgraphs)
+      : node(node), opset(opset), outputs(node.outputs.size()), pool(pool), subgraphs(subgraphs),
+        inputs_(std::move(inputs)) {}
+
+  const ir::Node& node;
+  const int64_t opset;  // version of the node's domain in the model
+  std::vector<Value> outputs;
+  ThreadPool* const pool;
+  SubgraphRunner* const subgraphs;
+
+  size_t num_inputs() const { return inputs_.size(); }
+  // True when optional input i was given (named and fed).
+  bool has_input(size_t i) const { return i < inputs_.size() && inputs_[i] != nullptr; }
+  const Value& value(size_t i) const { return *inputs_[i]; }
+  // Input i as a tensor; the caller checks has_input for optional inputs.
+  const Tensor& input(size_t i) const { return inputs_[i]->tensor; }
+  size_t num_outputs() const { return outputs.size(); }
+  // True when output i is wanted by the graph (named and not "").
+  bool wants_output(size_t i) const { return i < node.outputs.size() && !node.outputs[i].empty(); }
+  // Allocates output i as a tensor and returns it for the kernel to fill.
+  Result<Tensor*> make_output(size_t i, DType dtype, Shape shape);
+  void set_output(size_t i, Tensor t) { outputs[i] = Value::of(std::move(t)); }
+  // An error naming this node: "node 'conv1' (Conv): <message>".
+  Status error(const std::string& message) const;
+
+ private:
+  std::vector<const Value*> inputs_;
+};
+
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  virtual Status run(KernelContext& ctx) = 0;
+};
+
+using KernelFn = Status (*)(KernelContext&);
+using KernelFactory = std::function<Result<std::unique_ptr<Kernel>>(const ir::Node&, int64_t opset)>;
+
+struct KernelDef {
+  std::string domain;   // "" for the default ONNX domain
+  std::string op_type;
+  std::string name;     // "ref", "avx512", "onednn", ...
+  KernelFactory create;
+};
+
+// All kernels, collected at start-up from the registrars in their files.
+class KernelRegistry {
+ public:
+  static KernelRegistry& global();
+  void add(KernelDef def);
+  // Every kernel for (domain, op_type), in registration order.
+  std::vector<const KernelDef*> find(const std::string& domain, const std::string& op_type) const;
+  std::vector<const KernelDef*> all() const;
+
+ private:
+  std::vector<std::unique_ptr<KernelDef>> defs_;
+};
+
+// Wraps a plain function as a Kernel: reference kernels are mostly this.
+std::unique_ptr<Kernel> kernel_from_fn(KernelFn fn);
+
+struct KernelRegistrar {
+  KernelRegistrar(const char* domain, const char* op_type, const char* name, KernelFactory f);
+  KernelRegistrar(const char* domain, const char* op_type, KernelFn fn);  // name "ref"
+};
+
+}  // namespace kiln
+
+// Registers a plain function `Status fn(KernelContext&)` as the reference kernel of an op.
+// Usage, at namespace scope in the kernel's own file: KILN_REGISTER_KERNEL("", "Relu", relu);
+#define KILN_REGISTER_KERNEL(domain, op_type, fn) \
+  static const ::kiln::KernelRegistrar KILN_CONCAT(kiln_kernel_registrar_, __LINE__)(domain, op_type, fn)

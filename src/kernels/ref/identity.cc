@@ -1,0 +1,16 @@
+// Identity: passes its input through (tensor, sequence or optional), sharing storage.
+#include "kernels/kernel.h"
+
+namespace kiln {
+namespace {
+
+Status identity(KernelContext& ctx) {
+  ctx.outputs[0] = ctx.value(0);
+  return Status::ok();
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL("", "Identity", identity);
+
+}  // namespace kiln
