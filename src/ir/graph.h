@@ -114,8 +114,7 @@ struct Function {
   std::string domain;
   std::vector<std::string> inputs;
   std::vector<std::string> outputs;
-  std::vector<std::string> attributes;          // attribute names without defaults
-  std::vector<Attribute> attribute_defaults;    // attributes with defaults
+  std::vector<std::string> attributes;  // attribute names (libonnx 1.12 has no attribute defaults)
   std::vector<Node> nodes;
   std::map<std::string, int64_t> opsets;
   std::string doc;

@@ -1,0 +1,190 @@
+// ModelProto -> ir::Model. Every field is validated as it is read, so that the rest of kiln can
+// trust the IR: known dtypes, consistent tensor data, bounded subgraph nesting.
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
+#include <climits>
+#include <filesystem>
+
+#include "onnx/model_io.h"
+#include "onnx/proto_convert.h"
+
+namespace kiln::onnx_io {
+namespace {
+
+struct Importer {
+  std::string base_dir;
+
+  Result<ir::ValueInfo> value_info(const onnx::ValueInfoProto& p) {
+    ir::ValueInfo v;
+    v.name = p.name();
+    v.doc = p.doc_string();
+    if (p.has_type()) {
+      KILN_ASSIGN_OR_RETURN(v.type, type_from_proto(p.type()));
+    }
+    return v;
+  }
+
+  Result<ir::Attribute> attribute(const onnx::AttributeProto& p, int depth) {
+    ir::Attribute a;
+    a.name = p.name();
+    a.doc = p.doc_string();
+    a.ref_attr_name = p.ref_attr_name();
+    a.type = static_cast<ir::Attribute::Type>(p.type());
+    a.f = p.f();
+    a.i = p.i();
+    a.s = p.s();
+    a.floats.assign(p.floats().begin(), p.floats().end());
+    a.ints.assign(p.ints().begin(), p.ints().end());
+    a.strings.assign(p.strings().begin(), p.strings().end());
+    if (p.has_t()) {
+      KILN_ASSIGN_OR_RETURN(a.t, tensor_from_proto(p.t(), base_dir));
+    }
+    if (p.has_sparse_tensor()) {
+      KILN_ASSIGN_OR_RETURN(a.t, sparse_to_dense(p.sparse_tensor(), base_dir));
+    }
+    for (const auto& t : p.tensors()) {
+      KILN_ASSIGN_OR_RETURN(Tensor x, tensor_from_proto(t, base_dir));
+      a.tensors.push_back(std::move(x));
+    }
+    if (p.has_g()) {
+      KILN_ASSIGN_OR_RETURN(ir::Graph g, graph(p.g(), depth + 1));
+      a.g = std::make_shared<ir::Graph>(std::move(g));
+    }
+    for (const auto& gp : p.graphs()) {
+      KILN_ASSIGN_OR_RETURN(ir::Graph g, graph(gp, depth + 1));
+      a.graphs.push_back(std::make_shared<ir::Graph>(std::move(g)));
+    }
+    if (p.has_tp()) {
+      KILN_ASSIGN_OR_RETURN(a.tp, type_from_proto(p.tp()));
+    }
+    for (const auto& tp : p.type_protos()) {
+      KILN_ASSIGN_OR_RETURN(ir::TypeInfo t, type_from_proto(tp));
+      a.tps.push_back(std::move(t));
+    }
+    // Older writers leave `type` unset; infer it from the one field that is filled.
+    if (a.type == ir::Attribute::Type::kUndefined) {
+      if (p.has_f()) a.type = ir::Attribute::Type::kFloat;
+      else if (p.has_i()) a.type = ir::Attribute::Type::kInt;
+      else if (p.has_s()) a.type = ir::Attribute::Type::kString;
+      else if (p.has_t()) a.type = ir::Attribute::Type::kTensor;
+      else if (p.has_g()) a.type = ir::Attribute::Type::kGraph;
+      else if (!a.floats.empty()) a.type = ir::Attribute::Type::kFloats;
+      else if (!a.ints.empty()) a.type = ir::Attribute::Type::kInts;
+      else if (!a.strings.empty()) a.type = ir::Attribute::Type::kStrings;
+    }
+    return a;
+  }
+
+  Result<ir::Node> node(const onnx::NodeProto& p, int depth) {
+    ir::Node n;
+    n.name = p.name();
+    n.op_type = p.op_type();
+    n.domain = ir::normalize_domain(p.domain());
+    n.doc = p.doc_string();
+    n.inputs.assign(p.input().begin(), p.input().end());
+    n.outputs.assign(p.output().begin(), p.output().end());
+    for (const auto& ap : p.attribute()) {
+      auto a = attribute(ap, depth);
+      if (!a) return a.status().with_context(n.describe() + ", attribute '" + ap.name() + "'");
+      n.attrs.push_back(std::move(a).value());
+    }
+    if (n.op_type.empty()) return Status::error(n.describe() + ": node has no op_type");
+    return n;
+  }
+
+  Result<ir::Graph> graph(const onnx::GraphProto& p, int depth) {
+    if (depth > kMaxGraphNesting)
+      return Status::error("subgraphs are nested more than " + std::to_string(kMaxGraphNesting) +
+                           " levels deep in graph '" + p.name() + "'");
+    ir::Graph g;
+    g.name = p.name();
+    g.doc = p.doc_string();
+    for (const auto& t : p.initializer()) {
+      auto x = tensor_from_proto(t, base_dir);
+      if (!x) return x.status().with_context("initializer '" + t.name() + "'");
+      g.initializers[t.name()] = std::move(x).value();
+    }
+    for (const auto& t : p.sparse_initializer()) {
+      auto x = sparse_to_dense(t, base_dir);
+      if (!x) return x.status().with_context("sparse initializer '" + t.values().name() + "'");
+      g.initializers[t.values().name()] = std::move(x).value();
+    }
+    for (const auto& v : p.input()) {
+      KILN_ASSIGN_OR_RETURN(ir::ValueInfo vi, value_info(v));
+      g.inputs.push_back(std::move(vi));
+    }
+    for (const auto& v : p.output()) {
+      KILN_ASSIGN_OR_RETURN(ir::ValueInfo vi, value_info(v));
+      g.outputs.push_back(std::move(vi));
+    }
+    for (const auto& v : p.value_info()) {
+      KILN_ASSIGN_OR_RETURN(ir::ValueInfo vi, value_info(v));
+      g.value_info.push_back(std::move(vi));
+    }
+    for (const auto& np : p.node()) {
+      KILN_ASSIGN_OR_RETURN(ir::Node n, node(np, depth));
+      g.nodes.push_back(std::move(n));
+    }
+    return g;
+  }
+
+  Result<ir::Function> function(const onnx::FunctionProto& p) {
+    ir::Function f;
+    f.name = p.name();
+    f.domain = ir::normalize_domain(p.domain());
+    f.doc = p.doc_string();
+    f.inputs.assign(p.input().begin(), p.input().end());
+    f.outputs.assign(p.output().begin(), p.output().end());
+    f.attributes.assign(p.attribute().begin(), p.attribute().end());
+    for (const auto& np : p.node()) {
+      KILN_ASSIGN_OR_RETURN(ir::Node n, node(np, 1));
+      f.nodes.push_back(std::move(n));
+    }
+    for (const auto& o : p.opset_import()) f.opsets[ir::normalize_domain(o.domain())] = o.version();
+    return f;
+  }
+};
+
+}  // namespace
+
+Result<ir::Model> parse_model(const std::string& bytes, const std::string& base_dir) {
+  onnx::ModelProto proto;
+  google::protobuf::io::ArrayInputStream raw(bytes.data(), static_cast<int>(std::min<size_t>(bytes.size(), INT_MAX)));
+  google::protobuf::io::CodedInputStream in(&raw);
+  in.SetTotalBytesLimit(INT_MAX);
+  if (bytes.size() > INT_MAX) return Status::error("model file is over 2 GiB; store weights as external data");
+  if (!proto.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
+    return Status::error("not a valid ONNX model: protobuf parsing failed (corrupt or truncated file, or nesting too deep)");
+  if (!proto.has_graph()) return Status::error("not a valid ONNX model: it has no graph");
+  Importer imp{base_dir};
+  ir::Model m;
+  m.ir_version = proto.ir_version();
+  m.producer_name = proto.producer_name();
+  m.producer_version = proto.producer_version();
+  m.domain = proto.domain();
+  m.model_version = proto.model_version();
+  m.doc = proto.doc_string();
+  for (const auto& o : proto.opset_import()) m.opsets[ir::normalize_domain(o.domain())] = o.version();
+  if (m.opsets.empty()) m.opsets[""] = 1;  // IR version 2 models predate opset_import
+  for (const auto& kv : proto.metadata_props()) m.metadata.emplace_back(kv.key(), kv.value());
+  KILN_ASSIGN_OR_RETURN(m.graph, imp.graph(proto.graph(), 0));
+  for (const auto& fp : proto.functions()) {
+    KILN_ASSIGN_OR_RETURN(ir::Function f, imp.function(fp));
+    m.functions.push_back(std::move(f));
+  }
+  return m;
+}
+
+Result<ir::Model> load_model(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return Status::error("'" + path + "' is a folder, not a model file");
+  KILN_ASSIGN_OR_RETURN(std::string bytes, read_file(path));
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  auto m = parse_model(bytes, dir);
+  if (!m) return m.status().with_context(path);
+  return m;
+}
+
+}  // namespace kiln::onnx_io
