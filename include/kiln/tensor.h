@@ -16,7 +16,11 @@ using Shape = std::vector<int64_t>;
 
 // The largest single tensor kiln allocates. A model asking for more (a hostile ConstantOfShape,
 // a corrupt dim) gets an error instead of an allocation that would take the machine down.
-inline constexpr int64_t kMaxTensorBytes = int64_t{8} << 30;
+// Fuzz builds lower it (KILN_MAX_TENSOR_BYTES) to stay under the fuzzer's memory limit.
+#ifndef KILN_MAX_TENSOR_BYTES
+#define KILN_MAX_TENSOR_BYTES (int64_t{8} << 30)
+#endif
+inline constexpr int64_t kMaxTensorBytes = KILN_MAX_TENSOR_BYTES;
 
 // Number of elements of a shape, or an error on a negative dim or on overflow.
 Result<int64_t> shape_numel(const Shape& shape);

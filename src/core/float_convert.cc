@@ -130,7 +130,7 @@ uint8_t float_to_float8(DType type, float x, bool saturate) {
   const F8Format f = format_of(type);
   const F8Table& tab = table_for(type);
   const uint8_t nan = f.fnuz ? 0x80 : 0x7f;
-  const uint8_t sign = (std::signbit(x) && !f.fnuz) ? 0x80 : 0;
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0;
   if (std::isnan(x)) return f.has_inf ? 0x7f : nan;
   const float a = std::fabs(x);
   const float max = tab.value[tab.count - 1];

@@ -43,7 +43,7 @@ Result<Tensor> Tensor::make(DType dtype, Shape shape) {
   if (n > kMaxTensorBytes / static_cast<int64_t>(elem))
     return Status::error("tensor of shape " + shape_str(t.shape_) + " and type " + dtype_name(dtype) +
                          " needs " + std::to_string(static_cast<double>(n) * elem / (1 << 30)) +
-                         " GiB, over the limit of " + std::to_string(kMaxTensorBytes >> 30) + " GiB");
+                         " GiB, over the limit of " + std::to_string(kMaxTensorBytes / double(int64_t{1} << 30)) + " GiB");
   const size_t bytes = ((n * elem + 63) / 64) * 64;
   void* p = std::aligned_alloc(64, bytes ? bytes : 64);
   if (!p) return Status::error("out of memory allocating " + std::to_string(bytes) + " bytes");

@@ -20,7 +20,9 @@ struct Importer {
     v.name = p.name();
     v.doc = p.doc_string();
     if (p.has_type()) {
-      KILN_ASSIGN_OR_RETURN(v.type, type_from_proto(p.type()));
+      auto t = type_from_proto(p.type());
+      if (!t) return t.status().with_context("value '" + p.name() + "'");
+      v.type = std::move(t).value();
     }
     return v;
   }
@@ -62,6 +64,14 @@ struct Importer {
       KILN_ASSIGN_OR_RETURN(ir::TypeInfo t, type_from_proto(tp));
       a.tps.push_back(std::move(t));
     }
+    // A graph or tensor attribute without its value would reach kernels as a null graph or an
+    // undefined tensor; refuse it here (a function body's reference attribute has no value).
+    using T = ir::Attribute::Type;
+    if (a.ref_attr_name.empty() &&
+        ((a.type == T::kGraph && !a.g) || (a.type == T::kTensor && !p.has_t()) ||
+         (a.type == T::kSparseTensor && !p.has_sparse_tensor())))
+      return Status::error("attribute of type " + onnx::AttributeProto::AttributeType_Name(p.type()) +
+                           " has no value");
     // Older writers leave `type` unset; infer it from the one field that is filled.
     if (a.type == ir::Attribute::Type::kUndefined) {
       if (p.has_f()) a.type = ir::Attribute::Type::kFloat;
@@ -153,6 +163,10 @@ Result<ir::Model> parse_model(const std::string& bytes, const std::string& base_
   google::protobuf::io::ArrayInputStream raw(bytes.data(), static_cast<int>(std::min<size_t>(bytes.size(), INT_MAX)));
   google::protobuf::io::CodedInputStream in(&raw);
   in.SetTotalBytesLimit(INT_MAX);
+  // Protobuf's default recursion limit (100) would stop a deep If nest with a vague "parse
+  // failed"; let it through far enough for the importer to name the problem (each subgraph
+  // level is 3 messages deep). The importer's own limits bound the recursion after this.
+  in.SetRecursionLimit(1024);
   if (bytes.size() > INT_MAX) return Status::error("model file is over 2 GiB; store weights as external data");
   if (!proto.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
     return Status::error("not a valid ONNX model: protobuf parsing failed (corrupt or truncated file, or nesting too deep)");
@@ -179,6 +193,9 @@ Result<ir::Model> parse_model(const std::string& bytes, const std::string& base_
 Result<ir::Model> load_model(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) return Status::error("'" + path + "' is a folder, not a model file");
+  const auto size = std::filesystem::file_size(path, ec);
+  if (!ec && size > static_cast<uintmax_t>(INT_MAX))
+    return Status::error("'" + path + "' is over 2 GiB; store weights as external data");
   KILN_ASSIGN_OR_RETURN(std::string bytes, read_file(path));
   std::string dir = std::filesystem::path(path).parent_path().string();
   if (dir.empty()) dir = ".";

@@ -1,6 +1,8 @@
 // TensorProto <-> Tensor, with every storage field ONNX uses, size checks before copying, and
 // int4/uint4 unpacked to one value per byte.
+#include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "onnx/proto_convert.h"
 
@@ -32,6 +34,17 @@ Status copy_field(const onnx::TensorProto& p, const Field& field, int64_t want, 
   return Status::ok();
 }
 
+// A decimal offset or length from external_data; nullopt on anything else.
+std::optional<int64_t> parse_non_negative(const std::string& s) {
+  if (s.empty() || s.size() > 18) return std::nullopt;
+  int64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
 }  // namespace
 
 Result<Tensor> tensor_from_proto(const onnx::TensorProto& p, const std::string& base_dir) {
@@ -41,24 +54,38 @@ Result<Tensor> tensor_from_proto(const onnx::TensorProto& p, const std::string& 
   const DType dtype = static_cast<DType>(p.data_type());
   Shape shape(p.dims().begin(), p.dims().end());
   KILN_ASSIGN_OR_RETURN(int64_t n, shape_numel(shape));
+  // Check the size against the budget first, so the byte counts below cannot overflow and a
+  // hostile dims list is refused before any data is read.
+  const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
+  if (n > kMaxTensorBytes / std::max<int64_t>(elem, 1))
+    return Status::error("tensor '" + p.name() + "' of shape " + shape_str(shape) + " and type " +
+                         dtype_name(dtype) + " needs " + std::to_string(double(n) * elem / (1 << 30)) +
+                         " GiB, over the limit of " +
+                         std::to_string(kMaxTensorBytes / double(int64_t{1} << 30)) + " GiB");
+  const int64_t raw_want = is_4bit(dtype) ? (n + 1) / 2 : n * elem;
   std::string external;
   const std::string* raw = p.has_raw_data() ? &p.raw_data() : nullptr;
   if (p.data_location() == onnx::TensorProto::EXTERNAL) {
     std::string location;
     int64_t offset = 0, length = -1;
+    const std::string what = "tensor '" + p.name() + "': external data";
     for (const auto& kv : p.external_data()) {
-      if (kv.key() == "location") location = kv.value();
-      else if (kv.key() == "offset") offset = std::strtoll(kv.value().c_str(), nullptr, 10);
-      else if (kv.key() == "length") length = std::strtoll(kv.value().c_str(), nullptr, 10);
+      if (kv.key() == "location") {
+        location = kv.value();
+      } else if (kv.key() == "offset" || kv.key() == "length") {
+        auto v = parse_non_negative(kv.value());
+        if (!v) return Status::error(what + " has " + kv.key() + " '" + kv.value() + "', not a non-negative integer");
+        (kv.key() == "offset" ? offset : length) = *v;
+      }
     }
-    if (location.empty()) return Status::error("tensor '" + p.name() + "': external data has no location");
-    KILN_ASSIGN_OR_RETURN(external, read_external_data(base_dir, location, offset, length));
+    if (location.empty()) return Status::error(what + " has no location");
+    if (dtype == DType::kString) return Status::error(what + " cannot hold strings");
+    if (length >= 0 && length != raw_want) return data_size_error(p, shape, length, raw_want);
+    KILN_ASSIGN_OR_RETURN(external, read_external_data(base_dir, location, offset, raw_want));
     raw = &external;
   }
   // Check the data is all there before allocating: a 1e12-element dims with 4 bytes of data is
   // a corrupt model, not a request for terabytes.
-  const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
-  const int64_t raw_want = is_4bit(dtype) ? (n + 1) / 2 : n * elem;
   if (raw && dtype != DType::kString && static_cast<int64_t>(raw->size()) != raw_want)
     return data_size_error(p, shape, static_cast<int64_t>(raw->size()), raw_want);
   if (!raw) {

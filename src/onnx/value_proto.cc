@@ -10,6 +10,11 @@ namespace kiln::onnx_io {
 Result<ir::TypeInfo> type_from_proto(const onnx::TypeProto& p, int depth) {
   if (depth > kMaxGraphNesting) return Status::error("type nested too deeply");
   ir::TypeInfo t;
+  // 0 (undefined) is allowed: a type may leave its element type to inference.
+  auto elem_type = [](int32_t e) -> Result<DType> {
+    if (e != 0 && !dtype_is_valid(e)) return Status::error("unsupported element type " + std::to_string(e));
+    return static_cast<DType>(e);
+  };
   auto read_shape = [&](const onnx::TensorShapeProto& s) {
     t.has_shape = true;
     for (const auto& d : s.dim()) {
@@ -21,11 +26,11 @@ Result<ir::TypeInfo> type_from_proto(const onnx::TypeProto& p, int depth) {
   };
   if (p.has_tensor_type()) {
     t.kind = ir::TypeInfo::Kind::kTensor;
-    t.dtype = static_cast<DType>(p.tensor_type().elem_type());
+    KILN_ASSIGN_OR_RETURN(t.dtype, elem_type(p.tensor_type().elem_type()));
     if (p.tensor_type().has_shape()) read_shape(p.tensor_type().shape());
   } else if (p.has_sparse_tensor_type()) {
     t.kind = ir::TypeInfo::Kind::kSparseTensor;
-    t.dtype = static_cast<DType>(p.sparse_tensor_type().elem_type());
+    KILN_ASSIGN_OR_RETURN(t.dtype, elem_type(p.sparse_tensor_type().elem_type()));
     if (p.sparse_tensor_type().has_shape()) read_shape(p.sparse_tensor_type().shape());
   } else if (p.has_sequence_type() || p.has_optional_type() || p.has_map_type()) {
     const onnx::TypeProto& inner = p.has_sequence_type()   ? p.sequence_type().elem_type()
@@ -34,7 +39,9 @@ Result<ir::TypeInfo> type_from_proto(const onnx::TypeProto& p, int depth) {
     t.kind = p.has_sequence_type()   ? ir::TypeInfo::Kind::kSequence
              : p.has_optional_type() ? ir::TypeInfo::Kind::kOptional
                                      : ir::TypeInfo::Kind::kMap;
-    if (p.has_map_type()) t.dtype = static_cast<DType>(p.map_type().key_type());
+    if (p.has_map_type()) {
+      KILN_ASSIGN_OR_RETURN(t.dtype, elem_type(p.map_type().key_type()));
+    }
     KILN_ASSIGN_OR_RETURN(ir::TypeInfo e, type_from_proto(inner, depth + 1));
     t.elem = std::make_shared<ir::TypeInfo>(std::move(e));
   }

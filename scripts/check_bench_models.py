@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Runs each benchmark model through `kiln run --random` and ONNX Runtime on the same inputs
+(the bench rule, ../shared/bench/ort_bench.py) and checks the outputs agree.
+
+    ~/.cache/kiln-bench/venv/bin/python scripts/check_bench_models.py [MODEL.onnx ...]
+        [--kiln build/kiln] [--batch N] [--seq N] [--rtol 1e-3] [--atol 1e-4]
+"""
+import argparse
+import glob
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+import onnx.numpy_helper
+import onnxruntime as ort
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "shared", "bench"))
+from ort_bench import make_input  # noqa: E402  the bench rule, shared with ort_bench.py
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("models", nargs="*")
+    p.add_argument("--kiln", default="build/kiln")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--rtol", type=float, default=1e-3)
+    p.add_argument("--atol", type=float, default=1e-4)
+    a = p.parse_args()
+    models = a.models or sorted(glob.glob(os.path.expanduser("~/.cache/kiln-bench/models/*.onnx")))
+    failed = 0
+    for model in models:
+        sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+        feeds = {m.name: make_input(m, a.batch, a.seq) for m in sess.get_inputs()}
+        want = sess.run(None, feeds)
+        with tempfile.TemporaryDirectory() as out:
+            r = subprocess.run([a.kiln, "run", model, "--random", "--batch", str(a.batch), "--seq", str(a.seq),
+                                "-o", out], capture_output=True, text=True)
+            if r.returncode != 0:
+                print(f"FAIL {os.path.basename(model)}: kiln run failed: {r.stderr.strip()}")
+                failed += 1
+                continue
+            worst = 0.0
+            ok = True
+            for k, w in enumerate(want):
+                t = onnx.TensorProto()
+                with open(os.path.join(out, f"output_{k}.pb"), "rb") as f:
+                    t.ParseFromString(f.read())
+                got = onnx.numpy_helper.to_array(t)
+                if got.shape != w.shape:
+                    print(f"FAIL {os.path.basename(model)} output {k}: shape {got.shape} vs {w.shape}")
+                    ok = False
+                    continue
+                err = np.abs(got.astype(np.float64) - w.astype(np.float64))
+                bound = a.atol + a.rtol * np.abs(w.astype(np.float64))
+                worst = max(worst, float(np.max(err / bound)) if err.size else 0.0)
+                if not np.all(err <= bound):
+                    print(f"FAIL {os.path.basename(model)} output {k}: max abs err {err.max():.3g}")
+                    ok = False
+        print(f"{'ok  ' if ok else 'FAIL'} {os.path.basename(model)}: {len(want)} outputs, "
+              f"worst error / tolerance = {worst:.3f}")
+        failed += not ok
+    print(f"{len(models) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

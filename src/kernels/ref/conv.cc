@@ -1,0 +1,262 @@
+// Reference Conv (1-3 spatial dims, groups, dilations, strides, pads, auto_pad) via im2col + the
+// shared GEMM, and the integer variants ConvInteger and QLinearConv (int32 accumulation).
+#include <cmath>
+
+#include "core/thread_pool.h"
+#include "kernels/kernel_util.h"
+#include "kernels/ref/conv_util.h"
+#include "kernels/ref/gemm_f32.h"
+
+namespace kiln {
+namespace {
+
+using conv_util::Geo3;
+using conv_util::Geometry;
+
+// Shapes and geometry of a Conv-like node, checked.
+struct ConvSetup {
+  int64_t n = 0, c = 0, m = 0, group = 1, cg = 0, mg = 0, ksz = 0, in_sz = 0, out_sz = 0;
+  Geometry geo;
+  Geo3 g3;
+  Shape y_shape;
+};
+
+Result<ConvSetup> setup_conv(const KernelContext& ctx, const Shape& x, const Shape& w) {
+  ConvSetup s;
+  if (x.size() < 3 || x.size() > 5)
+    return Status::error("X must have rank 3 to 5 (N, C, 1-3 spatial dims), got " + shape_str(x));
+  if (w.size() != x.size())
+    return Status::error("W rank differs from X rank: " + shape_str(w) + " vs " + shape_str(x));
+  s.group = ctx.node.attr_int("group", 1);
+  if (s.group <= 0) return Status::error("group must be positive");
+  s.n = x[0];
+  s.c = x[1];
+  s.m = w[0];
+  if (s.c != w[1] * s.group)
+    return Status::error("X channels " + std::to_string(s.c) + " != W.shape[1] * group = " +
+                         std::to_string(w[1]) + " * " + std::to_string(s.group));
+  if (s.m % s.group != 0) return Status::error("output channels not divisible by group");
+  s.cg = w[1];
+  s.mg = s.m / s.group;
+  const std::vector<int64_t> in(x.begin() + 2, x.end()), kernel(w.begin() + 2, w.end());
+  KILN_ASSIGN_OR_RETURN(s.geo, conv_util::read_geometry(ctx.node, in, kernel));
+  if (s.geo.kernel != kernel)
+    return Status::error("kernel_shape " + shape_str(s.geo.kernel) + " differs from W " +
+                         shape_str(w));
+  KILN_RETURN_IF_ERROR(
+      conv_util::compute_output(s.geo, ctx.node.attr_string("auto_pad", "NOTSET"), false));
+  s.g3 = conv_util::to_geo3(s.geo);
+  s.ksz = s.g3.k[0] * s.g3.k[1] * s.g3.k[2];
+  s.in_sz = s.g3.in[0] * s.g3.in[1] * s.g3.in[2];
+  s.out_sz = s.g3.out[0] * s.g3.out[1] * s.g3.out[2];
+  s.y_shape = {s.n, s.m};
+  s.y_shape.insert(s.y_shape.end(), s.geo.out.begin(), s.geo.out.end());
+  return s;
+}
+
+// True when im2col would copy X unchanged (1x1 kernel, stride 1, no padding).
+bool is_pointwise(const ConvSetup& s) {
+  for (int i = 0; i < 3; ++i)
+    if (s.g3.k[i] != 1 || s.g3.s[i] != 1 || s.g3.pb[i] != 0 || s.g3.out[i] != s.g3.in[i])
+      return false;
+  return true;
+}
+
+template <typename T>
+void gemm_any(int64_t m, int64_t n, int64_t k, const T* a, const T* b, T* c, ThreadPool* pool) {
+  if constexpr (std::is_same_v<T, float>)
+    gemm_f32(false, false, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n, pool);
+  else
+    gemm_generic<T>(false, false, m, n, k, T(1), a, k, b, n, T(0), c, n);
+}
+
+// y = conv(x, w) without bias; T is float, double or int32.
+template <typename T>
+Status conv_core(KernelContext& ctx, const ConvSetup& s, const T* x, const T* w, T* y, DType dt) {
+  const bool direct = is_pointwise(s);
+  Tensor col;
+  if (!direct) {
+    KILN_ASSIGN_OR_RETURN(col, Tensor::make(dt, {s.cg * s.ksz, s.out_sz}));
+  }
+  for (int64_t ni = 0; ni < s.n; ++ni) {
+    for (int64_t gi = 0; gi < s.group; ++gi) {
+      const T* xg = x + (ni * s.c + gi * s.cg) * s.in_sz;
+      const T* b = xg;
+      if (!direct) {
+        T* cd = col.data<T>();
+        if (ctx.pool != nullptr && s.cg > 1 && s.cg * s.ksz * s.out_sz > (1 << 16)) {
+          ctx.pool->parallel_for(
+              s.cg, 1, [&](int64_t c0, int64_t c1) { conv_util::im2col(xg, c0, c1, s.g3, cd); });
+        } else {
+          conv_util::im2col(xg, 0, s.cg, s.g3, cd);
+        }
+        b = cd;
+      }
+      gemm_any<T>(s.mg, s.out_sz, s.cg * s.ksz, w + gi * s.mg * s.cg * s.ksz, b,
+                  y + (ni * s.m + gi * s.mg) * s.out_sz, ctx.pool);
+    }
+  }
+  return Status::ok();
+}
+
+template <typename T>
+Status conv_typed(KernelContext& ctx, const ConvSetup& s, const Tensor& x, const Tensor& w,
+                  const Tensor* bias, Tensor& y) {
+  KILN_RETURN_IF_ERROR(conv_core<T>(ctx, s, x.data<T>(), w.data<T>(), y.data<T>(), x.dtype()));
+  if (bias != nullptr) {
+    T* yd = y.data<T>();
+    const T* bd = bias->data<T>();
+    for (int64_t ni = 0; ni < s.n; ++ni)
+      for (int64_t mi = 0; mi < s.m; ++mi) {
+        T* row = yd + (ni * s.m + mi) * s.out_sz;
+        for (int64_t i = 0; i < s.out_sz; ++i) row[i] += bd[mi];
+      }
+  }
+  return Status::ok();
+}
+
+Status conv(KernelContext& ctx) {
+  if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
+    return ctx.error("Conv needs X and W");
+  const Tensor& x = ctx.input(0);
+  const Tensor& w = ctx.input(1);
+  if (w.dtype() != x.dtype()) return ctx.error("Conv W type differs from X");
+  const DType dt = x.dtype();
+  if (dt != DType::kFloat32 && dt != DType::kFloat64 && dt != DType::kFloat16 &&
+      dt != DType::kBFloat16)
+    return ctx.error(std::string("Conv does not support ") + dtype_name(dt));
+  auto sr = setup_conv(ctx, x.shape(), w.shape());
+  if (!sr) return ctx.error(sr.status().message());
+  const ConvSetup& s = *sr;
+  const Tensor* bias = nullptr;
+  if (ctx.has_input(2) && ctx.input(2).defined()) {
+    bias = &ctx.input(2);
+    if (bias->dtype() != dt || bias->numel() != s.m || bias->rank() != 1)
+      return ctx.error("Conv bias must be 1-D with " + std::to_string(s.m) +
+                       " elements of X's type, got " + shape_str(bias->shape()));
+  }
+  if (dt == DType::kFloat64) {
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, dt, s.y_shape));
+    return conv_typed<double>(ctx, s, x, w, bias, *y);
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor xf, to_float32(x));
+  KILN_ASSIGN_OR_RETURN(Tensor wf, to_float32(w));
+  Tensor bf;
+  if (bias != nullptr) {
+    KILN_ASSIGN_OR_RETURN(bf, to_float32(*bias));
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor yf, Tensor::make(DType::kFloat32, s.y_shape));
+  KILN_RETURN_IF_ERROR(conv_typed<float>(ctx, s, xf, wf, bias ? &bf : nullptr, yf));
+  KILN_ASSIGN_OR_RETURN(Tensor y, cast_float_to(yf, dt));
+  ctx.set_output(0, std::move(y));
+  return Status::ok();
+}
+
+bool is_8bit(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
+
+// int32 copy of an 8-bit tensor minus a zero point (scalar, or one per slice of `per_dim0`).
+Result<Tensor> widen_minus_zp(const Tensor& t, const Tensor* zp, const char* what) {
+  if (!is_8bit(t.dtype())) return Status::error(std::string(what) + " must be int8 or uint8");
+  std::vector<int32_t> z{0};
+  if (zp != nullptr) {
+    if (zp->dtype() != t.dtype())
+      return Status::error(std::string(what) + " zero point type differs from its input");
+    z.resize(zp->numel());
+    for (int64_t i = 0; i < zp->numel(); ++i)
+      z[i] = static_cast<int32_t>(load_as_double(zp->dtype(), zp->raw_data(), i));
+    if (z.size() != 1 && (t.rank() == 0 || static_cast<int64_t>(z.size()) != t.dim(0)))
+      return Status::error(std::string(what) +
+                           " zero point must be a scalar or have one value per output channel");
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor out, Tensor::make(DType::kInt32, t.shape()));
+  const int64_t per = (t.rank() == 0 || t.dim(0) == 0) ? 1 : t.numel() / t.dim(0);
+  for (int64_t i = 0; i < t.numel(); ++i)
+    out.data<int32_t>()[i] = static_cast<int32_t>(load_as_double(t.dtype(), t.raw_data(), i)) -
+                             (z.size() == 1 ? z[0] : z[i / per]);
+  return out;
+}
+
+const Tensor* optional_input(const KernelContext& ctx, size_t i) {
+  return ctx.has_input(i) && ctx.input(i).defined() ? &ctx.input(i) : nullptr;
+}
+
+Status conv_integer(KernelContext& ctx) {
+  if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
+    return ctx.error("ConvInteger needs X and W");
+  auto sr = setup_conv(ctx, ctx.input(0).shape(), ctx.input(1).shape());
+  if (!sr) return ctx.error(sr.status().message());
+  const Tensor* xzp = optional_input(ctx, 2);
+  if (xzp != nullptr && xzp->numel() != 1) return ctx.error("x_zero_point must be a scalar");
+  auto xr = widen_minus_zp(ctx.input(0), xzp, "x");
+  if (!xr) return ctx.error(xr.status().message());
+  auto wr = widen_minus_zp(ctx.input(1), optional_input(ctx, 3), "w");
+  if (!wr) return ctx.error(wr.status().message());
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, DType::kInt32, sr->y_shape));
+  return conv_core<int32_t>(ctx, *sr, xr->data<int32_t>(), wr->data<int32_t>(), y->data<int32_t>(),
+                            DType::kInt32);
+}
+
+Result<std::vector<float>> read_floats(const Tensor& t) {
+  if (!dtype_is_float(t.dtype())) return Status::error("scale must be a float tensor");
+  std::vector<float> v(t.numel());
+  for (int64_t i = 0; i < t.numel(); ++i)
+    v[i] = static_cast<float>(load_as_double(t.dtype(), t.raw_data(), i));
+  return v;
+}
+
+Status qlinear_conv(KernelContext& ctx) {
+  if (ctx.num_inputs() < 8) return ctx.error("QLinearConv needs 8 or 9 inputs");
+  for (size_t i = 0; i < 8; ++i)
+    if (i != 2 && i != 5 && i != 7 && !optional_input(ctx, i))
+      return ctx.error("QLinearConv input " + std::to_string(i) + " missing");
+  const Tensor& x = ctx.input(0);
+  const Tensor& w = ctx.input(3);
+  auto sr = setup_conv(ctx, x.shape(), w.shape());
+  if (!sr) return ctx.error(sr.status().message());
+  const ConvSetup& s = *sr;
+  const Tensor* xzp = optional_input(ctx, 2);
+  if (xzp != nullptr && xzp->numel() != 1) return ctx.error("x_zero_point must be a scalar");
+  auto xr = widen_minus_zp(x, xzp, "x");
+  if (!xr) return ctx.error(xr.status().message());
+  auto wr = widen_minus_zp(w, optional_input(ctx, 5), "w");
+  if (!wr) return ctx.error(wr.status().message());
+  auto xs = read_floats(ctx.input(1));
+  auto ws = read_floats(ctx.input(4));
+  auto ys = read_floats(ctx.input(6));
+  if (!xs || !ws || !ys) return ctx.error("QLinearConv scales must be float tensors");
+  if (xs->size() != 1 || ys->size() != 1) return ctx.error("x_scale and y_scale must be scalars");
+  if (ws->size() != 1 && static_cast<int64_t>(ws->size()) != s.m)
+    return ctx.error("w_scale must be a scalar or have one value per output channel");
+  const Tensor* yzp = optional_input(ctx, 7);
+  const DType out_t = yzp ? yzp->dtype() : x.dtype();
+  if (!is_8bit(out_t) || (yzp && yzp->numel() != 1))
+    return ctx.error("y_zero_point must be an int8/uint8 scalar");
+  const double yz = yzp ? load_as_double(yzp->dtype(), yzp->raw_data(), 0) : 0.0;
+  const Tensor* bias = optional_input(ctx, 8);
+  if (bias && (bias->dtype() != DType::kInt32 || bias->numel() != s.m))
+    return ctx.error("QLinearConv bias must be int32 with one value per output channel");
+  KILN_ASSIGN_OR_RETURN(Tensor acc, Tensor::make(DType::kInt32, s.y_shape));
+  KILN_RETURN_IF_ERROR(conv_core<int32_t>(ctx, s, xr->data<int32_t>(), wr->data<int32_t>(),
+                                          acc.data<int32_t>(), DType::kInt32));
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, out_t, s.y_shape));
+  const double lo = out_t == DType::kInt8 ? -128 : 0, hi = out_t == DType::kInt8 ? 127 : 255;
+  for (int64_t ni = 0; ni < s.n; ++ni)
+    for (int64_t mi = 0; mi < s.m; ++mi) {
+      const float factor = (*xs)[0] * (ws->size() == 1 ? (*ws)[0] : (*ws)[mi]) / (*ys)[0];
+      const int64_t base = (ni * s.m + mi) * s.out_sz;
+      for (int64_t i = 0; i < s.out_sz; ++i) {
+        int32_t a = acc.data<int32_t>()[base + i] + (bias ? bias->data<int32_t>()[mi] : 0);
+        double v = std::nearbyint(static_cast<double>(a) * factor + yz);
+        store_from_double(out_t, y->raw_data(), base + i, std::min(hi, std::max(lo, v)));
+      }
+    }
+  return Status::ok();
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL("", "Conv", conv);
+KILN_REGISTER_KERNEL("", "ConvInteger", conv_integer);
+KILN_REGISTER_KERNEL("", "QLinearConv", qlinear_conv);
+
+}  // namespace kiln

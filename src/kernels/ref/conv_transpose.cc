@@ -1,0 +1,163 @@
+// Reference ConvTranspose (1-3 spatial dims, groups, dilations, output_padding, output_shape,
+// auto_pad): GEMM of W^T with X into columns, then col2im scatter-add into the output.
+#include "core/thread_pool.h"
+#include "kernels/kernel_util.h"
+#include "kernels/ref/conv_util.h"
+#include "kernels/ref/gemm_f32.h"
+
+namespace kiln {
+namespace {
+
+using conv_util::Geo3;
+using conv_util::Geometry;
+
+template <typename T>
+void col2im(const T* col, int64_t channels, const Geo3& g, T* y) {
+  const int64_t in_sz = g.in[0] * g.in[1] * g.in[2];
+  const int64_t out_sz = g.out[0] * g.out[1] * g.out[2];
+  const int64_t ksz = g.k[0] * g.k[1] * g.k[2];
+  for (int64_t c = 0; c < channels; ++c) {
+    T* yc = y + c * out_sz;
+    for (int64_t kd = 0; kd < g.k[0]; ++kd)
+      for (int64_t kh = 0; kh < g.k[1]; ++kh)
+        for (int64_t kw = 0; kw < g.k[2]; ++kw) {
+          const T* src = col + (c * ksz + (kd * g.k[1] + kh) * g.k[2] + kw) * in_sz;
+          for (int64_t id = 0; id < g.in[0]; ++id) {
+            const int64_t od = id * g.s[0] - g.pb[0] + kd * g.d[0];
+            if (od < 0 || od >= g.out[0]) continue;
+            for (int64_t ih = 0; ih < g.in[1]; ++ih) {
+              const int64_t oh = ih * g.s[1] - g.pb[1] + kh * g.d[1];
+              if (oh < 0 || oh >= g.out[1]) continue;
+              const T* srow = src + (id * g.in[1] + ih) * g.in[2];
+              T* yrow = yc + (od * g.out[1] + oh) * g.out[2];
+              for (int64_t iw = 0; iw < g.in[2]; ++iw) {
+                const int64_t ow = iw * g.s[2] - g.pb[2] + kw * g.d[2];
+                if (ow >= 0 && ow < g.out[2]) yrow[ow] += srow[iw];
+              }
+            }
+          }
+        }
+  }
+}
+
+template <typename T>
+void run_typed(KernelContext& ctx, const T* x, const T* w, const T* bias, T* y, T* col, int64_t n,
+               int64_t c, int64_t m, int64_t group, const Geo3& g3) {
+  const int64_t cg = c / group, mg = m / group;
+  const int64_t in_sz = g3.in[0] * g3.in[1] * g3.in[2], out_sz = g3.out[0] * g3.out[1] * g3.out[2];
+  const int64_t ksz = g3.k[0] * g3.k[1] * g3.k[2];
+  for (int64_t ni = 0; ni < n; ++ni)
+    for (int64_t gi = 0; gi < group; ++gi) {
+      const T* xg = x + (ni * c + gi * cg) * in_sz;
+      const T* wg = w + gi * cg * mg * ksz;
+      // col (mg*ksz x in_sz) = W_g^T (mg*ksz x cg) * X_g (cg x in_sz)
+      if constexpr (std::is_same_v<T, float>)
+        gemm_f32(true, false, mg * ksz, in_sz, cg, 1.0f, wg, mg * ksz, xg, in_sz, 0.0f, col, in_sz,
+                 ctx.pool);
+      else
+        gemm_generic<T>(true, false, mg * ksz, in_sz, cg, T(1), wg, mg * ksz, xg, in_sz, T(0), col,
+                        in_sz);
+      col2im(col, mg, g3, y + (ni * m + gi * mg) * out_sz);
+    }
+  if (bias != nullptr)
+    for (int64_t ni = 0; ni < n; ++ni)
+      for (int64_t mi = 0; mi < m; ++mi) {
+        T* row = y + (ni * m + mi) * out_sz;
+        for (int64_t i = 0; i < out_sz; ++i) row[i] += bias[mi];
+      }
+}
+
+Status conv_transpose(KernelContext& ctx) {
+  if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
+    return ctx.error("ConvTranspose needs X and W");
+  const Tensor& x = ctx.input(0);
+  const Tensor& w = ctx.input(1);
+  const DType dt = x.dtype();
+  if (w.dtype() != dt) return ctx.error("ConvTranspose W type differs from X");
+  if (dt != DType::kFloat32 && dt != DType::kFloat64 && dt != DType::kFloat16 &&
+      dt != DType::kBFloat16)
+    return ctx.error(std::string("ConvTranspose does not support ") + dtype_name(dt));
+  if (x.rank() < 3 || x.rank() > 5 || w.rank() != x.rank())
+    return ctx.error("ConvTranspose needs X and W of equal rank 3-5, got " + shape_str(x.shape()) +
+                     " and " + shape_str(w.shape()));
+  const int64_t group = ctx.node.attr_int("group", 1);
+  if (group <= 0) return ctx.error("group must be positive");
+  const int64_t n = x.dim(0), c = x.dim(1), m = w.dim(1) * group;
+  if (w.dim(0) != c || c % group != 0)
+    return ctx.error("W.shape[0] " + std::to_string(w.dim(0)) + " must equal X channels " +
+                     std::to_string(c) + " and be divisible by group");
+  const std::vector<int64_t> in(x.shape().begin() + 2, x.shape().end());
+  const std::vector<int64_t> kernel(w.shape().begin() + 2, w.shape().end());
+  auto gr = conv_util::read_geometry(ctx.node, in, kernel);
+  if (!gr) return ctx.error(gr.status().message());
+  Geometry geo = *gr;
+  if (geo.kernel != kernel) return ctx.error("kernel_shape differs from W's spatial dims");
+  const int64_t dims = geo.dims;
+  std::vector<int64_t> out_pad = ctx.node.attr_ints("output_padding");
+  if (out_pad.empty()) out_pad.assign(dims, 0);
+  if (static_cast<int64_t>(out_pad.size()) != dims)
+    return ctx.error("output_padding length differs from spatial rank");
+  std::vector<int64_t> out_shape = ctx.node.attr_ints("output_shape");
+  if (static_cast<int64_t>(out_shape.size()) > dims)
+    out_shape.erase(out_shape.begin(), out_shape.end() - dims);
+  if (!out_shape.empty() && static_cast<int64_t>(out_shape.size()) != dims)
+    return ctx.error("output_shape length differs from spatial rank");
+  const std::string auto_pad = ctx.node.attr_string("auto_pad", "NOTSET");
+  const bool same = auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER";
+  if (!same && auto_pad != "NOTSET" && auto_pad != "VALID" && !auto_pad.empty())
+    return ctx.error("unknown auto_pad '" + auto_pad + "'");
+  if (auto_pad == "VALID") geo.pads.assign(2 * dims, 0);
+  geo.out.assign(dims, 0);
+  for (int64_t i = 0; i < dims; ++i) {
+    if (out_pad[i] < 0) return ctx.error("output_padding must be non-negative");
+    const int64_t natural =
+        geo.strides[i] * (in[i] - 1) + out_pad[i] + conv_util::effective_kernel(geo, i);
+    const bool pads_given = ctx.node.has_attr("pads") && auto_pad != "VALID";
+    if ((same || !out_shape.empty()) && !pads_given) {
+      const int64_t target = out_shape.empty() ? in[i] * geo.strides[i] : out_shape[i];
+      const int64_t total = natural - target;
+      if (total >= 0) {
+        const int64_t small = total / 2, big = total - small;
+        geo.pads[i] = auto_pad == "SAME_UPPER" ? small : big;
+        geo.pads[i + dims] = auto_pad == "SAME_UPPER" ? big : small;
+      }
+      geo.out[i] = target;
+    } else {
+      geo.out[i] = out_shape.empty() ? natural - geo.pads[i] - geo.pads[i + dims] : out_shape[i];
+    }
+    if (geo.out[i] < 0) return ctx.error("ConvTranspose output size is negative");
+  }
+  Shape y_shape{n, m};
+  y_shape.insert(y_shape.end(), geo.out.begin(), geo.out.end());
+  const Geo3 g3 = conv_util::to_geo3(geo);
+  const int64_t ksz = g3.k[0] * g3.k[1] * g3.k[2], in_sz = g3.in[0] * g3.in[1] * g3.in[2];
+  const Tensor* bias = ctx.has_input(2) && ctx.input(2).defined() ? &ctx.input(2) : nullptr;
+  if (bias && (bias->dtype() != dt || bias->numel() != m))
+    return ctx.error("ConvTranspose bias must have " + std::to_string(m) + " values of X's type");
+  const DType ct = dt == DType::kFloat64 ? dt : DType::kFloat32;
+  KILN_ASSIGN_OR_RETURN(Tensor col, Tensor::make(ct, {m / group * ksz, in_sz}));
+  KILN_ASSIGN_OR_RETURN(Tensor yc, Tensor::make(ct, y_shape));
+  if (ct == DType::kFloat64) {
+    run_typed<double>(ctx, x.data<double>(), w.data<double>(),
+                      bias ? bias->data<double>() : nullptr, yc.data<double>(), col.data<double>(),
+                      n, c, m, group, g3);
+  } else {
+    KILN_ASSIGN_OR_RETURN(Tensor xf, to_float32(x));
+    KILN_ASSIGN_OR_RETURN(Tensor wf, to_float32(w));
+    Tensor bf;
+    if (bias) {
+      KILN_ASSIGN_OR_RETURN(bf, to_float32(*bias));
+    }
+    run_typed<float>(ctx, xf.data<float>(), wf.data<float>(), bias ? bf.data<float>() : nullptr,
+                     yc.data<float>(), col.data<float>(), n, c, m, group, g3);
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor y, cast_float_to(yc, dt));
+  ctx.set_output(0, std::move(y));
+  return Status::ok();
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL("", "ConvTranspose", conv_transpose);
+
+}  // namespace kiln

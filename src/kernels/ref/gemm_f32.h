@@ -1,0 +1,50 @@
+// The float GEMM loop shared by the reference MatMul, Gemm and Conv kernels, plus a plain
+// templated GEMM for the other element types and the batch-broadcast plan MatMul-like ops use.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kiln/status.h"
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+class ThreadPool;
+
+// C[MxN] = alpha * op(A) * op(B) + beta * C, row-major with leading dimensions lda/ldb/ldc;
+// op(A) is MxK (A is KxM when trans_a), op(B) is KxN (B is NxK when trans_b). beta == 0 ignores
+// C's old contents (NaN included). `pool` may be null.
+void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+              const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+              int64_t ldc, ThreadPool* pool);
+
+// Same contract for any arithmetic type (double, integers); single-threaded i-k-j loop.
+template <typename T>
+void gemm_generic(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+                  int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i) {
+    T* crow = c + i * ldc;
+    for (int64_t j = 0; j < n; ++j) crow[j] = beta == T(0) ? T(0) : T(beta * crow[j]);
+    for (int64_t p = 0; p < k; ++p) {
+      const T av = T(alpha * (trans_a ? a[p * lda + i] : a[i * lda + p]));
+      if (!trans_b) {
+        const T* brow = b + p * ldb;
+        for (int64_t j = 0; j < n; ++j) crow[j] += av * brow[j];
+      } else {
+        for (int64_t j = 0; j < n; ++j) crow[j] += av * b[j * ldb + p];
+      }
+    }
+  }
+}
+
+// How the matrices of a (batched, broadcast) MatMul line up: numpy matmul semantics, 1-D
+// operands promoted and their dims dropped from the output.
+struct MatMulPlan {
+  Shape out_shape;
+  int64_t m = 0, n = 0, k = 0;
+  std::vector<int64_t> a_offsets, b_offsets;  // element offset of each batch's A / B matrix
+};
+Result<MatMulPlan> plan_matmul(const Shape& a, const Shape& b);
+
+}  // namespace kiln

@@ -1,0 +1,185 @@
+// Reference MatMul (numpy batch broadcasting, 1-D operands), Gemm (transA/transB/alpha/beta,
+// unidirectional C broadcast) and MatMulInteger (int8/uint8 with zero points, int32 out).
+#include <algorithm>
+
+#include "core/thread_pool.h"
+#include "kernels/kernel_util.h"
+#include "kernels/ref/gemm_f32.h"
+
+namespace kiln {
+namespace {
+
+bool is_half(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
+
+Status matmul(KernelContext& ctx) {
+  if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
+    return ctx.error("MatMul needs 2 inputs");
+  const Tensor& a = ctx.input(0);
+  const Tensor& b = ctx.input(1);
+  if (a.dtype() != b.dtype())
+    return ctx.error(std::string("MatMul input types differ: ") + dtype_name(a.dtype()) + " vs " +
+                     dtype_name(b.dtype()));
+  auto plan_r = plan_matmul(a.shape(), b.shape());
+  if (!plan_r) return ctx.error(plan_r.status().message());
+  const MatMulPlan& p = *plan_r;
+  const int64_t batches = static_cast<int64_t>(p.a_offsets.size());
+  if (a.dtype() == DType::kFloat32 || is_half(a.dtype())) {
+    KILN_ASSIGN_OR_RETURN(Tensor af, to_float32(a));
+    KILN_ASSIGN_OR_RETURN(Tensor bf, to_float32(b));
+    KILN_ASSIGN_OR_RETURN(Tensor yf, Tensor::make(DType::kFloat32, p.out_shape));
+    const float* ad = af.data<float>();
+    const float* bd = bf.data<float>();
+    float* yd = yf.data<float>();
+    auto one = [&](int64_t i) {
+      gemm_f32(false, false, p.m, p.n, p.k, 1.0f, ad + p.a_offsets[i], p.k, bd + p.b_offsets[i],
+               p.n, 0.0f, yd + i * p.m * p.n, p.n, ctx.pool);
+    };
+    // Many small matrices (attention heads): parallel over the batch; otherwise inside GEMM.
+    if (ctx.pool != nullptr && batches > 1 && p.m * p.n * p.k < (int64_t{1} << 20)) {
+      ctx.pool->parallel_for(batches, 1, [&](int64_t b0, int64_t b1) {
+        for (int64_t i = b0; i < b1; ++i) one(i);
+      });
+    } else {
+      for (int64_t i = 0; i < batches; ++i) one(i);
+    }
+    KILN_ASSIGN_OR_RETURN(Tensor y, cast_float_to(yf, a.dtype()));
+    ctx.set_output(0, std::move(y));
+    return Status::ok();
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, a.dtype(), p.out_shape));
+  return visit_numeric(a.dtype(), [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, int8_t> || std::is_same_v<T, uint8_t> ||
+                  std::is_same_v<T, int16_t> || std::is_same_v<T, uint16_t>) {
+      return ctx.error(std::string("MatMul does not support ") + dtype_name(a.dtype()));
+    } else {
+      for (int64_t i = 0; i < batches; ++i)
+        gemm_generic<T>(false, false, p.m, p.n, p.k, T(1), a.data<T>() + p.a_offsets[i], p.k,
+                        b.data<T>() + p.b_offsets[i], p.n, T(0), y->data<T>() + i * p.m * p.n, p.n);
+      return Status::ok();
+    }
+  });
+}
+
+Status gemm(KernelContext& ctx) {
+  if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
+    return ctx.error("Gemm needs inputs A and B");
+  const Tensor& a = ctx.input(0);
+  const Tensor& b = ctx.input(1);
+  if (a.rank() != 2 || b.rank() != 2)
+    return ctx.error("Gemm needs 2-D A and B, got " + shape_str(a.shape()) + " and " +
+                     shape_str(b.shape()));
+  if (a.dtype() != b.dtype()) return ctx.error("Gemm A and B types differ");
+  const bool ta = ctx.node.attr_int("transA", 0) != 0, tb = ctx.node.attr_int("transB", 0) != 0;
+  const float alpha = ctx.node.attr_float("alpha", 1.0f), beta = ctx.node.attr_float("beta", 1.0f);
+  const int64_t m = ta ? a.dim(1) : a.dim(0), k = ta ? a.dim(0) : a.dim(1);
+  const int64_t kb = tb ? b.dim(1) : b.dim(0), n = tb ? b.dim(0) : b.dim(1);
+  if (k != kb)
+    return ctx.error("Gemm inner dimensions differ: A " + shape_str(a.shape()) + " B " +
+                     shape_str(b.shape()));
+  const Shape out_shape{m, n};
+  const bool has_c = ctx.has_input(2) && ctx.input(2).defined();
+  std::vector<int64_t> c_off;
+  if (has_c) {
+    const Tensor& c = ctx.input(2);
+    if (c.dtype() != a.dtype()) return ctx.error("Gemm C type differs from A");
+    auto bs = broadcast_shapes(c.shape(), out_shape);
+    if (!bs || *bs != out_shape)
+      return ctx.error("Gemm C of shape " + shape_str(c.shape()) + " does not broadcast to " +
+                       shape_str(out_shape));
+    c_off = broadcast_offsets(c.shape(), out_shape);
+  }
+  if (a.dtype() == DType::kFloat32 || is_half(a.dtype())) {
+    KILN_ASSIGN_OR_RETURN(Tensor af, to_float32(a));
+    KILN_ASSIGN_OR_RETURN(Tensor bf, to_float32(b));
+    KILN_ASSIGN_OR_RETURN(Tensor yf, Tensor::make(DType::kFloat32, out_shape));
+    float* yd = yf.data<float>();
+    if (has_c && beta != 0.0f) {
+      KILN_ASSIGN_OR_RETURN(Tensor cf, to_float32(ctx.input(2)));
+      for (int64_t i = 0; i < m * n; ++i) yd[i] = beta * cf.data<float>()[c_off[i]];
+    }
+    gemm_f32(ta, tb, m, n, k, alpha, af.data<float>(), a.dim(1), bf.data<float>(), b.dim(1),
+             has_c && beta != 0.0f ? 1.0f : 0.0f, yd, n, ctx.pool);
+    KILN_ASSIGN_OR_RETURN(Tensor y, cast_float_to(yf, a.dtype()));
+    ctx.set_output(0, std::move(y));
+    return Status::ok();
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, a.dtype(), out_shape));
+  return visit_numeric(a.dtype(), [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    T* yd = y->data<T>();
+    if (has_c && beta != 0.0f) {
+      const T* cd = ctx.input(2).data<T>();
+      for (int64_t i = 0; i < m * n; ++i) yd[i] = static_cast<T>(beta * cd[c_off[i]]);
+    }
+    gemm_generic<T>(ta, tb, m, n, k, static_cast<T>(alpha), a.data<T>(), a.dim(1), b.data<T>(),
+                    b.dim(1), has_c && beta != 0.0f ? T(1) : T(0), yd, n);
+    return Status::ok();
+  });
+}
+
+// Zero point of an 8-bit quantized operand as int32 values: scalar, or one per row/column.
+Result<std::vector<int32_t>> read_zero_points(const Tensor& zp, DType want) {
+  if (zp.dtype() != want)
+    return Status::error(std::string("zero point type ") + dtype_name(zp.dtype()) +
+                         " differs from input " + dtype_name(want));
+  std::vector<int32_t> v(zp.numel());
+  for (int64_t i = 0; i < zp.numel(); ++i)
+    v[i] = static_cast<int32_t>(load_as_double(zp.dtype(), zp.raw_data(), i));
+  return v;
+}
+
+bool is_8bit(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
+
+Status matmul_integer(KernelContext& ctx) {
+  if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
+    return ctx.error("MatMulInteger needs inputs A and B");
+  const Tensor& a = ctx.input(0);
+  const Tensor& b = ctx.input(1);
+  if (!is_8bit(a.dtype()) || !is_8bit(b.dtype()))
+    return ctx.error("MatMulInteger needs int8/uint8 inputs");
+  auto plan_r = plan_matmul(a.shape(), b.shape());
+  if (!plan_r) return ctx.error(plan_r.status().message());
+  const MatMulPlan& p = *plan_r;
+  std::vector<int32_t> azp{0}, bzp{0};
+  if (ctx.has_input(2) && ctx.input(2).defined()) {
+    KILN_ASSIGN_OR_RETURN(azp, read_zero_points(ctx.input(2), a.dtype()));
+    if (azp.size() != 1 && static_cast<int64_t>(azp.size()) != p.m)
+      return ctx.error("a_zero_point must be a scalar or have M elements");
+  }
+  if (ctx.has_input(3) && ctx.input(3).defined()) {
+    KILN_ASSIGN_OR_RETURN(bzp, read_zero_points(ctx.input(3), b.dtype()));
+    if (bzp.size() != 1 && static_cast<int64_t>(bzp.size()) != p.n)
+      return ctx.error("b_zero_point must be a scalar or have N elements");
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, DType::kInt32, p.out_shape));
+  std::vector<int32_t> arow(p.k);
+  for (size_t bi = 0; bi < p.a_offsets.size(); ++bi) {
+    int32_t* yd = y->data<int32_t>() + bi * p.m * p.n;
+    for (int64_t i = 0; i < p.m; ++i) {
+      const int32_t za = azp.size() == 1 ? azp[0] : azp[i];
+      for (int64_t q = 0; q < p.k; ++q)
+        arow[q] = static_cast<int32_t>(
+                      load_as_double(a.dtype(), a.raw_data(), p.a_offsets[bi] + i * p.k + q)) -
+                  za;
+      for (int64_t j = 0; j < p.n; ++j) {
+        const int32_t zb = bzp.size() == 1 ? bzp[0] : bzp[j];
+        int32_t acc = 0;
+        for (int64_t q = 0; q < p.k; ++q)
+          acc += arow[q] * (static_cast<int32_t>(load_as_double(b.dtype(), b.raw_data(),
+                                                                p.b_offsets[bi] + q * p.n + j)) -
+                            zb);
+        yd[i * p.n + j] = acc;
+      }
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL("", "MatMul", matmul);
+KILN_REGISTER_KERNEL("", "Gemm", gemm);
+KILN_REGISTER_KERNEL("", "MatMulInteger", matmul_integer);
+
+}  // namespace kiln

@@ -1,0 +1,292 @@
+// Reference quantization: QuantizeLinear / DequantizeLinear (per-tensor, per-axis, blocked;
+// 8/16-bit and 4-bit integers, float8 with saturate), DynamicQuantizeLinear and QLinearMatMul.
+#include <cmath>
+
+#include "kernels/kernel_util.h"
+#include "kernels/ref/gemm_f32.h"
+
+namespace kiln {
+namespace {
+
+bool is_float8(DType t) {
+  return t == DType::kFloat8E4M3FN || t == DType::kFloat8E4M3FNUZ || t == DType::kFloat8E5M2 ||
+         t == DType::kFloat8E5M2FNUZ;
+}
+
+bool integer_range(DType t, double* lo, double* hi) {
+  switch (t) {
+    case DType::kUInt8:
+      *lo = 0, *hi = 255;
+      return true;
+    case DType::kInt8:
+      *lo = -128, *hi = 127;
+      return true;
+    case DType::kUInt16:
+      *lo = 0, *hi = 65535;
+      return true;
+    case DType::kInt16:
+      *lo = -32768, *hi = 32767;
+      return true;
+    case DType::kUInt4:
+      *lo = 0, *hi = 15;
+      return true;
+    case DType::kInt4:
+      *lo = -8, *hi = 7;
+      return true;
+    case DType::kInt32:
+      *lo = -2147483648.0, *hi = 2147483647.0;
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Element value as float (float8 decoded from its bits).
+float load_f(const Tensor& t, int64_t i) {
+  if (is_float8(t.dtype())) return float8_to_float(t.dtype(), t.data<uint8_t>()[i]);
+  return static_cast<float>(load_as_double(t.dtype(), t.raw_data(), i));
+}
+
+// For each element of x, the index of its scale / zero point: per tensor, per `axis`, or blocked
+// along `axis` with `block` elements per scale.
+Result<std::vector<int64_t>> param_index(const Shape& x, const Shape& s, int64_t axis_attr,
+                                         int64_t block) {
+  int64_t numel = 1;
+  for (int64_t d : x) numel *= d;
+  std::vector<int64_t> idx(numel, 0);
+  int64_t sn = 1;
+  for (int64_t d : s) sn *= d;
+  if (sn == 1 && s.size() <= 1 && block <= 0) return idx;
+  if (x.empty()) return Status::error("a per-axis scale needs a non-scalar input");
+  KILN_ASSIGN_OR_RETURN(int64_t axis, normalize_axis(axis_attr, static_cast<int64_t>(x.size())));
+  int64_t inner = 1;
+  for (size_t d = axis + 1; d < x.size(); ++d) inner *= x[d];
+  const int64_t dim = x[axis];
+  if (block <= 0) {
+    if (s.size() != 1 || s[0] != dim)
+      return Status::error("scale of shape " + shape_str(s) + " must be a scalar or 1-D of size " +
+                           std::to_string(dim));
+    for (int64_t i = 0; i < numel; ++i) idx[i] = (i / inner) % dim;
+    return idx;
+  }
+  if (s.size() != x.size()) return Status::error("blocked scale must have the input's rank");
+  for (size_t d = 0; d < x.size(); ++d) {
+    const int64_t want = static_cast<int64_t>(d) == axis ? (dim + block - 1) / block : x[d];
+    if (s[d] != want)
+      return Status::error("blocked scale shape " + shape_str(s) + " does not match input " +
+                           shape_str(x) + " with block_size " + std::to_string(block));
+  }
+  const int64_t sdim = s[axis];
+  for (int64_t i = 0; i < numel; ++i) {
+    const int64_t o = i / (inner * dim), a = (i / inner) % dim, in = i % inner;
+    idx[i] = (o * sdim + a / block) * inner + in;
+  }
+  return idx;
+}
+
+const Tensor* opt(const KernelContext& ctx, size_t i) {
+  return ctx.has_input(i) && ctx.input(i).defined() ? &ctx.input(i) : nullptr;
+}
+
+Status quantize_linear(KernelContext& ctx) {
+  if (!opt(ctx, 0) || !opt(ctx, 1)) return ctx.error("QuantizeLinear needs x and y_scale");
+  const Tensor& x = ctx.input(0);
+  const Tensor& scale = ctx.input(1);
+  const Tensor* zp = opt(ctx, 2);
+  if (!dtype_is_float(x.dtype()) && x.dtype() != DType::kInt32)
+    return ctx.error(std::string("QuantizeLinear x must be float or int32, got ") +
+                     dtype_name(x.dtype()));
+  if (!dtype_is_float(scale.dtype())) return ctx.error("y_scale must be a float tensor");
+  DType out_t = DType::kUInt8;
+  const int64_t od = ctx.node.attr_int("output_dtype", 0);
+  if (od != 0) {
+    if (!dtype_is_valid(static_cast<int32_t>(od))) return ctx.error("invalid output_dtype");
+    out_t = static_cast<DType>(od);
+  }
+  if (zp) {
+    if (od != 0 && zp->dtype() != out_t)
+      return ctx.error("output_dtype differs from the zero point's type");
+    out_t = zp->dtype();
+  }
+  double lo = 0, hi = 0;
+  const bool integer = integer_range(out_t, &lo, &hi) && out_t != DType::kInt32;
+  if (!integer && !is_float8(out_t))
+    return ctx.error(std::string("cannot quantize to ") + dtype_name(out_t));
+  const int64_t block = ctx.opset >= 21 ? ctx.node.attr_int("block_size", 0) : 0;
+  const int64_t axis = ctx.node.attr_int("axis", 1);
+  auto idx = param_index(x.shape(), scale.shape(), axis, block);
+  if (!idx) return ctx.error(idx.status().message());
+  if (zp && zp->shape() != scale.shape() && !(zp->numel() == 1 && scale.numel() == 1))
+    return ctx.error("zero point shape " + shape_str(zp->shape()) + " differs from scale " +
+                     shape_str(scale.shape()));
+  const bool saturate = ctx.node.attr_int("saturate", 1) != 0;
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, out_t, x.shape()));
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const int64_t p = (*idx)[i];
+    float q = load_f(x, i) / load_f(scale, p);
+    if (x.dtype() == DType::kFloat16 && scale.dtype() == DType::kFloat16)
+      q = half_to_float(float_to_half(q));
+    if (integer) {
+      double v = std::nearbyint(static_cast<double>(q)) + (zp ? load_f(*zp, p) : 0.0);
+      v = std::min(hi, std::max(lo, v));
+      store_from_double(out_t, y->raw_data(), i, v);
+    } else {
+      y->data<uint8_t>()[i] = float_to_float8(out_t, q, saturate);
+    }
+  }
+  return Status::ok();
+}
+
+Status dequantize_linear(KernelContext& ctx) {
+  if (!opt(ctx, 0) || !opt(ctx, 1)) return ctx.error("DequantizeLinear needs x and x_scale");
+  const Tensor& x = ctx.input(0);
+  const Tensor& scale = ctx.input(1);
+  const Tensor* zp = opt(ctx, 2);
+  double lo, hi;
+  if (!integer_range(x.dtype(), &lo, &hi) && !is_float8(x.dtype()))
+    return ctx.error(std::string("DequantizeLinear cannot read ") + dtype_name(x.dtype()));
+  if (!dtype_is_float(scale.dtype())) return ctx.error("x_scale must be a float tensor");
+  if (zp && zp->dtype() != x.dtype()) return ctx.error("x_zero_point type differs from x");
+  if (zp && zp->shape() != scale.shape() && !(zp->numel() == 1 && scale.numel() == 1))
+    return ctx.error("zero point shape " + shape_str(zp->shape()) + " differs from scale " +
+                     shape_str(scale.shape()));
+  const int64_t block = ctx.opset >= 21 ? ctx.node.attr_int("block_size", 0) : 0;
+  auto idx = param_index(x.shape(), scale.shape(), ctx.node.attr_int("axis", 1), block);
+  if (!idx) return ctx.error(idx.status().message());
+  DType out_t = ctx.opset >= 19 ? scale.dtype() : DType::kFloat32;
+  const int64_t od = ctx.node.attr_int("output_dtype", 0);
+  if (od != 0 && dtype_is_valid(static_cast<int32_t>(od))) out_t = static_cast<DType>(od);
+  KILN_ASSIGN_OR_RETURN(Tensor yf, Tensor::make(DType::kFloat32, x.shape()));
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const int64_t p = (*idx)[i];
+    yf.data<float>()[i] = (load_f(x, i) - (zp ? load_f(*zp, p) : 0.0f)) * load_f(scale, p);
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor y, cast_float_to(yf, out_t));
+  ctx.set_output(0, std::move(y));
+  return Status::ok();
+}
+
+Status dynamic_quantize_linear(KernelContext& ctx) {
+  if (!opt(ctx, 0)) return ctx.error("DynamicQuantizeLinear needs x");
+  const Tensor& x = ctx.input(0);
+  if (x.dtype() != DType::kFloat32) return ctx.error("DynamicQuantizeLinear needs float32 x");
+  const float* xd = x.data<float>();
+  float mx = 0.0f, mn = 0.0f;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    mx = std::max(mx, xd[i]);
+    mn = std::min(mn, xd[i]);
+  }
+  const float scale = (mx == mn ? 1.0f : (mx - mn)) / 255.0f;
+  const float zpf = std::nearbyint(std::min(255.0f, std::max(0.0f, 0.0f - mn / scale)));
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, DType::kUInt8, x.shape()));
+  for (int64_t i = 0; i < x.numel(); ++i)
+    y->data<uint8_t>()[i] =
+        static_cast<uint8_t>(std::min(255.0f, std::max(0.0f, std::nearbyint(xd[i] / scale) + zpf)));
+  if (ctx.wants_output(1)) {
+    KILN_ASSIGN_OR_RETURN(Tensor * s, ctx.make_output(1, DType::kFloat32, {}));
+    *s->data<float>() = scale;
+  }
+  if (ctx.wants_output(2)) {
+    KILN_ASSIGN_OR_RETURN(Tensor * z, ctx.make_output(2, DType::kUInt8, {}));
+    *z->data<uint8_t>() = static_cast<uint8_t>(zpf);
+  }
+  return Status::ok();
+}
+
+// A quantization parameter of QLinearMatMul: a scalar, or one value per row (A) / column (B).
+Result<std::vector<float>> read_param(const Tensor& t, int64_t per, const char* what) {
+  if (t.numel() != 1 && t.numel() != per)
+    return Status::error(std::string(what) + " must be a scalar or have " + std::to_string(per) +
+                         " values");
+  std::vector<float> v(t.numel());
+  for (int64_t i = 0; i < t.numel(); ++i) v[i] = load_f(t, i);
+  return v;
+}
+
+Status qlinear_matmul(KernelContext& ctx) {
+  for (size_t i : {0, 1, 3, 4, 6})
+    if (!opt(ctx, i)) return ctx.error("QLinearMatMul input " + std::to_string(i) + " is missing");
+  const Tensor& a = ctx.input(0);
+  const Tensor& b = ctx.input(3);
+  double lo, hi;
+  if ((a.dtype() != DType::kInt8 && a.dtype() != DType::kUInt8) ||
+      (b.dtype() != DType::kInt8 && b.dtype() != DType::kUInt8))
+    return ctx.error("QLinearMatMul needs int8/uint8 a and b");
+  auto plan_r = plan_matmul(a.shape(), b.shape());
+  if (!plan_r) return ctx.error(plan_r.status().message());
+  const MatMulPlan& p = *plan_r;
+  const Tensor* yzp = opt(ctx, 7);
+  const DType out_t = yzp ? yzp->dtype() : a.dtype();
+  if (!integer_range(out_t, &lo, &hi) || (out_t != DType::kInt8 && out_t != DType::kUInt8))
+    return ctx.error("y_zero_point must be int8 or uint8");
+  const Tensor* azp_t = opt(ctx, 2);
+  const Tensor* bzp_t = opt(ctx, 5);
+  if ((azp_t && azp_t->dtype() != a.dtype()) || (bzp_t && bzp_t->dtype() != b.dtype()))
+    return ctx.error("zero point types must match their inputs");
+  std::vector<float> as, bs, ys, az{0}, bz{0}, yz{0};
+  {
+    auto r1 = read_param(ctx.input(1), p.m, "a_scale");
+    auto r2 = read_param(ctx.input(4), p.n, "b_scale");
+    auto r3 = read_param(ctx.input(6), 1, "y_scale");
+    if (!r1 || !r2 || !r3)
+      return ctx.error(!r1   ? r1.status().message()
+                       : !r2 ? r2.status().message()
+                             : r3.status().message());
+    as = *r1, bs = *r2, ys = *r3;
+    if (azp_t) {
+      auto r = read_param(*azp_t, p.m, "a_zero_point");
+      if (!r) return ctx.error(r.status().message());
+      az = *r;
+    }
+    if (bzp_t) {
+      auto r = read_param(*bzp_t, p.n, "b_zero_point");
+      if (!r) return ctx.error(r.status().message());
+      bz = *r;
+    }
+    if (yzp) {
+      auto r = read_param(*yzp, 1, "y_zero_point");
+      if (!r) return ctx.error(r.status().message());
+      yz = *r;
+    }
+  }
+  // The reference multiplies the scales in their own type, so float16 scales round as float16.
+  const bool half = ctx.input(1).dtype() == DType::kFloat16;
+  auto factor = [&](int64_t i, int64_t j) {
+    float f = as[as.size() == 1 ? 0 : i] * bs[bs.size() == 1 ? 0 : j];
+    if (half) f = half_to_float(float_to_half(f));
+    f /= ys[0];
+    if (half) f = half_to_float(float_to_half(f));
+    return f;
+  };
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, out_t, p.out_shape));
+  std::vector<int32_t> arow(p.k);
+  for (size_t bi = 0; bi < p.a_offsets.size(); ++bi)
+    for (int64_t i = 0; i < p.m; ++i) {
+      const int32_t za = static_cast<int32_t>(az[az.size() == 1 ? 0 : i]);
+      for (int64_t q = 0; q < p.k; ++q)
+        arow[q] = static_cast<int32_t>(
+                      load_as_double(a.dtype(), a.raw_data(), p.a_offsets[bi] + i * p.k + q)) -
+                  za;
+      for (int64_t j = 0; j < p.n; ++j) {
+        const int32_t zb = static_cast<int32_t>(bz[bz.size() == 1 ? 0 : j]);
+        int64_t acc = 0;
+        for (int64_t q = 0; q < p.k; ++q)
+          acc += arow[q] * (static_cast<int32_t>(load_as_double(b.dtype(), b.raw_data(),
+                                                                p.b_offsets[bi] + q * p.n + j)) -
+                            zb);
+        const double v = std::nearbyint(static_cast<double>(acc) * factor(i, j) + yz[0]);
+        store_from_double(out_t, y->raw_data(), (bi * p.m + i) * p.n + j,
+                          std::min(hi, std::max(lo, v)));
+      }
+    }
+  return Status::ok();
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL("", "QuantizeLinear", quantize_linear);
+KILN_REGISTER_KERNEL("", "DequantizeLinear", dequantize_linear);
+KILN_REGISTER_KERNEL("", "DynamicQuantizeLinear", dynamic_quantize_linear);
+KILN_REGISTER_KERNEL("", "QLinearMatMul", qlinear_matmul);
+
+}  // namespace kiln

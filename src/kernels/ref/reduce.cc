@@ -1,0 +1,340 @@
+// Reference kernels for the Reduce* family (Sum, Mean, Max, Min, Prod, L1, L2, LogSum,
+// LogSumExp, SumSquare): axes from the attribute (older opsets) or the input (newer ones).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "core/thread_pool.h"
+#include "kernels/kernel_util.h"
+
+namespace kiln {
+namespace {
+
+enum class Op { kSum, kMean, kMax, kMin, kProd, kL1, kL2, kLogSum, kLogSumExp, kSumSquare };
+
+// The opset from which `axes` is an input rather than an attribute.
+int64_t axes_input_since(Op op) { return op == Op::kSum ? 13 : 18; }
+
+// Offsets for a reduction: out[o] combines in[kept[o] + reduced[r]] over all r.
+struct ReducePlan {
+  Shape out_shape;
+  std::vector<int64_t> kept;
+  std::vector<int64_t> reduced;
+  bool empty_input = false;
+};
+
+// All offsets spanned by `dims` (each with its input stride), row-major.
+std::vector<int64_t> offsets_over(const std::vector<int64_t>& dims,
+                                  const std::vector<int64_t>& strides) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  std::vector<int64_t> out(static_cast<size_t>(n));
+  std::vector<int64_t> idx(dims.size(), 0);
+  int64_t cur = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = cur;
+    for (size_t d = dims.size(); d-- > 0;) {
+      if (++idx[d] < dims[d]) {
+        cur += strides[d];
+        break;
+      }
+      cur -= strides[d] * (dims[d] - 1);
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+Result<ReducePlan> make_plan(const Shape& in_shape, const std::vector<bool>& is_reduced,
+                             bool keepdims) {
+  ReducePlan p;
+  const std::vector<int64_t> strides = strides_of(in_shape);
+  std::vector<int64_t> kd, ks, rd, rs;
+  for (size_t i = 0; i < in_shape.size(); ++i) {
+    if (is_reduced[i]) {
+      rd.push_back(in_shape[i]);
+      rs.push_back(strides[i]);
+      if (keepdims) p.out_shape.push_back(1);
+    } else {
+      kd.push_back(in_shape[i]);
+      ks.push_back(strides[i]);
+      p.out_shape.push_back(in_shape[i]);
+    }
+  }
+  // An empty input needs no offsets: every output is the reduction of nothing. Listing them could
+  // take far more memory than the (empty) input, since the dims' products may be huge.
+  int64_t numel = 1;
+  for (int64_t d : in_shape) numel *= d;
+  p.empty_input = numel == 0;
+  if (p.empty_input) return p;
+  p.kept = offsets_over(kd, ks);
+  p.reduced = offsets_over(rd, rs);
+  return p;
+}
+
+// Combines the values v(0..n-1) as `op` does, in double (floats, and the transcendental ops).
+template <typename Get>
+double reduce_double(Op op, int64_t n, Get v) {
+  switch (op) {
+    case Op::kSum:
+    case Op::kMean: {
+      double s = 0;
+      for (int64_t r = 0; r < n; ++r) s += v(r);
+      return op == Op::kMean ? s / static_cast<double>(n) : s;
+    }
+    case Op::kMax: {
+      double m = -std::numeric_limits<double>::infinity();
+      for (int64_t r = 0; r < n; ++r) {
+        double x = v(r);
+        if (std::isnan(x)) return x;
+        m = std::max(m, x);
+      }
+      return m;
+    }
+    case Op::kMin: {
+      double m = std::numeric_limits<double>::infinity();
+      for (int64_t r = 0; r < n; ++r) {
+        double x = v(r);
+        if (std::isnan(x)) return x;
+        m = std::min(m, x);
+      }
+      return m;
+    }
+    case Op::kProd: {
+      double p = 1;
+      for (int64_t r = 0; r < n; ++r) p *= v(r);
+      return p;
+    }
+    case Op::kL1: {
+      double s = 0;
+      for (int64_t r = 0; r < n; ++r) s += std::fabs(v(r));
+      return s;
+    }
+    case Op::kL2:
+    case Op::kSumSquare: {
+      double s = 0;
+      for (int64_t r = 0; r < n; ++r) s += v(r) * v(r);
+      return op == Op::kL2 ? std::sqrt(s) : s;
+    }
+    case Op::kLogSum: {
+      double s = 0;
+      for (int64_t r = 0; r < n; ++r) s += v(r);
+      return std::log(s);
+    }
+    case Op::kLogSumExp: {
+      double m = -std::numeric_limits<double>::infinity();
+      for (int64_t r = 0; r < n; ++r) m = std::max(m, v(r));
+      if (std::isinf(m)) {
+        double s = 0;
+        for (int64_t r = 0; r < n; ++r) s += std::exp(v(r));
+        return std::log(s);
+      }
+      double s = 0;
+      for (int64_t r = 0; r < n; ++r) s += std::exp(v(r) - m);
+      return m + std::log(s);
+    }
+  }
+  return 0;
+}
+
+// Exact integer reductions (wrapping like fixed-width arithmetic); others go through double.
+template <typename T>
+T reduce_integer(Op op, int64_t n, const T* x, const int64_t* offs) {
+  using U = uint64_t;
+  using Wide = std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>;
+  switch (op) {
+    case Op::kSum:
+    case Op::kL1:
+    case Op::kSumSquare:
+    case Op::kProd: {
+      U acc = op == Op::kProd ? 1 : 0;
+      for (int64_t r = 0; r < n; ++r) {
+        const T v = x[offs[r]];
+        U u = static_cast<U>(static_cast<Wide>(v));
+        if (op == Op::kL1 && v < T{0}) u = U{0} - u;
+        if (op == Op::kProd) {
+          acc *= u;
+        } else if (op == Op::kSumSquare) {
+          acc += u * u;
+        } else {
+          acc += u;
+        }
+      }
+      return static_cast<T>(acc);
+    }
+    case Op::kMax: {
+      T m = std::numeric_limits<T>::lowest();
+      for (int64_t r = 0; r < n; ++r) m = std::max(m, x[offs[r]]);
+      return m;
+    }
+    case Op::kMin: {
+      T m = std::numeric_limits<T>::max();
+      for (int64_t r = 0; r < n; ++r) m = std::min(m, x[offs[r]]);
+      return m;
+    }
+    default: {
+      double d = reduce_double(op, n, [&](int64_t r) { return static_cast<double>(x[offs[r]]); });
+      if (std::isnan(d)) return 0;
+      d = std::trunc(d);
+      if (d <= static_cast<double>(std::numeric_limits<T>::lowest()))
+        return std::numeric_limits<T>::lowest();
+      if (d >= static_cast<double>(std::numeric_limits<T>::max()))
+        return std::numeric_limits<T>::max();
+      return static_cast<T>(d);
+    }
+  }
+}
+
+// Runs fn(o) for every output element, in parallel when the work is large.
+template <typename F>
+void for_outputs(KernelContext& ctx, int64_t n_out, int64_t n_red, F fn) {
+  if (ctx.pool && n_out > 1 && n_out * n_red > (int64_t{1} << 16)) {
+    const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, n_red));
+    ctx.pool->parallel_for(n_out, grain, [&](int64_t b, int64_t e) {
+      for (int64_t o = b; o < e; ++o) fn(o);
+    });
+  } else {
+    for (int64_t o = 0; o < n_out; ++o) fn(o);
+  }
+}
+
+// Fills the output with the reduction of an empty set (0 for sums, 1 for products, -inf/+inf or the
+// type's lowest/highest for max/min, NaN for the mean, -inf for the log reductions).
+Status reduce_empty(KernelContext& ctx, Op op, DType dt, const Shape& out_shape) {
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, dt, out_shape));
+  if (y->numel() == 0) return Status::ok();
+  if (dt == DType::kBool) {
+    if (op != Op::kMax && op != Op::kMin)
+      return ctx.error("bool input is only supported by ReduceMax and ReduceMin");
+    std::fill(y->data<bool>(), y->data<bool>() + y->numel(), op == Op::kMin);
+    return Status::ok();
+  }
+  if (dtype_is_float(dt)) {
+    const double v = reduce_double(op, 0, [](int64_t) { return 0.0; });
+    for (int64_t i = 0; i < y->numel(); ++i) store_from_double(dt, y->raw_data(), i, v);
+    return Status::ok();
+  }
+  Status st = visit_numeric(dt, [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    const T v = reduce_integer<T>(op, 0, nullptr, nullptr);
+    std::fill(y->data<T>(), y->data<T>() + y->numel(), v);
+    return Status::ok();
+  });
+  if (!st.is_ok()) return ctx.error(st.message());
+  return Status::ok();
+}
+
+Status reduce(KernelContext& ctx, Op op) {
+  if (ctx.num_inputs() < 1 || !ctx.has_input(0)) return ctx.error("expected input 'data'");
+  if (!ctx.value(0).is_tensor()) return ctx.error("input 'data' must be a tensor");
+  const Tensor& x = ctx.input(0);
+  const int64_t rank = x.rank();
+
+  std::vector<int64_t> axes;
+  if (ctx.opset >= axes_input_since(op)) {
+    if (ctx.has_input(1)) {
+      const Tensor& a = ctx.input(1);
+      if (a.rank() > 1)
+        return ctx.error("input 'axes' must be 1-D, got shape " + shape_str(a.shape()));
+      auto r = read_int64s(a);
+      if (!r.is_ok()) return ctx.error("input 'axes': " + r.status().message());
+      axes = *r;
+    }
+  } else if (ctx.node.has_attr("axes")) {
+    axes = ctx.node.attr_ints("axes");
+  }
+  const bool keepdims = ctx.node.attr_int("keepdims", 1) != 0;
+  const bool noop = ctx.node.attr_int("noop_with_empty_axes", 0) != 0;
+
+  if (axes.empty() && noop && ctx.opset >= axes_input_since(op)) {
+    ctx.set_output(0, x);
+    return Status::ok();
+  }
+
+  std::vector<bool> is_reduced(static_cast<size_t>(rank), axes.empty());
+  for (int64_t a : axes) {
+    auto n = normalize_axis(a, rank);
+    if (!n.is_ok()) return ctx.error("axes: " + n.status().message());
+    if (is_reduced[*n]) return ctx.error("axes: axis " + std::to_string(a) + " is repeated");
+    is_reduced[*n] = true;
+  }
+  auto plan_or = make_plan(x.shape(), is_reduced, keepdims);
+  if (!plan_or.is_ok()) return ctx.error(plan_or.status().message());
+  const ReducePlan& plan = *plan_or;
+  const int64_t n_red = static_cast<int64_t>(plan.reduced.size());
+  const int64_t n_out = static_cast<int64_t>(plan.kept.size());
+
+  if (plan.empty_input) return reduce_empty(ctx, op, x.dtype(), plan.out_shape);
+
+  const DType dt = x.dtype();
+  if (dt == DType::kBool) {
+    if (op != Op::kMax && op != Op::kMin)
+      return ctx.error("bool input is only supported by ReduceMax and ReduceMin");
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, dt, plan.out_shape));
+    const bool* xs = x.data<bool>();
+    bool* ys = y->data<bool>();
+    for (int64_t o = 0; o < n_out; ++o) {
+      bool acc = op == Op::kMin;  // all() for min, any() for max
+      for (int64_t r = 0; r < n_red; ++r) {
+        bool v = xs[plan.kept[o] + plan.reduced[r]];
+        acc = op == Op::kMin ? (acc && v) : (acc || v);
+      }
+      ys[o] = acc;
+    }
+    return Status::ok();
+  }
+
+  if (dt == DType::kFloat32 || dt == DType::kFloat64 || dt == DType::kFloat16 ||
+      dt == DType::kBFloat16) {
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, dt, plan.out_shape));
+    const void* xs = x.raw_data();
+    void* ys = y->raw_data();
+    for_outputs(ctx, n_out, n_red, [&](int64_t o) {
+      const int64_t base = plan.kept[o];
+      double v = reduce_double(
+          op, n_red, [&](int64_t r) { return load_as_double(dt, xs, base + plan.reduced[r]); });
+      store_from_double(dt, ys, o, v);
+    });
+    return Status::ok();
+  }
+
+  Status st = visit_numeric(dt, [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, dt, plan.out_shape));
+    const T* xs = x.data<T>();
+    T* ys = y->data<T>();
+    for_outputs(ctx, n_out, n_red, [&](int64_t o) {
+      ys[o] = reduce_integer<T>(op, n_red, xs + plan.kept[o], plan.reduced.data());
+    });
+    return Status::ok();
+  });
+  if (!st.is_ok()) return ctx.error(st.message());
+  return Status::ok();
+}
+
+Status reduce_sum(KernelContext& ctx) { return reduce(ctx, Op::kSum); }
+Status reduce_mean(KernelContext& ctx) { return reduce(ctx, Op::kMean); }
+Status reduce_max(KernelContext& ctx) { return reduce(ctx, Op::kMax); }
+Status reduce_min(KernelContext& ctx) { return reduce(ctx, Op::kMin); }
+Status reduce_prod(KernelContext& ctx) { return reduce(ctx, Op::kProd); }
+Status reduce_l1(KernelContext& ctx) { return reduce(ctx, Op::kL1); }
+Status reduce_l2(KernelContext& ctx) { return reduce(ctx, Op::kL2); }
+Status reduce_log_sum(KernelContext& ctx) { return reduce(ctx, Op::kLogSum); }
+Status reduce_log_sum_exp(KernelContext& ctx) { return reduce(ctx, Op::kLogSumExp); }
+Status reduce_sum_square(KernelContext& ctx) { return reduce(ctx, Op::kSumSquare); }
+
+}  // namespace
+
+KILN_REGISTER_KERNEL("", "ReduceSum", reduce_sum);
+KILN_REGISTER_KERNEL("", "ReduceMean", reduce_mean);
+KILN_REGISTER_KERNEL("", "ReduceMax", reduce_max);
+KILN_REGISTER_KERNEL("", "ReduceMin", reduce_min);
+KILN_REGISTER_KERNEL("", "ReduceProd", reduce_prod);
+KILN_REGISTER_KERNEL("", "ReduceL1", reduce_l1);
+KILN_REGISTER_KERNEL("", "ReduceL2", reduce_l2);
+KILN_REGISTER_KERNEL("", "ReduceLogSum", reduce_log_sum);
+KILN_REGISTER_KERNEL("", "ReduceLogSumExp", reduce_log_sum_exp);
+KILN_REGISTER_KERNEL("", "ReduceSumSquare", reduce_sum_square);
+
+}  // namespace kiln

@@ -1,0 +1,403 @@
+// Reference kernels for Resize (opset 10 to 19+: nearest/linear/cubic, every coordinate transform,
+// antialias, axes, keep_aspect_ratio_policy) and Upsample. Separable: one axis at a time, in
+// double.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/kernel_util.h"
+
+namespace kiln {
+namespace {
+
+struct ResizeParams {
+  std::string mode = "nearest";                     // nearest, linear, cubic
+  std::string coord = "half_pixel";                 // coordinate_transformation_mode
+  std::string nearest_mode = "round_prefer_floor";  // or "simple" for Upsample / Resize-10
+  double cubic_a = -0.75;
+  bool exclude_outside = false;
+  double extrapolation = 0;
+  bool antialias = false;
+};
+
+// For each output position along one axis: the input indices and weights it combines.
+struct AxisPlan {
+  int64_t taps = 0;
+  std::vector<int64_t> idx;
+  std::vector<double> w;
+  std::vector<char> extrapolated;
+};
+
+double cubic_kernel(double x, double a) {
+  x = std::fabs(x);
+  if (x <= 1) return ((a + 2) * x - (a + 3)) * x * x + 1;
+  if (x < 2) return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a;
+  return 0;
+}
+
+// Maps output coordinate `y` to the input coordinate under the node's transformation mode.
+double source_coord(const ResizeParams& p, double y, double scale, int64_t in_len, int64_t out_len,
+                    double roi_start, double roi_end) {
+  const double out_len_f = scale * static_cast<double>(in_len);
+  const std::string& m = p.coord;
+  if (m == "align_corners") return out_len_f == 1 ? 0.0 : y * (in_len - 1) / (out_len_f - 1);
+  if (m == "asymmetric") return y / scale;
+  if (m == "tf_crop_and_resize") {
+    double x = out_len_f == 1 ? (roi_end - roi_start) * (in_len - 1) / 2
+                              : y * (roi_end - roi_start) * (in_len - 1) / (out_len_f - 1);
+    return x + roi_start * (in_len - 1);
+  }
+  if (m == "tf_half_pixel_for_nn") return (y + 0.5) / scale;  // opset 11-12 only
+  if (m == "pytorch_half_pixel") return out_len_f == 1 ? -0.5 : (y + 0.5) / scale - 0.5;
+  if (m == "half_pixel_symmetric") {
+    const double adjustment = static_cast<double>(out_len) / out_len_f;
+    const double offset = static_cast<double>(in_len) / 2 * (1 - adjustment);
+    return offset + (y + 0.5) / scale - 0.5;
+  }
+  return (y + 0.5) / scale - 0.5;  // half_pixel
+}
+
+int64_t nearest_index(const ResizeParams& p, double x, double scale) {
+  const double fl = std::floor(x);
+  if (x == fl) return static_cast<int64_t>(fl);
+  const double t = x - fl;
+  const std::string& m = p.nearest_mode;
+  bool up;
+  if (m == "round_prefer_ceil")
+    up = t >= 0.5;
+  else if (m == "floor")
+    up = false;
+  else if (m == "ceil")
+    up = true;
+  else if (m == "simple")
+    up = scale < 1;  // Upsample / Resize-10: floor, ceil when downsampling
+  else
+    up = t > 0.5;  // round_prefer_floor
+  return static_cast<int64_t>(fl) + (up ? 1 : 0);
+}
+
+AxisPlan plan_axis(const ResizeParams& p, int64_t in_len, int64_t out_len, double scale,
+                   double roi_start, double roi_end) {
+  AxisPlan a;
+  a.extrapolated.assign(static_cast<size_t>(out_len), 0);
+  const bool nearest = p.mode == "nearest";
+  const double support = p.mode == "cubic" ? 2.0 : 1.0;
+  // Antialiasing widens the filter by 1/scale when downsampling.
+  const double fs = (!nearest && p.antialias) ? std::min(scale, 1.0) : 1.0;
+  const int64_t start = nearest ? 0 : static_cast<int64_t>(std::floor(-support / fs)) + 1;
+  a.taps = nearest ? 1 : 2 - 2 * start;
+  a.idx.resize(static_cast<size_t>(out_len * a.taps));
+  a.w.resize(static_cast<size_t>(out_len * a.taps));
+  for (int64_t o = 0; o < out_len; ++o) {
+    double x = source_coord(p, static_cast<double>(o), scale, in_len, out_len, roi_start, roi_end);
+    if (p.coord == "tf_crop_and_resize" && (x < 0 || x > static_cast<double>(in_len - 1)))
+      a.extrapolated[o] = 1;
+    // Far-out or NaN coordinates (hostile scales/roi) only ever reach the clamped edge samples.
+    x = std::isnan(x) ? 0.0 : std::clamp(x, -1e15, 1e15);
+    int64_t* idx = &a.idx[o * a.taps];
+    double* w = &a.w[o * a.taps];
+    if (nearest) {
+      idx[0] = std::clamp<int64_t>(nearest_index(p, x, scale), 0, in_len - 1);
+      w[0] = 1;
+      continue;
+    }
+    // Integer coordinates count as the right end of the previous cell, as the spec's reference
+    // does; the weights come out the same either way.
+    double base = std::floor(x);
+    if (base == x) base -= 1;
+    double sum = 0;
+    for (int64_t k = 0; k < a.taps; ++k) {
+      const int64_t i = static_cast<int64_t>(base) + start + k;
+      const double d = (static_cast<double>(i) - x) * fs;
+      double wk = p.mode == "cubic" ? cubic_kernel(d, p.cubic_a) : std::max(0.0, 1 - std::fabs(d));
+      if (p.exclude_outside && (i < 0 || i >= in_len)) wk = 0;
+      idx[k] = std::clamp<int64_t>(i, 0, in_len - 1);
+      w[k] = wk;
+      sum += wk;
+    }
+    if ((p.antialias || p.exclude_outside) && sum != 0)
+      for (int64_t k = 0; k < a.taps; ++k) w[k] /= sum;
+  }
+  return a;
+}
+
+// Resizes `x` (any numeric or float type) to `out_shape` with per-axis scales and roi.
+Status resize_core(KernelContext& ctx, const ResizeParams& p, const Tensor& x,
+                   const Shape& out_shape, const std::vector<double>& scales,
+                   const std::vector<double>& roi) {
+  const int64_t r = x.rank();
+  const DType dt = x.dtype();
+  if (dt == DType::kString || dt == DType::kBool || dt == DType::kUndefined ||
+      dt == DType::kComplex64 || dt == DType::kComplex128)
+    return ctx.error(std::string("unsupported element type ") + dtype_name(dt));
+  for (int64_t i = 0; i < r; ++i) {
+    if (out_shape[i] < 0) return ctx.error("negative output size " + shape_str(out_shape));
+    if (x.dim(i) == 0 && out_shape[i] > 0)
+      return ctx.error("cannot resize an empty axis to a non-empty one");
+    if (!(scales[i] > 0) && out_shape[i] > 0) return ctx.error("scales must be positive");
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, dt, out_shape));
+  KILN_ASSIGN_OR_RETURN(Tensor cur, Tensor::make(DType::kFloat64, x.shape()));
+  for (int64_t i = 0; i < x.numel(); ++i)
+    cur.data<double>()[i] = load_as_double(dt, x.raw_data(), i);
+
+  for (int64_t ax = 0; ax < r; ++ax) {
+    const int64_t in_len = cur.dim(ax), out_len = out_shape[ax];
+    const double rs = roi.empty() ? 0.0 : roi[ax], re = roi.empty() ? 1.0 : roi[ax + r];
+    const bool full_roi =
+        p.coord != "tf_crop_and_resize" || (std::fabs(rs) < 1e-9 && std::fabs(re - 1) < 1e-9);
+    if (scales[ax] == 1.0 && in_len == out_len && full_roi) continue;
+    Shape next_shape = cur.shape();
+    next_shape[ax] = out_len;
+    KILN_ASSIGN_OR_RETURN(Tensor next, Tensor::make(DType::kFloat64, next_shape));
+    if (next.numel() > 0) {
+      const double support = p.mode == "cubic" ? 4.0 : 2.0;
+      const double taps = p.antialias && scales[ax] < 1 ? support / scales[ax] + 2 : support;
+      if (static_cast<double>(out_len) * taps > 1e9)
+        return ctx.error("resize filter too large for scale " + std::to_string(scales[ax]));
+      const AxisPlan plan = plan_axis(p, in_len, out_len, scales[ax], rs, re);
+      int64_t outer = 1, inner = 1;
+      for (int64_t i = 0; i < ax; ++i) outer *= next_shape[i];
+      for (int64_t i = ax + 1; i < r; ++i) inner *= next_shape[i];
+      const double* src = cur.data<double>();
+      double* dst = next.data<double>();
+      for (int64_t b = 0; b < outer; ++b) {
+        for (int64_t o = 0; o < out_len; ++o) {
+          double* d = dst + (b * out_len + o) * inner;
+          if (plan.extrapolated[o]) {
+            std::fill(d, d + inner, p.extrapolation);
+            continue;
+          }
+          for (int64_t k = 0; k < plan.taps; ++k) {
+            const double w = plan.w[o * plan.taps + k];
+            if (w == 0) continue;
+            const double* s = src + (b * in_len + plan.idx[o * plan.taps + k]) * inner;
+            for (int64_t i = 0; i < inner; ++i) d[i] += w * s[i];
+          }
+        }
+      }
+    }
+    cur = next;
+  }
+
+  const bool is_int = dtype_is_integer(dt);
+  for (int64_t i = 0; i < y->numel(); ++i) {
+    double v = cur.data<double>()[i];
+    if (is_int) {
+      v = std::nearbyint(v);
+      double lo = 0, hi = 0;
+      switch (dt) {
+        case DType::kInt8:
+          lo = -128;
+          hi = 127;
+          break;
+        case DType::kUInt8:
+          lo = 0;
+          hi = 255;
+          break;
+        case DType::kInt16:
+          lo = -32768;
+          hi = 32767;
+          break;
+        case DType::kUInt16:
+          lo = 0;
+          hi = 65535;
+          break;
+        case DType::kInt32:
+          lo = -2147483648.0;
+          hi = 2147483647.0;
+          break;
+        case DType::kUInt32:
+          lo = 0;
+          hi = 4294967295.0;
+          break;
+        case DType::kInt4:
+          lo = -8;
+          hi = 7;
+          break;
+        case DType::kUInt4:
+          lo = 0;
+          hi = 15;
+          break;
+        case DType::kUInt64:
+          lo = 0;
+          hi = 18446744073709549568.0;
+          break;
+        default:
+          lo = -9223372036854775808.0;
+          hi = 9223372036854774784.0;
+          break;
+      }
+      v = std::isnan(v) ? 0 : std::clamp(v, lo, hi);
+    }
+    store_from_double(dt, y->raw_data(), i, v);
+  }
+  return Status::ok();
+}
+
+Result<std::vector<double>> read_doubles(const Tensor& t) {
+  if (!dtype_is_float(t.dtype()))
+    return Status::error(std::string("expected a float tensor, got ") + dtype_name(t.dtype()));
+  std::vector<double> v(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) v[i] = load_as_double(t.dtype(), t.raw_data(), i);
+  return v;
+}
+
+Status resize(KernelContext& ctx) {
+  if (ctx.num_inputs() < 1 || !ctx.has_input(0)) return ctx.error("expected input 'X'");
+  const Tensor& x = ctx.input(0);
+  const int64_t r = x.rank();
+  ResizeParams p;
+  p.mode = ctx.node.attr_string("mode", "nearest");
+  if (p.mode != "nearest" && p.mode != "linear" && p.mode != "cubic")
+    return ctx.error("mode must be nearest, linear or cubic, got '" + p.mode + "'");
+  if (ctx.opset < 11 && p.mode == "cubic") return ctx.error("mode 'cubic' needs opset 11");
+
+  std::vector<double> scales, roi;
+  std::vector<int64_t> sizes;
+  bool have_scales = false, have_sizes = false;
+  if (ctx.opset < 11) {
+    p.coord = "asymmetric";
+    p.nearest_mode = "simple";
+    if (!ctx.has_input(1)) return ctx.error("expected input 'scales'");
+    KILN_ASSIGN_OR_RETURN(scales, read_doubles(ctx.input(1)));
+    have_scales = true;
+  } else {
+    p.coord = ctx.node.attr_string("coordinate_transformation_mode", "half_pixel");
+    p.nearest_mode = ctx.node.attr_string("nearest_mode", "round_prefer_floor");
+    p.cubic_a = ctx.node.attr_float("cubic_coeff_a", -0.75f);
+    p.exclude_outside = ctx.node.attr_int("exclude_outside", 0) != 0;
+    p.extrapolation = ctx.node.attr_float("extrapolation_value", 0.0f);
+    p.antialias = ctx.node.attr_int("antialias", 0) != 0;
+    static const char* kModes[] = {
+        "half_pixel", "half_pixel_symmetric", "pytorch_half_pixel",  "align_corners",
+        "asymmetric", "tf_crop_and_resize",   "tf_half_pixel_for_nn"};
+    if (std::find(std::begin(kModes), std::end(kModes), p.coord) == std::end(kModes))
+      return ctx.error("unknown coordinate_transformation_mode '" + p.coord + "'");
+    static const char* kNearest[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
+    if (std::find(std::begin(kNearest), std::end(kNearest), p.nearest_mode) == std::end(kNearest))
+      return ctx.error("unknown nearest_mode '" + p.nearest_mode + "'");
+    if (ctx.has_input(1) && ctx.input(1).numel() > 0) {
+      KILN_ASSIGN_OR_RETURN(roi, read_doubles(ctx.input(1)));
+    }
+    if (ctx.has_input(2) && ctx.input(2).numel() > 0) {
+      KILN_ASSIGN_OR_RETURN(scales, read_doubles(ctx.input(2)));
+      have_scales = true;
+    }
+    if (ctx.has_input(3) && ctx.input(3).numel() > 0) {
+      auto s = read_int64s(ctx.input(3));
+      if (!s.is_ok()) return ctx.error("sizes: " + s.status().message());
+      sizes = *s;
+      have_sizes = true;
+    }
+    if (have_scales == have_sizes)
+      return ctx.error("exactly one of 'scales' and 'sizes' must be given");
+  }
+
+  // Axes (opset 18+) let scales/sizes/roi cover a subset of dims.
+  std::vector<int64_t> axes;
+  if (ctx.opset >= 18 && ctx.node.has_attr("axes")) {
+    for (int64_t a : ctx.node.attr_ints("axes")) {
+      auto n = normalize_axis(a, r);
+      if (!n.is_ok()) return ctx.error("axes: " + n.status().message());
+      if (std::find(axes.begin(), axes.end(), *n) != axes.end())
+        return ctx.error("axes has a repeated axis");
+      axes.push_back(*n);
+    }
+  } else {
+    for (int64_t i = 0; i < r; ++i) axes.push_back(i);
+  }
+  const size_t na = axes.size();
+  if (have_scales && scales.size() != na)
+    return ctx.error("scales has " + std::to_string(scales.size()) + " values, expected " +
+                     std::to_string(na));
+  if (have_sizes && sizes.size() != na)
+    return ctx.error("sizes has " + std::to_string(sizes.size()) + " values, expected " +
+                     std::to_string(na));
+  if (!roi.empty() && roi.size() != 2 * na)
+    return ctx.error("roi has " + std::to_string(roi.size()) + " values, expected " +
+                     std::to_string(2 * na));
+
+  std::vector<double> full_scales(static_cast<size_t>(r), 1.0), full_roi;
+  Shape out_shape = x.shape();
+  if (!roi.empty()) {
+    full_roi.assign(static_cast<size_t>(2 * r), 0.0);
+    for (int64_t i = 0; i < r; ++i) full_roi[r + i] = 1.0;
+    for (size_t i = 0; i < na; ++i) {
+      full_roi[axes[i]] = roi[i];
+      full_roi[r + axes[i]] = roi[na + i];
+    }
+  }
+  if (have_scales) {
+    for (size_t i = 0; i < na; ++i) {
+      if (!(scales[i] > 0) || !std::isfinite(scales[i]))
+        return ctx.error("scales must be positive and finite");
+      full_scales[axes[i]] = scales[i];
+      // floor(dim * scale): the roi does not shrink the output, as in ONNX shape inference and the
+      // reference implementation (the spec text's roi factor is not what either does).
+      const double len = static_cast<double>(x.dim(axes[i])) * scales[i];
+      if (!(len >= 0) || len > 9.0e18) return ctx.error("output size out of range");
+      out_shape[axes[i]] = static_cast<int64_t>(std::floor(len));
+    }
+  } else {
+    for (size_t i = 0; i < na; ++i) {
+      if (sizes[i] < 0) return ctx.error("sizes must be non-negative");
+      if (x.dim(axes[i]) == 0) return ctx.error("cannot resize an empty axis by sizes");
+      full_scales[axes[i]] = static_cast<double>(sizes[i]) / static_cast<double>(x.dim(axes[i]));
+      out_shape[axes[i]] = sizes[i];
+    }
+    const std::string policy =
+        ctx.opset >= 18 ? ctx.node.attr_string("keep_aspect_ratio_policy", "stretch") : "stretch";
+    if (policy == "not_larger" || policy == "not_smaller") {
+      double s = full_scales[axes[0]];
+      for (size_t i = 1; i < na; ++i)
+        s = policy == "not_larger" ? std::min(s, full_scales[axes[i]])
+                                   : std::max(s, full_scales[axes[i]]);
+      for (size_t i = 0; i < na; ++i) {
+        full_scales[axes[i]] = s;
+        out_shape[axes[i]] = static_cast<int64_t>(s * static_cast<double>(x.dim(axes[i])) + 0.5);
+      }
+    } else if (policy != "stretch") {
+      return ctx.error("unknown keep_aspect_ratio_policy '" + policy + "'");
+    }
+  }
+  return resize_core(ctx, p, x, out_shape, full_scales, full_roi);
+}
+
+Status upsample(KernelContext& ctx) {
+  if (ctx.num_inputs() < 1 || !ctx.has_input(0)) return ctx.error("expected input 'X'");
+  const Tensor& x = ctx.input(0);
+  ResizeParams p;
+  p.mode = ctx.node.attr_string("mode", "nearest");
+  if (p.mode == "bilinear") p.mode = "linear";
+  if (p.mode != "nearest" && p.mode != "linear")
+    return ctx.error("mode must be nearest or linear, got '" + p.mode + "'");
+  p.coord = "asymmetric";
+  p.nearest_mode = "simple";
+  std::vector<double> scales;
+  if (ctx.opset >= 9) {
+    if (!ctx.has_input(1)) return ctx.error("expected input 'scales'");
+    KILN_ASSIGN_OR_RETURN(scales, read_doubles(ctx.input(1)));
+  } else {
+    for (float f : ctx.node.attr_floats("scales")) scales.push_back(f);
+  }
+  if (static_cast<int64_t>(scales.size()) != x.rank())
+    return ctx.error("scales has " + std::to_string(scales.size()) + " values, expected rank " +
+                     std::to_string(x.rank()));
+  Shape out_shape = x.shape();
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    if (!(scales[i] > 0) || !std::isfinite(scales[i]))
+      return ctx.error("scales must be positive and finite");
+    const double len = std::floor(static_cast<double>(x.dim(i)) * scales[i]);
+    if (len > 9.0e18) return ctx.error("output size out of range");
+    out_shape[i] = static_cast<int64_t>(len);
+  }
+  return resize_core(ctx, p, x, out_shape, scales, {});
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL("", "Resize", resize);
+KILN_REGISTER_KERNEL("", "Upsample", upsample);
+
+}  // namespace kiln

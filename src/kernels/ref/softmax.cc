@@ -1,0 +1,110 @@
+// Reference Softmax, LogSoftmax and Hardmax. Opset < 13 coerces the input to 2-D at `axis`
+// (default 1) and normalises over everything after it; opset >= 13 works along one axis (default
+// -1).
+#include <cmath>
+#include <limits>
+
+#include "core/thread_pool.h"
+#include "kernels/kernel_util.h"
+
+namespace kiln {
+namespace {
+
+enum class Kind { kSoftmax, kLogSoftmax, kHardmax };
+
+// Applies the op to `len` values spaced `stride` apart.
+template <typename T>
+void apply(const T* x, T* y, int64_t len, int64_t stride, Kind kind) {
+  T mx = -std::numeric_limits<T>::infinity();
+  int64_t arg = 0;
+  for (int64_t i = 0; i < len; ++i)
+    if (i == 0 || x[i * stride] > mx) {
+      mx = x[i * stride];
+      arg = i;
+    }
+  if (kind == Kind::kHardmax) {
+    for (int64_t i = 0; i < len; ++i) y[i * stride] = i == arg ? T(1) : T(0);
+    return;
+  }
+  double sum = 0;
+  for (int64_t i = 0; i < len; ++i) sum += std::exp(static_cast<double>(x[i * stride] - mx));
+  if (kind == Kind::kSoftmax) {
+    for (int64_t i = 0; i < len; ++i)
+      y[i * stride] = static_cast<T>(std::exp(static_cast<double>(x[i * stride] - mx)) / sum);
+  } else {
+    const double lse = std::log(sum);
+    for (int64_t i = 0; i < len; ++i)
+      y[i * stride] = static_cast<T>(static_cast<double>(x[i * stride] - mx) - lse);
+  }
+}
+
+template <typename T>
+void run(KernelContext& ctx, const T* x, T* y, int64_t outer, int64_t len, int64_t inner,
+         Kind kind) {
+  auto body = [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const int64_t o = r / inner, i = r % inner;
+      apply<T>(x + o * len * inner + i, y + o * len * inner + i, len, inner, kind);
+    }
+  };
+  if (ctx.pool != nullptr && outer * inner > 1 && outer * len * inner > (1 << 16))
+    ctx.pool->parallel_for(outer * inner, 16, body);
+  else
+    body(0, outer * inner);
+}
+
+Status softmax_common(KernelContext& ctx, Kind kind) {
+  if (ctx.num_inputs() < 1 || !ctx.has_input(0)) return ctx.error("missing input");
+  const Tensor& x = ctx.input(0);
+  const DType dt = x.dtype();
+  if (dt != DType::kFloat32 && dt != DType::kFloat64 && dt != DType::kFloat16 &&
+      dt != DType::kBFloat16)
+    return ctx.error(std::string("unsupported element type ") + dtype_name(dt));
+  const bool legacy = ctx.opset < 13;
+  const int64_t rank = x.rank();
+  int64_t axis = 0;
+  if (rank == 0) {
+    if (!legacy) return ctx.error("input must have rank >= 1");
+  } else {
+    auto ar = normalize_axis(ctx.node.attr_int("axis", legacy ? 1 : -1), rank);
+    if (!ar) return ctx.error(ar.status().message());
+    axis = *ar;
+  }
+  int64_t outer = 1, len = 1, inner = 1;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d < axis)
+      outer *= x.dim(d);
+    else if (d == axis || legacy)
+      len *= x.dim(d);
+    else
+      inner *= x.dim(d);
+  }
+  if (x.numel() == 0) {
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, dt, x.shape()));
+    (void)y;
+    return Status::ok();
+  }
+  if (dt == DType::kFloat64) {
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, dt, x.shape()));
+    run<double>(ctx, x.data<double>(), y->data<double>(), outer, len, inner, kind);
+    return Status::ok();
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor xf, to_float32(x));
+  KILN_ASSIGN_OR_RETURN(Tensor yf, Tensor::make(DType::kFloat32, x.shape()));
+  run<float>(ctx, xf.data<float>(), yf.data<float>(), outer, len, inner, kind);
+  KILN_ASSIGN_OR_RETURN(Tensor y, cast_float_to(yf, dt));
+  ctx.set_output(0, std::move(y));
+  return Status::ok();
+}
+
+Status softmax(KernelContext& ctx) { return softmax_common(ctx, Kind::kSoftmax); }
+Status log_softmax(KernelContext& ctx) { return softmax_common(ctx, Kind::kLogSoftmax); }
+Status hardmax(KernelContext& ctx) { return softmax_common(ctx, Kind::kHardmax); }
+
+}  // namespace
+
+KILN_REGISTER_KERNEL("", "Softmax", softmax);
+KILN_REGISTER_KERNEL("", "LogSoftmax", log_softmax);
+KILN_REGISTER_KERNEL("", "Hardmax", hardmax);
+
+}  // namespace kiln
