@@ -5,6 +5,7 @@
 
 #include "cli.h"
 #include "ir/graph.h"
+#include "ir/shape_inference.h"
 #include "onnx/model_io.h"
 
 namespace kiln::cli {
@@ -41,15 +42,27 @@ nlohmann::ordered_json io_json(const std::vector<ir::ValueInfo>& list, const ir:
   return out;
 }
 
+// Dynamic dims bound as the bench rule does: the first dim of an input is the batch, others seq.
+std::map<std::string, int64_t> bench_bindings(const ir::Graph& g, int64_t batch, int64_t seq) {
+  std::map<std::string, int64_t> b;
+  for (const auto& v : g.inputs)
+    for (size_t i = 0; i < v.type.shape.size(); ++i)
+      if (!v.type.shape[i].symbol.empty()) b.emplace(v.type.shape[i].symbol, i == 0 ? batch : seq);
+  return b;
+}
+
 }  // namespace
 
 void add_info_command(CLI::App& app, int* exit_code) {
   auto model_path = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
+  auto batch = std::make_shared<int64_t>(1), seq = std::make_shared<int64_t>(128);
   CLI::App* cmd = app.add_subcommand("info", "Describe a model");
   cmd->add_option("model", *model_path, "ONNX model")->required();
   cmd->add_flag("--json", *json, "Print JSON");
-  cmd->callback([model_path, json, exit_code] {
+  cmd->add_option("--batch", *batch, "Dynamic first dimension for the FLOPs estimate")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--seq", *seq, "Other dynamic dimensions for the FLOPs estimate")->check(CLI::Range(1, 1 << 20));
+  cmd->callback([model_path, json, batch, seq, exit_code] {
     auto model = onnx_io::load_model(*model_path);
     if (!model) {
       std::cerr << "kiln info: " << model.status().message() << "\n";
@@ -75,6 +88,19 @@ void add_info_command(CLI::App& app, int* exit_code) {
     j["parameters"] = params;
     j["parameter_bytes"] = bytes;
     j["ops"] = hist;
+    // Shape inference may fail on a model that still runs (e.g. a declared shape the data
+    // contradicts); the estimate is then left out rather than failing the whole command.
+    Status inferred = ir::infer_shapes(*model);
+    if (inferred.is_ok()) {
+      auto cost = ir::estimate_cost(*model, bench_bindings(g, *batch, *seq));
+      if (cost) {
+        j["gflops"] = cost->flops / 1e9;
+        j["gflops_bound_dims"] = {{"batch", *batch}, {"seq", *seq}};
+        j["nodes_without_cost"] = cost->unknown_nodes;
+      }
+    } else {
+      j["shape_inference_error"] = inferred.message();
+    }
     if (*json) {
       std::cout << j.dump(2) << "\n";
       return;
@@ -90,6 +116,11 @@ void add_info_command(CLI::App& app, int* exit_code) {
                   << io["shape"].get<std::string>() << "\n";
     }
     std::cout << "nodes       " << g.nodes.size() << "\nparameters  " << params << " (" << bytes / 1e6 << " MB)\n";
+    if (j.contains("gflops"))
+      std::cout << "GFLOPs      " << j["gflops"].get<double>() << " (batch " << *batch << ", seq " << *seq << "; "
+                << j["nodes_without_cost"].get<int64_t>() << " nodes without a known cost)\n";
+    if (j.contains("shape_inference_error"))
+      std::cout << "shape inference failed: " << j["shape_inference_error"].get<std::string>() << "\n";
     std::cout << "operators:\n";
     for (const auto& [op, n] : hist) std::cout << "  " << op << " " << n << "\n";
   });
