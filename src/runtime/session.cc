@@ -2,6 +2,7 @@
 #include "kiln/session.h"
 
 #include "core/thread_pool.h"
+#include "ir/gradient.h"
 #include "onnx/model_io.h"
 #include "runtime/graph_plan.h"
 
@@ -70,6 +71,12 @@ Result<std::unique_ptr<Session>> Session::load(const std::string& path, const Se
 
 Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const ir::Model> model,
                                                  const SessionOptions& options) {
+  if (ir::has_gradient_nodes(model->graph)) {
+    // Gradient nodes become explicit derivative nodes; the session keeps and runs the copy.
+    auto expanded = std::make_shared<ir::Model>(*model);
+    KILN_RETURN_IF_ERROR(ir::expand_gradients(expanded->graph, expanded->opset("")));
+    model = std::move(expanded);
+  }
   auto impl = std::make_unique<Impl>();
   impl->model = model;
   KILN_ASSIGN_OR_RETURN(impl->plan, runtime::GraphPlan::compile(model->graph, *model, {}));
