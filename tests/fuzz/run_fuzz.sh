@@ -37,7 +37,7 @@ set +e
 ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1" \
 UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
   "$build/tests/fuzz_model_loader" "$corpus" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 \
-  -max_len=65536 -print_final_stats=1 -artifact_prefix="$artifacts/" 2>&1 | tee "$log" | grep -v '^#[0-9].*\(NEW\|REDUCE\|pulse\)'
+  -max_len=65536 -print_final_stats=1 -artifact_prefix="$artifacts/" 2>&1 | tee "$log" | grep -avE '^(#[0-9]+.*(NEW|REDUCE|pulse)|[[:space:]]+NEW_FUNC)'
 rc=${PIPESTATUS[0]}
 set -e
 execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || true)
