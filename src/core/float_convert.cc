@@ -181,6 +181,25 @@ double load_as_double(DType t, const void* data, int64_t i) {
   }
 }
 
+double clamp_to_dtype_range(DType t, double v) {
+  double lo, hi;
+  switch (t) {
+    case DType::kInt4: lo = -8, hi = 7; break;
+    case DType::kUInt4: lo = 0, hi = 15; break;
+    case DType::kInt8: lo = -128, hi = 127; break;
+    case DType::kUInt8: lo = 0, hi = 255; break;
+    case DType::kInt16: lo = -32768, hi = 32767; break;
+    case DType::kUInt16: lo = 0, hi = 65535; break;
+    case DType::kInt32: lo = -2147483648.0, hi = 2147483647.0; break;
+    case DType::kUInt32: lo = 0, hi = 4294967295.0; break;
+    // The largest doubles below 2^63 and 2^64: casting 2^63 itself to int64 is undefined.
+    case DType::kInt64: lo = -9223372036854775808.0, hi = 9223372036854774784.0; break;
+    case DType::kUInt64: lo = 0, hi = 18446744073709549568.0; break;
+    default: return v;
+  }
+  return std::isnan(v) ? 0 : std::clamp(v, lo, hi);
+}
+
 void store_from_double(DType t, void* data, int64_t i, double v) {
   switch (t) {
     case DType::kFloat32: static_cast<float*>(data)[i] = static_cast<float>(v); break;

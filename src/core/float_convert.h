@@ -20,5 +20,8 @@ uint8_t float_to_float8(DType type, float f, bool saturate = true);
 // Not for strings. Used by generic reference kernels that compute in float/double.
 double load_as_double(DType t, const void* data, int64_t i);
 void store_from_double(DType t, void* data, int64_t i, double v);
+// v clamped into the range of integer type t (NaN gives 0), so that store_from_double's cast is
+// defined; other types pass v through.
+double clamp_to_dtype_range(DType t, double v);
 
 }  // namespace kiln

@@ -40,43 +40,6 @@ double reflect(double x, double lo, double hi) {
   return x;
 }
 
-// Keeps a value cast to an integer type within that type (the cast is undefined otherwise).
-double clamp_to_int_range(DType t, double v) {
-  double lo = -9223372036854775808.0, hi = 9223372036854774784.0;
-  switch (t) {
-    case DType::kInt8:
-      lo = -128;
-      hi = 127;
-      break;
-    case DType::kUInt8:
-      lo = 0;
-      hi = 255;
-      break;
-    case DType::kInt16:
-      lo = -32768;
-      hi = 32767;
-      break;
-    case DType::kUInt16:
-      lo = 0;
-      hi = 65535;
-      break;
-    case DType::kInt32:
-      lo = -2147483648.0;
-      hi = 2147483647.0;
-      break;
-    case DType::kUInt32:
-      lo = 0;
-      hi = 4294967295.0;
-      break;
-    case DType::kUInt64:
-      lo = 0;
-      hi = 18446744073709549568.0;
-      break;
-    default:
-      break;
-  }
-  return std::isnan(v) ? 0 : std::clamp(v, lo, hi);
-}
 
 enum class Pad { kZeros, kBorder, kReflection };
 enum class Mode { kNearest, kLinear, kCubic };
@@ -202,7 +165,7 @@ Status grid_sample(KernelContext& ctx) {
           while (d >= 0 && ++k[d] == taps) k[d--] = 0;
           if (d < 0) break;
         }
-        if (is_int) acc = clamp_to_int_range(x.dtype(), std::trunc(acc));
+        if (is_int) acc = clamp_to_dtype_range(x.dtype(), std::trunc(acc));
         store_from_double(x.dtype(), y->raw_data(), (n * channels + ch) * out_plane + p, acc);
       }
     }

@@ -184,51 +184,7 @@ Status resize_core(KernelContext& ctx, const ResizeParams& p, const Tensor& x,
   for (int64_t i = 0; i < y->numel(); ++i) {
     double v = cur.data<double>()[i];
     if (is_int) {
-      v = std::nearbyint(v);
-      double lo = 0, hi = 0;
-      switch (dt) {
-        case DType::kInt8:
-          lo = -128;
-          hi = 127;
-          break;
-        case DType::kUInt8:
-          lo = 0;
-          hi = 255;
-          break;
-        case DType::kInt16:
-          lo = -32768;
-          hi = 32767;
-          break;
-        case DType::kUInt16:
-          lo = 0;
-          hi = 65535;
-          break;
-        case DType::kInt32:
-          lo = -2147483648.0;
-          hi = 2147483647.0;
-          break;
-        case DType::kUInt32:
-          lo = 0;
-          hi = 4294967295.0;
-          break;
-        case DType::kInt4:
-          lo = -8;
-          hi = 7;
-          break;
-        case DType::kUInt4:
-          lo = 0;
-          hi = 15;
-          break;
-        case DType::kUInt64:
-          lo = 0;
-          hi = 18446744073709549568.0;
-          break;
-        default:
-          lo = -9223372036854775808.0;
-          hi = 9223372036854774784.0;
-          break;
-      }
-      v = std::isnan(v) ? 0 : std::clamp(v, lo, hi);
+      v = clamp_to_dtype_range(dt, std::nearbyint(v));
     }
     store_from_double(dt, y->raw_data(), i, v);
   }
