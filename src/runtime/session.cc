@@ -2,6 +2,7 @@
 #include "kiln/session.h"
 
 #include "core/thread_pool.h"
+#include "ir/function_inline.h"
 #include "ir/gradient.h"
 #include "onnx/model_io.h"
 #include "runtime/graph_plan.h"
@@ -71,6 +72,12 @@ Result<std::unique_ptr<Session>> Session::load(const std::string& path, const Se
 
 Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const ir::Model> model,
                                                  const SessionOptions& options) {
+  if (!model->functions.empty()) {
+    // Calls of model-local functions are replaced by their bodies; the session runs the copy.
+    auto inlined = std::make_shared<ir::Model>(*model);
+    KILN_RETURN_IF_ERROR(ir::inline_functions(*inlined));
+    model = std::move(inlined);
+  }
   if (ir::has_gradient_nodes(model->graph)) {
     // Gradient nodes become explicit derivative nodes; the session keeps and runs the copy.
     auto expanded = std::make_shared<ir::Model>(*model);
