@@ -14,7 +14,7 @@ data="${KILN_CONFORMANCE:-$src/../shared/onnx-conformance}"
 
 cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
   -DKILN_FUZZ=ON -DKILN_SANITIZE=ON >/dev/null
 ninja -C "$build" -j"$jobs" fuzz_model_loader
 
