@@ -16,11 +16,14 @@ using Shape = std::vector<int64_t>;
 
 // The largest single tensor kiln allocates. A model asking for more (a hostile ConstantOfShape,
 // a corrupt dim) gets an error instead of an allocation that would take the machine down.
-// Fuzz builds lower it (KILN_MAX_TENSOR_BYTES) to stay under the fuzzer's memory limit.
-#ifndef KILN_MAX_TENSOR_BYTES
-#define KILN_MAX_TENSOR_BYTES (int64_t{8} << 30)
-#endif
-inline constexpr int64_t kMaxTensorBytes = KILN_MAX_TENSOR_BYTES;
+inline constexpr int64_t kMaxTensorBytes = int64_t{8} << 30;
+
+// The limit in force: kMaxTensorBytes, or less when the environment variable
+// KILN_MAX_TENSOR_BYTES says so (read once, at first use; the fuzzer sets it to stay under its
+// own memory limit).
+int64_t tensor_byte_limit();
+// An error naming the shape, type and limit when `numel` elements of `dtype` exceed the limit.
+Status check_tensor_size(DType dtype, const Shape& shape, int64_t numel);
 
 // Number of elements of a shape, or an error on a negative dim or on overflow.
 Result<int64_t> shape_numel(const Shape& shape);

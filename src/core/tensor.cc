@@ -1,6 +1,7 @@
 // Tensor storage: aligned allocation with size checks before anything is allocated.
 #include "kiln/tensor.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -24,15 +25,33 @@ std::string shape_str(const Shape& shape) {
   return s + "]";
 }
 
+int64_t tensor_byte_limit() {
+  static const int64_t limit = [] {
+    const char* env = std::getenv("KILN_MAX_TENSOR_BYTES");
+    const long long v = env ? std::strtoll(env, nullptr, 10) : 0;
+    return v > 0 && v < kMaxTensorBytes ? static_cast<int64_t>(v) : kMaxTensorBytes;
+  }();
+  return limit;
+}
+
+Status check_tensor_size(DType dtype, const Shape& shape, int64_t numel) {
+  const int64_t elem = dtype == DType::kString ? static_cast<int64_t>(sizeof(std::string))
+                                               : std::max<int64_t>(static_cast<int64_t>(dtype_size(dtype)), 1);
+  if (numel <= tensor_byte_limit() / elem) return Status::ok();
+  const double gib = double(int64_t{1} << 30);
+  return Status::error("tensor of shape " + shape_str(shape) + " and type " + dtype_name(dtype) + " needs " +
+                       std::to_string(static_cast<double>(numel) * elem / gib) + " GiB, over the limit of " +
+                       std::to_string(tensor_byte_limit() / gib) + " GiB");
+}
+
 Result<Tensor> Tensor::make(DType dtype, Shape shape) {
   KILN_ASSIGN_OR_RETURN(int64_t n, shape_numel(shape));
   Tensor t;
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);
   t.numel_ = n;
+  KILN_RETURN_IF_ERROR(check_tensor_size(dtype, t.shape_, n));
   if (dtype == DType::kString) {
-    if (n > kMaxTensorBytes / static_cast<int64_t>(sizeof(std::string)))
-      return Status::error("string tensor of shape " + shape_str(t.shape_) + " is too large");
     auto* strings = new std::string[n ? n : 1];
     t.owner_ = std::shared_ptr<std::string>(strings, std::default_delete<std::string[]>());
     t.data_ = strings;
@@ -40,10 +59,6 @@ Result<Tensor> Tensor::make(DType dtype, Shape shape) {
   }
   const size_t elem = dtype_size(dtype);
   if (elem == 0) return Status::error(std::string("cannot allocate a tensor of type ") + dtype_name(dtype));
-  if (n > kMaxTensorBytes / static_cast<int64_t>(elem))
-    return Status::error("tensor of shape " + shape_str(t.shape_) + " and type " + dtype_name(dtype) +
-                         " needs " + std::to_string(static_cast<double>(n) * elem / (1 << 30)) +
-                         " GiB, over the limit of " + std::to_string(kMaxTensorBytes / double(int64_t{1} << 30)) + " GiB");
   const size_t bytes = ((n * elem + 63) / 64) * 64;
   void* p = std::aligned_alloc(64, bytes ? bytes : 64);
   if (!p) return Status::error("out of memory allocating " + std::to_string(bytes) + " bytes");

@@ -57,11 +57,7 @@ Result<Tensor> tensor_from_proto(const onnx::TensorProto& p, const std::string& 
   // Check the size against the budget first, so the byte counts below cannot overflow and a
   // hostile dims list is refused before any data is read.
   const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
-  if (n > kMaxTensorBytes / std::max<int64_t>(elem, 1))
-    return Status::error("tensor '" + p.name() + "' of shape " + shape_str(shape) + " and type " +
-                         dtype_name(dtype) + " needs " + std::to_string(double(n) * elem / (1 << 30)) +
-                         " GiB, over the limit of " +
-                         std::to_string(kMaxTensorBytes / double(int64_t{1} << 30)) + " GiB");
+  KILN_RETURN_IF_ERROR(check_tensor_size(dtype, shape, n).with_context("tensor '" + p.name() + "'"));
   const int64_t raw_want = is_4bit(dtype) ? (n + 1) / 2 : n * elem;
   std::string external;
   const std::string* raw = p.has_raw_data() ? &p.raw_data() : nullptr;

@@ -34,6 +34,7 @@ fi
 
 log="$build/fuzz.log"
 set +e
+KILN_MAX_TENSOR_BYTES=268435456 \
 ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1" \
 UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
   "$build/tests/fuzz_model_loader" "$corpus" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 \
