@@ -1,6 +1,8 @@
 // Small accessors of the IR.
 #include "ir/graph.h"
 
+#include <set>
+
 namespace kiln::ir {
 
 TypeInfo TypeInfo::tensor(DType dtype, const Shape& shape) {
@@ -71,6 +73,36 @@ const ValueInfo* Graph::find_value_info(const std::string& n) const {
 int64_t Model::opset(const std::string& domain_name) const {
   auto it = opsets.find(normalize_domain(domain_name));
   return it == opsets.end() ? 0 : it->second;
+}
+
+namespace {
+void collect_free_names(const Graph& g, std::set<std::string>& out) {
+  std::set<std::string> defined;
+  for (const auto& v : g.inputs) defined.insert(v.name);
+  for (const auto& [name, t] : g.initializers) defined.insert(name);
+  for (const auto& n : g.nodes)
+    for (const auto& o : n.outputs) defined.insert(o);
+  auto use = [&](const std::string& name) {
+    if (!name.empty() && !defined.count(name)) out.insert(name);
+  };
+  for (const auto& n : g.nodes) {
+    for (const auto& i : n.inputs) use(i);
+    for (const auto& a : n.attrs) {
+      std::set<std::string> inner;
+      if (a.g) collect_free_names(*a.g, inner);
+      for (const auto& sg : a.graphs) collect_free_names(*sg, inner);
+      for (const auto& name : inner) use(name);
+    }
+  }
+  for (const auto& o : g.outputs) use(o.name);
+}
+
+}  // namespace
+
+std::set<std::string> free_names(const Graph& graph) {
+  std::set<std::string> out;
+  collect_free_names(graph, out);
+  return out;
 }
 
 std::string normalize_domain(const std::string& domain) {

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -134,6 +135,9 @@ struct Model {
 
   int64_t opset(const std::string& domain_name) const;  // 0 when not imported
 };
+
+// Names a graph reads from enclosing graphs: used but not defined inside (recursively).
+std::set<std::string> free_names(const Graph& graph);
 
 // "" for "ai.onnx", the name as given otherwise.
 std::string normalize_domain(const std::string& domain);

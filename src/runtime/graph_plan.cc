@@ -22,27 +22,6 @@ const Value* Frame::find(const std::string& name) const {
 
 namespace {
 
-void collect_free_names(const ir::Graph& g, std::set<std::string>& out) {
-  std::set<std::string> defined;
-  for (const auto& v : g.inputs) defined.insert(v.name);
-  for (const auto& [name, t] : g.initializers) defined.insert(name);
-  for (const auto& n : g.nodes)
-    for (const auto& o : n.outputs) defined.insert(o);
-  auto use = [&](const std::string& name) {
-    if (!name.empty() && !defined.count(name)) out.insert(name);
-  };
-  for (const auto& n : g.nodes) {
-    for (const auto& i : n.inputs) use(i);
-    for (const auto& a : n.attrs) {
-      std::set<std::string> inner;
-      if (a.g) collect_free_names(*a.g, inner);
-      for (const auto& sg : a.graphs) collect_free_names(*sg, inner);
-      for (const auto& name : inner) use(name);
-    }
-  }
-  for (const auto& o : g.outputs) use(o.name);
-}
-
 // Inputs of a node plus what its subgraphs read from outside: all must exist before it runs.
 std::vector<std::string> node_dependencies(const ir::Node& n) {
   std::vector<std::string> deps;
@@ -50,20 +29,14 @@ std::vector<std::string> node_dependencies(const ir::Node& n) {
     if (!i.empty()) deps.push_back(i);
   for (const auto& a : n.attrs) {
     if (a.g)
-      for (const auto& name : free_names(*a.g)) deps.push_back(name);
+      for (const auto& name : ir::free_names(*a.g)) deps.push_back(name);
     for (const auto& sg : a.graphs)
-      for (const auto& name : free_names(*sg)) deps.push_back(name);
+      for (const auto& name : ir::free_names(*sg)) deps.push_back(name);
   }
   return deps;
 }
 
 }  // namespace
-
-std::set<std::string> free_names(const ir::Graph& graph) {
-  std::set<std::string> out;
-  collect_free_names(graph, out);
-  return out;
-}
 
 int GraphPlan::slot(const std::string& name) {
   auto [it, inserted] = slot_of_.emplace(name, static_cast<int>(slot_names_.size()));
@@ -150,7 +123,7 @@ Result<std::unique_ptr<GraphPlan>> GraphPlan::compile(const ir::Graph& g, const 
       for (const ir::Graph* body : bodies) {
         auto sub = compile(*body, model, inner_outer);
         if (!sub) return sub.status().with_context(n.describe() + ", subgraph '" + a.name + "'");
-        for (const auto& name : free_names(*body)) plan->slot(name);  // keep outer values named here
+        for (const auto& name : ir::free_names(*body)) plan->slot(name);  // keep outer values named here
         step.subplans[body] = std::move(sub).value();
       }
     }
@@ -162,7 +135,7 @@ Result<std::unique_ptr<GraphPlan>> GraphPlan::compile(const ir::Graph& g, const 
     plan->output_slots_.push_back(plan->slot(o.name));
   }
   // Values this graph reads from enclosing frames get slots filled at the start of each run.
-  for (const auto& name : free_names(g)) plan->outer_refs_.emplace_back(plan->slot(name), name);
+  for (const auto& name : ir::free_names(g)) plan->outer_refs_.emplace_back(plan->slot(name), name);
 
   // Liveness: free each value after its last reader, unless it is a graph output.
   std::vector<int> last_use(plan->slot_names_.size(), -1);

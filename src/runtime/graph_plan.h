@@ -70,7 +70,4 @@ class GraphPlan {
   std::vector<Step> steps_;
 };
 
-// Names a graph reads from enclosing graphs: used but not defined inside (recursively).
-std::set<std::string> free_names(const ir::Graph& graph);
-
 }  // namespace kiln::runtime

@@ -1,0 +1,84 @@
+// Value-use bookkeeping over a graph and its subgraphs.
+#include "passes/graph_edit.h"
+
+
+namespace kiln::passes {
+
+std::map<std::string, int> use_counts(const ir::Graph& g) {
+  std::map<std::string, int> uses;
+  for (const auto& n : g.nodes) {
+    for (const auto& i : n.inputs)
+      if (!i.empty()) ++uses[i];
+    for (const auto& a : n.attrs) {
+      if (a.g)
+        for (const auto& name : ir::free_names(*a.g)) ++uses[name];
+      for (const auto& sg : a.graphs)
+        for (const auto& name : ir::free_names(*sg)) ++uses[name];
+    }
+  }
+  for (const auto& o : g.outputs) ++uses[o.name];
+  return uses;
+}
+
+bool is_graph_output(const ir::Graph& g, const std::string& name) {
+  for (const auto& o : g.outputs)
+    if (o.name == name) return true;
+  return false;
+}
+
+bool is_graph_input(const ir::Graph& g, const std::string& name) {
+  for (const auto& i : g.inputs)
+    if (i.name == name) return true;
+  return false;
+}
+
+const Tensor* constant_value(const ir::Graph& g, const std::string& name) {
+  auto it = g.initializers.find(name);
+  if (it == g.initializers.end() || is_graph_input(g, name)) return nullptr;
+  return &it->second;
+}
+
+namespace {
+// Renames reads of `from` inside a subgraph, unless the subgraph defines its own `from`.
+void rename_free(ir::Graph& g, const std::string& from, const std::string& to) {
+  if (is_graph_input(g, from) || g.initializers.count(from)) return;
+  for (const auto& n : g.nodes)
+    for (const auto& o : n.outputs)
+      if (o == from) return;
+  rename_uses(g, from, to);
+  for (auto& o : g.outputs)
+    if (o.name == from) o.name = to;
+}
+}  // namespace
+
+void rename_uses(ir::Graph& g, const std::string& from, const std::string& to) {
+  for (auto& n : g.nodes) {
+    for (auto& i : n.inputs)
+      if (i == from) i = to;
+    for (auto& a : n.attrs) {
+      if (a.g) rename_free(*a.g, from, to);
+      for (auto& sg : a.graphs) rename_free(*sg, from, to);
+    }
+  }
+}
+
+void for_each_graph(ir::Graph& g, const std::function<void(ir::Graph&)>& fn) {
+  for (auto& n : g.nodes)
+    for (auto& a : n.attrs) {
+      if (a.g) for_each_graph(*a.g, fn);
+      for (auto& sg : a.graphs) for_each_graph(*sg, fn);
+    }
+  fn(g);
+}
+
+int64_t count_nodes(const ir::Graph& g) {
+  int64_t n = static_cast<int64_t>(g.nodes.size());
+  for (const auto& node : g.nodes)
+    for (const auto& a : node.attrs) {
+      if (a.g) n += count_nodes(*a.g);
+      for (const auto& sg : a.graphs) n += count_nodes(*sg);
+    }
+  return n;
+}
+
+}  // namespace kiln::passes

@@ -1,0 +1,30 @@
+// Small edits passes share: who uses a value, renaming uses, and removing nodes.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+
+#include "ir/graph.h"
+
+namespace kiln::passes {
+
+// How often each value is read: by node inputs, by subgraphs (names they read from outside) and
+// as a graph output (each graph output counts once).
+std::map<std::string, int> use_counts(const ir::Graph& g);
+
+bool is_graph_output(const ir::Graph& g, const std::string& name);
+bool is_graph_input(const ir::Graph& g, const std::string& name);
+// An initializer that no graph input overrides: its value is fixed.
+const Tensor* constant_value(const ir::Graph& g, const std::string& name);
+
+// Makes every reader of `from` (node inputs, and subgraphs reading it from outside) read `to`.
+void rename_uses(ir::Graph& g, const std::string& from, const std::string& to);
+
+// Calls fn on `g` and on every subgraph below it, innermost first.
+void for_each_graph(ir::Graph& g, const std::function<void(ir::Graph&)>& fn);
+
+int64_t count_nodes(const ir::Graph& g);  // subgraphs included
+
+}  // namespace kiln::passes

@@ -1,0 +1,122 @@
+// The pipeline: simplification passes iterate together to a fixed point, then fusion, layout and
+// final passes run once each. Records what ran in the model's metadata.
+#include <algorithm>
+#include <chrono>
+
+#include "passes/graph_edit.h"
+#include "passes/pass.h"
+
+namespace kiln {
+namespace passes {
+
+PassRegistry& PassRegistry::global() {
+  static PassRegistry registry;
+  return registry;
+}
+
+void PassRegistry::add(PassInfo info) { passes_.push_back(std::move(info)); }
+
+std::vector<const PassInfo*> PassRegistry::sorted() const {
+  std::vector<const PassInfo*> out;
+  for (const auto& p : passes_) out.push_back(&p);
+  std::stable_sort(out.begin(), out.end(), [](const PassInfo* a, const PassInfo* b) {
+    return a->stage != b->stage ? a->stage < b->stage : a->order < b->order;
+  });
+  return out;
+}
+
+namespace {
+
+// Simplifications feed each other (folding exposes dead code exposes more folding); this bounds
+// the rounds on a model where they would keep finding work.
+constexpr int kMaxSimplifyRounds = 8;
+
+void fix_dims(ir::Graph& g, const std::map<std::string, int64_t>& dims) {
+  auto fix = [&](std::vector<ir::ValueInfo>& list) {
+    for (auto& v : list)
+      for (auto& d : v.type.shape) {
+        auto it = dims.find(d.symbol);
+        if (!d.symbol.empty() && it != dims.end()) {
+          d.value = it->second;
+          d.symbol.clear();
+        }
+      }
+  };
+  fix(g.inputs);
+  fix(g.outputs);
+  fix(g.value_info);
+}
+
+}  // namespace
+}  // namespace passes
+
+std::vector<std::pair<std::string, int>> list_passes() {
+  std::vector<std::pair<std::string, int>> out;
+  for (const auto* p : passes::PassRegistry::global().sorted()) out.emplace_back(p->name, p->level);
+  return out;
+}
+
+Result<OptimizeReport> optimize(ir::Model& model, const OptimizeOptions& options) {
+  using namespace passes;
+  OptimizeReport report;
+  report.nodes_before = count_nodes(model.graph);
+  if (!options.fixed_dims.empty()) fix_dims(model.graph, options.fixed_dims);
+  std::vector<const PassInfo*> enabled;
+  for (const PassInfo* p : PassRegistry::global().sorted())
+    if (p->level <= options.level && !options.disabled.count(p->name) && (p->portable || !options.portable))
+      enabled.push_back(p);
+  for (const std::string& name : options.disabled) {
+    bool known = false;
+    for (const PassInfo* p : PassRegistry::global().sorted()) known |= p->name == name;
+    if (!known) return Status::error("--disable names an unknown pass '" + name + "'");
+  }
+  std::map<std::string, PassReport> rows;
+  auto run_pass = [&](const PassInfo* p) -> Result<int64_t> {
+    PassReport& row = rows[p->name];
+    const int64_t before = count_nodes(model.graph);
+    if (row.name.empty()) {
+      row.name = p->name;
+      row.nodes_before = before;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    auto rewrites = p->create()->run(model, options);
+    row.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (!rewrites) return rewrites.status().with_context("pass " + p->name);
+    row.rewrites += *rewrites;
+    row.nodes_after = count_nodes(model.graph);
+    return rewrites;
+  };
+  for (int round = 0; round < kMaxSimplifyRounds; ++round) {
+    int64_t changed = 0;
+    for (const PassInfo* p : enabled) {
+      if (p->stage != Stage::kSimplify) continue;
+      KILN_ASSIGN_OR_RETURN(int64_t n, run_pass(p));
+      changed += n;
+    }
+    if (changed == 0) break;
+  }
+  for (const PassInfo* p : enabled) {
+    if (p->stage == Stage::kSimplify) continue;
+    KILN_RETURN_IF_ERROR(run_pass(p).status());
+  }
+  std::string applied;
+  for (const PassInfo* p : enabled) {
+    report.passes.push_back(rows[p->name]);
+    if (rows[p->name].rewrites > 0) applied += (applied.empty() ? "" : ",") + p->name;
+  }
+  report.nodes_after = count_nodes(model.graph);
+  auto set_meta = [&](const std::string& key, const std::string& value) {
+    for (auto& kv : model.metadata)
+      if (kv.first == key) {
+        kv.second = value;
+        return;
+      }
+    model.metadata.emplace_back(key, value);
+  };
+  set_meta("kiln.version", "0.1.0");
+  set_meta("kiln.optimization_level", std::to_string(options.level) + (options.portable ? " portable" : ""));
+  set_meta("kiln.passes", applied);
+  return report;
+}
+
+}  // namespace kiln

@@ -1,0 +1,139 @@
+// `kiln optimize MODEL -o OUT`: the pass pipeline, a saved model, and with --check a comparison
+// of the original and the optimized model on the same inputs.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "cli.h"
+#include "core/float_convert.h"
+#include "io_files.h"
+#include "ir/graph.h"
+#include "kiln/optimize.h"
+#include "onnx/model_io.h"
+
+namespace kiln::cli {
+namespace {
+
+Result<std::map<std::string, int64_t>> parse_dims(const std::string& text) {
+  std::map<std::string, int64_t> dims;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) return Status::error("--fix-dims expects NAME=SIZE[,NAME=SIZE], got '" + item + "'");
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str() + eq + 1, &end, 10);
+    if (*end != '\0' || v <= 0 || v > (1 << 24)) return Status::error("--fix-dims: bad size in '" + item + "'");
+    dims[item.substr(0, eq)] = v;
+  }
+  return dims;
+}
+
+// Largest |a-b| and |a-b|/|b| per output of two runs on the same inputs; false beyond tolerance.
+bool report_differences(const std::vector<Value>& a, const std::vector<Value>& b, const std::vector<IoInfo>& outs,
+                        double rtol, double atol) {
+  bool ok = a.size() == b.size();
+  for (size_t k = 0; k < a.size() && k < b.size(); ++k) {
+    const Tensor &x = a[k].tensor, &y = b[k].tensor;
+    const std::string& name = k < outs.size() ? outs[k].name : std::to_string(k);
+    if (!a[k].is_tensor() || !b[k].is_tensor() || x.shape() != y.shape() || x.dtype() != y.dtype()) {
+      std::printf("  %-24s differs in kind, type or shape\n", name.c_str());
+      ok = false;
+      continue;
+    }
+    double max_abs = 0, max_rel = 0;
+    bool within = true;
+    if (dtype_is_float(x.dtype()) || dtype_is_integer(x.dtype()) || x.dtype() == DType::kBool) {
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        const double u = load_as_double(x.dtype(), x.raw_data(), i), v = load_as_double(y.dtype(), y.raw_data(), i);
+        if (std::isnan(u) && std::isnan(v)) continue;
+        const double d = std::fabs(u - v);
+        max_abs = std::max(max_abs, d);
+        if (v != 0) max_rel = std::max(max_rel, d / std::fabs(v));
+        within &= d <= atol + rtol * std::fabs(v);
+      }
+    }
+    std::printf("  %-24s max abs %.3g  max rel %.3g  %s\n", name.c_str(), max_abs, max_rel, within ? "ok" : "BEYOND TOLERANCE");
+    ok &= within;
+  }
+  return ok;
+}
+
+}  // namespace
+
+void add_optimize_command(CLI::App& app, int* exit_code) {
+  struct Options {
+    std::string model, out, disable, fix_dims;
+    int level = 2, threads = 0;
+    bool portable = false, verbose = false, check = false;
+    double rtol = 1e-3, atol = 1e-4;
+  };
+  auto opt = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("optimize", "Simplify and fuse a model, and save it");
+  cmd->add_option("model", opt->model, "ONNX model")->required();
+  cmd->add_option("-o,--output", opt->out, "Optimized model to write")->required();
+  cmd->add_option("-O,--level", opt->level, "0 none, 1 exact and portable, 2 fusion (default), 3 layout")->check(CLI::Range(0, 3));
+  cmd->add_option("--disable", opt->disable, "Passes to skip, comma-separated");
+  cmd->add_flag("--portable", opt->portable, "Keep to standard ONNX operators");
+  cmd->add_option("--fix-dims", opt->fix_dims, "Fix symbolic dims, e.g. batch=1,seq=128");
+  cmd->add_flag("-v,--verbose", opt->verbose, "Print what each pass did");
+  cmd->add_flag("--check", opt->check, "Run both models on the same random inputs and compare");
+  cmd->add_option("--rtol", opt->rtol, "With --check: relative tolerance");
+  cmd->add_option("--atol", opt->atol, "With --check: absolute tolerance");
+  cmd->add_option("--threads", opt->threads, "Threads for --check")->check(CLI::Range(0, 1024));
+  cmd->callback([opt, exit_code] {
+    auto fail = [&](const Status& st) {
+      std::cerr << "kiln optimize: " << st.message() << "\n";
+      *exit_code = 1;
+    };
+    auto model = onnx_io::load_model(opt->model);
+    if (!model) return fail(model.status());
+    OptimizeOptions oo;
+    oo.level = opt->level;
+    oo.portable = opt->portable;
+    std::stringstream ss(opt->disable);
+    for (std::string name; std::getline(ss, name, ',');)
+      if (!name.empty()) oo.disabled.insert(name);
+    if (!opt->fix_dims.empty()) {
+      auto dims = parse_dims(opt->fix_dims);
+      if (!dims) return fail(dims.status());
+      oo.fixed_dims = *dims;
+    }
+    ir::Model optimized = *model;
+    auto report = optimize(optimized, oo);
+    if (!report) return fail(report.status());
+    if (opt->verbose) {
+      std::printf("%-28s %9s %8s %8s %9s\n", "pass", "rewrites", "before", "after", "ms");
+      for (const PassReport& p : report->passes)
+        std::printf("%-28s %9lld %8lld %8lld %9.1f\n", p.name.c_str(), static_cast<long long>(p.rewrites),
+                    static_cast<long long>(p.nodes_before), static_cast<long long>(p.nodes_after), p.ms);
+    }
+    std::printf("nodes %lld -> %lld\n", static_cast<long long>(report->nodes_before),
+                static_cast<long long>(report->nodes_after));
+    Status saved = onnx_io::save_model(optimized, opt->out);
+    if (!saved.is_ok()) return fail(saved);
+    std::printf("wrote %s\n", opt->out.c_str());
+    if (!opt->check) return;
+    SessionOptions so;
+    so.threads = opt->threads;
+    auto a = Session::create(std::make_shared<const ir::Model>(std::move(model).value()), so);
+    if (!a) return fail(a.status().with_context("original model"));
+    auto b = Session::load(opt->out, so);
+    if (!b) return fail(b.status().with_context("optimized model"));
+    auto inputs = make_bench_inputs(**a, 1, 128);
+    if (!inputs) return fail(inputs.status());
+    auto ra = (*a)->run(*inputs);
+    if (!ra) return fail(ra.status().with_context("original model"));
+    auto rb = (*b)->run(*inputs);
+    if (!rb) return fail(rb.status().with_context("optimized model"));
+    std::printf("check (rtol %g, atol %g):\n", opt->rtol, opt->atol);
+    if (!report_differences(*ra, *rb, (*a)->outputs(), opt->rtol, opt->atol)) {
+      std::cerr << "kiln optimize: the optimized model's outputs differ beyond tolerance\n";
+      *exit_code = 1;
+    }
+  });
+}
+
+}  // namespace kiln::cli
