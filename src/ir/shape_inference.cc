@@ -140,8 +140,8 @@ class Inferencer {
       if (schema && schema->infer) {
         auto r = schema->infer(ctx);
         if (!r) {
-          const std::string& m = r.status().message();
-          return m.rfind("node '", 0) == 0 ? r.status() : r.status().with_context(n.describe());
+          const Status st = r.status();  // a copy: message() refers into it
+          return st.message().rfind("node '", 0) == 0 ? st : st.with_context(n.describe());
         }
         outs = std::move(r).value();
       }

@@ -48,7 +48,10 @@ class KernelContext {
   bool wants_output(size_t i) const { return i < node.outputs.size() && !node.outputs[i].empty(); }
   // Allocates output i as a tensor and returns it for the kernel to fill.
   Result<Tensor*> make_output(size_t i, DType dtype, Shape shape);
-  void set_output(size_t i, Tensor t) { outputs[i] = Value::of(std::move(t)); }
+  // Sets output i; an output the node does not have (an omitted trailing output) is dropped.
+  void set_output(size_t i, Tensor t) {
+    if (i < outputs.size()) outputs[i] = Value::of(std::move(t));
+  }
   // An error naming this node: "node 'conv1' (Conv): <message>".
   Status error(const std::string& message) const;
 
