@@ -16,10 +16,11 @@ stage() {
   if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "== FAILED: $name"; fi
 }
 
-conformance() {  # conformance BUILD_DIR: quiet run, the failures and the totals printed
-  local log
+conformance() {  # conformance BUILD_DIR [ARGS...]: quiet run, the failures and the totals printed
+  local log build=$1
+  shift
   log=$(mktemp)
-  "$1/tests/kiln_conformance" --known-failures tests/conformance/known_failures.txt >"$log" 2>&1
+  "$build/tests/kiln_conformance" --known-failures tests/conformance/known_failures.txt "$@" >"$log" 2>&1
   local rc=$?
   grep -vE '^known ' "$log" | tail -40
   rm -f "$log"
@@ -34,6 +35,7 @@ sanitized_tests() {  # the clang ASan+UBSan build made by run_fuzz.sh serves the
 
 stage "unit tests" ./build/tests/kiln_unit_tests --gtest_brief=1
 stage "ONNX conformance" conformance build
+stage "ONNX conformance, every model optimized at -O2 first" conformance build --optimize 2
 stage "exported models pass onnx.checker" /usr/bin/python3 tests/check_export.py build
 stage "fuzzing the model loader (clang libFuzzer + ASan + UBSan, 60 s)" tests/fuzz/run_fuzz.sh 60
 stage "unit tests and conformance under ASan+UBSan" sanitized_tests
