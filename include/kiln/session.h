@@ -17,6 +17,9 @@ struct Model;
 
 struct SessionOptions {
   int threads = 0;  // 0: one per core
+  // Session::load runs kiln::optimize at this level first (see kiln/optimize.h), unless the model
+  // was saved by `kiln optimize` already. 0 runs the model exactly as written.
+  int optimize_level = 2;
 };
 
 // A graph input or output as users see it: dims of -1 are dynamic, named in dim_names.
@@ -32,6 +35,7 @@ struct IoInfo {
 class Session {
  public:
   static Result<std::unique_ptr<Session>> load(const std::string& path, const SessionOptions& options = {});
+  // Runs `model` as given: optimize_level is not applied (the model is shared and const).
   static Result<std::unique_ptr<Session>> create(std::shared_ptr<const ir::Model> model,
                                                  const SessionOptions& options = {});
   ~Session();

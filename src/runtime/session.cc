@@ -2,6 +2,7 @@
 #include "kiln/session.h"
 
 #include "core/thread_pool.h"
+#include "kiln/optimize.h"
 #include "ir/function_inline.h"
 #include "ir/gradient.h"
 #include "onnx/model_io.h"
@@ -65,6 +66,14 @@ Session::~Session() = default;
 
 Result<std::unique_ptr<Session>> Session::load(const std::string& path, const SessionOptions& options) {
   KILN_ASSIGN_OR_RETURN(ir::Model m, onnx_io::load_model(path));
+  bool optimized_before = false;
+  for (const auto& [key, value] : m.metadata) optimized_before |= key == "kiln.optimization_level";
+  if (options.optimize_level > 0 && !optimized_before) {
+    OptimizeOptions oo;
+    oo.level = options.optimize_level;
+    auto report = optimize(m, oo);
+    if (!report) return report.status().with_context(path + ": optimizing at load (optimize_level 0 skips it)");
+  }
   auto s = create(std::make_shared<const ir::Model>(std::move(m)), options);
   if (!s) return s.status().with_context(path);
   return s;

@@ -26,7 +26,7 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   struct Options {
     std::string model;
     bool json = false;
-    int threads = 0, iters = 50, warmup = 5;
+    int threads = 0, iters = 50, warmup = 5, level = 2;
     int64_t batch = 1, seq = 128;
   };
   auto opt = std::make_shared<Options>();
@@ -34,6 +34,8 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   cmd->add_option("model", opt->model, "ONNX model")->required();
   cmd->add_flag("--json", opt->json, "Print one JSON line");
   cmd->add_option("--threads", opt->threads, "Threads (default: one per core)")->check(CLI::Range(0, 1024));
+  cmd->add_option("-O,--optimize", opt->level, "Optimization at load, 0-3 (default 2; a model saved by `kiln optimize` is run as saved)")
+      ->check(CLI::Range(0, 3));
   cmd->add_option("--iters", opt->iters, "Timed runs")->check(CLI::Range(1, 1000000));
   cmd->add_option("--warmup", opt->warmup, "Untimed runs first")->check(CLI::Range(0, 1000000));
   cmd->add_option("--batch", opt->batch, "Size of a dynamic first dimension")->check(CLI::Range(1, 1 << 20));
@@ -45,6 +47,7 @@ void add_bench_command(CLI::App& app, int* exit_code) {
     };
     SessionOptions so;
     so.threads = opt->threads;
+    so.optimize_level = opt->level;
     auto t0 = std::chrono::steady_clock::now();
     auto session = Session::load(opt->model, so);
     if (!session) return fail(session.status());

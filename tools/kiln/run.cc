@@ -13,7 +13,7 @@ void add_run_command(CLI::App& app, int* exit_code) {
     std::vector<std::string> inputs;
     bool random = false, npy = false;
     int64_t batch = 1, seq = 128;
-    int threads = 0;
+    int threads = 0, level = 2;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("run", "Run a model once and write its outputs");
@@ -25,6 +25,8 @@ void add_run_command(CLI::App& app, int* exit_code) {
   cmd->add_option("-o,--output", opt->out_dir, "Folder for output_K.pb files")->required();
   cmd->add_flag("--npy", opt->npy, "Write tensor outputs as output_K.npy");
   cmd->add_option("--threads", opt->threads, "Threads (default: one per core)")->check(CLI::Range(0, 1024));
+  cmd->add_option("-O,--optimize", opt->level, "Optimization at load, 0-3 (default 2; a model saved by `kiln optimize` is run as saved)")
+      ->check(CLI::Range(0, 3));
   cmd->callback([opt, exit_code] {
     auto fail = [&](const Status& st) {
       std::cerr << "kiln run: " << st.message() << "\n";
@@ -32,6 +34,7 @@ void add_run_command(CLI::App& app, int* exit_code) {
     };
     SessionOptions so;
     so.threads = opt->threads;
+    so.optimize_level = opt->level;
     auto session = Session::load(opt->model, so);
     if (!session) return fail(session.status());
     const auto& ios = (*session)->inputs();
