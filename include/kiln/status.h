@@ -66,6 +66,8 @@ class [[nodiscard]] Result {
   if (!tmp.is_ok()) return tmp.status();           \
   lhs = std::move(tmp).value()
 
+// Expands to several statements (it declares `lhs` in the enclosing scope): never use it as the
+// unbraced body of an if/for/while.
 #define KILN_ASSIGN_OR_RETURN(lhs, expr) \
   KILN_ASSIGN_OR_RETURN_IMPL(KILN_CONCAT(_kiln_res_, __LINE__), lhs, expr)
 

@@ -89,7 +89,8 @@ bool is_static_tensor_or_other(const TypeInfo& t) {
 
 class Inferencer {
  public:
-  explicit Inferencer(const Model& model) : model_(model) {}
+  explicit Inferencer(const Model& model, std::map<std::string, Dims>* top_values = nullptr)
+      : model_(model), top_values_(top_values) {}
 
   Result<SubgraphResult> infer_graph(Graph& g, const Scope* parent, const std::vector<TypeInfo>* given,
                                      bool top) {
@@ -200,13 +201,16 @@ class Inferencer {
       }
       result.outputs.push_back(o.type);
     }
-    (void)top;
+    if (top && top_values_)
+      for (const auto& [name, s] : scope.values)
+        if (s.value) (*top_values_)[name] = *s.value;
     --depth_;
     return result;
   }
 
  private:
   const Model& model_;
+  std::map<std::string, Dims>* top_values_;
   std::deque<Tensor> owned_;  // constants made during inference (Constant's value_ints, ...)
   std::map<const Graph*, std::pair<std::vector<ValueInfo>, std::vector<ValueInfo>>> originals_;
   int depth_ = 0;
@@ -214,8 +218,10 @@ class Inferencer {
 
 }  // namespace
 
-Status infer_shapes(Model& model) {
-  Inferencer inf(model);
+Status infer_shapes(Model& model) { return infer_shapes(model, nullptr); }
+
+Status infer_shapes(Model& model, std::map<std::string, Dims>* values) {
+  Inferencer inf(model, values);
   auto r = inf.infer_graph(model.graph, nullptr, nullptr, true);
   return r.status();
 }

@@ -15,6 +15,10 @@ namespace kiln::ir {
 // declared). Unknown stays unknown; a clash between two known facts (declared vs inferred, or two
 // inputs that cannot broadcast) is an error naming the node.
 Status infer_shapes(Model& model);
+// The same, also returning the small integer values found in the top-level graph (shapes, sizes,
+// axes as dims, symbolic where they come from a Shape), by value name; passes use it to resolve
+// shape computations.
+Status infer_shapes(Model& model, std::map<std::string, Dims>* values);
 
 // FLOPs and bytes of one run of the model, with the named dynamic dims bound (e.g. batch=1,
 // seq=128). Nodes whose shapes stay unknown are counted in Cost::unknown_nodes. Loop bodies count

@@ -1,0 +1,166 @@
+// The activation and residual tail shared by the ai.kiln epilogue kernels (FusedConv, FusedGemm,
+// FusedMatMul, SqueezeExcite): reading the activation attributes and applying them in double,
+// as the reference activation kernels do. Semantics: docs/ops.md.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kernels/kernel.h"
+
+namespace kiln::kiln_ops {
+
+struct Activation {
+  enum class Kind {
+    kNone,
+    kRelu,
+    kClip,
+    kLeakyRelu,
+    kSigmoid,
+    kHardSigmoid,
+    kHardSwish,
+    kSilu,
+    kGelu,
+    kGeluTanh,
+    kTanh
+  };
+  Kind kind = Kind::kNone;
+  double p0 = 0, p1 = 0;
+
+  static double sigmoid(double x) {
+    if (x >= 0) return 1.0 / (1.0 + std::exp(-x));
+    const double e = std::exp(x);
+    return e / (1.0 + e);
+  }
+
+  double operator()(double x) const {
+    switch (kind) {
+      case Kind::kNone:
+        return x;
+      case Kind::kRelu:
+        return x > 0 ? x : 0.0;
+      case Kind::kClip:
+        return std::min(std::max(x, p0), p1);
+      case Kind::kLeakyRelu:
+        return x >= 0 ? x : p0 * x;
+      case Kind::kSigmoid:
+        return sigmoid(x);
+      case Kind::kHardSigmoid:
+        return std::max(0.0, std::min(1.0, p0 * x + p1));
+      case Kind::kHardSwish:
+        return x * std::max(0.0, std::min(1.0, x / 6.0 + 0.5));
+      case Kind::kSilu:
+        return x * sigmoid(x);
+      case Kind::kGelu:
+        return 0.5 * x * (1.0 + std::erf(x / M_SQRT2));
+      case Kind::kGeluTanh: {
+        const double k = std::sqrt(2.0 / M_PI);
+        return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
+      }
+      case Kind::kTanh:
+        return std::tanh(x);
+    }
+    return x;
+  }
+};
+
+// The activation named by attribute `name_attr` (absent or "": none) with its parameters.
+inline Result<Activation> read_activation(const ir::Node& node, const char* name_attr,
+                                          const char* params_attr) {
+  using K = Activation::Kind;
+  struct Known {
+    const char* name;
+    K kind;
+    size_t params;
+  };
+  static const Known kKnown[] = {{"Relu", K::kRelu, 0},
+                                 {"Clip", K::kClip, 2},
+                                 {"LeakyRelu", K::kLeakyRelu, 1},
+                                 {"Sigmoid", K::kSigmoid, 0},
+                                 {"HardSigmoid", K::kHardSigmoid, 2},
+                                 {"HardSwish", K::kHardSwish, 0},
+                                 {"Silu", K::kSilu, 0},
+                                 {"Gelu", K::kGelu, 0},
+                                 {"GeluTanh", K::kGeluTanh, 0},
+                                 {"Tanh", K::kTanh, 0}};
+  const std::string name = node.attr_string(name_attr, "");
+  const std::vector<float> params = node.attr_floats(params_attr);
+  if (name.empty()) {
+    if (!params.empty())
+      return Status::error(std::string(params_attr) + " given without " + name_attr);
+    return Activation{};
+  }
+  for (const Known& k : kKnown) {
+    if (name != k.name) continue;
+    if (params.size() != k.params)
+      return Status::error(std::string(params_attr) + " of " + name + " must have " +
+                           std::to_string(k.params) + " values, got " +
+                           std::to_string(params.size()));
+    Activation a;
+    a.kind = k.kind;
+    if (!params.empty()) a.p0 = params[0];
+    if (params.size() > 1) a.p1 = params[1];
+    return a;
+  }
+  return Status::error(std::string("unknown ") + name_attr + " '" + name + "'");
+}
+
+// The tail of FusedConv/FusedGemm/FusedMatMul on the float32 result `y` (bias already added):
+// y = act(y + z) when residual_before_activation is 1, else act(y) + z; z is input z_index when
+// given and must have y's shape.
+inline Status apply_epilogue(KernelContext& ctx, Tensor& y, size_t z_index) {
+  auto act = read_activation(ctx.node, "activation", "activation_params");
+  if (!act) return ctx.error(act.status().message());
+  const Tensor* z = nullptr;
+  if (ctx.has_input(z_index) && ctx.input(z_index).defined()) {
+    z = &ctx.input(z_index);
+    if (z->dtype() != DType::kFloat32 || z->shape() != y.shape())
+      return ctx.error("residual input must be float32 of the result's shape " +
+                       shape_str(y.shape()) + ", got " + shape_str(z->shape()));
+  }
+  const bool residual_first = ctx.node.attr_int("residual_before_activation", 0) != 0;
+  float* yd = y.data<float>();
+  const float* zd = z ? z->data<float>() : nullptr;
+  const int64_t n = y.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    if (zd && residual_first) yd[i] += zd[i];
+    yd[i] = static_cast<float>((*act)(yd[i]));
+    if (zd && !residual_first) yd[i] += zd[i];
+  }
+  return Status::ok();
+}
+
+// Runs the registered reference kernel of a standard ONNX op (Conv, Gemm, MatMul) on `inputs`
+// with the fused node's attributes, so the fused op computes exactly what the op it replaced did.
+class StandardOp {
+ public:
+  static Result<StandardOp> create(const char* op_type, const ir::Node& node) {
+    const KernelDef* def = nullptr;
+    for (const KernelDef* d : KernelRegistry::global().find("", op_type))
+      if (d->name == "ref" && !def) def = d;
+    if (!def) return Status::error(std::string("no reference kernel for ") + op_type);
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> k, def->create(node, kOpset));
+    StandardOp op;
+    op.kernel_ = std::shared_ptr<Kernel>(std::move(k));
+    return op;
+  }
+
+  // Output 0 of the op, run on the given inputs (nullptr: omitted).
+  Result<Tensor> run(KernelContext& ctx, std::vector<const Value*> inputs) const {
+    KernelContext inner(ctx.node, kOpset, std::move(inputs), ctx.pool, nullptr);
+    inner.outputs.resize(1);
+    KILN_RETURN_IF_ERROR(kernel_->run(inner));
+    if (inner.outputs.empty() || !inner.outputs[0].is_tensor() ||
+        !inner.outputs[0].tensor.defined())
+      return ctx.error("the inner op produced no tensor");
+    return inner.outputs[0].tensor;
+  }
+
+ private:
+  static constexpr int64_t kOpset = 21;
+  std::shared_ptr<Kernel> kernel_;
+};
+
+}  // namespace kiln::kiln_ops

@@ -1,0 +1,70 @@
+// Reference kernels of ai.kiln.Gelu (approximate "none": 0.5x(1+erf(x/sqrt 2)); "tanh":
+// 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))) and ai.kiln.BiasGelu (Gelu(X + bias), numpy broadcast).
+#include <cmath>
+
+#include "kernels/kernel_util.h"
+
+namespace kiln {
+namespace {
+
+bool is_float(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kFloat16 || t == DType::kBFloat16;
+}
+
+double gelu_erf(double x) { return 0.5 * x * (1.0 + std::erf(x * M_SQRT1_2)); }
+double gelu_tanh(double x) {
+  const double k = std::sqrt(2.0 / M_PI);
+  return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
+}
+
+// Gelu of (input 0 + input 1 when `with_bias`), elementwise after broadcasting.
+Status run_gelu(KernelContext& ctx, bool with_bias) {
+  const char* op = with_bias ? "BiasGelu" : "Gelu";
+  const size_t n_in = with_bias ? 2 : 1;
+  for (size_t i = 0; i < n_in; ++i) {
+    if (!ctx.has_input(i) || !ctx.input(i).defined())
+      return ctx.error(std::string(op) + " input " + std::to_string(i) + " is missing");
+    if (!is_float(ctx.input(i).dtype()))
+      return ctx.error(std::string(op) + " input " + std::to_string(i) + " must be a float tensor, got " +
+                       dtype_name(ctx.input(i).dtype()));
+  }
+  const std::string approx = ctx.node.attr_string("approximate", "none");
+  if (approx != "none" && approx != "tanh")
+    return ctx.error(std::string(op) + " approximate must be \"none\" or \"tanh\", got \"" + approx + "\"");
+  double (*f)(double) = approx == "tanh" ? gelu_tanh : gelu_erf;
+  const Tensor& x = ctx.input(0);
+  Shape shape = x.shape();
+  if (with_bias) {
+    auto s = broadcast_shapes(x.shape(), ctx.input(1).shape());
+    if (!s) return ctx.error(std::string(op) + ": " + s.status().message());
+    shape = *s;
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor xf, to_float32(x));
+  KILN_ASSIGN_OR_RETURN(Tensor y, Tensor::make(DType::kFloat32, shape));
+  const auto xo = broadcast_offsets(x.shape(), shape);
+  Tensor bf;
+  std::vector<int64_t> bo;
+  if (with_bias) {
+    KILN_ASSIGN_OR_RETURN(bf, to_float32(ctx.input(1)));
+    bo = broadcast_offsets(ctx.input(1).shape(), shape);
+  }
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    // The sum is rounded to float first, as the unfused Add would.
+    float v = xf.data<float>()[xo[i]];
+    if (with_bias) v += bf.data<float>()[bo[i]];
+    y.data<float>()[i] = static_cast<float>(f(v));
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor out, cast_float_to(y, x.dtype()));
+  ctx.set_output(0, std::move(out));
+  return Status::ok();
+}
+
+Status gelu(KernelContext& ctx) { return run_gelu(ctx, false); }
+Status bias_gelu(KernelContext& ctx) { return run_gelu(ctx, true); }
+
+}  // namespace
+
+KILN_REGISTER_KERNEL("ai.kiln", "Gelu", gelu);
+KILN_REGISTER_KERNEL("ai.kiln", "BiasGelu", bias_gelu);
+
+}  // namespace kiln

@@ -1,0 +1,66 @@
+// Reference kernel of ai.kiln.LayerNorm: ONNX LayerNormalization's Y for models older than
+// opset 17. Statistics in double; half types are computed in float32.
+#include <cmath>
+
+#include "kernels/kernel_util.h"
+
+namespace kiln {
+namespace {
+
+bool is_float(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kFloat16 || t == DType::kBFloat16;
+}
+
+Status layer_norm(KernelContext& ctx) {
+  if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
+    return ctx.error("LayerNorm needs X and Scale");
+  const Tensor& x = ctx.input(0);
+  const bool has_b = ctx.has_input(2) && ctx.input(2).defined();
+  for (size_t i = 0; i < (has_b ? 3u : 2u); ++i)
+    if (!is_float(ctx.input(i).dtype()))
+      return ctx.error("LayerNorm input " + std::to_string(i) + " must be a float tensor, got " +
+                       dtype_name(ctx.input(i).dtype()));
+  KILN_ASSIGN_OR_RETURN(int64_t axis, normalize_axis(ctx.node.attr_int("axis", -1), x.rank()));
+  const double eps = ctx.node.attr_float("epsilon", 1e-5f);
+  const Shape norm_shape(x.shape().begin() + axis, x.shape().end());
+  int64_t len = 1;
+  for (int64_t d : norm_shape) len *= d;
+  const int64_t outer = len == 0 ? 0 : x.numel() / len;
+  std::vector<int64_t> off[2];
+  Tensor w[2];
+  for (int i = 0; i < (has_b ? 2 : 1); ++i) {
+    const Tensor& t = ctx.input(1 + i);
+    auto bs = broadcast_shapes(t.shape(), norm_shape);
+    if (!bs || *bs != norm_shape)
+      return ctx.error(std::string("LayerNorm ") + (i ? "B" : "Scale") + " of shape " + shape_str(t.shape()) +
+                       " does not broadcast to " + shape_str(norm_shape));
+    off[i] = broadcast_offsets(t.shape(), norm_shape);
+    KILN_ASSIGN_OR_RETURN(w[i], to_float32(t));
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor xf, to_float32(x));
+  KILN_ASSIGN_OR_RETURN(Tensor y, Tensor::make(DType::kFloat32, x.shape()));
+  const float* xp = xf.data<float>();
+  float* yp = y.data<float>();
+  for (int64_t g = 0; g < outer; ++g) {
+    const float* xr = xp + g * len;
+    double sum = 0, sq = 0;
+    for (int64_t i = 0; i < len; ++i) sum += xr[i];
+    const double mean = sum / static_cast<double>(len);
+    for (int64_t i = 0; i < len; ++i) sq += (xr[i] - mean) * (xr[i] - mean);
+    const double inv = 1.0 / std::sqrt(sq / static_cast<double>(len) + eps);
+    for (int64_t i = 0; i < len; ++i) {
+      double v = (xr[i] - mean) * inv * w[0].data<float>()[off[0][i]];
+      if (has_b) v += w[1].data<float>()[off[1][i]];
+      yp[g * len + i] = static_cast<float>(v);
+    }
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor out, cast_float_to(y, x.dtype()));
+  ctx.set_output(0, std::move(out));
+  return Status::ok();
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL("ai.kiln", "LayerNorm", layer_norm);
+
+}  // namespace kiln

@@ -1,0 +1,60 @@
+// Reference kernel of ai.kiln.RMSNorm: Y = X / sqrt(mean(X^2 over axes [axis, rank)) + epsilon)
+// * Scale. The mean is accumulated in double; half types are computed in float32.
+#include <cmath>
+
+#include "kernels/kernel_util.h"
+
+namespace kiln {
+namespace {
+
+bool is_float(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kFloat16 || t == DType::kBFloat16;
+}
+
+Status rms_norm(KernelContext& ctx) {
+  if (ctx.num_inputs() < 1 || !ctx.has_input(0)) return ctx.error("RMSNorm needs X");
+  const Tensor& x = ctx.input(0);
+  const bool has_scale = ctx.has_input(1) && ctx.input(1).defined();
+  for (size_t i = 0; i < (has_scale ? 2u : 1u); ++i)
+    if (!is_float(ctx.input(i).dtype()))
+      return ctx.error("RMSNorm input " + std::to_string(i) + " must be a float tensor, got " +
+                       dtype_name(ctx.input(i).dtype()));
+  KILN_ASSIGN_OR_RETURN(int64_t axis, normalize_axis(ctx.node.attr_int("axis", -1), x.rank()));
+  const double eps = ctx.node.attr_float("epsilon", 1e-5f);
+  const Shape norm_shape(x.shape().begin() + axis, x.shape().end());
+  int64_t len = 1;
+  for (int64_t d : norm_shape) len *= d;
+  const int64_t outer = len == 0 ? 0 : x.numel() / len;
+  std::vector<int64_t> off;
+  Tensor scale;
+  if (has_scale) {
+    auto bs = broadcast_shapes(ctx.input(1).shape(), norm_shape);
+    if (!bs || *bs != norm_shape)
+      return ctx.error("RMSNorm Scale of shape " + shape_str(ctx.input(1).shape()) + " does not broadcast to " +
+                       shape_str(norm_shape));
+    off = broadcast_offsets(ctx.input(1).shape(), norm_shape);
+    KILN_ASSIGN_OR_RETURN(scale, to_float32(ctx.input(1)));
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor xf, to_float32(x));
+  KILN_ASSIGN_OR_RETURN(Tensor y, Tensor::make(DType::kFloat32, x.shape()));
+  for (int64_t g = 0; g < outer; ++g) {
+    const float* xr = xf.data<float>() + g * len;
+    double sq = 0;
+    for (int64_t i = 0; i < len; ++i) sq += static_cast<double>(xr[i]) * xr[i];
+    const double inv = 1.0 / std::sqrt(sq / static_cast<double>(len) + eps);
+    for (int64_t i = 0; i < len; ++i) {
+      double v = xr[i] * inv;
+      if (has_scale) v *= scale.data<float>()[off[i]];
+      y.data<float>()[g * len + i] = static_cast<float>(v);
+    }
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor out, cast_float_to(y, x.dtype()));
+  ctx.set_output(0, std::move(out));
+  return Status::ok();
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL("ai.kiln", "RMSNorm", rms_norm);
+
+}  // namespace kiln

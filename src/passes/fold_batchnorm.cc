@@ -1,0 +1,199 @@
+// Folds an inference BatchNormalization into the Conv or Gemm before it: the per-channel scale
+// gamma/sqrt(var+eps) goes into the weights, the shift into the bias. Exact in real arithmetic.
+#include <cmath>
+
+#include "ir/shape_inference.h"
+#include "passes/graph_edit.h"
+#include "passes/pass.h"
+
+namespace kiln::passes {
+namespace {
+
+const Tensor* f32_constant(const ir::Graph& g, const ir::Node& n, size_t i) {
+  if (!n.has_input(i)) return nullptr;
+  const Tensor* t = constant_value(g, n.inputs[i]);
+  return t && t->dtype() == DType::kFloat32 ? t : nullptr;
+}
+
+// Per-channel scale and shift of a BatchNormalization in inference, or nullopt.
+struct Affine {
+  std::vector<double> scale, shift;
+};
+std::optional<Affine> bn_affine(const ir::Graph& g, const ir::Node& bn, int64_t opset) {
+  if (bn.inputs.size() != 5 || bn.outputs.empty()) return std::nullopt;
+  for (size_t i = 1; i < bn.outputs.size(); ++i)
+    if (!bn.outputs[i].empty()) return std::nullopt;  // training outputs read
+  if (bn.attr_int("training_mode", 0) != 0 || (opset < 9 && bn.attr_int("spatial", 1) == 0) ||
+      (opset < 7 && bn.attr_int("is_test", 0) == 0))
+    return std::nullopt;
+  const Tensor* p[4];
+  for (size_t i = 0; i < 4; ++i) {
+    p[i] = f32_constant(g, bn, i + 1);
+    if (!p[i] || p[i]->rank() != 1 || p[i]->numel() != p[0]->numel()) return std::nullopt;
+  }
+  const double eps = bn.attr_float("epsilon", 1e-5f);
+  Affine a;
+  for (int64_t c = 0; c < p[0]->numel(); ++c) {
+    const double s =
+        p[0]->data<float>()[c] / std::sqrt(static_cast<double>(p[3]->data<float>()[c]) + eps);
+    a.scale.push_back(s);
+    a.shift.push_back(p[1]->data<float>()[c] - p[2]->data<float>()[c] * s);
+  }
+  return a;
+}
+
+std::string fresh_name(const ir::Graph& g, const std::string& base) {
+  std::string name = base;
+  for (int i = 1; g.initializers.count(name) || is_graph_input(g, name); ++i)
+    name = base + "_" + std::to_string(i);
+  return name;
+}
+
+class FoldBatchNorm : public Pass {
+ public:
+  Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
+    int64_t folded = 0;
+    const int64_t opset = model.opset("");
+    for_each_graph(model.graph, [&](ir::Graph& g) {
+      const auto uses = use_counts(g);
+      std::map<std::string, size_t> producer;
+      for (size_t k = 0; k < g.nodes.size(); ++k)
+        for (const auto& o : g.nodes[k].outputs) producer[o] = k;
+      std::vector<bool> drop(g.nodes.size(), false);
+      for (size_t k = 0; k < g.nodes.size(); ++k) {
+        const ir::Node& bn = g.nodes[k];
+        if (bn.op_type != "BatchNormalization" || !bn.domain.empty() || !bn.has_input(0)) continue;
+        auto it = producer.find(bn.inputs[0]);
+        auto u = uses.find(bn.inputs[0]);
+        if (it == producer.end() || u == uses.end() || u->second != 1 ||
+            is_graph_output(g, bn.inputs[0]))
+          continue;
+        ir::Node& p = g.nodes[it->second];
+        if (!p.domain.empty() || p.outputs.size() != 1 || drop[it->second]) continue;
+        auto affine = bn_affine(g, bn, opset);
+        if (!affine) continue;
+        bool ok = false;
+        if (p.op_type == "Conv")
+          ok = fold_conv(g, p, *affine);
+        else if (p.op_type == "Gemm")
+          ok = fold_gemm(g, p, *affine);
+        else if (p.op_type == "MatMul" && opset >= 11 && is_rank2(model, g, p))
+          ok = matmul_to_gemm(g, p, *affine);
+        if (!ok) continue;
+        p.outputs[0] = bn.outputs[0];
+        drop[k] = true;
+        ++folded;
+      }
+      std::vector<ir::Node> kept;
+      for (size_t k = 0; k < g.nodes.size(); ++k)
+        if (!drop[k]) kept.push_back(std::move(g.nodes[k]));
+      g.nodes = std::move(kept);
+    });
+    return folded;
+  }
+
+ private:
+  // Conv weights [M, C/group, k...]: output channel m scales by scale[m].
+  static bool fold_conv(ir::Graph& g, ir::Node& conv, const Affine& a) {
+    const Tensor* w = f32_constant(g, conv, 1);
+    const int64_t m = static_cast<int64_t>(a.scale.size());
+    if (!w || w->rank() < 1 || w->dim(0) != m) return false;
+    const Tensor* b = conv.has_input(2) ? f32_constant(g, conv, 2) : nullptr;
+    if (conv.has_input(2) && (!b || b->rank() != 1 || b->numel() != m)) return false;
+    Tensor nw = w->clone();
+    const int64_t per = m ? w->numel() / m : 0;
+    for (int64_t o = 0; o < m; ++o)
+      for (int64_t i = 0; i < per; ++i)
+        nw.data<float>()[o * per + i] =
+            static_cast<float>(w->data<float>()[o * per + i] * a.scale[o]);
+    auto nb = Tensor::make(DType::kFloat32, {m});
+    if (!nb) return false;
+    for (int64_t o = 0; o < m; ++o)
+      nb->data<float>()[o] =
+          static_cast<float>((b ? b->data<float>()[o] : 0.0) * a.scale[o] + a.shift[o]);
+    const std::string wn = fresh_name(g, conv.inputs[1] + "_bnfold");
+    g.initializers[wn] = std::move(nw);
+    const std::string bname = fresh_name(g, conv.inputs[1] + "_bnfold_bias");
+    g.initializers[bname] = std::move(*nb);
+    conv.inputs[1] = wn;
+    conv.inputs.resize(3);
+    conv.inputs[2] = bname;
+    return true;
+  }
+
+  // A 2-D MatMul with constant weights [K, N] is a Gemm without C: the fold then adds one.
+  static bool matmul_to_gemm(ir::Graph& g, ir::Node& mm, const Affine& a) {
+    const Tensor* w = f32_constant(g, mm, 1);
+    if (!w || w->rank() != 2 || mm.inputs.size() != 2) return false;
+    ir::Node gemm = mm;
+    gemm.op_type = "Gemm";
+    gemm.attrs.clear();
+    if (!fold_gemm(g, gemm, a)) return false;
+    mm = std::move(gemm);
+    return true;
+  }
+
+  // Whether the first input of `n` (in the top-level graph) is known to be 2-D.
+  bool is_rank2(const ir::Model& model, const ir::Graph& g, const ir::Node& n) {
+    if (&g != &model.graph || !n.has_input(0)) return false;
+    if (!inferred_) {
+      inferred_ = true;
+      ir::Model copy = model;
+      if (ir::infer_shapes(copy).is_ok())
+        for (const auto* list : {&copy.graph.inputs, &copy.graph.value_info})
+          for (const auto& vi : *list)
+            if (vi.type.kind == ir::TypeInfo::Kind::kTensor && vi.type.has_shape)
+              ranks_[vi.name] = static_cast<int64_t>(vi.type.shape.size());
+    }
+    auto it = ranks_.find(n.inputs[0]);
+    return it != ranks_.end() && it->second == 2;
+  }
+
+  bool inferred_ = false;
+  std::map<std::string, int64_t> ranks_;
+
+  // Gemm Y = alpha*A*op(B) + beta*C with Y [M, N]: column n scales by scale[n].
+  static bool fold_gemm(ir::Graph& g, ir::Node& gemm, const Affine& a) {
+    const Tensor* w = f32_constant(g, gemm, 1);
+    const int64_t n = static_cast<int64_t>(a.scale.size());
+    if (!w || w->rank() != 2) return false;
+    const bool trans_b = gemm.attr_int("transB", 0) != 0;
+    if ((trans_b ? w->dim(0) : w->dim(1)) != n) return false;
+    const Tensor* c = gemm.has_input(2) ? f32_constant(g, gemm, 2) : nullptr;
+    if (gemm.has_input(2)) {
+      // C must be the same for every row: a scalar, [N] or [1, N].
+      if (!c || !(c->numel() == 1 ||
+                  (c->numel() == n && (c->rank() == 1 || (c->rank() == 2 && c->dim(0) == 1)))))
+        return false;
+    }
+    const double beta = gemm.attr_float("beta", 1.0f);
+    Tensor nw = w->clone();
+    float* d = nw.data<float>();
+    const int64_t rows = w->dim(0), cols = w->dim(1);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < cols; ++k)
+        d[r * cols + k] = static_cast<float>(d[r * cols + k] * a.scale[trans_b ? r : k]);
+    auto nc = Tensor::make(DType::kFloat32, {n});
+    if (!nc) return false;
+    for (int64_t j = 0; j < n; ++j) {
+      const double cj = c ? c->data<float>()[c->numel() == 1 ? 0 : j] * beta : 0.0;
+      nc->data<float>()[j] = static_cast<float>(cj * a.scale[j] + a.shift[j]);
+    }
+    const std::string wn = fresh_name(g, gemm.inputs[1] + "_bnfold");
+    g.initializers[wn] = std::move(nw);
+    const std::string cn = fresh_name(g, gemm.inputs[1] + "_bnfold_bias");
+    g.initializers[cn] = std::move(*nc);
+    gemm.inputs[1] = wn;
+    gemm.inputs.resize(3);
+    gemm.inputs[2] = cn;
+    for (auto& at : gemm.attrs)
+      if (at.name == "beta") at.f = 1.0f;
+    return true;
+  }
+};
+
+}  // namespace
+
+KILN_REGISTER_PASS(FoldBatchNorm, "fold-batchnorm", 1, kSimplify, 70, true);
+
+}  // namespace kiln::passes

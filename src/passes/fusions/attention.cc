@@ -1,0 +1,582 @@
+// Multi-head attention fusion (-O2): Q/K/V projections, the head split, scaled Q·K^T, an optional
+// additive mask, Softmax and the product with V, up to the merged heads, become one
+// ai.kiln.MultiHeadAttention with a merged QKV weight (docs/ops.md).
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+#include <tuple>
+
+#include "ir/op_schema.h"
+#include "ir/shape_inference.h"
+#include "passes/graph_edit.h"
+#include "passes/graph_index.h"
+#include "passes/pass.h"
+
+namespace kiln::passes {
+namespace {
+
+// Matching follows the axes, not the exporter's node order: the projection output [A0, A1, E]
+// is split into E = H x D, and every Transpose and Reshape between it and the attention MatMuls
+// is replayed on groups of these logical axes. BERT ends with Q as [A0][H][A1][D]; torchvision's
+// MultiheadAttention (sequence first) with Q as [A1 H][A0][D]. Both are the same attention.
+enum Atom : int { kA0 = 0, kA1 = 1, kH = 2, kD = 3 };
+using Group = std::vector<int>;
+using Layout = std::vector<Group>;
+
+using Types = std::map<std::string, const ir::TypeInfo*>;
+
+const ir::TypeInfo* type_of(const Types& types, const std::string& v) {
+  auto it = types.find(v);
+  return it == types.end() || !it->second || it->second->kind != ir::TypeInfo::Kind::kTensor ||
+                 !it->second->has_shape
+             ? nullptr
+             : it->second;
+}
+
+bool is_op(const ir::Node* n, const char* op) { return n && n->domain.empty() && n->op_type == op; }
+
+// A float32 constant holding one element.
+std::optional<double> scalar_constant(const GraphIndex& idx, const std::string& v) {
+  const Tensor* t = idx.constant(v);
+  // Rank <= 1 so that the scaling cannot broadcast its operand to a higher rank.
+  if (!t || t->dtype() != DType::kFloat32 || t->numel() != 1 || t->rank() > 1) return std::nullopt;
+  return static_cast<double>(t->data<float>()[0]);
+}
+
+// Mul/Div of `n` by a scalar constant: the other operand and the factor, or nullopt.
+std::optional<std::pair<std::string, double>> scaling(const GraphIndex& idx, const ir::Node* n) {
+  if (!n || !n->domain.empty() || n->inputs.size() != 2) return std::nullopt;
+  if (n->op_type == "Div") {
+    auto c = scalar_constant(idx, n->inputs[1]);
+    if (!c || *c == 0) return std::nullopt;
+    return std::make_pair(n->inputs[0], 1.0 / *c);
+  }
+  if (n->op_type != "Mul") return std::nullopt;
+  for (int i = 0; i < 2; ++i)
+    if (auto c = scalar_constant(idx, n->inputs[i])) return std::make_pair(n->inputs[1 - i], *c);
+  return std::nullopt;
+}
+
+// One of Q, K, V: the projection it comes from and the nodes between it and the attention.
+struct Branch {
+  std::string x;                       // hidden states, [A0, A1, E_in]
+  const Tensor* w = nullptr;           // [E_in, cols]
+  const Tensor* bias = nullptr;        // cols values, or nullptr
+  int64_t begin = 0, end = 0;          // the columns of w this branch uses
+  std::vector<const ir::Node*> path;   // from the projection output to the operand, in order
+  std::vector<const ir::Node*> roots;  // MatMul, bias Add, Slice/Split
+  double scale = 1;
+};
+
+using Values = std::map<std::string, ir::Dims>;
+
+// The integers of a constant or of a value shape inference worked out (Shape-derived sizes).
+std::optional<std::vector<int64_t>> int_values(const GraphIndex& idx, const Values& values,
+                                               const std::string& v) {
+  if (const Tensor* t = idx.constant(v)) {
+    if (t->dtype() != DType::kInt64 && t->dtype() != DType::kInt32) return std::nullopt;
+    std::vector<int64_t> out;
+    for (int64_t i = 0; i < t->numel(); ++i)
+      out.push_back(t->dtype() == DType::kInt64 ? t->data<int64_t>()[i] : t->data<int32_t>()[i]);
+    return out;
+  }
+  auto it = values.find(v);
+  if (it == values.end()) return std::nullopt;
+  std::vector<int64_t> out;
+  for (const auto& d : it->second) {
+    if (!d.known()) return std::nullopt;
+    out.push_back(d.value);
+  }
+  return out;
+}
+
+std::optional<std::pair<int64_t, int64_t>> last_axis_range(const ir::Node& n, const GraphIndex& idx,
+                                                           const Types& types, const Values& values,
+                                                           const std::string& out, int64_t cols) {
+  const ir::TypeInfo* in = type_of(types, n.inputs[0]);
+  if (!in) return std::nullopt;
+  const int64_t rank = static_cast<int64_t>(in->shape.size());
+  auto is_last = [&](int64_t axis) { return axis == -1 || axis == rank - 1; };
+  if (n.op_type == "Slice") {
+    if (n.inputs.size() < 3) return std::nullopt;
+    auto starts = int_values(idx, values, n.inputs[1]);
+    auto ends = int_values(idx, values, n.inputs[2]);
+    auto axes = n.has_input(3) ? int_values(idx, values, n.inputs[3]) : std::vector<int64_t>{0};
+    auto steps = n.has_input(4) ? int_values(idx, values, n.inputs[4]) : std::vector<int64_t>{1};
+    if (!starts || !ends || !axes || !steps) return std::nullopt;
+    if (starts->size() != 1 || ends->size() != 1 || axes->size() != 1 || steps->size() != 1)
+      return std::nullopt;
+    if (!is_last((*axes)[0]) || (*steps)[0] != 1) return std::nullopt;
+    auto clamp = [&](int64_t v) { return std::clamp(v < 0 ? v + cols : v, int64_t{0}, cols); };
+    const int64_t b = clamp((*starts)[0]), e = clamp((*ends)[0]);
+    if (b >= e) return std::nullopt;
+    return std::make_pair(b, e);
+  }
+  if (n.op_type == "Split") {
+    if (!is_last(n.attr_int("axis", 0))) return std::nullopt;
+    std::vector<int64_t> sizes = n.attr_ints("split");
+    if (n.has_input(1)) {
+      auto s = int_values(idx, values, n.inputs[1]);
+      if (!s) return std::nullopt;
+      sizes = *s;
+    }
+    const int64_t parts = static_cast<int64_t>(n.outputs.size());
+    if (sizes.empty()) {
+      if (n.has_attr("num_outputs") || cols % parts != 0) return std::nullopt;
+      sizes.assign(static_cast<size_t>(parts), cols / parts);
+    }
+    int64_t b = 0;
+    for (size_t i = 0; i < sizes.size() && i < n.outputs.size(); ++i) {
+      if (n.outputs[i] == out) return std::make_pair(b, b + sizes[i]);
+      b += sizes[i];
+    }
+  }
+  return std::nullopt;
+}
+
+// Walks back from an attention operand through Transpose, Reshape and scalar scalings (when
+// allowed) to a projection MatMul(x, W) [+ bias], optionally sliced or split on its last axis.
+std::optional<Branch> trace_branch(const GraphIndex& idx, const Types& types, const Values& values,
+                                   std::string v, bool allow_scale) {
+  Branch b;
+  std::vector<const ir::Node*> rev;
+  const ir::Node* n = idx.producer(v);
+  for (;; n = idx.producer(v)) {
+    if (is_op(n, "Transpose") || is_op(n, "Reshape")) {
+      rev.push_back(n);
+      v = n->inputs[0];
+      continue;
+    }
+    if (auto s = allow_scale ? scaling(idx, n) : std::nullopt) {
+      b.scale *= s->second;
+      rev.push_back(n);
+      v = s->first;
+      continue;
+    }
+    break;
+  }
+  const ir::Node* cut = nullptr;
+  std::string cut_out;
+  if (is_op(n, "Slice") || is_op(n, "Split")) {
+    cut = n;
+    cut_out = v;
+    v = n->inputs[0];
+    n = idx.producer(v);
+  }
+  if (is_op(n, "Add")) {
+    for (int i = 0; i < 2 && !b.bias; ++i) {
+      const ir::Node* mm = idx.producer(n->inputs[1 - i]);
+      if (is_op(mm, "MatMul") && idx.constant(n->inputs[i])) {
+        b.bias = idx.constant(n->inputs[i]);
+        b.roots.push_back(n);
+        n = mm;
+      }
+    }
+    if (!b.bias) return std::nullopt;
+  }
+  if (!is_op(n, "MatMul")) return std::nullopt;
+  b.roots.push_back(n);
+  b.w = idx.constant(n->inputs[1]);
+  b.x = n->inputs[0];
+  if (!b.w || b.w->dtype() != DType::kFloat32 || b.w->rank() != 2) return std::nullopt;
+  const int64_t cols = b.w->dim(1);
+  if (b.bias) {
+    // Rank <= 3: the bias must not broadcast the [A0, A1, cols] projection to a higher rank.
+    if (b.bias->dtype() != DType::kFloat32 || b.bias->numel() != cols || b.bias->rank() > 3 ||
+        b.bias->shape().back() != cols)
+      return std::nullopt;
+  }
+  b.end = cols;
+  if (cut) {
+    auto r = last_axis_range(*cut, idx, types, values, cut_out, cols);
+    if (!r) return std::nullopt;
+    std::tie(b.begin, b.end) = *r;
+    b.roots.push_back(cut);
+  }
+  b.path.assign(rev.rbegin(), rev.rend());
+  return b;
+}
+
+// Whether `atoms` (consecutive, row-major) can form one output dim `want`.
+bool group_fits(const ir::Dim& want, const Group& atoms, const ir::Dim* size) {
+  if (!want.known() && want.symbol.empty()) return true;  // the one unknown dim takes the rest
+  if (atoms.size() == 1 && ir::same_dim(want, size[atoms[0]])) return true;
+  if (!want.known()) return false;
+  int64_t p = 1;
+  for (int a : atoms) {
+    if (!size[a].known()) return false;
+    p *= size[a].value;
+  }
+  return p == want.value;
+}
+
+// Splits the atoms (in order) into out.size() consecutive non-empty groups matching `out`.
+bool partition(const Group& atoms, const std::vector<ir::Dim>& out, size_t ai, size_t oi,
+               const ir::Dim* size, Layout& result) {
+  if (oi == out.size()) return ai == atoms.size();
+  for (size_t e = ai + 1; e <= atoms.size(); ++e) {
+    Group g(atoms.begin() + static_cast<long>(ai), atoms.begin() + static_cast<long>(e));
+    if (!group_fits(out[oi], g, size)) continue;
+    result.push_back(g);
+    if (partition(atoms, out, e, oi + 1, size, result)) return true;
+    result.pop_back();
+  }
+  return false;
+}
+
+// Replays one Transpose or Reshape (or a scaling, which keeps the layout) on a layout.
+bool apply(const ir::Node& n, const Types& types, const ir::Dim* size, Layout& layout) {
+  if (n.op_type == "Transpose") {
+    std::vector<int64_t> perm = n.attr_ints("perm");
+    if (perm.empty())
+      for (int64_t i = static_cast<int64_t>(layout.size()) - 1; i >= 0; --i) perm.push_back(i);
+    if (perm.size() != layout.size()) return false;
+    Layout out;
+    for (int64_t p : perm) {
+      if (p < 0 || p >= static_cast<int64_t>(layout.size())) return false;
+      out.push_back(layout[static_cast<size_t>(p)]);
+    }
+    layout = std::move(out);
+    return true;
+  }
+  if (n.op_type == "Reshape") {
+    const ir::TypeInfo* t = type_of(types, n.outputs[0]);
+    if (!t) return false;
+    int unknown = 0;
+    for (const auto& d : t->shape) unknown += !d.known() && d.symbol.empty();
+    if (unknown > 1) return false;
+    Group atoms;
+    for (const auto& g : layout) atoms.insert(atoms.end(), g.begin(), g.end());
+    Layout out;
+    if (!partition(atoms, t->shape, 0, 0, size, out)) return false;
+    layout = std::move(out);
+    return true;
+  }
+  return n.op_type == "Mul" || n.op_type == "Div";
+}
+
+struct Match {
+  std::set<const ir::Node*> nodes;  // absorbed
+  std::string x, mask, end;         // `end` carries the merged heads, [A0,A1,E] or [A0*A1,E]
+  bool end_is_2d = false;
+  bool seq_first = false;
+  int64_t heads = 0, hidden = 0;
+  double scale = 1;
+  Tensor w, bias;
+  const ir::Node* anchor = nullptr;  // the Softmax: the fused node goes where it was
+};
+
+// The scores MatMul under optional scalings, or nullptr.
+const ir::Node* scores_matmul(const GraphIndex& idx, std::string v,
+                              std::vector<const ir::Node*>& nodes, double& scale) {
+  for (const ir::Node* n = idx.producer(v);; n = idx.producer(v)) {
+    if (is_op(n, "MatMul")) {
+      nodes.push_back(n);
+      return n;
+    }
+    auto s = scaling(idx, n);
+    if (!s) return nullptr;
+    scale *= s->second;
+    nodes.push_back(n);
+    v = s->first;
+  }
+}
+
+Result<Tensor> merge_columns(const std::vector<const Branch*>& bs, int64_t rows, bool bias) {
+  int64_t cols = 0;
+  for (const Branch* b : bs) cols += b->end - b->begin;
+  KILN_ASSIGN_OR_RETURN(Tensor out,
+                        Tensor::make(DType::kFloat32, bias ? Shape{cols} : Shape{rows, cols}));
+  float* o = out.data<float>();
+  int64_t at = 0;
+  for (const Branch* b : bs) {
+    const int64_t width = b->end - b->begin;
+    for (int64_t r = 0; r < (bias ? 1 : rows); ++r)
+      for (int64_t c = 0; c < width; ++c) {
+        float v = 0;
+        if (bias && b->bias) v = b->bias->data<float>()[b->begin + c];
+        if (!bias) v = b->w->data<float>()[r * b->w->dim(1) + b->begin + c];
+        o[r * cols + at + c] = v;
+      }
+    at += width;
+  }
+  return out;
+}
+
+std::optional<Match> match(const ir::Graph& g, const GraphIndex& idx, const Types& types,
+                           const Values& values, const ir::Node& sm, int64_t opset) {
+  if (sm.inputs.empty() || sm.outputs.empty()) return std::nullopt;
+  const ir::TypeInfo* st = type_of(types, sm.inputs[0]);
+  if (!st || st->dtype != DType::kFloat32) return std::nullopt;
+  // Before opset 13 the default axis is 1 and the input is coerced to 2-D there; on the last
+  // axis both versions normalise the same way.
+  const int64_t axis = sm.attr_int("axis", opset < 13 ? 1 : -1);
+  if (axis != -1 && axis != static_cast<int64_t>(st->shape.size()) - 1) return std::nullopt;
+  Match m;
+  m.anchor = &sm;
+  m.nodes.insert(&sm);
+  // Softmax(scale * Q·K^T [+ mask]), the mask added after the scaling.
+  std::vector<const ir::Node*> score_nodes;
+  const ir::Node* qk = nullptr;
+  const ir::Node* add = idx.producer(sm.inputs[0]);
+  if (is_op(add, "Add") && add->inputs.size() == 2) {
+    for (int i = 0; i < 2 && !qk; ++i) {
+      score_nodes.clear();
+      m.scale = 1;
+      qk = scores_matmul(idx, add->inputs[i], score_nodes, m.scale);
+      if (qk) m.mask = add->inputs[1 - i];
+    }
+    if (qk) score_nodes.push_back(add);
+  }
+  if (!qk) {
+    score_nodes.clear();
+    m.scale = 1;
+    qk = scores_matmul(idx, sm.inputs[0], score_nodes, m.scale);
+  }
+  if (!qk) return std::nullopt;
+  const auto& pv_readers = idx.consumers(sm.outputs[0]);
+  if (pv_readers.size() != 1 || !is_op(pv_readers[0], "MatMul") ||
+      pv_readers[0]->inputs[0] != sm.outputs[0])
+    return std::nullopt;
+  const ir::Node* pv = pv_readers[0];
+  auto q = trace_branch(idx, types, values, qk->inputs[0], true);
+  auto k = trace_branch(idx, types, values, qk->inputs[1], true);
+  auto v = trace_branch(idx, types, values, pv->inputs[1], false);
+  if (!q || !k || !v || q->x != k->x || q->x != v->x) return std::nullopt;
+  m.x = q->x;
+  m.scale *= q->scale * k->scale;
+  const ir::TypeInfo* xt = type_of(types, m.x);
+  const ir::TypeInfo* qt = type_of(types, qk->inputs[0]);
+  if (!xt || !qt || xt->dtype != DType::kFloat32 || xt->shape.size() != 3 || qt->shape.empty())
+    return std::nullopt;
+  const ir::Dim d = qt->shape.back();
+  m.hidden = q->end - q->begin;
+  if (!d.known() || d.value <= 0 || m.hidden % d.value != 0) return std::nullopt;
+  if (k->end - k->begin != m.hidden || v->end - v->begin != m.hidden) return std::nullopt;
+  if (q->w->dim(0) != k->w->dim(0) || q->w->dim(0) != v->w->dim(0)) return std::nullopt;
+  m.heads = m.hidden / d.value;
+  const ir::Dim size[4] = {xt->shape[0], xt->shape[1], ir::known_dim(m.heads), d};
+  const Layout start = {{kA0}, {kA1}, {kH, kD}};
+  Layout lq = start, lk = start, lv = start;
+  for (const ir::Node* n : q->path)
+    if (!apply(*n, types, size, lq)) return std::nullopt;
+  for (const ir::Node* n : k->path)
+    if (!apply(*n, types, size, lk)) return std::nullopt;
+  for (const ir::Node* n : v->path)
+    if (!apply(*n, types, size, lv)) return std::nullopt;
+  // Q = [batch groups][seq][D], K^T = [batch groups][D][seq], V = [batch groups][seq][D]; the
+  // batch groups hold H and the other outer axis, the same way in all three.
+  if (lq.size() < 3 || lq.back() != Group{kD} || lq[lq.size() - 2].size() != 1) return std::nullopt;
+  const int seq = lq[lq.size() - 2][0];
+  if (seq != kA0 && seq != kA1) return std::nullopt;
+  const int batch = seq == kA0 ? kA1 : kA0;
+  Layout bg(lq.begin(), lq.end() - 2);
+  std::multiset<int> batch_atoms;
+  for (const auto& grp : bg) batch_atoms.insert(grp.begin(), grp.end());
+  if (batch_atoms != std::multiset<int>{batch, kH}) return std::nullopt;
+  auto with = [&](Group a, Group b) {
+    Layout l = bg;
+    l.push_back(std::move(a));
+    l.push_back(std::move(b));
+    return l;
+  };
+  if (lk != with({kD}, {seq}) || lv != with({seq}, {kD})) return std::nullopt;
+  m.seq_first = seq == kA0;
+  // The mask must broadcast to the scores [batch, H, seq, seq] without growing them.
+  if (!m.mask.empty()) {
+    if (m.seq_first || bg != Layout{{kA0}, {kH}}) return std::nullopt;
+    const ir::TypeInfo* mt = type_of(types, m.mask);
+    if (!mt || mt->dtype != DType::kFloat32 || mt->shape.size() > 4) return std::nullopt;
+    const ir::Dim want[4] = {size[kA0], size[kH], size[kA1], size[kA1]};
+    const size_t off = 4 - mt->shape.size();
+    for (size_t i = 0; i < mt->shape.size(); ++i) {
+      const ir::Dim& md = mt->shape[i];
+      if ((md.known() && md.value == 1) || ir::same_dim(md, want[off + i])) continue;
+      // The key axis may stay unproven: a mask that grew it would have broken P·V's inner dim,
+      // so the original fails then too (and the kernel reports it).
+      const bool key_axis = off + i == 3;
+      if (!key_axis || (md.known() && want[3].known())) return std::nullopt;
+    }
+  }
+  // From P·V on, follow the single readers until the heads are merged back in order.
+  Layout lo = with({seq}, {kD});
+  std::string out = pv->outputs[0];
+  m.nodes.insert(pv);
+  for (;;) {
+    if (lo == Layout{{kA0}, {kA1}, {kH, kD}}) break;
+    if (lo == Layout{{kA0, kA1}, {kH, kD}}) {
+      m.end_is_2d = true;
+      break;
+    }
+    // One Transpose or Reshape carries the data on; other readers (Shape nodes sizing the
+    // merge) must die with the pattern, which the check below makes sure of.
+    const ir::Node* n = nullptr;
+    for (const ir::Node* r : idx.consumers(out)) {
+      if (!(is_op(r, "Transpose") || is_op(r, "Reshape")) || r->inputs[0] != out) continue;
+      if (n) return std::nullopt;
+      n = r;
+    }
+    if (!n) return std::nullopt;
+    if (!apply(*n, types, size, lo)) return std::nullopt;
+    m.nodes.insert(n);
+    out = n->outputs[0];
+  }
+  m.end = out;
+  for (const Branch* b : {&*q, &*k, &*v}) {
+    m.nodes.insert(b->path.begin(), b->path.end());
+    m.nodes.insert(b->roots.begin(), b->roots.end());
+  }
+  m.nodes.insert(score_nodes.begin(), score_nodes.end());
+  // Every value the pattern computes, but the end, is read only inside it or by nodes that die
+  // with it (the Shape chains that fed its Reshapes).
+  std::set<const ir::Node*> dead = m.nodes;
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (const auto& n : g.nodes) {
+      if (dead.count(&n) || n.outputs.empty()) continue;
+      bool unused = true;
+      for (const auto& a : n.attrs) unused &= !a.g && a.graphs.empty();
+      for (const auto& o : n.outputs) {
+        if (o.empty()) continue;
+        if (o == m.x || o == m.mask || o == m.end || is_graph_output(g, o)) unused = false;
+        const auto& cs = idx.consumers(o);
+        if (idx.use_count(o) != static_cast<int>(cs.size())) unused = false;
+        for (const ir::Node* c : cs) unused &= dead.count(c) > 0;
+        if (!unused) break;
+      }
+      if (unused) grew = dead.insert(&n).second;
+    }
+  }
+  for (const ir::Node* n : m.nodes)
+    for (const auto& o : n->outputs) {
+      if (o.empty() || o == m.end) continue;
+      if (is_graph_output(g, o) || idx.use_count(o) != static_cast<int>(idx.consumers(o).size()))
+        return std::nullopt;
+      for (const ir::Node* c : idx.consumers(o))
+        if (!dead.count(c)) return std::nullopt;
+    }
+  m.nodes = std::move(dead);
+  auto w = merge_columns({&*q, &*k, &*v}, q->w->dim(0), false);
+  auto bias = merge_columns({&*q, &*k, &*v}, 1, true);
+  if (!w || !bias) return std::nullopt;
+  m.w = std::move(w).value();
+  m.bias = std::move(bias).value();
+  return m;
+}
+
+std::string fresh_name(const ir::Graph& g, const Types& types, const std::string& base) {
+  std::string name = base;
+  for (int i = 1; types.count(name) || g.initializers.count(name); ++i)
+    name = base + "_" + std::to_string(i);
+  return name;
+}
+
+void rewrite(ir::Graph& g, Types& types, const Match& m) {
+  const std::string base = m.anchor->name.empty() ? m.end : m.anchor->name;
+  const std::string w = fresh_name(g, types, base + "/qkv_weight");
+  g.initializers[w] = m.w;
+  const std::string b = fresh_name(g, types, base + "/qkv_bias");
+  g.initializers[b] = m.bias;
+  ir::Node mha;
+  mha.name = base + "/MultiHeadAttention";
+  mha.op_type = "MultiHeadAttention";
+  mha.domain = "ai.kiln";
+  mha.inputs = {m.x, w, b};
+  if (!m.mask.empty()) mha.inputs.push_back(m.mask);
+  auto attr = [&](const char* name, ir::Attribute::Type type) -> ir::Attribute& {
+    mha.attrs.emplace_back();
+    mha.attrs.back().name = name;
+    mha.attrs.back().type = type;
+    return mha.attrs.back();
+  };
+  attr("num_heads", ir::Attribute::Type::kInt).i = m.heads;
+  attr("scale", ir::Attribute::Type::kFloat).f = static_cast<float>(m.scale);
+  if (m.seq_first) attr("seq_first", ir::Attribute::Type::kInt).i = 1;
+  std::vector<ir::Node> added;
+  if (m.end_is_2d) {
+    // [A0, A1, E] -> [A0*A1, E]: the same elements in the same order.
+    const std::string out = fresh_name(g, types, base + "/attention_output");
+    mha.outputs = {out};
+    const std::string shape = fresh_name(g, types, base + "/attention_output_shape");
+    Tensor s = Tensor::make(DType::kInt64, {2}).value();
+    s.data<int64_t>()[0] = -1;
+    s.data<int64_t>()[1] = m.hidden;
+    g.initializers[shape] = s;
+    ir::Node r;
+    r.name = base + "/attention_merge";
+    r.op_type = "Reshape";
+    r.inputs = {out, shape};
+    r.outputs = {m.end};
+    added = {std::move(mha), std::move(r)};
+  } else {
+    mha.outputs = {m.end};
+    added = {std::move(mha)};
+  }
+  for (const auto& n : added)
+    for (const auto& o : n.outputs) types.emplace(o, nullptr);
+  std::vector<ir::Node> kept;
+  for (auto& n : g.nodes) {
+    if (&n == m.anchor)
+      for (auto& a : added) kept.push_back(std::move(a));
+    if (!m.nodes.count(&n)) kept.push_back(std::move(n));
+  }
+  g.nodes = std::move(kept);
+}
+
+class AttentionFusion : public Pass {
+ public:
+  Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
+    // Only the main graph: attention inside If/Loop bodies is left as it is.
+    ir::Graph& g = model.graph;
+    bool any = false;
+    for (const auto& n : g.nodes) any |= is_op(&n, "Softmax");
+    if (!any) return 0;
+    // The types of the values guide matching; the model keeps the value infos it had.
+    const auto saved_info = g.value_info;
+    const auto saved_outputs = g.outputs;
+    // Shape-derived integers (torchvision's slice offsets) are read from inference as well.
+    Values values;
+    if (!ir::infer_shapes(model, &values).is_ok()) {
+      g.value_info = saved_info;
+      g.outputs = saved_outputs;
+      return 0;
+    }
+    const std::vector<ir::ValueInfo> inferred = g.value_info;
+    const std::vector<ir::ValueInfo> inferred_inputs = g.inputs;
+    const std::vector<ir::ValueInfo> inferred_outputs = g.outputs;
+    g.value_info = saved_info;
+    g.outputs = saved_outputs;
+    Types types;
+    for (const auto* list : {&inferred_inputs, &inferred_outputs, &inferred})
+      for (const auto& vi : *list) types.emplace(vi.name, &vi.type);
+    int64_t fused = 0;
+    for (bool again = true; again;) {
+      again = false;
+      GraphIndex idx(g);
+      for (const auto& n : g.nodes) {
+        if (!is_op(&n, "Softmax")) continue;
+        if (auto m = match(g, idx, types, values, n, model.opset(""))) {
+          rewrite(g, types, *m);
+          ++fused;
+          again = true;
+          break;
+        }
+      }
+    }
+    if (fused == 0) return 0;
+    if (!model.opsets.count("ai.kiln")) model.opsets["ai.kiln"] = 1;
+    // Value infos of the values the fusion removed go with them.
+    std::set<std::string> produced;
+    for (const auto& n : g.nodes) produced.insert(n.outputs.begin(), n.outputs.end());
+    for (const auto& kv : g.initializers) produced.insert(kv.first);
+    std::erase_if(g.value_info, [&](const ir::ValueInfo& vi) { return !produced.count(vi.name); });
+    return fused;
+  }
+};
+
+}  // namespace
+
+KILN_REGISTER_PASS(AttentionFusion, "attention-fusion", 2, kFuse, 20, false);
+
+}  // namespace kiln::passes

@@ -1,0 +1,324 @@
+// Matchers for the elementwise tails the epilogue fusions absorb: activation spellings, residual
+// Adds, and the edit list that swaps a matched group of nodes for one fused node.
+#include "passes/fusions/epilogue_match.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "core/float_convert.h"
+#include "ir/op_schema.h"
+
+namespace kiln::passes::epilogue {
+namespace {
+
+bool is_op(const ir::Node* n, const char* op) { return n && n->domain.empty() && n->op_type == op; }
+
+// The one node reading `v`, when v is read exactly once (not by a subgraph or as a graph output).
+const ir::Node* sole_consumer(const GraphIndex& idx, const std::string& v, const Taken& taken) {
+  if (idx.use_count(v) != 1) return nullptr;
+  const auto& cs = idx.consumers(v);
+  if (cs.size() != 1 || taken.count(cs[0])) return nullptr;
+  return cs[0];
+}
+
+bool near(double a, double b) { return std::fabs(a - b) <= 1e-6 * std::max(1.0, std::fabs(b)); }
+
+// For a binary node reading `v` once: its other operand, or "" when v is not exactly one input.
+std::string other_operand(const ir::Node& n, const std::string& v) {
+  if (n.inputs.size() != 2 || n.outputs.size() != 1) return "";
+  if (n.inputs[0] == v && n.inputs[1] != v) return n.inputs[1];
+  if (n.inputs[1] == v && n.inputs[0] != v) return n.inputs[0];
+  return "";
+}
+
+// Binary `op` of v and a scalar constant equal to `c`.
+bool is_scalar_op(const GraphIndex& idx, const ir::Node* n, const char* op, const std::string& v,
+                  double c) {
+  if (!is_op(n, op)) return false;
+  const std::string o = other_operand(*n, v);
+  if (o.empty()) return false;
+  // Div is not commutative: the constant must be the divisor.
+  if (std::string(op) == "Div" && n->inputs[1] != o) return false;
+  auto s = scalar_constant(idx, o);
+  return s && near(*s, c);
+}
+
+// v / 6 or v * (1/6), read from v by a single node.
+const ir::Node* divide_by_six(const GraphIndex& idx, const std::string& v, const Taken& taken) {
+  const ir::Node* n = sole_consumer(idx, v, taken);
+  if (is_scalar_op(idx, n, "Div", v, 6.0) || is_scalar_op(idx, n, "Mul", v, 1.0 / 6.0)) return n;
+  return nullptr;
+}
+
+// Single-input, single-output activations reading v as input 0.
+std::optional<Activation> unary_activation(const GraphIndex& idx, const ir::Node& n,
+                                           const std::string& v) {
+  if (n.inputs.empty() || n.inputs[0] != v || n.outputs.size() != 1) return std::nullopt;
+  for (size_t i = 1; i < n.inputs.size(); ++i)
+    if (n.inputs[i] == v) return std::nullopt;
+  if (n.domain == "ai.kiln" && n.op_type == "Gelu") {
+    // The GELU canonicalisation's op: only the approximate attribute is understood here.
+    for (const auto& a : n.attrs)
+      if (a.name != "approximate") return std::nullopt;
+    if (n.inputs.size() != 1) return std::nullopt;
+  } else if (!n.domain.empty()) {
+    return std::nullopt;
+  }
+  const std::string& op = n.op_type;
+  if (op == "Gelu") {
+    const std::string approx = n.attr_string("approximate", "none");
+    if (approx == "none") return Activation{"Gelu", {}};
+    if (approx == "tanh") return Activation{"GeluTanh", {}};
+    return std::nullopt;
+  }
+  if (n.inputs.size() != 1 && op != "Clip") return std::nullopt;
+  if (op == "Relu" || op == "Sigmoid" || op == "Tanh" || op == "HardSwish")
+    return Activation{op, {}};
+  if (op == "LeakyRelu") return Activation{op, {n.attr_float("alpha", 0.01f)}};
+  if (op == "HardSigmoid")
+    return Activation{op, {n.attr_float("alpha", 0.2f), n.attr_float("beta", 0.5f)}};
+  if (op != "Clip") return std::nullopt;
+  float lo = -std::numeric_limits<float>::infinity(), hi = std::numeric_limits<float>::infinity();
+  if (n.has_attr("min") || n.has_attr("max")) {  // Clip-6: bounds are attributes
+    if (n.inputs.size() != 1) return std::nullopt;
+    lo = n.attr_float("min", lo);
+    hi = n.attr_float("max", hi);
+  } else {
+    if (n.inputs.size() > 3) return std::nullopt;
+    for (size_t i = 1; i < n.inputs.size(); ++i) {
+      if (n.inputs[i].empty()) continue;
+      auto s = scalar_constant(idx, n.inputs[i]);
+      if (!s) return std::nullopt;
+      (i == 1 ? lo : hi) = static_cast<float>(*s);
+    }
+  }
+  return Activation{"Clip", {lo, hi}};
+}
+
+// x * Clip(x + 3, 0, 6) / 6 with `add` the Add(x, 3) and `mul` the other reader of x.
+std::optional<ActivationMatch> paddle_hard_swish(const GraphIndex& idx, const std::string& v,
+                                                 const ir::Node* add, const ir::Node* mul,
+                                                 const Taken& taken) {
+  if (!is_scalar_op(idx, add, "Add", v, 3.0) || !is_op(mul, "Mul")) return std::nullopt;
+  const ir::Node* clip = sole_consumer(idx, add->outputs[0], taken);
+  if (!is_op(clip, "Clip")) return std::nullopt;
+  auto c = unary_activation(idx, *clip, add->outputs[0]);
+  if (!c || !near(c->params[0], 0.0) || !near(c->params[1], 6.0)) return std::nullopt;
+  const std::string& t = clip->outputs[0];
+  ActivationMatch m;
+  m.act = Activation{"HardSwish", {}};
+  // Either x * (clip / 6) or (x * clip) / 6.
+  if (const ir::Node* d = divide_by_six(idx, t, taken)) {
+    if (other_operand(*mul, v) != d->outputs[0] || sole_consumer(idx, d->outputs[0], taken) != mul)
+      return std::nullopt;
+    m.nodes = {add, clip, d, mul};
+    m.output = mul->outputs[0];
+    return m;
+  }
+  if (other_operand(*mul, v) != t || sole_consumer(idx, t, taken) != mul) return std::nullopt;
+  const ir::Node* d = divide_by_six(idx, mul->outputs[0], taken);
+  if (!d) return std::nullopt;
+  m.nodes = {add, clip, mul, d};
+  m.output = d->outputs[0];
+  return m;
+}
+
+ir::Attribute make_attr(const std::string& name, ir::Attribute::Type type) {
+  ir::Attribute a;
+  a.name = name;
+  a.type = type;
+  return a;
+}
+
+}  // namespace
+
+std::optional<ir::TypeInfo> Types::of(const std::string& value) const {
+  auto it = g_.initializers.find(value);
+  if (it != g_.initializers.end())
+    return ir::TypeInfo::tensor(it->second.dtype(), it->second.shape());
+  const ir::ValueInfo* vi = g_.find_value_info(value);
+  if (!vi || vi->type.kind != ir::TypeInfo::Kind::kTensor) return std::nullopt;
+  return vi->type;
+}
+
+bool Types::is_float32(const std::string& value) const {
+  auto t = of(value);
+  return t && t->dtype == DType::kFloat32;
+}
+
+bool Types::same_float_shape(const std::string& a, const std::string& b) const {
+  auto ta = of(a), tb = of(b);
+  if (!ta || !tb || ta->dtype != DType::kFloat32 || tb->dtype != DType::kFloat32) return false;
+  if (!ta->has_shape || !tb->has_shape || ta->shape.size() != tb->shape.size()) return false;
+  for (size_t i = 0; i < ta->shape.size(); ++i)
+    if (!ir::same_dim(ta->shape[i], tb->shape[i])) return false;
+  return true;
+}
+
+std::optional<double> scalar_constant(const GraphIndex& idx, const std::string& v) {
+  const Tensor* t = idx.constant(v);
+  if (!t || t->numel() != 1 || t->rank() > 1) return std::nullopt;
+  if (!dtype_is_float(t->dtype()) && t->dtype() != DType::kInt32 && t->dtype() != DType::kInt64)
+    return std::nullopt;
+  return load_as_double(t->dtype(), t->raw_data(), 0);
+}
+
+std::optional<ActivationMatch> match_activation(const ir::Graph&, const GraphIndex& idx,
+                                                const std::string& v, const Taken& taken) {
+  if (const ir::Node* n = sole_consumer(idx, v, taken)) {
+    auto act = unary_activation(idx, *n, v);
+    if (!act) return std::nullopt;
+    ActivationMatch m;
+    m.act = *act;
+    m.nodes = {n};
+    m.output = n->outputs[0];
+    return m;
+  }
+  // Two readers: x * f(x) spellings.
+  const auto& cs = idx.consumers(v);
+  if (idx.use_count(v) != 2 || cs.size() != 2 || cs[0] == cs[1] || taken.count(cs[0]) ||
+      taken.count(cs[1]))
+    return std::nullopt;
+  for (int first = 0; first < 2; ++first) {
+    const ir::Node* f = cs[first];
+    const ir::Node* mul = cs[1 - first];
+    if (auto hs = paddle_hard_swish(idx, v, f, mul, taken)) return hs;
+    if (!is_op(mul, "Mul") || f->outputs.size() != 1) continue;
+    auto act = unary_activation(idx, *f, v);
+    if (!act) continue;
+    Activation fused;
+    if (act->name == "Sigmoid") {
+      fused = Activation{"Silu", {}};
+    } else if (act->name == "HardSigmoid" && near(act->params[0], 1.0 / 6.0) &&
+               near(act->params[1], 0.5)) {
+      fused = Activation{"HardSwish", {}};
+    } else {
+      continue;
+    }
+    if (other_operand(*mul, v) != f->outputs[0] || sole_consumer(idx, f->outputs[0], taken) != mul)
+      continue;
+    ActivationMatch m;
+    m.act = fused;
+    m.nodes = {f, mul};
+    m.output = mul->outputs[0];
+    return m;
+  }
+  return std::nullopt;
+}
+
+std::optional<ResidualMatch> match_residual(const ir::Graph&, const GraphIndex& idx,
+                                            const Types& types, const std::string& v,
+                                            const Taken& taken) {
+  const ir::Node* add = sole_consumer(idx, v, taken);
+  if (!is_op(add, "Add")) return std::nullopt;
+  const std::string z = other_operand(*add, v);
+  if (z.empty() || !types.same_float_shape(v, z)) return std::nullopt;
+  ResidualMatch m;
+  m.nodes = {add};
+  m.output = add->outputs[0];
+  m.z = z;
+  return m;
+}
+
+std::optional<EpilogueMatch> match_epilogue(const ir::Graph& g, const GraphIndex& idx,
+                                            const Types& types, const std::string& v,
+                                            const Taken& taken) {
+  EpilogueMatch e;
+  if (auto a = match_activation(g, idx, v, taken)) {
+    e.act = a->act;
+    e.nodes = a->nodes;
+    e.output = a->output;
+    if (auto r = match_residual(g, idx, types, a->output, taken)) {
+      e.z = r->z;
+      e.nodes.insert(e.nodes.end(), r->nodes.begin(), r->nodes.end());
+      e.output = r->output;
+    }
+    return e;
+  }
+  auto r = match_residual(g, idx, types, v, taken);
+  if (!r) return std::nullopt;
+  e.z = r->z;
+  e.nodes = r->nodes;
+  e.output = r->output;
+  e.residual_first = true;
+  if (auto a = match_activation(g, idx, r->output, taken)) {
+    e.act = a->act;
+    e.nodes.insert(e.nodes.end(), a->nodes.begin(), a->nodes.end());
+    e.output = a->output;
+  }
+  return e;
+}
+
+void add_activation_attrs(ir::Node& n, const Activation& act, const std::string& name_attr,
+                          const std::string& params_attr) {
+  ir::Attribute a = make_attr(name_attr, ir::Attribute::Type::kString);
+  a.s = act.name;
+  n.attrs.push_back(std::move(a));
+  if (!act.params.empty()) {
+    ir::Attribute p = make_attr(params_attr, ir::Attribute::Type::kFloats);
+    p.floats = act.params;
+    n.attrs.push_back(std::move(p));
+  }
+}
+
+void add_epilogue_attrs(ir::Node& n, const EpilogueMatch& e) {
+  if (e.act) add_activation_attrs(n, *e.act);
+  if (!e.z.empty()) {
+    ir::Attribute r = make_attr("residual_before_activation", ir::Attribute::Type::kInt);
+    r.i = e.residual_first ? 1 : 0;
+    n.attrs.push_back(std::move(r));
+  }
+}
+
+void trim_inputs(ir::Node& n) {
+  while (!n.inputs.empty() && n.inputs.back().empty()) n.inputs.pop_back();
+}
+
+void Rewrites::replace(const std::vector<const ir::Node*>& nodes, ir::Node fused) {
+  for (const ir::Node* n : nodes) drop.insert(n);
+  put.emplace_back(nodes, std::move(fused));
+}
+
+int64_t Rewrites::apply(ir::Graph& g) {
+  if (put.empty()) return 0;
+  // Each fused node goes where the latest of its nodes was, so every input it reads is ready.
+  std::map<const ir::Node*, size_t> pos;
+  for (size_t i = 0; i < g.nodes.size(); ++i) pos[&g.nodes[i]] = i;
+  std::map<size_t, ir::Node*> at;
+  for (auto& [nodes, fused] : put) {
+    size_t last = 0;
+    for (const ir::Node* n : nodes) last = std::max(last, pos.at(n));
+    at[last] = &fused;
+  }
+  std::vector<ir::Node> out;
+  out.reserve(g.nodes.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    auto it = at.find(i);
+    if (it != at.end()) {
+      out.push_back(std::move(*it->second));
+    } else if (!drop.count(&g.nodes[i])) {
+      out.push_back(std::move(g.nodes[i]));
+    }
+  }
+  g.nodes = std::move(out);
+  const auto n = static_cast<int64_t>(put.size());
+  drop.clear();
+  put.clear();
+  return n;
+}
+
+bool has_op(const ir::Graph& g, const std::set<std::string>& ops) {
+  for (const auto& n : g.nodes) {
+    if (n.domain.empty() && ops.count(n.op_type)) return true;
+    for (const auto& a : n.attrs) {
+      if (a.g && has_op(*a.g, ops)) return true;
+      for (const auto& sg : a.graphs)
+        if (sg && has_op(*sg, ops)) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace kiln::passes::epilogue

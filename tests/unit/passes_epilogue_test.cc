@@ -1,0 +1,417 @@
+// The -O2 epilogue fusions (conv-epilogue, gemm-epilogue, squeeze-excite): each pattern checked
+// for the structure it leaves and for computing the same outputs as the graph it replaced.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "ir/graph.h"
+#include "kiln/session.h"
+#include "passes/pass.h"
+
+namespace kiln {
+namespace {
+
+ir::Attribute attr_f(const std::string& name, float v) {
+  ir::Attribute a;
+  a.name = name;
+  a.type = ir::Attribute::Type::kFloat;
+  a.f = v;
+  return a;
+}
+
+ir::Attribute attr_ints(const std::string& name, std::vector<int64_t> v) {
+  ir::Attribute a;
+  a.name = name;
+  a.type = ir::Attribute::Type::kInts;
+  a.ints = std::move(v);
+  return a;
+}
+
+ir::Attribute attr_i(const std::string& name, int64_t v) {
+  ir::Attribute a;
+  a.name = name;
+  a.type = ir::Attribute::Type::kInt;
+  a.i = v;
+  return a;
+}
+
+// A small float model built in code.
+struct Builder {
+  ir::Model m;
+  std::mt19937 rng{7};
+
+  Builder() { m.opsets[""] = 20; }
+  void input(const std::string& name, const Shape& shape) {
+    m.graph.inputs.push_back(ir::ValueInfo{name, ir::TypeInfo::tensor(DType::kFloat32, shape), ""});
+  }
+  void output(const std::string& name) {
+    m.graph.outputs.push_back(ir::ValueInfo{name, ir::TypeInfo::tensor(DType::kFloat32), ""});
+  }
+  Tensor random(const Shape& shape, float lo = -1, float hi = 1) {
+    Tensor t = Tensor::make(DType::kFloat32, shape).value();
+    std::uniform_real_distribution<float> d(lo, hi);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(rng);
+    return t;
+  }
+  void weight(const std::string& name, const Shape& shape) {
+    m.graph.initializers[name] = random(shape);
+  }
+  void scalar(const std::string& name, float v) {
+    m.graph.initializers[name] = Tensor::scalar<float>(DType::kFloat32, v);
+  }
+  ir::Node& add(const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
+                std::vector<ir::Attribute> attrs = {}) {
+    ir::Node n;
+    n.name = op + std::to_string(m.graph.nodes.size());
+    n.op_type = op;
+    n.inputs = std::move(in);
+    n.outputs = std::move(out);
+    n.attrs = std::move(attrs);
+    m.graph.nodes.push_back(std::move(n));
+    return m.graph.nodes.back();
+  }
+  // Conv "name" of x (C channels in, M out, k x k, same padding) with a bias.
+  void conv(const std::string& x, const std::string& y, int64_t c, int64_t mo, int64_t k = 3) {
+    weight(y + "_w", {mo, c, k, k});
+    weight(y + "_b", {mo});
+    add("Conv", {x, y + "_w", y + "_b"}, {y}, {attr_ints("pads", {k / 2, k / 2, k / 2, k / 2})});
+  }
+};
+
+Result<int64_t> run_pass(ir::Model& m, const std::string& name) {
+  for (const auto* p : passes::PassRegistry::global().sorted())
+    if (p->name == name) return p->create()->run(m, OptimizeOptions{});
+  return Status::error("no pass " + name);
+}
+
+std::vector<Value> run_model(const ir::Model& m, const std::vector<Tensor>& feeds) {
+  auto s = Session::create(std::make_shared<const ir::Model>(m));
+  EXPECT_TRUE(s.is_ok()) << s.status().message();
+  if (!s.is_ok()) return {};
+  std::vector<Value> in;
+  for (const auto& t : feeds) in.push_back(Value::of(t));
+  auto out = (*s)->run(in);
+  EXPECT_TRUE(out.is_ok()) << out.status().message();
+  return out.is_ok() ? std::move(out).value() : std::vector<Value>{};
+}
+
+// Runs `name` on the model built by b; checks the ops left and that outputs stay within 1e-5.
+void check(Builder& b, const std::string& pass, const std::vector<std::string>& want_ops,
+           std::vector<Shape> input_shapes, float lo = -1, float hi = 1) {
+  std::vector<Tensor> feeds;
+  for (const auto& s : input_shapes) feeds.push_back(b.random(s, lo, hi));
+  const std::vector<Value> before = run_model(b.m, feeds);
+  ir::Model fused = b.m;
+  auto n = run_pass(fused, pass);
+  ASSERT_TRUE(n.is_ok()) << n.status().message();
+  std::vector<std::string> ops;
+  for (const auto& node : fused.graph.nodes) ops.push_back(node.op_type);
+  EXPECT_EQ(ops, want_ops);
+  if (*n > 0) {
+    EXPECT_EQ(fused.opsets["ai.kiln"], 1);
+  }
+  const std::vector<Value> after = run_model(fused, feeds);
+  ASSERT_EQ(before.size(), after.size());
+  for (size_t i = 0; i < before.size(); ++i) {
+    const Tensor& x = before[i].tensor;
+    const Tensor& y = after[i].tensor;
+    ASSERT_EQ(x.shape(), y.shape());
+    for (int64_t j = 0; j < x.numel(); ++j) {
+      const float a = x.data<float>()[j], c = y.data<float>()[j];
+      ASSERT_LE(std::fabs(a - c), 1e-5f * std::max(1.0f, std::fabs(a)))
+          << "output " << i << " element " << j;
+    }
+  }
+}
+
+const ir::Node& only_node(const ir::Model& m) { return m.graph.nodes.at(0); }
+
+TEST(ConvEpilogue, ConvRelu) {
+  Builder b;
+  b.input("x", {1, 3, 6, 6});
+  b.conv("x", "y", 3, 4);
+  b.add("Relu", {"y"}, {"r"});
+  b.output("r");
+  check(b, "conv-epilogue", {"FusedConv"}, {{1, 3, 6, 6}});
+}
+
+TEST(ConvEpilogue, CommutedResidualThenRelu) {
+  // ResNet: Relu(Add(shortcut, Conv(x))), the shortcut first.
+  Builder b;
+  b.input("x", {1, 4, 5, 5});
+  b.conv("x", "y", 4, 4);
+  b.add("Add", {"x", "y"}, {"s"});
+  b.add("Relu", {"s"}, {"r"});
+  b.output("r");
+  ir::Model m = b.m;
+  ASSERT_TRUE(run_pass(m, "conv-epilogue").is_ok());
+  ASSERT_EQ(m.graph.nodes.size(), 1u);
+  const ir::Node& f = only_node(m);
+  EXPECT_EQ(f.domain, "ai.kiln");
+  EXPECT_EQ(f.inputs, (std::vector<std::string>{"x", "y_w", "y_b", "x"}));
+  EXPECT_EQ(f.attr_string("activation", ""), "Relu");
+  EXPECT_EQ(f.attr_int("residual_before_activation", 0), 1);
+  check(b, "conv-epilogue", {"FusedConv"}, {{1, 4, 5, 5}});
+}
+
+TEST(ConvEpilogue, TwoConvsIntoOneAdd) {
+  // The downsampling block: Relu(Conv_a(x) + Conv_b(x)); one Conv absorbs the Add, the other stays.
+  Builder b;
+  b.input("x", {1, 2, 4, 4});
+  b.conv("x", "a", 2, 3);
+  b.conv("x", "c", 2, 3, 1);
+  b.add("Add", {"a", "c"}, {"s"});
+  b.add("Relu", {"s"}, {"r"});
+  b.output("r");
+  check(b, "conv-epilogue", {"Conv", "FusedConv"}, {{1, 2, 4, 4}});
+}
+
+TEST(ConvEpilogue, Relu6ThenResidual) {
+  // MobileNet: Clip(0, 6) with constant inputs, then a residual Add after the activation.
+  Builder b;
+  b.input("x", {1, 3, 4, 4});
+  b.conv("x", "y", 3, 3);
+  b.scalar("lo", 0.0f);
+  b.scalar("hi", 6.0f);
+  b.add("Clip", {"y", "lo", "hi"}, {"c"});
+  b.add("Add", {"c", "x"}, {"s"});
+  b.output("s");
+  check(b, "conv-epilogue", {"FusedConv"}, {{1, 3, 4, 4}}, -3, 8);
+}
+
+TEST(ConvEpilogue, ResidualWithoutActivation) {
+  Builder b;
+  b.input("x", {2, 3, 4, 4});
+  b.conv("x", "y", 3, 3);
+  b.add("Add", {"y", "x"}, {"s"});
+  b.output("s");
+  check(b, "conv-epilogue", {"FusedConv"}, {{2, 3, 4, 4}});
+}
+
+TEST(ConvEpilogue, SiluCommuted) {
+  Builder b;
+  b.input("x", {1, 2, 4, 4});
+  b.conv("x", "y", 2, 3);
+  b.add("Sigmoid", {"y"}, {"s"});
+  b.add("Mul", {"s", "y"}, {"m"});
+  b.output("m");
+  check(b, "conv-epilogue", {"FusedConv"}, {{1, 2, 4, 4}});
+}
+
+TEST(ConvEpilogue, PaddleHardSwishDivideLast) {
+  // Paddle: x * Clip(x + 3, 0, 6) / 6.
+  Builder b;
+  b.input("x", {1, 2, 5, 5});
+  b.conv("x", "y", 2, 3);
+  b.scalar("three", 3.0f);
+  b.scalar("zero", 0.0f);
+  b.scalar("six", 6.0f);
+  b.add("Add", {"y", "three"}, {"a"});
+  b.add("Clip", {"a", "zero", "six"}, {"c"});
+  b.add("Mul", {"y", "c"}, {"m"});
+  b.add("Div", {"m", "six"}, {"h"});
+  b.output("h");
+  check(b, "conv-epilogue", {"FusedConv"}, {{1, 2, 5, 5}}, -4, 4);
+  ir::Model m = b.m;
+  ASSERT_TRUE(run_pass(m, "conv-epilogue").is_ok());
+  EXPECT_EQ(only_node(m).attr_string("activation", ""), "HardSwish");
+}
+
+TEST(ConvEpilogue, PaddleHardSwishScaleFirst) {
+  // x * (Clip(3 + x, 0, 6) * (1/6)), the Mul by x last and commuted.
+  Builder b;
+  b.input("x", {1, 2, 5, 5});
+  b.conv("x", "y", 2, 3);
+  b.scalar("three", 3.0f);
+  b.scalar("zero", 0.0f);
+  b.scalar("six", 6.0f);
+  b.scalar("sixth", 1.0f / 6.0f);
+  b.add("Add", {"three", "y"}, {"a"});
+  b.add("Clip", {"a", "zero", "six"}, {"c"});
+  b.add("Mul", {"sixth", "c"}, {"d"});
+  b.add("Mul", {"d", "y"}, {"h"});
+  b.output("h");
+  check(b, "conv-epilogue", {"FusedConv"}, {{1, 2, 5, 5}}, -4, 4);
+}
+
+TEST(ConvEpilogue, OtherActivations) {
+  struct Case {
+    std::string op;
+    std::vector<ir::Attribute> attrs;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {"LeakyRelu", {attr_f("alpha", 0.1f)}, "LeakyRelu"},
+      {"HardSigmoid", {attr_f("alpha", 0.3f), attr_f("beta", 0.4f)}, "HardSigmoid"},
+      {"HardSwish", {}, "HardSwish"},
+      {"Tanh", {}, "Tanh"},
+      {"Sigmoid", {}, "Sigmoid"},
+      {"Gelu", {}, "Gelu"},
+  };
+  for (const auto& c : cases) {
+    Builder b;
+    b.input("x", {1, 2, 4, 4});
+    b.conv("x", "y", 2, 2);
+    b.add(c.op, {"y"}, {"r"}, c.attrs);
+    b.output("r");
+    check(b, "conv-epilogue", {"FusedConv"}, {{1, 2, 4, 4}}, -3, 3);
+    ir::Model m = b.m;
+    ASSERT_TRUE(run_pass(m, "conv-epilogue").is_ok());
+    EXPECT_EQ(only_node(m).attr_string("activation", ""), c.want) << c.op;
+  }
+}
+
+TEST(ConvEpilogue, ClipAttributeForm) {
+  Builder b;
+  b.m.opsets[""] = 6;
+  b.input("x", {1, 2, 4, 4});
+  b.conv("x", "y", 2, 2);
+  b.add("Clip", {"y"}, {"r"}, {attr_f("min", -1.0f), attr_f("max", 2.0f)});
+  b.output("r");
+  ASSERT_TRUE(run_pass(b.m, "conv-epilogue").is_ok());
+  ASSERT_EQ(b.m.graph.nodes.size(), 1u);
+  EXPECT_EQ(only_node(b.m).attr_string("activation", ""), "Clip");
+  EXPECT_EQ(only_node(b.m).attr_floats("activation_params"), (std::vector<float>{-1.0f, 2.0f}));
+}
+
+TEST(ConvEpilogue, SharedOutputIsLeftAlone) {
+  Builder b;
+  b.input("x", {1, 2, 4, 4});
+  b.conv("x", "y", 2, 2);
+  b.add("Relu", {"y"}, {"r"});
+  b.output("r");
+  b.output("y");
+  check(b, "conv-epilogue", {"Conv", "Relu"}, {{1, 2, 4, 4}});
+}
+
+TEST(ConvEpilogue, BroadcastingAddIsNotAResidual) {
+  Builder b;
+  b.input("x", {1, 2, 4, 4});
+  b.input("z", {1, 2, 1, 1});
+  b.conv("x", "y", 2, 2);
+  b.add("Add", {"y", "z"}, {"s"});
+  b.output("s");
+  check(b, "conv-epilogue", {"Conv", "Add"}, {{1, 2, 4, 4}, {1, 2, 1, 1}});
+}
+
+TEST(GemmEpilogue, BatchedMatMulBiasGeluResidual) {
+  // BERT's FFN shape: [batch, seq, K] x [K, N] + bias, GELU, then a residual of the same shape.
+  Builder b;
+  b.input("x", {2, 3, 8});
+  b.input("z", {2, 3, 16});
+  b.weight("w", {8, 16});
+  b.weight("bias", {16});
+  b.add("MatMul", {"x", "w"}, {"y"});
+  b.add("Add", {"bias", "y"}, {"yb"});
+  b.add("Gelu", {"yb"}, {"g"});
+  b.add("Add", {"z", "g"}, {"o"});
+  b.output("o");
+  check(b, "gemm-epilogue", {"FusedMatMul"}, {{2, 3, 8}, {2, 3, 16}});
+  ir::Model m = b.m;
+  ASSERT_TRUE(run_pass(m, "gemm-epilogue").is_ok());
+  EXPECT_EQ(only_node(m).inputs, (std::vector<std::string>{"x", "w", "bias", "z"}));
+  EXPECT_EQ(only_node(m).attr_int("residual_before_activation", 1), 0);
+}
+
+TEST(GemmEpilogue, MatMulBiasOnly) {
+  Builder b;
+  b.input("x", {4, 8});
+  b.weight("w", {8, 5});
+  b.weight("bias", {1, 5});
+  b.add("MatMul", {"x", "w"}, {"y"});
+  b.add("Add", {"y", "bias"}, {"o"});
+  b.output("o");
+  check(b, "gemm-epilogue", {"FusedMatMul"}, {{4, 8}});
+}
+
+TEST(GemmEpilogue, GemmBiasRelu) {
+  Builder b;
+  b.input("x", {4, 8});
+  b.weight("w", {5, 8});
+  b.weight("bias", {5});
+  b.add("Gemm", {"x", "w"}, {"y"}, {attr_i("transB", 1), attr_f("beta", 0.5f)});
+  b.add("Add", {"y", "bias"}, {"yb"});
+  b.add("Relu", {"yb"}, {"o"});
+  b.output("o");
+  check(b, "gemm-epilogue", {"FusedGemm"}, {{4, 8}});
+}
+
+TEST(GemmEpilogue, GemmWithCResidualTanh) {
+  Builder b;
+  b.input("x", {4, 8});
+  b.input("z", {4, 5});
+  b.weight("w", {8, 5});
+  b.weight("c", {5});
+  b.add("Gemm", {"x", "w", "c"}, {"y"}, {attr_f("alpha", 0.7f)});
+  b.add("Add", {"y", "z"}, {"s"});
+  b.add("Tanh", {"s"}, {"o"});
+  b.output("o");
+  check(b, "gemm-epilogue", {"FusedGemm"}, {{4, 8}, {4, 5}});
+}
+
+TEST(GemmEpilogue, PlainMatMulIsLeftAlone) {
+  Builder b;
+  b.input("x", {4, 8});
+  b.input("w", {8, 5});
+  b.input("z", {5});
+  b.add("MatMul", {"x", "w"}, {"y"});
+  b.add("Add", {"y", "z"}, {"o"});  // not a bias (not constant), not a residual (broadcasts)
+  b.output("o");
+  check(b, "gemm-epilogue", {"MatMul", "Add"}, {{4, 8}, {8, 5}, {5}});
+}
+
+// GlobalAveragePool -> Conv -> act -> Conv -> gate -> Mul(x, gate).
+void squeeze_excite_block(Builder& b, const std::string& act, const std::string& gate,
+                          bool swap_mul) {
+  b.input("x", {2, 8, 5, 5});
+  b.add("GlobalAveragePool", {"x"}, {"p"});
+  b.conv("p", "h", 8, 2, 1);
+  std::string v = "h";
+  if (act == "Silu") {
+    b.add("Sigmoid", {"h"}, {"hs"});
+    b.add("Mul", {"h", "hs"}, {"ha"});
+    v = "ha";
+  } else {
+    b.add(act, {"h"}, {"ha"});
+    v = "ha";
+  }
+  b.conv(v, "e", 2, 8, 1);
+  if (gate == "HardSigmoid")
+    b.add(gate, {"e"}, {"g"}, {attr_f("alpha", 1.0f / 6), attr_f("beta", 0.5f)});
+  else
+    b.add(gate, {"e"}, {"g"});
+  if (swap_mul)
+    b.add("Mul", {"g", "x"}, {"o"});
+  else
+    b.add("Mul", {"x", "g"}, {"o"});
+  b.output("o");
+}
+
+TEST(SqueezeExcite, EfficientNetStyle) {
+  Builder b;
+  squeeze_excite_block(b, "Silu", "Sigmoid", false);
+  check(b, "squeeze-excite", {"SqueezeExcite"}, {{2, 8, 5, 5}});
+  ir::Model m = b.m;
+  ASSERT_TRUE(run_pass(m, "squeeze-excite").is_ok());
+  EXPECT_EQ(only_node(m).attr_string("activation", ""), "Silu");
+  EXPECT_EQ(only_node(m).attr_string("gate", ""), "Sigmoid");
+}
+
+TEST(SqueezeExcite, MobileNetV3Style) {
+  Builder b;
+  squeeze_excite_block(b, "Relu", "HardSigmoid", true);
+  check(b, "squeeze-excite", {"SqueezeExcite"}, {{2, 8, 5, 5}}, -3, 3);
+}
+
+TEST(SqueezeExcite, MulWithAnotherTensorIsLeftAlone) {
+  Builder b;
+  squeeze_excite_block(b, "Relu", "Sigmoid", false);
+  b.input("other", {2, 8, 5, 5});
+  b.m.graph.nodes.back().inputs[0] = "other";
+  check(b, "squeeze-excite", {"GlobalAveragePool", "Conv", "Relu", "Conv", "Sigmoid", "Mul"},
+        {{2, 8, 5, 5}, {2, 8, 5, 5}});
+}
+
+}  // namespace
+}  // namespace kiln
