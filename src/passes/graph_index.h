@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,10 @@ class GraphIndex {
   int use_count(const std::string& value) const;
   // True when `value` is read exactly once and is not a graph output: a fusion may absorb it.
   bool single_use(const std::string& value) const { return use_count(value) == 1; }
+  // The one node reading `value` when it is single-use, else nullptr.
+  const ir::Node* sole_consumer(const std::string& value) const {
+    return single_use(value) && consumers(value).size() == 1 ? consumers(value)[0] : nullptr;
+  }
   // The fixed value of an initializer (not overridable by a graph input), or nullptr.
   const Tensor* constant(const std::string& value) const;
 
@@ -31,5 +36,13 @@ class GraphIndex {
   std::map<std::string, std::vector<const ir::Node*>> consumers_;
   std::map<std::string, int> uses_;
 };
+
+// The operand of binary node `n` that is not `v`; nullopt when `v` is not one of its two inputs.
+inline std::optional<std::string> other_operand(const ir::Node& n, const std::string& v) {
+  if (n.inputs.size() != 2) return std::nullopt;
+  if (n.inputs[0] == v) return n.inputs[1];
+  if (n.inputs[1] == v) return n.inputs[0];
+  return std::nullopt;
+}
 
 }  // namespace kiln::passes

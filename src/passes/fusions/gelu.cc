@@ -32,23 +32,10 @@ bool const_near(const GraphIndex& idx, const std::string& v, double want) {
   return r && std::abs(*r - want) <= 1e-4 * std::abs(want);
 }
 
-// The single node reading `v`, when v is read once and not a graph output.
-const Node* sole_consumer(const GraphIndex& idx, const std::string& v) {
-  if (!idx.single_use(v) || idx.consumers(v).size() != 1) return nullptr;
-  return idx.consumers(v)[0];
-}
-
 // For commutative binary n: the operand that is not a constant near `c`, or nullopt.
 std::optional<std::string> times_const(const GraphIndex& idx, const Node& n, double c) {
   for (int i = 0; i < 2; ++i)
     if (const_near(idx, n.inputs[1 - i], c) && !n.inputs[i].empty()) return n.inputs[i];
-  return std::nullopt;
-}
-
-// The operand of binary n that is not `v`.
-std::optional<std::string> other_operand(const Node& n, const std::string& v) {
-  if (n.inputs[0] == v) return n.inputs[1];
-  if (n.inputs[1] == v) return n.inputs[0];
   return std::nullopt;
 }
 
@@ -75,17 +62,17 @@ bool is_half_of(const GraphIndex& idx, const std::string& v, const std::string& 
 
 // From `inner` = Erf(..) or Tanh(..) output: 1 + inner, then times x and times 0.5 in any order.
 bool match_tail(const GraphIndex& idx, const std::string& inner, GeluMatch& m) {
-  const Node* one = sole_consumer(idx, inner);
+  const Node* one = idx.sole_consumer(inner);
   if (!is_op(one, "Add") || !const_near(idx, *other_operand(*one, inner), 1.0)) return false;
   m.nodes.push_back(one);
   const std::string a = one->outputs[0];
-  const Node* m1 = sole_consumer(idx, a);
+  const Node* m1 = idx.sole_consumer(a);
   if (!is_op(m1, "Mul")) return false;
   m.nodes.push_back(m1);
   const std::string p = *other_operand(*m1, a);
   const Node* half = nullptr;
   if (p == m.x) {  // (x * a) * 0.5, or (x * a) / 2
-    const Node* m2 = sole_consumer(idx, m1->outputs[0]);
+    const Node* m2 = idx.sole_consumer(m1->outputs[0]);
     const bool mul_half = is_op(m2, "Mul") && times_const(idx, *m2, 0.5) == m1->outputs[0];
     const bool div_two = is_op(m2, "Div") && m2->inputs[0] == m1->outputs[0] && const_near(idx, m2->inputs[1], 2.0);
     if (!mul_half && !div_two) return false;
@@ -99,7 +86,7 @@ bool match_tail(const GraphIndex& idx, const std::string& inner, GeluMatch& m) {
     return true;
   }
   if (const_near(idx, p, 0.5)) {  // (a * 0.5) * x
-    const Node* m2 = sole_consumer(idx, m1->outputs[0]);
+    const Node* m2 = idx.sole_consumer(m1->outputs[0]);
     if (!is_op(m2, "Mul") || other_operand(*m2, m1->outputs[0]) != m.x) return false;
     m.nodes.push_back(m2);
     m.last = m2;

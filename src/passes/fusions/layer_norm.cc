@@ -52,20 +52,6 @@ std::optional<double> scalar_const(const GraphIndex& idx, const std::string& v) 
 
 bool near(double v, double want) { return std::abs(v - want) <= 1e-6 * std::max(1.0, std::abs(want)); }
 
-// The operand of binary node n that is not `v` (nullopt when v is not an operand).
-std::optional<std::string> other_operand(const Node& n, const std::string& v) {
-  if (n.inputs.size() != 2) return std::nullopt;
-  if (n.inputs[0] == v) return n.inputs[1];
-  if (n.inputs[1] == v) return n.inputs[0];
-  return std::nullopt;
-}
-
-// The single node reading `v`, when v is read once and not a graph output.
-const Node* sole_consumer(const GraphIndex& idx, const std::string& v) {
-  if (!idx.single_use(v) || idx.consumers(v).size() != 1) return nullptr;
-  return idx.consumers(v)[0];
-}
-
 // The reduced axes of a ReduceMean with keepdims, as the first of the trailing axes (negative),
 // when they are exactly the last k axes of a tensor of rank `rank` (-1: unknown rank).
 std::optional<int64_t> trailing_axis(const GraphIndex& idx, const Node& rm, int64_t opset, int64_t rank) {
@@ -303,7 +289,7 @@ class LayerNormFusion : public Pass {
     rw.remove = core.nodes;
     const Node* last = core.last;
     std::string gamma, beta;
-    if (const Node* m = sole_consumer(idx, last->outputs[0]); is_op(m, "Mul")) {
+    if (const Node* m = idx.sole_consumer(last->outputs[0]); is_op(m, "Mul")) {
       auto w = other_operand(*m, last->outputs[0]);
       if (w && *w != last->outputs[0] && fits_norm_dims(g, *w, x, core.axis)) {
         gamma = *w;
@@ -311,7 +297,7 @@ class LayerNormFusion : public Pass {
         last = m;
       }
     }
-    if (const Node* a = sole_consumer(idx, last->outputs[0]); is_op(a, "Add")) {
+    if (const Node* a = idx.sole_consumer(last->outputs[0]); is_op(a, "Add")) {
       auto w = other_operand(*a, last->outputs[0]);
       if (w && *w != last->outputs[0] && fits_norm_dims(g, *w, x, core.axis)) {
         beta = *w;
@@ -354,7 +340,7 @@ class LayerNormFusion : public Pass {
     rw.remove = core.nodes;
     const Node* last = core.last;
     std::string gamma;
-    if (const Node* m = sole_consumer(idx, last->outputs[0]); is_op(m, "Mul")) {
+    if (const Node* m = idx.sole_consumer(last->outputs[0]); is_op(m, "Mul")) {
       auto w = other_operand(*m, last->outputs[0]);
       if (w && *w != last->outputs[0] && fits_norm_dims(g, *w, core.c, core.axis)) {
         gamma = *w;
