@@ -39,6 +39,8 @@ size_t dtype_size(DType t);
 const char* dtype_name(DType t);  // "float32", "int64", ...
 bool dtype_is_valid(int32_t onnx_type);
 bool dtype_is_float(DType t);  // any floating type, float8 included
+// float32, float64, float16 or bfloat16: the float types kernels compute in (float8 is storage only).
+bool dtype_is_compute_float(DType t);
 bool dtype_is_integer(DType t);  // signed or unsigned, int4 included; bool excluded
 bool dtype_is_signed(DType t);
 

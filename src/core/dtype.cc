@@ -55,6 +55,10 @@ bool dtype_is_float(DType t) {
   }
 }
 
+bool dtype_is_compute_float(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kFloat16 || t == DType::kBFloat16;
+}
+
 bool dtype_is_integer(DType t) {
   switch (t) {
     case DType::kUInt8: case DType::kInt8: case DType::kUInt16: case DType::kInt16:

@@ -7,10 +7,6 @@
 namespace kiln {
 namespace {
 
-bool is_float(DType t) {
-  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kFloat16 || t == DType::kBFloat16;
-}
-
 double gelu_erf(double x) { return 0.5 * x * (1.0 + std::erf(x * M_SQRT1_2)); }
 double gelu_tanh(double x) {
   const double k = std::sqrt(2.0 / M_PI);
@@ -24,7 +20,7 @@ Status run_gelu(KernelContext& ctx, bool with_bias) {
   for (size_t i = 0; i < n_in; ++i) {
     if (!ctx.has_input(i) || !ctx.input(i).defined())
       return ctx.error(std::string(op) + " input " + std::to_string(i) + " is missing");
-    if (!is_float(ctx.input(i).dtype()))
+    if (!dtype_is_compute_float(ctx.input(i).dtype()))
       return ctx.error(std::string(op) + " input " + std::to_string(i) + " must be a float tensor, got " +
                        dtype_name(ctx.input(i).dtype()));
   }

@@ -7,17 +7,13 @@
 namespace kiln {
 namespace {
 
-bool is_float(DType t) {
-  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kFloat16 || t == DType::kBFloat16;
-}
-
 Status layer_norm(KernelContext& ctx) {
   if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
     return ctx.error("LayerNorm needs X and Scale");
   const Tensor& x = ctx.input(0);
   const bool has_b = ctx.has_input(2) && ctx.input(2).defined();
   for (size_t i = 0; i < (has_b ? 3u : 2u); ++i)
-    if (!is_float(ctx.input(i).dtype()))
+    if (!dtype_is_compute_float(ctx.input(i).dtype()))
       return ctx.error("LayerNorm input " + std::to_string(i) + " must be a float tensor, got " +
                        dtype_name(ctx.input(i).dtype()));
   KILN_ASSIGN_OR_RETURN(int64_t axis, normalize_axis(ctx.node.attr_int("axis", -1), x.rank()));

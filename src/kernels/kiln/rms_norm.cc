@@ -7,16 +7,12 @@
 namespace kiln {
 namespace {
 
-bool is_float(DType t) {
-  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kFloat16 || t == DType::kBFloat16;
-}
-
 Status rms_norm(KernelContext& ctx) {
   if (ctx.num_inputs() < 1 || !ctx.has_input(0)) return ctx.error("RMSNorm needs X");
   const Tensor& x = ctx.input(0);
   const bool has_scale = ctx.has_input(1) && ctx.input(1).defined();
   for (size_t i = 0; i < (has_scale ? 2u : 1u); ++i)
-    if (!is_float(ctx.input(i).dtype()))
+    if (!dtype_is_compute_float(ctx.input(i).dtype()))
       return ctx.error("RMSNorm input " + std::to_string(i) + " must be a float tensor, got " +
                        dtype_name(ctx.input(i).dtype()));
   KILN_ASSIGN_OR_RETURN(int64_t axis, normalize_axis(ctx.node.attr_int("axis", -1), x.rank()));

@@ -7,17 +7,13 @@
 namespace kiln {
 namespace {
 
-bool is_float(DType t) {
-  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kFloat16 || t == DType::kBFloat16;
-}
-
 bool present(const KernelContext& ctx, size_t i) { return ctx.has_input(i) && ctx.input(i).defined(); }
 
 Status skip_layer_norm(KernelContext& ctx) {
   if (ctx.num_inputs() < 3 || !present(ctx, 0) || !present(ctx, 1) || !present(ctx, 2))
     return ctx.error("SkipLayerNorm needs input, skip and gamma");
   for (size_t i = 0; i < ctx.num_inputs(); ++i)
-    if (present(ctx, i) && !is_float(ctx.input(i).dtype()))
+    if (present(ctx, i) && !dtype_is_compute_float(ctx.input(i).dtype()))
       return ctx.error("SkipLayerNorm input " + std::to_string(i) + " must be a float tensor, got " +
                        dtype_name(ctx.input(i).dtype()));
   // The sum: input + skip + bias.

@@ -8,11 +8,6 @@
 namespace kiln {
 namespace {
 
-bool is_float_type(DType t) {
-  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kFloat16 ||
-         t == DType::kBFloat16;
-}
-
 double cubic_kernel(double x) {
   constexpr double a = -0.75;
   x = std::fabs(x);
@@ -49,10 +44,10 @@ Status grid_sample(KernelContext& ctx) {
     return ctx.error("expected inputs 'X' and 'grid'");
   const Tensor& x = ctx.input(0);
   const Tensor& grid = ctx.input(1);
-  if (!is_float_type(x.dtype()) &&
+  if (!dtype_is_compute_float(x.dtype()) &&
       (!dtype_is_integer(x.dtype()) || x.dtype() == DType::kInt4 || x.dtype() == DType::kUInt4))
     return ctx.error(std::string("unsupported X element type ") + dtype_name(x.dtype()));
-  if (!is_float_type(grid.dtype())) return ctx.error("grid must be a float tensor");
+  if (!dtype_is_compute_float(grid.dtype())) return ctx.error("grid must be a float tensor");
   const int64_t r = x.rank();
   const int64_t nd = r - 2;
   if (r < 3) return ctx.error("X must have rank >= 3, got " + shape_str(x.shape()));
@@ -177,7 +172,7 @@ Status affine_grid(KernelContext& ctx) {
   if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
     return ctx.error("expected inputs 'theta' and 'size'");
   const Tensor& theta = ctx.input(0);
-  if (!is_float_type(theta.dtype())) return ctx.error("theta must be a float tensor");
+  if (!dtype_is_compute_float(theta.dtype())) return ctx.error("theta must be a float tensor");
   auto sr = read_int64s(ctx.input(1));
   if (!sr.is_ok()) return ctx.error("size: " + sr.status().message());
   const std::vector<int64_t>& size = *sr;

@@ -8,11 +8,6 @@
 namespace kiln {
 namespace {
 
-bool is_float_type(DType t) {
-  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kFloat16 ||
-         t == DType::kBFloat16;
-}
-
 // The negative log-likelihood of log-probabilities `lp` (N, C, D flattened) at `target` (N, D),
 // written to output 0 with the node's reduction. Shared by both ops.
 Status nll(KernelContext& ctx, const std::vector<double>& lp, const Shape& in_shape,
@@ -33,7 +28,7 @@ Status nll(KernelContext& ctx, const std::vector<double>& lp, const Shape& in_sh
     if (weight->shape() != Shape{c})
       return ctx.error("weight must have shape [" + std::to_string(c) + "], got " +
                        shape_str(weight->shape()));
-    if (!is_float_type(weight->dtype())) return ctx.error("weight must be a float tensor");
+    if (!dtype_is_compute_float(weight->dtype())) return ctx.error("weight must be a float tensor");
   }
 
   const std::string reduction = ctx.node.attr_string("reduction", "mean");
@@ -77,7 +72,7 @@ Status check_inputs(KernelContext& ctx, const char* what) {
   if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
     return ctx.error(std::string("expected inputs '") + what + "' and 'target'");
   const Tensor& x = ctx.input(0);
-  if (!is_float_type(x.dtype()))
+  if (!dtype_is_compute_float(x.dtype()))
     return ctx.error(std::string("input '") + what + "' must be a float tensor");
   if (x.rank() < 2)
     return ctx.error(std::string("input '") + what + "' must have rank >= 2, got " +

@@ -10,11 +10,6 @@
 namespace kiln {
 namespace {
 
-bool is_float_type(DType t) {
-  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kFloat16 ||
-         t == DType::kBFloat16;
-}
-
 struct Box {
   double x_min, y_min, x_max, y_max;
 };
@@ -43,7 +38,7 @@ Status non_max_suppression(KernelContext& ctx) {
     return ctx.error("expected inputs 'boxes' and 'scores'");
   const Tensor& boxes = ctx.input(0);
   const Tensor& scores = ctx.input(1);
-  if (!is_float_type(boxes.dtype()) || !is_float_type(scores.dtype()))
+  if (!dtype_is_compute_float(boxes.dtype()) || !dtype_is_compute_float(scores.dtype()))
     return ctx.error("boxes and scores must be float tensors");
   if (boxes.rank() != 3 || boxes.dim(2) != 4)
     return ctx.error("boxes must have shape [B, N, 4], got " + shape_str(boxes.shape()));

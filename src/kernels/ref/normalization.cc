@@ -8,11 +8,6 @@
 namespace kiln {
 namespace {
 
-bool is_floaty(DType t) {
-  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kFloat16 ||
-         t == DType::kBFloat16;
-}
-
 // Float32 copy of half types, the tensor itself for float32/float64.
 Result<Tensor> compute_copy(const Tensor& t) {
   if (t.dtype() == DType::kFloat64) return t;
@@ -37,7 +32,7 @@ Status check_inputs(const KernelContext& ctx, size_t n, const char* op) {
     if (!opt(ctx, i))
       return ctx.error(std::string(op) + " input " + std::to_string(i) + " is missing");
   for (size_t i = 0; i < ctx.num_inputs(); ++i)
-    if (opt(ctx, i) && !is_floaty(ctx.input(i).dtype()))
+    if (opt(ctx, i) && !dtype_is_compute_float(ctx.input(i).dtype()))
       return ctx.error(std::string(op) + " input " + std::to_string(i) +
                        " must be a float tensor, got " + dtype_name(ctx.input(i).dtype()));
   return Status::ok();

@@ -30,11 +30,6 @@ double canonical(std::mt19937& rng) {
   return u < 1.0 ? u : std::nextafter(1.0, 0.0);
 }
 
-bool is_float_type(DType t) {
-  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kFloat16 ||
-         t == DType::kBFloat16;
-}
-
 // The output type: the dtype attribute, else `fallback`; must be a float type.
 Result<DType> float_dtype(const KernelContext& ctx, DType fallback) {
   DType dt = fallback;
@@ -43,7 +38,7 @@ Result<DType> float_dtype(const KernelContext& ctx, DType fallback) {
     if (!dtype_is_valid(static_cast<int32_t>(v))) return ctx.error("invalid dtype " + std::to_string(v));
     dt = static_cast<DType>(v);
   }
-  if (!is_float_type(dt)) return ctx.error(std::string("output type must be a float type, got ") + dtype_name(dt));
+  if (!dtype_is_compute_float(dt)) return ctx.error(std::string("output type must be a float type, got ") + dtype_name(dt));
   return dt;
 }
 
@@ -107,13 +102,13 @@ Status random_normal_like(KernelContext& ctx) {
 Status bernoulli(KernelContext& ctx) {
   if (!ctx.has_input(0)) return ctx.error("input is required");
   const Tensor& p = ctx.input(0);
-  if (!is_float_type(p.dtype())) return ctx.error(std::string("input must be float, got ") + dtype_name(p.dtype()));
+  if (!dtype_is_compute_float(p.dtype())) return ctx.error(std::string("input must be float, got ") + dtype_name(p.dtype()));
   DType dt = p.dtype();
   if (ctx.node.has_attr("dtype")) {
     const int64_t v = ctx.node.attr_int("dtype", 1);
     if (!dtype_is_valid(static_cast<int32_t>(v))) return ctx.error("invalid dtype " + std::to_string(v));
     dt = static_cast<DType>(v);
-    if (!(is_float_type(dt) || dt == DType::kBool || (dtype_is_integer(dt) && dt != DType::kInt4 && dt != DType::kUInt4)))
+    if (!(dtype_is_compute_float(dt) || dt == DType::kBool || (dtype_is_integer(dt) && dt != DType::kInt4 && dt != DType::kUInt4)))
       return ctx.error(std::string("unsupported output type ") + dtype_name(dt));
   }
   KILN_ASSIGN_OR_RETURN(Tensor* y, ctx.make_output(0, dt, p.shape()));
@@ -132,7 +127,7 @@ Status bernoulli(KernelContext& ctx) {
 Status multinomial(KernelContext& ctx) {
   if (!ctx.has_input(0)) return ctx.error("input is required");
   const Tensor& x = ctx.input(0);
-  if (!is_float_type(x.dtype())) return ctx.error(std::string("input must be float, got ") + dtype_name(x.dtype()));
+  if (!dtype_is_compute_float(x.dtype())) return ctx.error(std::string("input must be float, got ") + dtype_name(x.dtype()));
   if (x.rank() != 2) return ctx.error("input must have shape [batch, classes], got " + shape_str(x.shape()));
   const int64_t dt_attr = ctx.node.attr_int("dtype", static_cast<int64_t>(DType::kInt32));
   if (dt_attr != static_cast<int64_t>(DType::kInt32) && dt_attr != static_cast<int64_t>(DType::kInt64))

@@ -61,11 +61,6 @@ std::vector<double> load_all(const Tensor& t) {
   return v;
 }
 
-bool is_float_type(DType t) {
-  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kFloat16 ||
-         t == DType::kBFloat16;
-}
-
 Status run_recurrent(KernelContext& ctx, Cell cell) {
   const ir::Node& node = ctx.node;
   const int gates = cell == Cell::kRnn ? 1 : cell == Cell::kGru ? 3 : 4;
@@ -76,7 +71,7 @@ Status run_recurrent(KernelContext& ctx, Cell cell) {
   const Tensor& W = ctx.input(1);
   const Tensor& R = ctx.input(2);
   const DType dt = X.dtype();
-  if (!is_float_type(dt)) return ctx.error(std::string("X must be a float tensor, got ") + dtype_name(dt));
+  if (!dtype_is_compute_float(dt)) return ctx.error(std::string("X must be a float tensor, got ") + dtype_name(dt));
   if (W.dtype() != dt || R.dtype() != dt) return ctx.error("W and R must have X's element type");
   if (X.rank() != 3) return ctx.error("X must have rank 3, got " + shape_str(X.shape()));
   if (W.rank() != 3 || R.rank() != 3)

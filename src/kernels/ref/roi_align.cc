@@ -8,11 +8,6 @@
 namespace kiln {
 namespace {
 
-bool is_float_type(DType t) {
-  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kFloat16 ||
-         t == DType::kBFloat16;
-}
-
 // One bilinear sample: four input positions (within a channel plane) and their weights.
 struct Sample {
   int64_t pos[4] = {0, 0, 0, 0};
@@ -56,7 +51,7 @@ Status roi_align(KernelContext& ctx) {
     return ctx.error("expected inputs 'X', 'rois' and 'batch_indices'");
   const Tensor& x = ctx.input(0);
   const Tensor& rois = ctx.input(1);
-  if (!is_float_type(x.dtype()) || !is_float_type(rois.dtype()))
+  if (!dtype_is_compute_float(x.dtype()) || !dtype_is_compute_float(rois.dtype()))
     return ctx.error("X and rois must be float tensors");
   if (x.rank() != 4) return ctx.error("X must be 4-D, got " + shape_str(x.shape()));
   auto bi = read_int64s(ctx.input(2));

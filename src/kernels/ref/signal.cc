@@ -14,11 +14,6 @@ namespace {
 using Complex = std::complex<double>;
 constexpr double kPi = 3.14159265358979323846;
 
-bool is_float_type(DType t) {
-  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kFloat16 ||
-         t == DType::kBFloat16;
-}
-
 // Naive DFT of `in` (length n) evaluated at k = 0..count-1; the sign of the exponent is + for
 // the inverse (no 1/n scaling here). Angles are reduced exactly with (k*j) mod n.
 void dft_1d(const std::vector<Complex>& in, int64_t count, bool inverse, std::vector<Complex>* out) {
@@ -49,7 +44,7 @@ Result<int64_t> scalar_int(const KernelContext& ctx, size_t i, const char* what)
 Status dft(KernelContext& ctx) {
   if (!ctx.has_input(0)) return ctx.error("input is required");
   const Tensor& x = ctx.input(0);
-  if (!is_float_type(x.dtype())) return ctx.error(std::string("input must be float, got ") + dtype_name(x.dtype()));
+  if (!dtype_is_compute_float(x.dtype())) return ctx.error(std::string("input must be float, got ") + dtype_name(x.dtype()));
   const int64_t rank = x.rank();
   if (rank < 2 || (x.dim(rank - 1) != 1 && x.dim(rank - 1) != 2))
     return ctx.error("input must have rank >= 2 and a last dim of 1 (real) or 2 (complex), got " + shape_str(x.shape()));
@@ -119,7 +114,7 @@ Status dft(KernelContext& ctx) {
 Status stft(KernelContext& ctx) {
   if (!ctx.has_input(0) || !ctx.has_input(1)) return ctx.error("signal and frame_step are required");
   const Tensor& x = ctx.input(0);
-  if (!is_float_type(x.dtype())) return ctx.error(std::string("signal must be float, got ") + dtype_name(x.dtype()));
+  if (!dtype_is_compute_float(x.dtype())) return ctx.error(std::string("signal must be float, got ") + dtype_name(x.dtype()));
   if (x.rank() != 3 || (x.dim(2) != 1 && x.dim(2) != 2))
     return ctx.error("signal must have shape [batch, length, 1 or 2], got " + shape_str(x.shape()));
   const int64_t batch = x.dim(0), len = x.dim(1), in_c = x.dim(2);
@@ -129,7 +124,7 @@ Status stft(KernelContext& ctx) {
   int64_t frame = len;
   if (ctx.has_input(2)) {
     const Tensor& w = ctx.input(2);
-    if (w.rank() != 1 || !is_float_type(w.dtype())) return ctx.error("window must be a 1-D float tensor, got " + shape_str(w.shape()));
+    if (w.rank() != 1 || !dtype_is_compute_float(w.dtype())) return ctx.error("window must be a 1-D float tensor, got " + shape_str(w.shape()));
     frame = w.dim(0);
     for (int64_t i = 0; i < w.numel(); ++i) window.push_back(load_as_double(w.dtype(), w.raw_data(), i));
   }

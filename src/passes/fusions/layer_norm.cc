@@ -28,10 +28,6 @@ bool is_op(const Node* n, const char* op) {
   return true;
 }
 
-bool is_float(DType t) {
-  return t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kFloat16 || t == DType::kBFloat16;
-}
-
 // The declared or inferred type of a value of this graph, or nullopt.
 std::optional<ir::TypeInfo> type_of(const ir::Graph& g, const std::string& v) {
   if (const Tensor* t = constant_value(g, v)) return ir::TypeInfo::tensor(t->dtype(), t->shape());
@@ -163,7 +159,7 @@ std::optional<Core> match_core(const GraphIndex& idx, const ir::Graph& g, const 
   }
   core.nodes.push_back(sq);
   auto ct = type_of(g, core.c);
-  if (!ct || !is_float(ct->dtype)) return std::nullopt;
+  if (!ct || !dtype_is_compute_float(ct->dtype)) return std::nullopt;
   auto axis = trailing_axis(idx, *rm, opset, ct->has_shape ? static_cast<int64_t>(ct->shape.size()) : -1);
   if (!axis) return std::nullopt;
   core.axis = *axis;
