@@ -15,14 +15,6 @@ namespace {
 
 bool is_op(const ir::Node* n, const char* op) { return n && n->domain.empty() && n->op_type == op; }
 
-// The one node reading `v`, when v is read exactly once (not by a subgraph or as a graph output).
-const ir::Node* sole_consumer(const GraphIndex& idx, const std::string& v, const Taken& taken) {
-  if (idx.use_count(v) != 1) return nullptr;
-  const auto& cs = idx.consumers(v);
-  if (cs.size() != 1 || taken.count(cs[0])) return nullptr;
-  return cs[0];
-}
-
 bool near(double a, double b) { return std::fabs(a - b) <= 1e-6 * std::max(1.0, std::fabs(b)); }
 
 // For a binary node reading `v` once: its other operand, or "" when v is not exactly one input.
@@ -133,6 +125,11 @@ ir::Attribute make_attr(const std::string& name, ir::Attribute::Type type) {
 }
 
 }  // namespace
+
+const ir::Node* sole_consumer(const GraphIndex& idx, const std::string& v, const Taken& taken) {
+  const ir::Node* n = idx.sole_consumer(v);
+  return n && !taken.count(n) ? n : nullptr;
+}
 
 std::optional<ir::TypeInfo> Types::of(const std::string& value) const {
   auto it = g_.initializers.find(value);

@@ -58,6 +58,9 @@ class Types {
 // Nodes already taken by an earlier match in this sweep.
 using Taken = std::set<const ir::Node*>;
 
+// The one node reading `v` (GraphIndex::sole_consumer), unless an earlier match took it.
+const ir::Node* sole_consumer(const GraphIndex& idx, const std::string& v, const Taken& taken);
+
 // An activation reading `v` (v read by nothing else): Relu, Clip (attributes or constant inputs),
 // LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Tanh, Gelu (ONNX or ai.kiln), v*Sigmoid(v),
 // v*HardSigmoid(v) (1/6, 1/2) and v*Clip(v+3, 0, 6)/6 (any order of the Mul and the /6 or *(1/6)).

@@ -11,12 +11,6 @@ namespace {
 
 using namespace epilogue;
 
-const ir::Node* sole_consumer(const GraphIndex& idx, const std::string& v, const Taken& taken) {
-  if (idx.use_count(v) != 1 || idx.consumers(v).size() != 1) return nullptr;
-  const ir::Node* n = idx.consumers(v)[0];
-  return taken.count(n) ? nullptr : n;
-}
-
 // A Conv reading `v` that is a plain matrix-vector product on a [N, C, 1, ...] input: group 1,
 // every kernel dim 1, no padding; its weight maps `in_ch` channels to some count (returned).
 std::optional<int64_t> pointwise_conv(const ir::Node* n, const std::string& v, const Types& types,
