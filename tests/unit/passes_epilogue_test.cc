@@ -5,124 +5,21 @@
 #include <cmath>
 #include <random>
 
-#include "ir/graph.h"
-#include "kiln/session.h"
-#include "passes/pass.h"
+#include "pass_test_util.h"
 
 namespace kiln {
 namespace {
 
-ir::Attribute attr_f(const std::string& name, float v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::Attribute::Type::kFloat;
-  a.f = v;
-  return a;
-}
+using test::attr_f;
+using test::attr_i;
+using test::attr_ints;
+using test::Builder;
+using test::run_pass;
+using test::run_model;
 
-ir::Attribute attr_ints(const std::string& name, std::vector<int64_t> v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::Attribute::Type::kInts;
-  a.ints = std::move(v);
-  return a;
-}
-
-ir::Attribute attr_i(const std::string& name, int64_t v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::Attribute::Type::kInt;
-  a.i = v;
-  return a;
-}
-
-// A small float model built in code.
-struct Builder {
-  ir::Model m;
-  std::mt19937 rng{7};
-
-  Builder() { m.opsets[""] = 20; }
-  void input(const std::string& name, const Shape& shape) {
-    m.graph.inputs.push_back(ir::ValueInfo{name, ir::TypeInfo::tensor(DType::kFloat32, shape), ""});
-  }
-  void output(const std::string& name) {
-    m.graph.outputs.push_back(ir::ValueInfo{name, ir::TypeInfo::tensor(DType::kFloat32), ""});
-  }
-  Tensor random(const Shape& shape, float lo = -1, float hi = 1) {
-    Tensor t = Tensor::make(DType::kFloat32, shape).value();
-    std::uniform_real_distribution<float> d(lo, hi);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(rng);
-    return t;
-  }
-  void weight(const std::string& name, const Shape& shape) {
-    m.graph.initializers[name] = random(shape);
-  }
-  void scalar(const std::string& name, float v) {
-    m.graph.initializers[name] = Tensor::scalar<float>(DType::kFloat32, v);
-  }
-  ir::Node& add(const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
-                std::vector<ir::Attribute> attrs = {}) {
-    ir::Node n;
-    n.name = op + std::to_string(m.graph.nodes.size());
-    n.op_type = op;
-    n.inputs = std::move(in);
-    n.outputs = std::move(out);
-    n.attrs = std::move(attrs);
-    m.graph.nodes.push_back(std::move(n));
-    return m.graph.nodes.back();
-  }
-  // Conv "name" of x (C channels in, M out, k x k, same padding) with a bias.
-  void conv(const std::string& x, const std::string& y, int64_t c, int64_t mo, int64_t k = 3) {
-    weight(y + "_w", {mo, c, k, k});
-    weight(y + "_b", {mo});
-    add("Conv", {x, y + "_w", y + "_b"}, {y}, {attr_ints("pads", {k / 2, k / 2, k / 2, k / 2})});
-  }
-};
-
-Result<int64_t> run_pass(ir::Model& m, const std::string& name) {
-  for (const auto* p : passes::PassRegistry::global().sorted())
-    if (p->name == name) return p->create()->run(m, OptimizeOptions{});
-  return Status::error("no pass " + name);
-}
-
-std::vector<Value> run_model(const ir::Model& m, const std::vector<Tensor>& feeds) {
-  auto s = Session::create(std::make_shared<const ir::Model>(m));
-  EXPECT_TRUE(s.is_ok()) << s.status().message();
-  if (!s.is_ok()) return {};
-  std::vector<Value> in;
-  for (const auto& t : feeds) in.push_back(Value::of(t));
-  auto out = (*s)->run(in);
-  EXPECT_TRUE(out.is_ok()) << out.status().message();
-  return out.is_ok() ? std::move(out).value() : std::vector<Value>{};
-}
-
-// Runs `name` on the model built by b; checks the ops left and that outputs stay within 1e-5.
 void check(Builder& b, const std::string& pass, const std::vector<std::string>& want_ops,
            std::vector<Shape> input_shapes, float lo = -1, float hi = 1) {
-  std::vector<Tensor> feeds;
-  for (const auto& s : input_shapes) feeds.push_back(b.random(s, lo, hi));
-  const std::vector<Value> before = run_model(b.m, feeds);
-  ir::Model fused = b.m;
-  auto n = run_pass(fused, pass);
-  ASSERT_TRUE(n.is_ok()) << n.status().message();
-  std::vector<std::string> ops;
-  for (const auto& node : fused.graph.nodes) ops.push_back(node.op_type);
-  EXPECT_EQ(ops, want_ops);
-  if (*n > 0) {
-    EXPECT_EQ(fused.opsets["ai.kiln"], 1);
-  }
-  const std::vector<Value> after = run_model(fused, feeds);
-  ASSERT_EQ(before.size(), after.size());
-  for (size_t i = 0; i < before.size(); ++i) {
-    const Tensor& x = before[i].tensor;
-    const Tensor& y = after[i].tensor;
-    ASSERT_EQ(x.shape(), y.shape());
-    for (int64_t j = 0; j < x.numel(); ++j) {
-      const float a = x.data<float>()[j], c = y.data<float>()[j];
-      ASSERT_LE(std::fabs(a - c), 1e-5f * std::max(1.0f, std::fabs(a)))
-          << "output " << i << " element " << j;
-    }
-  }
+  test::check_pass(b, pass, want_ops, input_shapes, lo, hi);
 }
 
 const ir::Node& only_node(const ir::Model& m) { return m.graph.nodes.at(0); }
