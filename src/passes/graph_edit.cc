@@ -81,4 +81,19 @@ int64_t count_nodes(const ir::Graph& g) {
   return n;
 }
 
+std::string fresh_name(const ir::Graph& g, const std::string& base) {
+  std::set<std::string> names = ir::free_names(g);
+  for (const auto& n : g.nodes) names.insert(n.outputs.begin(), n.outputs.end());
+  for (const auto& vi : g.inputs) names.insert(vi.name);
+  for (const auto& vi : g.value_info) names.insert(vi.name);
+  for (const auto& kv : g.initializers) names.insert(kv.first);
+  std::string name = base;
+  for (int i = 1; names.count(name); ++i) name = base + "_" + std::to_string(i);
+  return name;
+}
+
+void forget_value_info(ir::Graph& g, const std::set<std::string>& names) {
+  std::erase_if(g.value_info, [&](const ir::ValueInfo& vi) { return names.count(vi.name) > 0; });
+}
+
 }  // namespace kiln::passes

@@ -27,4 +27,11 @@ void for_each_graph(ir::Graph& g, const std::function<void(ir::Graph&)>& fn);
 
 int64_t count_nodes(const ir::Graph& g);  // subgraphs included
 
+// `base`, or `base_N`, whichever is first not yet a value name in `g` (inputs, initializers, node
+// outputs, value infos, or names its subgraphs read from outside).
+std::string fresh_name(const ir::Graph& g, const std::string& base);
+
+// Drops the value infos of `names`: for values whose shape a rewrite changed.
+void forget_value_info(ir::Graph& g, const std::set<std::string>& names);
+
 }  // namespace kiln::passes

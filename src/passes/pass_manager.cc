@@ -1,5 +1,6 @@
 // The pipeline: simplification passes iterate together to a fixed point, then fusion, layout and
-// final passes run once each. Records what ran in the model's metadata.
+// final passes run once each, then the simplifications again when those changed anything.
+// Records what ran in the model's metadata.
 #include <algorithm>
 #include <chrono>
 
@@ -86,19 +87,28 @@ Result<OptimizeReport> optimize(ir::Model& model, const OptimizeOptions& options
     row.nodes_after = count_nodes(model.graph);
     return rewrites;
   };
-  for (int round = 0; round < kMaxSimplifyRounds; ++round) {
-    int64_t changed = 0;
-    for (const PassInfo* p : enabled) {
-      if (p->stage != Stage::kSimplify) continue;
-      KILN_ASSIGN_OR_RETURN(int64_t n, run_pass(p));
-      changed += n;
+  auto simplify = [&]() -> Status {
+    for (int round = 0; round < kMaxSimplifyRounds; ++round) {
+      int64_t changed = 0;
+      for (const PassInfo* p : enabled) {
+        if (p->stage != Stage::kSimplify) continue;
+        KILN_ASSIGN_OR_RETURN(int64_t n, run_pass(p));
+        changed += n;
+      }
+      if (changed == 0) break;
     }
-    if (changed == 0) break;
-  }
+    return Status::ok();
+  };
+  KILN_RETURN_IF_ERROR(simplify());
+  int64_t rewritten = 0;
   for (const PassInfo* p : enabled) {
     if (p->stage == Stage::kSimplify) continue;
-    KILN_RETURN_IF_ERROR(run_pass(p).status());
+    KILN_ASSIGN_OR_RETURN(int64_t n, run_pass(p));
+    rewritten += n;
   }
+  // Fusions leave dead producers behind (the Shape chains that sized what they absorbed) and
+  // constants to fold; the simplifications clean up after them.
+  if (rewritten > 0) KILN_RETURN_IF_ERROR(simplify());
   std::string applied;
   for (const PassInfo* p : enabled) {
     report.passes.push_back(rows[p->name]);

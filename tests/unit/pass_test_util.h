@@ -50,6 +50,9 @@ inline Tensor int64s(std::vector<int64_t> v) {
   return t;
 }
 
+inline ir::Dim sym(const std::string& name) { return ir::Dim{-1, name}; }
+inline ir::Dim num(int64_t v) { return ir::Dim{v, ""}; }
+
 // A small float model built in code.
 struct Builder {
   ir::Model m;
@@ -58,6 +61,13 @@ struct Builder {
   explicit Builder(int64_t opset = 20) { m.opsets[""] = opset; }
   void input(const std::string& name, const Shape& shape) {
     m.graph.inputs.push_back(ir::ValueInfo{name, ir::TypeInfo::tensor(DType::kFloat32, shape), ""});
+  }
+  // An input with symbolic dims, e.g. {sym("batch"), num(8)}.
+  void input_dims(const std::string& name, std::vector<ir::Dim> dims, DType dtype = DType::kFloat32) {
+    ir::ValueInfo vi{name, ir::TypeInfo::tensor(dtype), ""};
+    vi.type.has_shape = true;
+    vi.type.shape = std::move(dims);
+    m.graph.inputs.push_back(std::move(vi));
   }
   void output(const std::string& name) {
     m.graph.outputs.push_back(ir::ValueInfo{name, ir::TypeInfo::tensor(DType::kFloat32), ""});

@@ -1,5 +1,5 @@
 // Schemas of kiln's normalisation and GELU ops (domain ai.kiln): LayerNorm, RMSNorm,
-// SkipLayerNorm, Gelu, BiasGelu. Semantics are in docs/ops.md.
+// SkipLayerNorm, EmbedLayerNorm, Gelu, BiasGelu. Semantics are in docs/ops.md.
 #include "ir/schemas/common.h"
 
 namespace kiln::ir::schemas::kiln_norm {
@@ -39,10 +39,30 @@ Outputs infer_bias_gelu(InferContext& ctx) {
   return one(y);
 }
 
+// EmbedLayerNorm: [batch, seq] ids -> [batch, seq, E], E the word table's width.
+Outputs infer_embed_layer_norm(InferContext& ctx) {
+  const TypeInfo& ids = ctx.input(0);
+  const TypeInfo& word = ctx.input(2);
+  if (ids.kind != TypeInfo::Kind::kTensor || !ids.has_shape) return one(tensor_type_unranked(DType::kFloat32));
+  if (ids.shape.size() != 2) return ctx.error("input_ids must be [batch, seq]");
+  Dim e = unknown_dim();
+  if (word.kind == TypeInfo::Kind::kTensor && word.has_shape) {
+    if (word.shape.size() != 2) return ctx.error("the word embedding must be [vocab, E]");
+    e = word.shape[1];
+  }
+  return one(tensor_type(DType::kFloat32, Dims{ids.shape[0], ids.shape[1], e}));
+}
+
+Cost cost_embed_layer_norm(const InferContext& ctx, const std::vector<TypeInfo>& outs) {
+  return Cost{10 * numel_or_zero(outs.at(0)), io_bytes(ctx, outs), 0};
+}
+
 // Mean, variance, normalise, scale and shift: about 8 flops per element.
 Cost cost_norm(const InferContext& ctx, const std::vector<TypeInfo>& outs) { return cost_per_input(ctx, outs, 8); }
 
 KILN_REGISTER_OP_SCHEMA("ai.kiln", (OpSchema{.infer = infer_same, .cost = cost_norm}), "LayerNorm", "RMSNorm");
+KILN_REGISTER_OP_SCHEMA("ai.kiln", (OpSchema{.infer = infer_embed_layer_norm, .cost = cost_embed_layer_norm}),
+                        "EmbedLayerNorm");
 KILN_REGISTER_OP_SCHEMA("ai.kiln", (OpSchema{.infer = infer_skip_layer_norm, .cost = cost_norm}), "SkipLayerNorm");
 KILN_REGISTER_OP_SCHEMA("ai.kiln", (OpSchema{.infer = infer_same, .elementwise = true, .flops_per_element = 10}),
                         "Gelu");

@@ -1,8 +1,7 @@
 // Reference kernel of ai.kiln.SkipLayerNorm: S = input + skip (+ bias), broadcast by numpy rules;
 // Y = LayerNorm(S) over axes [axis, rank) with gamma and beta; the optional second output is S.
-#include <cmath>
-
 #include "kernels/kernel_util.h"
+#include "kernels/kiln/normalize_row.h"
 
 namespace kiln {
 namespace {
@@ -36,31 +35,21 @@ Status skip_layer_norm(KernelContext& ctx) {
   for (int64_t d : norm_shape) len *= d;
   const int64_t outer = len == 0 ? 0 : s.numel() / len;
   const bool has_beta = present(ctx, 3);
-  std::vector<int64_t> off[2];
-  Tensor w[2];
+  // gamma and beta broadcast to one row of len values.
+  std::vector<float> row[2];
   for (int i = 0; i < (has_beta ? 2 : 1); ++i) {
     const Tensor& t = ctx.input(2 + i);
     auto bs = broadcast_shapes(t.shape(), norm_shape);
     if (!bs || *bs != norm_shape)
       return ctx.error(std::string("SkipLayerNorm ") + (i ? "beta" : "gamma") + " of shape " +
                        shape_str(t.shape()) + " does not broadcast to " + shape_str(norm_shape));
-    off[i] = broadcast_offsets(t.shape(), norm_shape);
-    KILN_ASSIGN_OR_RETURN(w[i], to_float32(t));
+    KILN_ASSIGN_OR_RETURN(Tensor tf, to_float32(t));
+    for (int64_t o : broadcast_offsets(t.shape(), norm_shape)) row[i].push_back(tf.data<float>()[o]);
   }
   KILN_ASSIGN_OR_RETURN(Tensor y, Tensor::make(DType::kFloat32, *s_shape));
-  for (int64_t g = 0; g < outer; ++g) {
-    const float* sr = s.data<float>() + g * len;
-    double sum = 0, sq = 0;
-    for (int64_t i = 0; i < len; ++i) sum += sr[i];
-    const double mean = sum / static_cast<double>(len);
-    for (int64_t i = 0; i < len; ++i) sq += (sr[i] - mean) * (sr[i] - mean);
-    const double inv = 1.0 / std::sqrt(sq / static_cast<double>(len) + eps);
-    for (int64_t i = 0; i < len; ++i) {
-      double v = (sr[i] - mean) * inv * w[0].data<float>()[off[0][i]];
-      if (has_beta) v += w[1].data<float>()[off[1][i]];
-      y.data<float>()[g * len + i] = static_cast<float>(v);
-    }
-  }
+  for (int64_t g = 0; g < outer; ++g)
+    normalize_row(s.data<float>() + g * len, len, eps, row[0].data(), has_beta ? row[1].data() : nullptr,
+                  y.data<float>() + g * len);
   const DType dt = ctx.input(0).dtype();
   KILN_ASSIGN_OR_RETURN(Tensor out, cast_float_to(y, dt));
   ctx.set_output(0, std::move(out));

@@ -472,6 +472,14 @@ std::string fresh_name(const ir::Graph& g, const Types& types, const std::string
   return name;
 }
 
+// The input of the Transpose(perm 1,0,2) producing `v`, or "".
+std::string untransposed(const ir::Graph& g, const std::string& v) {
+  for (const auto& n : g.nodes)
+    if (!n.outputs.empty() && n.outputs[0] == v)
+      return is_op(&n, "Transpose") && n.attr_ints("perm") == std::vector<int64_t>{1, 0, 2} ? n.inputs[0] : "";
+  return "";
+}
+
 void rewrite(ir::Graph& g, Types& types, const Match& m) {
   const std::string base = m.anchor->name.empty() ? m.end : m.anchor->name;
   const std::string w = fresh_name(g, types, base + "/qkv_weight");
@@ -492,9 +500,27 @@ void rewrite(ir::Graph& g, Types& types, const Match& m) {
   };
   attr("num_heads", ir::Attribute::Type::kInt).i = m.heads;
   attr("scale", ir::Attribute::Type::kFloat).f = static_cast<float>(m.scale);
-  if (m.seq_first) attr("seq_first", ir::Attribute::Type::kInt).i = 1;
+  // torchvision's batch_first attention transposes X to [seq, batch, E] first. Reading X untransposed
+  // and transposing the output instead lets transpose-cancel drop this Transpose with the one that
+  // restores batch_first after the output projection.
+  const std::string batch_first_x = m.seq_first && !m.end_is_2d ? untransposed(g, m.x) : "";
+  if (m.seq_first && batch_first_x.empty()) attr("seq_first", ir::Attribute::Type::kInt).i = 1;
   std::vector<ir::Node> added;
-  if (m.end_is_2d) {
+  if (!batch_first_x.empty()) {
+    mha.inputs[0] = batch_first_x;
+    const std::string out = fresh_name(g, types, base + "/attention_batch_first");
+    mha.outputs = {out};
+    ir::Node t;
+    t.name = base + "/attention_seq_first";
+    t.op_type = "Transpose";
+    t.inputs = {out};
+    t.outputs = {m.end};
+    t.attrs.emplace_back();
+    t.attrs.back().name = "perm";
+    t.attrs.back().type = ir::Attribute::Type::kInts;
+    t.attrs.back().ints = {1, 0, 2};
+    added = {std::move(mha), std::move(t)};
+  } else if (m.end_is_2d) {
     // [A0, A1, E] -> [A0*A1, E]: the same elements in the same order.
     const std::string out = fresh_name(g, types, base + "/attention_output");
     mha.outputs = {out};
@@ -522,6 +548,9 @@ void rewrite(ir::Graph& g, Types& types, const Match& m) {
     if (!m.nodes.count(&n)) kept.push_back(std::move(n));
   }
   g.nodes = std::move(kept);
+  // The Transpose into [seq, batch, E] goes when nothing else reads it.
+  if (!batch_first_x.empty() && use_counts(g)[m.x] == 0)
+    std::erase_if(g.nodes, [&](const ir::Node& n) { return !n.outputs.empty() && n.outputs[0] == m.x; });
 }
 
 class AttentionFusion : public Pass {
