@@ -2,6 +2,8 @@
 """Exports a handful of conformance models through kiln (import -> export with kiln_roundtrip)
 and checks each result with onnx.checker.check_model(full_check=True), and that the exported
 model equals the original one field for field where kiln promises it (graph, opsets, metadata).
+One model is also saved with external data (kiln_roundtrip --external-data): the checker must
+accept it by path, and onnx.load must read the same weights as from kiln's inline save.
 
     tests/check_export.py [BUILD_DIR] [--tool PATH/kiln_roundtrip] [--root ../shared/onnx-conformance]
 
@@ -91,6 +93,57 @@ def check(model):
         return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
+# Saved with external data; its 256-byte biases go to the data file at this threshold while its
+# 8- and 32-byte shape tensors stay inline, so both kinds are checked.
+EXTERNAL_MODEL = "light/light_squeezenet.onnx"
+EXTERNAL_THRESHOLD = 64
+ALIGNMENT = 4096  # SaveOptions::alignment's default
+
+
+def weights(model):
+    import onnx.numpy_helper as nh
+    return {t.name: (t.data_type, list(t.dims), nh.to_array(t).tobytes()) for t in model.graph.initializer}
+
+
+def check_external_data(tool, root, tmp):
+    """None when kiln's external-data save of EXTERNAL_MODEL is right, else what is wrong; the
+    string "skip: ..." when the model is missing or this onnx rejects the original."""
+    src = model_path(root, EXTERNAL_MODEL)
+    if not os.path.exists(src):
+        return f"skip: {EXTERNAL_MODEL} not found"
+    inline = os.path.join(tmp, "external_inline.onnx")
+    folder = os.path.join(tmp, "external")
+    os.mkdir(folder)
+    out = os.path.join(folder, "model.onnx")
+    for cmd in ([tool, src, inline],
+                [tool, "--external-data", f"--size-threshold={EXTERNAL_THRESHOLD}", src, out]):
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            return f"kiln_roundtrip: {r.stderr.strip()}"
+    if sorted(os.listdir(folder)) != ["model.onnx", "model.onnx.data"]:
+        return f"expected model.onnx and model.onnx.data, found {sorted(os.listdir(folder))}"
+    bare = onnx.load(out, load_external_data=False)
+    external = [t for t in bare.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    if not external or len(external) == len(bare.graph.initializer):
+        return f"{len(external)} of {len(bare.graph.initializer)} initializers external, expected some but not all"
+    end = 0
+    for t in external:
+        info = {kv.key: kv.value for kv in t.external_data}
+        if info.get("location") != "model.onnx.data" or int(info.get("offset", -1)) % ALIGNMENT:
+            return f"tensor {t.name}: bad external data entry {info}"
+        end = max(end, int(info["offset"]) + int(info["length"]))
+    if os.path.getsize(os.path.join(folder, "model.onnx.data")) != end:
+        return "data file size differs from the last tensor's end"
+    err = check(out)  # by path: the checker resolves the external data beside the model
+    if err:
+        if check(onnx.load(src)):
+            return f"skip: onnx {onnx.__version__}'s checker rejects the original too"
+        return f"onnx.checker: {err}"
+    if weights(onnx.load(out)) != weights(onnx.load(inline)):
+        return "weights read through external data differ from kiln's inline save"
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build", nargs="?", help="build folder holding tests/kiln_roundtrip")
@@ -135,6 +188,15 @@ def main():
                 continue
             checked += 1
             print(f"ok   {rel}")
+        err = check_external_data(tool, args.root, tmp)
+        if err and err.startswith("skip"):
+            print(f"{err} ({EXTERNAL_MODEL} with external data)")
+        elif err:
+            print(f"FAIL {EXTERNAL_MODEL} with external data: {err}")
+            failures += 1
+        else:
+            checked += 1
+            print(f"ok   {EXTERNAL_MODEL} with external data")
     print(f"{checked} exported models pass onnx.checker (full_check), {failures} failed")
     return 1 if failures or checked == 0 else 0
 

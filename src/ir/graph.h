@@ -132,6 +132,9 @@ struct Model {
   std::vector<std::pair<std::string, std::string>> metadata;
   Graph graph;
   std::vector<Function> functions;
+  // Set by the importer when some tensor came from an external data file; saving keeps such a
+  // model's weights external by default (onnx_io::SaveOptions::ExternalData::kAuto).
+  bool external_data = false;
 
   int64_t opset(const std::string& domain_name) const;  // 0 when not imported
 };

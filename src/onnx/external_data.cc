@@ -1,14 +1,103 @@
 // External tensor data: files beside the model. A location must be a relative path that stays
 // inside the model's folder — no "..", no absolute path, no symlink — so a model cannot make kiln
-// read arbitrary files.
+// read arbitrary files. Writing puts every large initializer in one data file, page-aligned so
+// ONNX Runtime can mmap it.
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <vector>
 
 #include "onnx/proto_convert.h"
 
 namespace kiln::onnx_io {
+namespace {
+
+// Initializers of a graph and of the subgraphs in its nodes' attributes, as onnx's
+// external-data helper collects them.
+void collect_initializers(onnx::GraphProto* g, std::vector<onnx::TensorProto*>* out) {
+  for (auto& t : *g->mutable_initializer()) out->push_back(&t);
+  for (auto& n : *g->mutable_node())
+    for (auto& a : *n.mutable_attribute()) {
+      if (a.has_g()) collect_initializers(a.mutable_g(), out);
+      for (auto& sub : *a.mutable_graphs()) collect_initializers(&sub, out);
+    }
+}
+
+void set_entry(onnx::TensorProto* t, const std::string& key, const std::string& value) {
+  auto* kv = t->add_external_data();
+  kv->set_key(key);
+  kv->set_value(value);
+}
+
+// Closes the file on every path; the temporary file is removed unless it was kept.
+struct TempFile {
+  std::string path;
+  std::FILE* f = nullptr;
+  bool kept = false;
+  ~TempFile() {
+    if (f) std::fclose(f);
+    if (!kept) std::remove(path.c_str());
+  }
+};
+
+}  // namespace
+
+Result<SaveReport> write_external_data(onnx::ModelProto* model, const std::string& data_path,
+                                       const std::string& location, size_t size_threshold,
+                                       size_t alignment) {
+  std::vector<onnx::TensorProto*> all, moving;
+  collect_initializers(model->mutable_graph(), &all);
+  for (onnx::TensorProto* t : all)
+    if (t->has_raw_data() && t->raw_data().size() >= size_threshold && t->raw_data().size() > 0 &&
+        t->data_location() != onnx::TensorProto::EXTERNAL)
+      moving.push_back(t);
+  SaveReport report;
+  if (moving.empty()) return report;
+
+  const std::string what = "external data file '" + data_path + "'";
+  TempFile tmp{data_path + ".tmp"};
+  tmp.f = std::fopen(tmp.path.c_str(), "wb");
+  if (!tmp.f) return Status::error(what + ": cannot create '" + tmp.path + "'");
+  const uint64_t align = alignment > 0 ? alignment : 1;
+  static const char kZeros[4096] = {};
+  uint64_t end = 0;  // bytes written so far
+  for (onnx::TensorProto* t : moving) {
+    const uint64_t offset = (end + align - 1) / align * align;
+    for (uint64_t pad = offset - end; pad > 0;) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(pad, sizeof(kZeros)));
+      if (std::fwrite(kZeros, 1, n, tmp.f) != n) return Status::error(what + ": write failed");
+      pad -= n;
+    }
+    // Taking the bytes out of the proto frees them as they are written: peak memory stays at one
+    // copy of the weights beyond the IR.
+    std::unique_ptr<std::string> bytes(t->release_raw_data());
+    if (std::fwrite(bytes->data(), 1, bytes->size(), tmp.f) != bytes->size())
+      return Status::error(what + ": write failed (disk full?)");
+    t->set_data_location(onnx::TensorProto::EXTERNAL);
+    t->clear_external_data();
+    set_entry(t, "location", location);
+    set_entry(t, "offset", std::to_string(offset));
+    set_entry(t, "length", std::to_string(bytes->size()));
+    end = offset + bytes->size();
+    ++report.external_tensors;
+  }
+  // On disk before it is renamed into place, and before the model that points at it is written.
+  bool flushed = std::fflush(tmp.f) == 0 && fsync(fileno(tmp.f)) == 0;
+  flushed &= std::fclose(tmp.f) == 0;
+  tmp.f = nullptr;
+  if (!flushed) return Status::error(what + ": write failed (disk full?)");
+  std::error_code ec;
+  std::filesystem::rename(tmp.path, data_path, ec);
+  if (ec) return Status::error(what + ": cannot move '" + tmp.path + "' into place: " + ec.message());
+  tmp.kept = true;
+  report.data_path = data_path;
+  report.data_file_bytes = end;
+  return report;
+}
 
 Result<std::string> read_external_data(const std::string& base_dir, const std::string& location,
                                        int64_t offset, int64_t length) {

@@ -1,4 +1,7 @@
 // ir::Model -> ModelProto, the inverse of model_import.cc: import -> export -> import is lossless.
+// save_model also decides where the weights go: inline, or an external data file beside the model.
+#include <filesystem>
+
 #include "onnx/model_io.h"
 #include "onnx/proto_convert.h"
 
@@ -64,10 +67,7 @@ void graph_to_proto(const ir::Graph& g, onnx::GraphProto* p) {
   for (const auto& n : g.nodes) node_to_proto(n, p->add_node());
 }
 
-}  // namespace
-
-Result<std::string> serialize_model(const ir::Model& m) {
-  onnx::ModelProto p;
+void model_to_proto(const ir::Model& m, onnx::ModelProto& p) {
   p.set_ir_version(m.ir_version);
   if (!m.producer_name.empty()) p.set_producer_name(m.producer_name);
   if (!m.producer_version.empty()) p.set_producer_version(m.producer_version);
@@ -100,15 +100,66 @@ Result<std::string> serialize_model(const ir::Model& m) {
       o->set_version(version);
     }
   }
+}
+
+Result<std::string> proto_to_bytes(const onnx::ModelProto& p) {
   std::string out;
   if (p.ByteSizeLong() > static_cast<size_t>(INT32_MAX) || !p.SerializeToString(&out))
     return Status::error("model is over 2 GiB; it needs external data to be saved");
   return out;
 }
 
-Status save_model(const ir::Model& model, const std::string& path) {
-  KILN_ASSIGN_OR_RETURN(std::string bytes, serialize_model(model));
-  return write_file(path, bytes);
+// Where kiln writes external data: one plain file name beside the model, so the pair can be moved
+// or copied together and a data file can never land outside the model's folder.
+Status check_location(const std::string& location) {
+  if (location.empty() || location == "." || location == ".." ||
+      location.find_first_of(std::string("/\\\0", 3)) != std::string::npos)
+    return Status::error("external data location '" + location +
+                         "' must be a plain file name (no folder, no '..'); it is written beside the model");
+  return Status::ok();
+}
+
+bool wants_external_data(const ir::Model& m, const onnx::ModelProto& p, const SaveOptions& o) {
+  switch (o.external_data) {
+    case SaveOptions::ExternalData::kAlways: return true;
+    case SaveOptions::ExternalData::kNever: return false;
+    case SaveOptions::ExternalData::kAuto: break;
+  }
+  return m.external_data || p.ByteSizeLong() > o.max_inline_bytes;
+}
+
+}  // namespace
+
+Result<std::string> serialize_model(const ir::Model& m) {
+  onnx::ModelProto p;
+  model_to_proto(m, p);
+  return proto_to_bytes(p);
+}
+
+Status save_model(const ir::Model& model, const std::string& path, const SaveOptions& options,
+                  SaveReport* report) {
+  namespace fs = std::filesystem;
+  if (report) *report = SaveReport{};
+  onnx::ModelProto p;
+  model_to_proto(model, p);
+  if (wants_external_data(model, p, options)) {
+    const fs::path model_path(path);
+    const std::string model_name = model_path.filename().string();
+    if (model_name.empty() || model_name == "." || model_name == "..")
+      return Status::error("'" + path + "' is not a model file name");
+    const std::string location = options.location.empty() ? model_name + ".data" : options.location;
+    KILN_RETURN_IF_ERROR(check_location(location));
+    const std::string data_path = (model_path.parent_path() / location).string();
+    std::error_code ec;
+    if (location == model_name || fs::equivalent(model_path, data_path, ec))
+      return Status::error("external data file '" + data_path + "' would overwrite the model '" + path + "'");
+    auto written = write_external_data(&p, data_path, location, options.size_threshold, options.alignment);
+    if (!written) return written.status();
+    if (report) *report = *written;
+  }
+  auto bytes = proto_to_bytes(p);
+  if (!bytes) return bytes.status().with_context(path);
+  return write_file(path, *bytes);
 }
 
 }  // namespace kiln::onnx_io

@@ -14,6 +14,18 @@ namespace {
 
 struct Importer {
   std::string base_dir;
+  bool saw_external_data = false;  // becomes ir::Model::external_data
+
+  Result<Tensor> tensor(const onnx::TensorProto& p) {
+    saw_external_data |= p.data_location() == onnx::TensorProto::EXTERNAL;
+    return tensor_from_proto(p, base_dir);
+  }
+
+  Result<Tensor> sparse_tensor(const onnx::SparseTensorProto& p) {
+    saw_external_data |= p.values().data_location() == onnx::TensorProto::EXTERNAL ||
+                         p.indices().data_location() == onnx::TensorProto::EXTERNAL;
+    return sparse_to_dense(p, base_dir);
+  }
 
   Result<ir::ValueInfo> value_info(const onnx::ValueInfoProto& p) {
     ir::ValueInfo v;
@@ -40,13 +52,13 @@ struct Importer {
     a.ints.assign(p.ints().begin(), p.ints().end());
     a.strings.assign(p.strings().begin(), p.strings().end());
     if (p.has_t()) {
-      KILN_ASSIGN_OR_RETURN(a.t, tensor_from_proto(p.t(), base_dir));
+      KILN_ASSIGN_OR_RETURN(a.t, tensor(p.t()));
     }
     if (p.has_sparse_tensor()) {
-      KILN_ASSIGN_OR_RETURN(a.t, sparse_to_dense(p.sparse_tensor(), base_dir));
+      KILN_ASSIGN_OR_RETURN(a.t, sparse_tensor(p.sparse_tensor()));
     }
     for (const auto& t : p.tensors()) {
-      KILN_ASSIGN_OR_RETURN(Tensor x, tensor_from_proto(t, base_dir));
+      KILN_ASSIGN_OR_RETURN(Tensor x, tensor(t));
       a.tensors.push_back(std::move(x));
     }
     if (p.has_g()) {
@@ -111,12 +123,12 @@ struct Importer {
     g.name = p.name();
     g.doc = p.doc_string();
     for (const auto& t : p.initializer()) {
-      auto x = tensor_from_proto(t, base_dir);
+      auto x = tensor(t);
       if (!x) return x.status().with_context("initializer '" + t.name() + "'");
       g.initializers[t.name()] = std::move(x).value();
     }
     for (const auto& t : p.sparse_initializer()) {
-      auto x = sparse_to_dense(t, base_dir);
+      auto x = sparse_tensor(t);
       if (!x) return x.status().with_context("sparse initializer '" + t.values().name() + "'");
       g.initializers[t.values().name()] = std::move(x).value();
     }
@@ -187,6 +199,7 @@ Result<ir::Model> parse_model(const std::string& bytes, const std::string& base_
     KILN_ASSIGN_OR_RETURN(ir::Function f, imp.function(fp));
     m.functions.push_back(std::move(f));
   }
+  m.external_data = imp.saw_external_data;
   return m;
 }
 

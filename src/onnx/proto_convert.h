@@ -9,6 +9,7 @@
 #include "ir/graph.h"
 #include "kiln/status.h"
 #include "kiln/value.h"
+#include "onnx/model_io.h"
 
 namespace kiln::onnx_io {
 
@@ -26,6 +27,14 @@ void value_to_sequence_proto(const Value& v, const std::string& name, onnx::Sequ
 void value_to_optional_proto(const Value& v, const std::string& name, onnx::OptionalProto* p);
 
 // Reads `length` bytes at `offset` of `location` inside base_dir, refusing paths that leave it.
+// Moves the raw data of every initializer (subgraphs' too) of at least `size_threshold` bytes
+// into the file `data_path`, each at an offset aligned to `alignment`, and points the tensor at it
+// as external data under `location`. The file is written whole to a temporary name, synced, then
+// renamed into place. Writes no file when no tensor qualifies. Attribute tensors stay inline.
+Result<SaveReport> write_external_data(onnx::ModelProto* model, const std::string& data_path,
+                                       const std::string& location, size_t size_threshold,
+                                       size_t alignment);
+
 Result<std::string> read_external_data(const std::string& base_dir, const std::string& location,
                                        int64_t offset, int64_t length);
 

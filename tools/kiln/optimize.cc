@@ -65,9 +65,9 @@ bool report_differences(const std::vector<Value>& a, const std::vector<Value>& b
 
 void add_optimize_command(CLI::App& app, int* exit_code) {
   struct Options {
-    std::string model, out, disable, fix_dims;
+    std::string model, out, disable, fix_dims, data_file;
     int level = 2, threads = 0;
-    bool portable = false, verbose = false, check = false;
+    bool portable = false, verbose = false, check = false, no_external_data = false;
     double rtol = 1e-3, atol = 1e-4;
   };
   auto opt = std::make_shared<Options>();
@@ -78,12 +78,19 @@ void add_optimize_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--disable", opt->disable, "Passes to skip, comma-separated");
   cmd->add_flag("--portable", opt->portable, "Keep to standard ONNX operators");
   cmd->add_option("--fix-dims", opt->fix_dims, "Fix symbolic dims, e.g. batch=1,seq=128");
+  // A flag, not an option, so that `--external-data MODEL` never takes the model as the file name.
+  CLI::Option* external = cmd->add_flag("--external-data{}", opt->data_file,
+                                        "Save weights in an external data file beside the model, "
+                                        "--external-data=FILE to name it (default OUT.data)");
+  cmd->add_flag("--no-external-data", opt->no_external_data,
+                "Save weights inline (default: external when the input had external data or the model is over 2 GiB)")
+      ->excludes(external);
   cmd->add_flag("-v,--verbose", opt->verbose, "Print what each pass did");
   cmd->add_flag("--check", opt->check, "Run both models on the same random inputs and compare");
   cmd->add_option("--rtol", opt->rtol, "With --check: relative tolerance");
   cmd->add_option("--atol", opt->atol, "With --check: absolute tolerance");
   cmd->add_option("--threads", opt->threads, "Threads for --check")->check(CLI::Range(0, 1024));
-  cmd->callback([opt, exit_code] {
+  cmd->callback([opt, exit_code, external] {
     auto fail = [&](const Status& st) {
       std::cerr << "kiln optimize: " << st.message() << "\n";
       *exit_code = 1;
@@ -112,9 +119,18 @@ void add_optimize_command(CLI::App& app, int* exit_code) {
     }
     std::printf("nodes %lld -> %lld\n", static_cast<long long>(report->nodes_before),
                 static_cast<long long>(report->nodes_after));
-    Status saved = onnx_io::save_model(optimized, opt->out);
+    onnx_io::SaveOptions save;
+    if (external->count() > 0) save.external_data = onnx_io::SaveOptions::ExternalData::kAlways;
+    if (opt->no_external_data) save.external_data = onnx_io::SaveOptions::ExternalData::kNever;
+    save.location = opt->data_file;
+    onnx_io::SaveReport written;
+    Status saved = onnx_io::save_model(optimized, opt->out, save, &written);
     if (!saved.is_ok()) return fail(saved);
     std::printf("wrote %s\n", opt->out.c_str());
+    if (!written.data_path.empty())
+      std::printf("wrote %s (%lld tensors, %llu bytes)\n", written.data_path.c_str(),
+                  static_cast<long long>(written.external_tensors),
+                  static_cast<unsigned long long>(written.data_file_bytes));
     if (!opt->check) return;
     SessionOptions so;
     so.threads = opt->threads;
