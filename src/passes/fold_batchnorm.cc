@@ -42,13 +42,6 @@ std::optional<Affine> bn_affine(const ir::Graph& g, const ir::Node& bn, int64_t 
   return a;
 }
 
-std::string fresh_name(const ir::Graph& g, const std::string& base) {
-  std::string name = base;
-  for (int i = 1; g.initializers.count(name) || is_graph_input(g, name); ++i)
-    name = base + "_" + std::to_string(i);
-  return name;
-}
-
 class FoldBatchNorm : public Pass {
  public:
   Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {

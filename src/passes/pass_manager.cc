@@ -71,14 +71,18 @@ Result<OptimizeReport> optimize(ir::Model& model, const OptimizeOptions& options
     for (const PassInfo* p : PassRegistry::global().sorted()) known |= p->name == name;
     if (!known) return Status::error("--disable names an unknown pass '" + name + "'");
   }
-  std::map<std::string, PassReport> rows;
+  // One report row per pass and phase, in the order they first ran; the clean-up round after
+  // fusion gets rows of its own.
+  std::vector<PassReport> rows;
+  std::string phase;
   auto run_pass = [&](const PassInfo* p) -> Result<int64_t> {
-    PassReport& row = rows[p->name];
-    const int64_t before = count_nodes(model.graph);
-    if (row.name.empty()) {
-      row.name = p->name;
-      row.nodes_before = before;
+    const std::string key = p->name + phase;
+    auto it = std::find_if(rows.begin(), rows.end(), [&](const PassReport& r) { return r.name == key; });
+    if (it == rows.end()) {
+      rows.push_back(PassReport{key, 0, count_nodes(model.graph), 0, 0});
+      it = rows.end() - 1;
     }
+    PassReport& row = *it;
     const auto t0 = std::chrono::steady_clock::now();
     auto rewrites = p->create()->run(model, options);
     row.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -108,12 +112,17 @@ Result<OptimizeReport> optimize(ir::Model& model, const OptimizeOptions& options
   }
   // Fusions leave dead producers behind (the Shape chains that sized what they absorbed) and
   // constants to fold; the simplifications clean up after them.
-  if (rewritten > 0) KILN_RETURN_IF_ERROR(simplify());
+  if (rewritten > 0) {
+    phase = " (clean-up)";
+    KILN_RETURN_IF_ERROR(simplify());
+  }
   std::string applied;
   for (const PassInfo* p : enabled) {
-    report.passes.push_back(rows[p->name]);
-    if (rows[p->name].rewrites > 0) applied += (applied.empty() ? "" : ",") + p->name;
+    int64_t n = 0;
+    for (const auto& r : rows) n += r.name == p->name || r.name == p->name + phase ? r.rewrites : 0;
+    if (n > 0) applied += (applied.empty() ? "" : ",") + p->name;
   }
+  report.passes = std::move(rows);
   report.nodes_after = count_nodes(model.graph);
   auto set_meta = [&](const std::string& key, const std::string& value) {
     for (auto& kv : model.metadata)
