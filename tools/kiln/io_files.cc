@@ -1,9 +1,11 @@
-// Input generation and value files for `kiln run` and `kiln bench`.
+// Input generation and value files for `kiln run`, `bench` and `compare`.
 #include "io_files.h"
 
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+
+#include <CLI/CLI.hpp>
 
 #include "core/float_convert.h"
 #include "ir/graph.h"
@@ -53,6 +55,30 @@ Result<std::vector<Value>> make_bench_inputs(const Session& session, int64_t bat
     values.push_back(Value::of(std::move(t).value()));
   }
   return values;
+}
+
+void add_input_options(CLI::App* cmd, InputOptions* o) {
+  cmd->add_option("-i,--input", o->files, "Input files (.pb or .npy), in the order of the model's inputs");
+  cmd->add_flag("--random", o->random, "Generate inputs by the benchmark rule instead of reading files");
+  cmd->add_option("--batch", o->batch, "With --random: size of a dynamic first dimension")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--seq", o->seq, "With --random: size of other dynamic dimensions")->check(CLI::Range(1, 1 << 20));
+}
+
+Result<std::vector<Value>> make_inputs(const Session& session, const InputOptions& o) {
+  if (o.random) {
+    if (!o.files.empty()) return Status::error("give either -i files or --random, not both");
+    return make_bench_inputs(session, o.batch, o.seq);
+  }
+  const auto& ios = session.inputs();
+  if (o.files.size() != ios.size())
+    return Status::error("the model takes " + std::to_string(ios.size()) + " inputs, " +
+                         std::to_string(o.files.size()) + " files were given (or use --random)");
+  std::vector<Value> inputs;
+  for (size_t k = 0; k < ios.size(); ++k) {
+    KILN_ASSIGN_OR_RETURN(Value v, read_input_file(o.files[k], ios[k]));
+    inputs.push_back(std::move(v));
+  }
+  return inputs;
 }
 
 Result<Value> read_input_file(const std::string& path, const IoInfo& io) {

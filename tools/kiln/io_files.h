@@ -7,7 +7,22 @@
 
 #include "kiln/session.h"
 
+namespace CLI {
+class App;
+}
+
 namespace kiln::cli {
+
+// How a command gets its model inputs: files in the model's input order, or --random.
+struct InputOptions {
+  std::vector<std::string> files;
+  bool random = false;
+  int64_t batch = 1, seq = 128;
+};
+// Adds -i/--input, --random, --batch and --seq to `cmd`.
+void add_input_options(CLI::App* cmd, InputOptions* options);
+// One value per input of `session`: read from the files, or generated with `random`.
+Result<std::vector<Value>> make_inputs(const Session& session, const InputOptions& options);
 
 // Dynamic dims: position 0 takes `batch`, any other takes `seq`. Integers: 1 for names containing
 // "mask", 0 for "type", else (i * 7919) % 1000; floats: the LCG of the bench rule.

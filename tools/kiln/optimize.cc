@@ -1,13 +1,12 @@
 // `kiln optimize MODEL -o OUT`: the pass pipeline, a saved model, and with --check a comparison
 // of the original and the optimized model on the same inputs.
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
 
 #include "cli.h"
-#include "core/float_convert.h"
+#include "compare_print.h"
 #include "io_files.h"
 #include "ir/graph.h"
 #include "kiln/optimize.h"
@@ -31,43 +30,13 @@ Result<std::map<std::string, int64_t>> parse_dims(const std::string& text) {
   return dims;
 }
 
-// Largest |a-b| and |a-b|/|b| per output of two runs on the same inputs; false beyond tolerance.
-bool report_differences(const std::vector<Value>& a, const std::vector<Value>& b, const std::vector<IoInfo>& outs,
-                        double rtol, double atol) {
-  bool ok = a.size() == b.size();
-  for (size_t k = 0; k < a.size() && k < b.size(); ++k) {
-    const Tensor &x = a[k].tensor, &y = b[k].tensor;
-    const std::string& name = k < outs.size() ? outs[k].name : std::to_string(k);
-    if (!a[k].is_tensor() || !b[k].is_tensor() || x.shape() != y.shape() || x.dtype() != y.dtype()) {
-      std::printf("  %-24s differs in kind, type or shape\n", name.c_str());
-      ok = false;
-      continue;
-    }
-    double max_abs = 0, max_rel = 0;
-    bool within = true;
-    if (dtype_is_float(x.dtype()) || dtype_is_integer(x.dtype()) || x.dtype() == DType::kBool) {
-      for (int64_t i = 0; i < x.numel(); ++i) {
-        const double u = load_as_double(x.dtype(), x.raw_data(), i), v = load_as_double(y.dtype(), y.raw_data(), i);
-        if (std::isnan(u) && std::isnan(v)) continue;
-        const double d = std::fabs(u - v);
-        max_abs = std::max(max_abs, d);
-        if (v != 0) max_rel = std::max(max_rel, d / std::fabs(v));
-        within &= d <= atol + rtol * std::fabs(v);
-      }
-    }
-    std::printf("  %-24s max abs %.3g  max rel %.3g  %s\n", name.c_str(), max_abs, max_rel, within ? "ok" : "BEYOND TOLERANCE");
-    ok &= within;
-  }
-  return ok;
-}
-
 }  // namespace
 
 void add_optimize_command(CLI::App& app, int* exit_code) {
   struct Options {
     std::string model, out, disable, fix_dims, data_file;
     int level = 2, threads = 0;
-    bool portable = false, verbose = false, check = false, no_external_data = false;
+    bool portable = false, verbose = false, check = false, per_layer = false, no_external_data = false;
     double rtol = 1e-3, atol = 1e-4;
   };
   auto opt = std::make_shared<Options>();
@@ -87,6 +56,7 @@ void add_optimize_command(CLI::App& app, int* exit_code) {
       ->excludes(external);
   cmd->add_flag("-v,--verbose", opt->verbose, "Print what each pass did");
   cmd->add_flag("--check", opt->check, "Run both models on the same random inputs and compare");
+  cmd->add_flag("--per-layer", opt->per_layer, "With --check: also name the first intermediate tensor that diverges");
   cmd->add_option("--rtol", opt->rtol, "With --check: relative tolerance");
   cmd->add_option("--atol", opt->atol, "With --check: absolute tolerance");
   cmd->add_option("--threads", opt->threads, "Threads for --check")->check(CLI::Range(0, 1024));
@@ -112,9 +82,9 @@ void add_optimize_command(CLI::App& app, int* exit_code) {
     auto report = optimize(optimized, oo);
     if (!report) return fail(report.status());
     if (opt->verbose) {
-      std::printf("%-28s %9s %8s %8s %9s\n", "pass", "rewrites", "before", "after", "ms");
+      std::printf("%-36s %9s %8s %8s %9s\n", "pass", "rewrites", "before", "after", "ms");
       for (const PassReport& p : report->passes)
-        std::printf("%-28s %9lld %8lld %8lld %9.1f\n", p.name.c_str(), static_cast<long long>(p.rewrites),
+        std::printf("%-36s %9lld %8lld %8lld %9.1f\n", p.name.c_str(), static_cast<long long>(p.rewrites),
                     static_cast<long long>(p.nodes_before), static_cast<long long>(p.nodes_after), p.ms);
     }
     std::printf("nodes %lld -> %lld\n", static_cast<long long>(report->nodes_before),
@@ -132,20 +102,23 @@ void add_optimize_command(CLI::App& app, int* exit_code) {
                   static_cast<long long>(written.external_tensors),
                   static_cast<unsigned long long>(written.data_file_bytes));
     if (!opt->check) return;
+    // The saved file is what gets compared, so the save/load round trip is checked too.
+    auto reloaded = onnx_io::load_model(opt->out);
+    if (!reloaded) return fail(reloaded.status().with_context("optimized model"));
     SessionOptions so;
     so.threads = opt->threads;
-    auto a = Session::create(std::make_shared<const ir::Model>(std::move(model).value()), so);
+    auto a = Session::create(std::make_shared<const ir::Model>(*model), so);  // lists the inputs
     if (!a) return fail(a.status().with_context("original model"));
-    auto b = Session::load(opt->out, so);
-    if (!b) return fail(b.status().with_context("optimized model"));
     auto inputs = make_bench_inputs(**a, 1, 128);
     if (!inputs) return fail(inputs.status());
-    auto ra = (*a)->run(*inputs);
-    if (!ra) return fail(ra.status().with_context("original model"));
-    auto rb = (*b)->run(*inputs);
-    if (!rb) return fail(rb.status().with_context("optimized model"));
-    std::printf("check (rtol %g, atol %g):\n", opt->rtol, opt->atol);
-    if (!report_differences(*ra, *rb, (*a)->outputs(), opt->rtol, opt->atol)) {
+    CompareOptions co;
+    co.rtol = opt->rtol;
+    co.atol = opt->atol;
+    co.per_layer = opt->per_layer;
+    auto cmp = compare_models(*model, *reloaded, *inputs, co, opt->threads);
+    if (!cmp) return fail(cmp.status());
+    std::printf("check:\n");
+    if (print_compare_report(*cmp, co, false) > 0) {
       std::cerr << "kiln optimize: the optimized model's outputs differ beyond tolerance\n";
       *exit_code = 1;
     }
