@@ -1,0 +1,324 @@
+// Kernel of ai.kiln.FusedElementwise: a chain of elementwise steps run over the output in blocks
+// held in a stack buffer, one tight (vectorizable) loop per step, so the inputs are read once and
+// the output written once. Each step computes exactly what the ONNX reference kernel of its op
+// computes, rounded to float32, so the result is bit-identical to running the ops one by one.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/thread_pool.h"
+#include "ir/schemas/kiln_elementwise.h"
+#include "kernels/kernel_util.h"
+
+namespace kiln {
+namespace {
+
+using ir::EltwiseOp;
+using ir::EltwiseStep;
+
+constexpr int64_t kBlock = 256;            // elements per block: 1 KiB, stays in L1 across steps
+constexpr int64_t kParallelMin = 1 << 16;  // below this, threads cost more than they save
+constexpr int64_t kGrainBlocks = 32;       // 8K elements per task at least
+
+// How an input is read for a block of the output: one value, the same row-major layout as the
+// output, or a numpy broadcast (dims of the output collapsed where the input's strides allow).
+struct Operand {
+  enum class Kind { kScalar, kFull, kBroadcast } kind;
+  const float* data;
+  std::vector<int64_t> dims,
+      strides;  // kBroadcast: collapsed output dims, input strides (0: broadcast)
+};
+
+Operand make_operand(const Tensor& t, const Shape& out, int64_t out_numel) {
+  const float* p = t.data<float>();
+  if (t.numel() == 1) return {Operand::Kind::kScalar, p, {}, {}};
+  // Shapes that broadcast with equal sizes differ only by 1-dims: the layouts are the same.
+  if (t.numel() == out_numel) return {Operand::Kind::kFull, p, {}, {}};
+  Operand o{Operand::Kind::kBroadcast, p, {}, {}};
+  const std::vector<int64_t> st = broadcast_strides(t.shape(), out);
+  for (size_t d = 0; d < out.size(); ++d) {
+    if (out[d] == 1) continue;
+    // An outer dim merges into the inner one when stepping it equals stepping past the whole inner
+    // dim: both broadcast (0 == 0), or both contiguous.
+    if (!o.dims.empty() && o.strides.back() == st[d] * out[d]) {
+      o.dims.back() *= out[d];
+      o.strides.back() = st[d];
+    } else {
+      o.dims.push_back(out[d]);
+      o.strides.push_back(st[d]);
+    }
+  }
+  return o;
+}
+
+// Writes elements [start, start + n) of `o` broadcast to the output into dst, a run of the
+// innermost collapsed dim at a time (a fill, a copy, or a strided read).
+void gather(const Operand& o, int64_t start, int64_t n, float* dst) {
+  if (o.kind == Operand::Kind::kScalar) {
+    std::fill(dst, dst + n, o.data[0]);
+    return;
+  }
+  if (o.kind == Operand::Kind::kFull) {
+    std::memcpy(dst, o.data + start, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  const size_t r = o.dims.size();
+  int64_t small[8];
+  std::vector<int64_t> large;
+  int64_t* idx = small;
+  if (r > 8) {
+    large.resize(r);
+    idx = large.data();
+  }
+  int64_t off = 0;
+  for (size_t d = r, rem = static_cast<size_t>(start); d-- > 0;) {
+    idx[d] = static_cast<int64_t>(rem % static_cast<size_t>(o.dims[d]));
+    rem /= static_cast<size_t>(o.dims[d]);
+    off += idx[d] * o.strides[d];
+  }
+  const int64_t inner = o.dims[r - 1], st = o.strides[r - 1];
+  for (int64_t done = 0; done < n;) {
+    const int64_t run = std::min(inner - idx[r - 1], n - done);
+    const float* src = o.data + off;
+    if (st == 0) {
+      std::fill(dst + done, dst + done + run, *src);
+    } else if (st == 1) {
+      std::memcpy(dst + done, src, static_cast<size_t>(run) * sizeof(float));
+    } else {
+      for (int64_t k = 0; k < run; ++k) dst[done + k] = src[k * st];
+    }
+    done += run;
+    idx[r - 1] += run;
+    off += run * st;
+    if (idx[r - 1] < inner) continue;
+    off -= inner * st;
+    idx[r - 1] = 0;
+    for (size_t d = r - 1; d-- > 0;) {  // odometer over the outer dims
+      off += o.strides[d];
+      if (++idx[d] < o.dims[d]) break;
+      off -= o.dims[d] * o.strides[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+// ---- the ops, as the reference kernels compute them (double where they use double) ----
+
+double sigmoid_d(double x) {
+  if (x >= 0) return 1.0 / (1.0 + std::exp(-x));
+  const double e = std::exp(x);
+  return e / (1.0 + e);
+}
+double softplus_d(double x) {
+  return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+}
+
+// Max and Min propagate NaN (numpy.maximum); otherwise the later input wins only when strictly
+// greater (smaller), which fixes the sign of a zero result as the variadic reference does.
+float max_f(float a, float b) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) ? a : b;
+  return b > a ? b : a;
+}
+float min_f(float a, float b) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) ? a : b;
+  return b < a ? b : a;
+}
+float pow_f(float a, float b) {
+  return static_cast<float>(std::pow(static_cast<double>(a), static_cast<double>(b)));
+}
+
+template <typename F>
+void map1(float* __restrict v, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) v[i] = f(v[i]);
+}
+
+// v = f(v, o) elementwise, or f(o, v) when swapped; `o` is a block of the operand.
+template <typename F>
+void map2(float* __restrict v, const float* __restrict o, int64_t n, bool swapped, F f) {
+  if (swapped) {
+    for (int64_t i = 0; i < n; ++i) v[i] = f(o[i], v[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) v[i] = f(v[i], o[i]);
+  }
+}
+
+template <typename F>
+void map2_scalar(float* __restrict v, float s, int64_t n, bool swapped, F f) {
+  if (swapped) {
+    for (int64_t i = 0; i < n; ++i) v[i] = f(s, v[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) v[i] = f(v[i], s);
+  }
+}
+
+// Calls apply(f) with the binary function of op.
+template <typename A>
+void with_binary(EltwiseOp op, A apply) {
+  switch (op) {
+    case EltwiseOp::kAdd:
+      return apply([](float a, float b) { return a + b; });
+    case EltwiseOp::kSub:
+      return apply([](float a, float b) { return a - b; });
+    case EltwiseOp::kMul:
+      return apply([](float a, float b) { return a * b; });
+    case EltwiseOp::kDiv:
+      return apply([](float a, float b) { return a / b; });
+    case EltwiseOp::kPow:
+      return apply(pow_f);
+    case EltwiseOp::kMax:
+      return apply(max_f);
+    case EltwiseOp::kMin:
+      return apply(min_f);
+    default:
+      return;
+  }
+}
+
+// A binary step; `o` is the operand's block (nullptr: the scalar `s`; the step reads the running
+// value twice when its operand is -1).
+void binary_step(const EltwiseStep& s, float* v, const float* o, float scalar, int64_t n) {
+  with_binary(s.op, [&](auto f) {
+    if (s.operand < 0) {
+      map1(v, n, [f](float x) { return f(x, x); });
+    } else if (o == nullptr) {
+      map2_scalar(v, scalar, n, s.swapped, f);
+    } else {
+      map2(v, o, n, s.swapped, f);
+    }
+  });
+}
+
+void unary_step(const EltwiseStep& s, float* v, int64_t n) {
+  switch (s.op) {
+    case EltwiseOp::kRelu:
+      return map1(v, n, [](float x) { return x > 0.0f ? x : 0.0f; });
+    case EltwiseOp::kSigmoid:
+      return map1(v, n, [](float x) { return static_cast<float>(sigmoid_d(x)); });
+    case EltwiseOp::kTanh:
+      return map1(v, n, [](float x) { return std::tanh(x); });
+    case EltwiseOp::kExp:
+      return map1(v, n, [](float x) { return std::exp(x); });
+    case EltwiseOp::kLog:
+      return map1(v, n, [](float x) { return std::log(x); });
+    case EltwiseOp::kSqrt:
+      return map1(v, n, [](float x) { return std::sqrt(x); });
+    case EltwiseOp::kNeg:
+      return map1(v, n, [](float x) { return -x; });
+    case EltwiseOp::kAbs:
+      return map1(v, n, [](float x) { return std::fabs(x); });
+    case EltwiseOp::kReciprocal:
+      return map1(v, n, [](float x) { return 1.0f / x; });
+    case EltwiseOp::kErf:
+      return map1(v, n, [](float x) { return std::erf(x); });
+    case EltwiseOp::kSoftplus:
+      return map1(v, n, [](float x) { return static_cast<float>(softplus_d(x)); });
+    case EltwiseOp::kClip: {
+      // max then min, as the reference: NaN passes through, min > max gives max.
+      const float lo = s.p0, hi = s.p1;
+      return map1(v, n, [lo, hi](float x) { return std::min(std::max(x, lo), hi); });
+    }
+    case EltwiseOp::kLeakyRelu: {
+      const double alpha = s.p0;
+      return map1(v, n, [alpha](float x) {
+        const double d = x;
+        return static_cast<float>(d >= 0 ? d : alpha * d);
+      });
+    }
+    case EltwiseOp::kHardSigmoid: {
+      const double alpha = s.p0, beta = s.p1;
+      return map1(v, n, [alpha, beta](float x) {
+        return static_cast<float>(std::max(0.0, std::min(1.0, alpha * x + beta)));
+      });
+    }
+    case EltwiseOp::kHardSwish:
+      return map1(v, n, [](float x) {
+        const double d = x;
+        return static_cast<float>(d * std::max(0.0, std::min(1.0, d / 6.0 + 0.5)));
+      });
+    case EltwiseOp::kElu: {
+      const double alpha = s.p0;
+      return map1(v, n, [alpha](float x) {
+        const double d = x;
+        return static_cast<float>(d >= 0 ? d : alpha * std::expm1(d));
+      });
+    }
+    default:
+      return;
+  }
+}
+
+struct Chain {
+  std::vector<EltwiseStep> steps;
+  std::vector<Operand> inputs;
+};
+
+// Output elements [start, start + n), n <= kBlock.
+void run_block(const Chain& c, int64_t start, int64_t n, float* out) {
+  alignas(64) float v[kBlock];
+  alignas(64) float tmp[kBlock];
+  gather(c.inputs[0], start, n, v);
+  for (const EltwiseStep& s : c.steps) {
+    if (!s.binary) {
+      unary_step(s, v, n);
+      continue;
+    }
+    const float* o = nullptr;
+    float scalar = 0;
+    if (s.operand >= 0) {
+      const Operand& in = c.inputs[static_cast<size_t>(s.operand)];
+      if (in.kind == Operand::Kind::kScalar) {
+        scalar = in.data[0];
+      } else if (in.kind == Operand::Kind::kFull) {
+        o = in.data + start;
+      } else {
+        gather(in, start, n, tmp);
+        o = tmp;
+      }
+    }
+    binary_step(s, v, o, scalar, n);
+  }
+  std::memcpy(out + start, v, static_cast<size_t>(n) * sizeof(float));
+}
+
+Status fused_elementwise(KernelContext& ctx) {
+  if (ctx.num_inputs() == 0) return ctx.error("FusedElementwise needs at least one input");
+  std::vector<Shape> shapes;
+  for (size_t i = 0; i < ctx.num_inputs(); ++i) {
+    if (!ctx.has_input(i) || !ctx.value(i).is_tensor() || !ctx.input(i).defined())
+      return ctx.error("input " + std::to_string(i) + " is missing or not a tensor");
+    if (ctx.input(i).dtype() != DType::kFloat32)
+      return ctx.error("input " + std::to_string(i) + " must be float32, got " +
+                       dtype_name(ctx.input(i).dtype()));
+    shapes.push_back(ctx.input(i).shape());
+  }
+  auto steps = ir::decode_fused_elementwise(ctx.node, ctx.num_inputs());
+  if (!steps) return ctx.error(steps.status().message());
+  auto shape = broadcast_shapes(shapes);
+  if (!shape) return ctx.error(shape.status().message());
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, DType::kFloat32, *shape));
+  const int64_t total = y->numel();
+  if (total == 0) return Status::ok();
+  Chain c{std::move(steps).value(), {}};
+  for (size_t i = 0; i < ctx.num_inputs(); ++i)
+    c.inputs.push_back(make_operand(ctx.input(i), *shape, total));
+  float* out = y->data<float>();
+  const int64_t blocks = (total + kBlock - 1) / kBlock;
+  auto body = [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t start = b * kBlock;
+      run_block(c, start, std::min(kBlock, total - start), out);
+    }
+  };
+  if (ctx.pool != nullptr && total >= kParallelMin) {
+    ctx.pool->parallel_for(blocks, kGrainBlocks, body);
+  } else {
+    body(0, blocks);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL("ai.kiln", "FusedElementwise", fused_elementwise);
+
+}  // namespace kiln
