@@ -109,6 +109,8 @@ TEST(ConvEpilogue, PaddleHardSwishDivideLast) {
   b.add("Mul", {"y", "c"}, {"m"});
   b.add("Div", {"m", "six"}, {"h"});
   b.output("h");
+  // Fusions match the canonical spelling, which hard-sigmoid-canonical makes (HardSwish here).
+  ASSERT_TRUE(run_pass(b.m, "hard-sigmoid-canonical").is_ok());
   check(b, "conv-epilogue", {"FusedConv"}, {{1, 2, 5, 5}}, -4, 4);
   ir::Model m = b.m;
   ASSERT_TRUE(run_pass(m, "conv-epilogue").is_ok());
@@ -129,6 +131,7 @@ TEST(ConvEpilogue, PaddleHardSwishScaleFirst) {
   b.add("Mul", {"sixth", "c"}, {"d"});
   b.add("Mul", {"d", "y"}, {"h"});
   b.output("h");
+  ASSERT_TRUE(run_pass(b.m, "hard-sigmoid-canonical").is_ok());
   check(b, "conv-epilogue", {"FusedConv"}, {{1, 2, 5, 5}}, -4, 4);
 }
 

@@ -25,25 +25,6 @@ std::string other_operand(const ir::Node& n, const std::string& v) {
   return "";
 }
 
-// Binary `op` of v and a scalar constant equal to `c`.
-bool is_scalar_op(const GraphIndex& idx, const ir::Node* n, const char* op, const std::string& v,
-                  double c) {
-  if (!is_op(n, op)) return false;
-  const std::string o = other_operand(*n, v);
-  if (o.empty()) return false;
-  // Div is not commutative: the constant must be the divisor.
-  if (std::string(op) == "Div" && n->inputs[1] != o) return false;
-  auto s = scalar_constant(idx, o);
-  return s && near(*s, c);
-}
-
-// v / 6 or v * (1/6), read from v by a single node.
-const ir::Node* divide_by_six(const GraphIndex& idx, const std::string& v, const Taken& taken) {
-  const ir::Node* n = sole_consumer(idx, v, taken);
-  if (is_scalar_op(idx, n, "Div", v, 6.0) || is_scalar_op(idx, n, "Mul", v, 1.0 / 6.0)) return n;
-  return nullptr;
-}
-
 // Single-input, single-output activations reading v as input 0.
 std::optional<Activation> unary_activation(const GraphIndex& idx, const ir::Node& n,
                                            const std::string& v) {
@@ -87,34 +68,6 @@ std::optional<Activation> unary_activation(const GraphIndex& idx, const ir::Node
     }
   }
   return Activation{"Clip", {lo, hi}};
-}
-
-// x * Clip(x + 3, 0, 6) / 6 with `add` the Add(x, 3) and `mul` the other reader of x.
-std::optional<ActivationMatch> paddle_hard_swish(const GraphIndex& idx, const std::string& v,
-                                                 const ir::Node* add, const ir::Node* mul,
-                                                 const Taken& taken) {
-  if (!is_scalar_op(idx, add, "Add", v, 3.0) || !is_op(mul, "Mul")) return std::nullopt;
-  const ir::Node* clip = sole_consumer(idx, add->outputs[0], taken);
-  if (!is_op(clip, "Clip")) return std::nullopt;
-  auto c = unary_activation(idx, *clip, add->outputs[0]);
-  if (!c || !near(c->params[0], 0.0) || !near(c->params[1], 6.0)) return std::nullopt;
-  const std::string& t = clip->outputs[0];
-  ActivationMatch m;
-  m.act = Activation{"HardSwish", {}};
-  // Either x * (clip / 6) or (x * clip) / 6.
-  if (const ir::Node* d = divide_by_six(idx, t, taken)) {
-    if (other_operand(*mul, v) != d->outputs[0] || sole_consumer(idx, d->outputs[0], taken) != mul)
-      return std::nullopt;
-    m.nodes = {add, clip, d, mul};
-    m.output = mul->outputs[0];
-    return m;
-  }
-  if (other_operand(*mul, v) != t || sole_consumer(idx, t, taken) != mul) return std::nullopt;
-  const ir::Node* d = divide_by_six(idx, mul->outputs[0], taken);
-  if (!d) return std::nullopt;
-  m.nodes = {add, clip, mul, d};
-  m.output = d->outputs[0];
-  return m;
 }
 
 ir::Attribute make_attr(const std::string& name, ir::Attribute::Type type) {
@@ -181,7 +134,6 @@ std::optional<ActivationMatch> match_activation(const ir::Graph&, const GraphInd
   for (int first = 0; first < 2; ++first) {
     const ir::Node* f = cs[first];
     const ir::Node* mul = cs[1 - first];
-    if (auto hs = paddle_hard_swish(idx, v, f, mul, taken)) return hs;
     if (!is_op(mul, "Mul") || f->outputs.size() != 1) continue;
     auto act = unary_activation(idx, *f, v);
     if (!act) continue;

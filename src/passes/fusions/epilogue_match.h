@@ -62,8 +62,9 @@ using Taken = std::set<const ir::Node*>;
 const ir::Node* sole_consumer(const GraphIndex& idx, const std::string& v, const Taken& taken);
 
 // An activation reading `v` (v read by nothing else): Relu, Clip (attributes or constant inputs),
-// LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Tanh, Gelu (ONNX or ai.kiln), v*Sigmoid(v),
-// v*HardSigmoid(v) (1/6, 1/2) and v*Clip(v+3, 0, 6)/6 (any order of the Mul and the /6 or *(1/6)).
+// LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Tanh, Gelu (ONNX or ai.kiln), v*Sigmoid(v) and
+// v*HardSigmoid(v) (1/6, 1/2). Other spellings of the hard activations (v*Clip(v+3, 0, 6)/6 ...)
+// are canonicalised to these by the hard-sigmoid-canonical pass before the fusions run.
 std::optional<ActivationMatch> match_activation(const ir::Graph& g, const GraphIndex& idx,
                                                 const std::string& v, const Taken& taken);
 
