@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Runs each benchmark model through `kiln run --random` and ONNX Runtime on the same inputs
-(the bench rule, ../shared/bench/ort_bench.py) and checks the outputs agree.
+(the bench rule, ../shared/bench/ort_bench.py) and checks the outputs agree. With --portable,
+ONNX Runtime runs the model `kiln optimize --portable` wrote instead of kiln running it.
 
     ~/.cache/kiln-bench/venv/bin/python scripts/check_bench_models.py [MODEL.onnx ...]
-        [--kiln build/kiln] [--batch N] [--seq N] [--rtol 1e-3] [--atol 1e-4]
+        [--kiln build/kiln] [--batch N] [--seq N] [--rtol 1e-3] [--atol 1e-4] [--portable]
 """
 import argparse
 import glob
@@ -21,6 +22,34 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "shared",
 from ort_bench import make_input  # noqa: E402  the bench rule, shared with ort_bench.py
 
 
+def run_kiln(a, model, out):
+    """kiln's outputs, or an error message."""
+    r = subprocess.run([a.kiln, "run", model, "--random", "--batch", str(a.batch), "--seq", str(a.seq),
+                        "-o", out], capture_output=True, text=True)
+    if r.returncode != 0:
+        return "kiln run failed: " + r.stderr.strip()
+    got = []
+    for k in range(len(glob.glob(os.path.join(out, "output_*.pb")))):
+        t = onnx.TensorProto()
+        with open(os.path.join(out, f"output_{k}.pb"), "rb") as f:
+            t.ParseFromString(f.read())
+        got.append(onnx.numpy_helper.to_array(t))
+    return got
+
+
+def run_portable(a, model, feeds, out):
+    """ONNX Runtime's outputs on the model `kiln optimize --portable` wrote, or an error message."""
+    path = os.path.join(out, "portable.onnx")
+    r = subprocess.run([a.kiln, "optimize", model, "-o", path, "--portable"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return "kiln optimize --portable failed: " + r.stderr.strip()
+    try:
+        sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        return sess.run(None, feeds)
+    except Exception as e:  # noqa: BLE001  any ORT refusal is the failure being reported
+        return f"ONNX Runtime cannot run the portable model: {e}"
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("models", nargs="*")
@@ -29,6 +58,7 @@ def main():
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--rtol", type=float, default=1e-3)
     p.add_argument("--atol", type=float, default=1e-4)
+    p.add_argument("--portable", action="store_true")
     a = p.parse_args()
     models = a.models or sorted(glob.glob(os.path.expanduser("~/.cache/kiln-bench/models/*.onnx")))
     failed = 0
@@ -37,19 +67,15 @@ def main():
         feeds = {m.name: make_input(m, a.batch, a.seq) for m in sess.get_inputs()}
         want = sess.run(None, feeds)
         with tempfile.TemporaryDirectory() as out:
-            r = subprocess.run([a.kiln, "run", model, "--random", "--batch", str(a.batch), "--seq", str(a.seq),
-                                "-o", out], capture_output=True, text=True)
-            if r.returncode != 0:
-                print(f"FAIL {os.path.basename(model)}: kiln run failed: {r.stderr.strip()}")
+            got_all = run_portable(a, model, feeds, out) if a.portable else run_kiln(a, model, out)
+            if isinstance(got_all, str):
+                print(f"FAIL {os.path.basename(model)}: {got_all}")
                 failed += 1
                 continue
             worst = 0.0
             ok = True
             for k, w in enumerate(want):
-                t = onnx.TensorProto()
-                with open(os.path.join(out, f"output_{k}.pb"), "rb") as f:
-                    t.ParseFromString(f.read())
-                got = onnx.numpy_helper.to_array(t)
+                got = got_all[k]
                 if got.shape != w.shape:
                     print(f"FAIL {os.path.basename(model)} output {k}: shape {got.shape} vs {w.shape}")
                     ok = False
