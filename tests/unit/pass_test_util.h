@@ -44,6 +44,14 @@ inline ir::Attribute attr_ints(const std::string& name, std::vector<int64_t> v) 
   return a;
 }
 
+inline ir::Attribute attr_s(const std::string& name, std::string v) {
+  ir::Attribute a;
+  a.name = name;
+  a.type = ir::Attribute::Type::kString;
+  a.s = std::move(v);
+  return a;
+}
+
 inline Tensor int64s(std::vector<int64_t> v) {
   Tensor t = Tensor::make(DType::kInt64, {static_cast<int64_t>(v.size())}).value();
   std::copy(v.begin(), v.end(), t.data<int64_t>());
@@ -72,6 +80,14 @@ struct Builder {
   void output(const std::string& name) {
     m.graph.outputs.push_back(ir::ValueInfo{name, ir::TypeInfo::tensor(DType::kFloat32), ""});
   }
+  // An output with a declared shape, which shape inference must agree with.
+  void output_dims(const std::string& name, std::vector<ir::Dim> dims,
+                   DType dtype = DType::kFloat32) {
+    ir::ValueInfo vi{name, ir::TypeInfo::tensor(dtype), ""};
+    vi.type.has_shape = true;
+    vi.type.shape = std::move(dims);
+    m.graph.outputs.push_back(std::move(vi));
+  }
   Tensor random(const Shape& shape, float lo = -1, float hi = 1) {
     Tensor t = Tensor::make(DType::kFloat32, shape).value();
     std::uniform_real_distribution<float> d(lo, hi);
@@ -83,6 +99,14 @@ struct Builder {
     m.graph.initializers[name] = Tensor::scalar<float>(DType::kFloat32, v);
   }
   void ints(const std::string& name, std::vector<int64_t> v) { m.graph.initializers[name] = int64s(std::move(v)); }
+  // A float initializer holding exactly v, one value per element of shape.
+  void floats(const std::string& name, const Shape& shape, const std::vector<float>& v) {
+    Tensor t = Tensor::make(DType::kFloat32, shape).value();
+    EXPECT_EQ(t.numel(), static_cast<int64_t>(v.size())) << "initializer " << name;
+    const size_t n = std::min<size_t>(v.size(), static_cast<size_t>(t.numel()));
+    std::copy_n(v.begin(), n, t.data<float>());
+    m.graph.initializers[name] = t;
+  }
   ir::Node& add(const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
                 std::vector<ir::Attribute> attrs = {}) {
     ir::Node n;
@@ -128,6 +152,14 @@ inline std::vector<std::string> op_types(const ir::Model& m) {
 inline std::map<std::string, int> histogram(const ir::Model& m) {
   std::map<std::string, int> h;
   for (const auto& n : m.graph.nodes) ++h[n.op_type];
+  return h;
+}
+
+// Like histogram, with ops outside the ONNX domain keyed "domain.op" ("ai.kiln.LayerNorm"), so a
+// kiln op never passes for the ONNX op of the same name.
+inline std::map<std::string, int> qualified_histogram(const ir::Model& m) {
+  std::map<std::string, int> h;
+  for (const auto& n : m.graph.nodes) ++h[(n.domain.empty() ? "" : n.domain + ".") + n.op_type];
   return h;
 }
 
