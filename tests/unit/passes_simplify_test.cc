@@ -1,5 +1,5 @@
-// The -O1 simplification passes (shape-resolution, cse, redundant-ops, transpose-matmul,
-// fold-batchnorm): the structure each leaves, and the same numbers before and after.
+// The -O1 simplification passes (constant-folding, noop-removal, shape-resolution, cse,
+// redundant-ops, transpose-matmul, fold-batchnorm): the structure each leaves, and the same numbers before and after.
 #include <gtest/gtest.h>
 
 #include "pass_test_util.h"
@@ -230,6 +230,64 @@ TEST(FoldBatchNorm, MatMulBecomesGemmWithTheBatchNorm) {
   run_passes(m, {"fold-batchnorm", "dead-code"});
   EXPECT_EQ(histogram(m), (std::map<std::string, int>{{"Gemm", 1}}));
   expect_same_outputs(b.m, m, {b.random({5, 4})});
+}
+
+TEST(ConstantFolding, ConstantSubgraphBecomesOneInitializer) {
+  Builder b(kOpset);
+  b.input("x", {3, 4});
+  b.output_dims("y", {num(3), num(5)});
+  b.output_dims("noise", {num(2)});
+  b.weight("wt", {5, 4});
+  b.weight("scale", {5});
+  b.ints("noise_shape", {2});
+  b.add("Transpose", {"wt"}, {"w"}, {attr_ints("perm", {1, 0})});
+  b.add("Mul", {"w", "scale"}, {"ws"});
+  b.add("MatMul", {"x", "ws"}, {"y"});
+  // Random ops are never folded, even with constant inputs.
+  b.add("RandomNormalLike", {"scale"}, {"r"});
+  b.add("Shape", {"r"}, {"rs"});
+  b.add("Cast", {"noise_shape"}, {"noise_f"}, {attr_i("to", static_cast<int64_t>(DType::kFloat32))});
+  b.add("Identity", {"noise_f"}, {"noise"});
+  ir::Model m = b.m;
+  run_passes(m, {"constant-folding", "dead-code"});
+  // Transpose and Mul of constants fold; Cast folds; the Identity writing a graph output stays.
+  EXPECT_EQ(histogram(m), (std::map<std::string, int>{{"MatMul", 1}, {"Identity", 1}}));
+  const Tensor& ws = m.graph.initializers.at(m.graph.nodes[0].inputs[1]);
+  const Tensor& wt = b.m.graph.initializers.at("wt");
+  const Tensor& scale = b.m.graph.initializers.at("scale");
+  ASSERT_EQ(ws.shape(), (Shape{4, 5}));
+  for (int64_t i = 0; i < 4; ++i)
+    for (int64_t j = 0; j < 5; ++j)
+      EXPECT_EQ(ws.data<float>()[i * 5 + j], wt.data<float>()[j * 4 + i] * scale.data<float>()[j]);
+  expect_same_outputs(b.m, m, {b.random({3, 4})});
+  // A random op whose result is read is kept.
+  Builder c(kOpset);
+  c.output_dims("r", {num(5)});
+  c.weight("scale", {5});
+  c.add("RandomNormalLike", {"scale"}, {"r"});
+  ir::Model mc = c.m;
+  run_passes(mc, {"constant-folding", "dead-code"});
+  EXPECT_EQ(histogram(mc), (std::map<std::string, int>{{"RandomNormalLike", 1}}));
+}
+
+TEST(NoopRemoval, IdentityAndInferenceDropoutGo) {
+  Builder b(kOpset);
+  b.input("x", {2, 3});
+  b.output_dims("y", {num(2), num(3)});
+  b.output_dims("mask", {num(2), num(3)});
+  b.output_dims("z", {num(2), num(3)});
+  b.add("Identity", {"x"}, {"i1"});
+  b.add("Identity", {"i1"}, {"i2"});
+  b.add("Dropout", {"i2"}, {"d"});
+  b.add("Relu", {"d"}, {"y"});
+  // Dropout whose mask is read stays; an Identity writing a graph output stays.
+  b.add("Dropout", {"x"}, {"d2", "mask"});
+  b.add("Identity", {"d2"}, {"z"});
+  ir::Model m = b.m;
+  run_passes(m, {"noop-removal"});
+  EXPECT_EQ(histogram(m), (std::map<std::string, int>{{"Relu", 1}, {"Dropout", 1}, {"Identity", 1}}));
+  EXPECT_EQ(m.graph.nodes[0].inputs[0], "x");
+  expect_same_outputs(b.m, m, {b.random({2, 3})});
 }
 
 }  // namespace
