@@ -1,0 +1,89 @@
+// The epilogue activations of the ai.kiln ops on AVX2 registers, for the blocked kernels' tiles.
+// Piecewise-linear ones are exact; Sigmoid/Silu use a Cephes-style exp (about 2 ulp); the rest
+// (Gelu, GeluTanh, Tanh) go lane by lane through the double reference of epilogue_activation.h.
+#pragma once
+
+#include <immintrin.h>
+
+#include "kernels/kiln/epilogue_activation.h"
+
+namespace kiln::nchwc {
+
+// e^x for x in float range, |relative error| < 3e-7; overflow saturates at e^88.37.
+inline __m256 exp_avx2(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.37f));
+  const __m256 fx = _mm256_floor_ps(
+      _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+inline __m256 sigmoid_avx2(__m256 x) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  return _mm256_div_ps(one, _mm256_add_ps(one, exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+}
+
+// v[i] = act(v[i]) for i < count.
+inline void apply_activation(const kiln_ops::Activation& act, __m256* v, int count) {
+  using K = kiln_ops::Activation::Kind;
+  const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
+  switch (act.kind) {
+    case K::kNone:
+      return;
+    case K::kRelu:
+      for (int i = 0; i < count; ++i) v[i] = _mm256_max_ps(v[i], zero);
+      return;
+    case K::kClip: {
+      const __m256 lo = _mm256_set1_ps(static_cast<float>(act.p0));
+      const __m256 hi = _mm256_set1_ps(static_cast<float>(act.p1));
+      for (int i = 0; i < count; ++i) v[i] = _mm256_min_ps(_mm256_max_ps(v[i], lo), hi);
+      return;
+    }
+    case K::kLeakyRelu: {
+      const __m256 a = _mm256_set1_ps(static_cast<float>(act.p0));
+      for (int i = 0; i < count; ++i)
+        v[i] = _mm256_blendv_ps(_mm256_mul_ps(v[i], a), v[i], _mm256_cmp_ps(v[i], zero, _CMP_GE_OQ));
+      return;
+    }
+    case K::kHardSigmoid: {
+      const __m256 a = _mm256_set1_ps(static_cast<float>(act.p0));
+      const __m256 b = _mm256_set1_ps(static_cast<float>(act.p1));
+      for (int i = 0; i < count; ++i)
+        v[i] = _mm256_max_ps(zero, _mm256_min_ps(one, _mm256_fmadd_ps(a, v[i], b)));
+      return;
+    }
+    case K::kHardSwish: {
+      const __m256 sixth = _mm256_set1_ps(1.0f / 6.0f), half = _mm256_set1_ps(0.5f);
+      for (int i = 0; i < count; ++i)
+        v[i] = _mm256_mul_ps(
+            v[i], _mm256_max_ps(zero, _mm256_min_ps(one, _mm256_fmadd_ps(v[i], sixth, half))));
+      return;
+    }
+    case K::kSigmoid:
+      for (int i = 0; i < count; ++i) v[i] = sigmoid_avx2(v[i]);
+      return;
+    case K::kSilu:
+      for (int i = 0; i < count; ++i) v[i] = _mm256_mul_ps(v[i], sigmoid_avx2(v[i]));
+      return;
+    default:
+      for (int i = 0; i < count; ++i) {
+        alignas(32) float lanes[8];
+        _mm256_store_ps(lanes, v[i]);
+        for (float& l : lanes) l = static_cast<float>(act(l));
+        v[i] = _mm256_load_ps(lanes);
+      }
+      return;
+  }
+}
+
+}  // namespace kiln::nchwc

@@ -1,0 +1,133 @@
+// Kernel of ai.kiln.BlockedConv: FusedConv's semantics on the blocked NCHWc layout (X blocked,
+// or plain with at most 8 channels), weights already reordered by the nchwc-layout pass. Checks the operands, then runs the AVX2 dense or
+// depthwise path (blocked_conv_*_avx2.cc). Semantics: docs/ops.md.
+#include "kernels/kiln/nchwc/blocked_conv.h"
+
+#include "kernels/kernel_util.h"
+#include "kernels/kiln/nchwc/blocked_layout.h"
+#include "kernels/ref/conv_util.h"
+
+namespace kiln::nchwc {
+namespace {
+
+class BlockedConv : public Kernel {
+ public:
+  explicit BlockedConv(kiln_ops::Activation act) : act_(act) {}
+
+  Status run(KernelContext& ctx) override {
+    if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
+      return ctx.error("BlockedConv needs X and W");
+    // X is blocked, or a plain NCHW tensor of at most 8 channels: one block of C lanes.
+    const Tensor& xt = ctx.input(0);
+    int64_t plain_channels = 0;
+    BlockedDims xd;
+    if (xt.dtype() == DType::kFloat32 && xt.rank() == 4) {
+      plain_channels = xt.dim(1);
+      if (plain_channels < 1 || plain_channels > kBlock)
+        return ctx.error("a plain NCHW X may have 1 to 8 channels, got " + shape_str(xt.shape()));
+      xd = BlockedDims{xt.dim(0), 1, xt.dim(2), xt.dim(3)};
+    } else {
+      auto d = blocked_dims(xt, "X");
+      if (!d) return ctx.error(d.status().message());
+      xd = *d;
+    }
+    auto sr = shape_of(ctx, xd, ctx.input(1));
+    if (!sr) return ctx.error(sr.status().message());
+    sr->plain_channels = plain_channels;
+    if (plain_channels > 0 && sr->depthwise)
+      return ctx.error("a depthwise BlockedConv needs a blocked X");
+    const BlockedConvShape& s = *sr;
+    const Shape y_shape{s.n, s.mb, s.oh, s.ow, kBlock};
+    BlockedEpilogue e;
+    e.act = act_;
+    e.residual_first = ctx.node.attr_int("residual_before_activation", 0) != 0;
+    if (ctx.has_input(2) && ctx.input(2).defined()) {
+      const Tensor& b = ctx.input(2);
+      if (b.dtype() != DType::kFloat32 || b.numel() != s.mb * kBlock)
+        return ctx.error("B must be float32 with " + std::to_string(s.mb * kBlock) +
+                         " values (output blocks x 8), got " + shape_str(b.shape()));
+      e.bias = b.data<float>();
+    }
+    if (ctx.has_input(3) && ctx.input(3).defined()) {
+      const Tensor& z = ctx.input(3);
+      if (z.dtype() != DType::kFloat32 || z.shape() != y_shape)
+        return ctx.error("residual Z must be float32 of the result's shape " + shape_str(y_shape) +
+                         ", got " + shape_str(z.shape()));
+      e.z = z.data<float>();
+    }
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, DType::kFloat32, y_shape));
+    const float* x = ctx.input(0).data<float>();
+    const float* w = ctx.input(1).data<float>();
+    if (s.depthwise)
+      blocked_conv_depthwise_avx2(s, x, w, e, y->data<float>(), ctx.pool);
+    else
+      blocked_conv_dense_avx2(s, x, w, e, y->data<float>(), ctx.pool);
+    return Status::ok();
+  }
+
+ private:
+  // The geometry, checked against W's blocked layout and the attributes.
+  static Result<BlockedConvShape> shape_of(const KernelContext& ctx, const BlockedDims& x,
+                                           const Tensor& w) {
+    const ir::Node& node = ctx.node;
+    BlockedConvShape s;
+    s.n = x.n;
+    s.cb = x.cb;
+    s.h = x.h;
+    s.w = x.w;
+    s.channels = node.attr_int("channels", -1);
+    const int64_t group = node.attr_int("group", 1);
+    s.depthwise = group != 1;
+    if (w.dtype() != DType::kFloat32) return Status::error("W must be float32");
+    if (s.depthwise) {
+      if (w.rank() != 4 || w.dim(0) != x.cb || w.dim(3) != kBlock)
+        return Status::error("depthwise W must be [" + std::to_string(x.cb) +
+                             ", KH, KW, 8] for X's channel blocks, got " + shape_str(w.shape()));
+      if (group != s.channels || blocks_of(group) != x.cb)
+        return Status::error("group " + std::to_string(group) + " must equal channels " +
+                             std::to_string(s.channels) + " and fill X's " +
+                             std::to_string(x.cb) + " channel blocks (only depthwise groups)");
+      s.mb = x.cb;
+    } else {
+      if (w.rank() != 6 || w.dim(1) != x.cb || w.dim(4) != kBlock || w.dim(5) != kBlock)
+        return Status::error("W must be [M/8, " + std::to_string(x.cb) +
+                             ", KH, KW, 8, 8] for X's channel blocks, got " + shape_str(w.shape()));
+      s.mb = w.dim(0);
+    }
+    if (s.channels <= (s.mb - 1) * kBlock || s.channels > s.mb * kBlock)
+      return Status::error("channels " + std::to_string(s.channels) + " does not fit " +
+                           std::to_string(s.mb) + " output blocks");
+    const int64_t kh = w.dim(s.depthwise ? 1 : 2), kw = w.dim(s.depthwise ? 2 : 3);
+    KILN_ASSIGN_OR_RETURN(conv_util::Geometry g,
+                          conv_util::read_geometry(node, {x.h, x.w}, {kh, kw}));
+    if (g.kernel != std::vector<int64_t>{kh, kw})
+      return Status::error("kernel_shape " + shape_str(g.kernel) + " differs from W " +
+                           shape_str(w.shape()));
+    KILN_RETURN_IF_ERROR(
+        conv_util::compute_output(g, node.attr_string("auto_pad", "NOTSET"), false));
+    s.kh = kh;
+    s.kw = kw;
+    s.sh = g.strides[0];
+    s.sw = g.strides[1];
+    s.dh = g.dilations[0];
+    s.dw = g.dilations[1];
+    s.pt = g.pads[0];
+    s.pl = g.pads[1];
+    s.oh = g.out[0];
+    s.ow = g.out[1];
+    return s;
+  }
+
+  kiln_ops::Activation act_;
+};
+
+Result<std::unique_ptr<Kernel>> create(const ir::Node& node, int64_t) {
+  auto act = kiln_ops::read_activation(node, "activation", "activation_params");
+  if (!act) return Status::error(node.describe() + ": " + act.status().message());
+  return std::unique_ptr<Kernel>(std::make_unique<BlockedConv>(*act));
+}
+
+const KernelRegistrar kRegistrar("ai.kiln", "BlockedConv", "avx2", create);
+
+}  // namespace
+}  // namespace kiln::nchwc

@@ -1,0 +1,105 @@
+// Kernels of ai.kiln.ReorderToBlocked (NCHW -> [N, C/8, H, W, 8], padding lanes zero) and
+// ai.kiln.ReorderFromBlocked (back, dropping the padding lanes): 8x8 register transposes of
+// eight channels by eight pixels, scalar at the row ends. Semantics: docs/ops.md.
+#include <immintrin.h>
+
+#include "kernels/kernel_util.h"
+#include "kernels/kiln/nchwc/blocked_layout.h"
+
+namespace kiln::nchwc {
+namespace {
+
+// Rows r[0..8) become columns.
+inline void transpose_8x8(__m256 (&r)[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+
+// One channel block: `lanes` real channels of x (planes `hw` apart) into y [hw, 8].
+void to_blocked(const float* x, int64_t lanes, int64_t hw, float* y) {
+  int64_t p = 0;
+  for (; p + 8 <= hw; p += 8) {
+    __m256 r[8];
+    for (int c = 0; c < 8; ++c)
+      r[c] = c < lanes ? _mm256_loadu_ps(x + c * hw + p) : _mm256_setzero_ps();
+    transpose_8x8(r);
+    for (int i = 0; i < 8; ++i) _mm256_storeu_ps(y + (p + i) * kBlock, r[i]);
+  }
+  for (; p < hw; ++p)
+    for (int64_t c = 0; c < kBlock; ++c) y[p * kBlock + c] = c < lanes ? x[c * hw + p] : 0.0f;
+}
+
+// The inverse of to_blocked.
+void from_blocked(const float* x, int64_t lanes, int64_t hw, float* y) {
+  int64_t p = 0;
+  for (; p + 8 <= hw; p += 8) {
+    __m256 r[8];
+    for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(x + (p + i) * kBlock);
+    transpose_8x8(r);
+    for (int c = 0; c < lanes; ++c) _mm256_storeu_ps(y + c * hw + p, r[c]);
+  }
+  for (; p < hw; ++p)
+    for (int64_t c = 0; c < lanes; ++c) y[c * hw + p] = x[p * kBlock + c];
+}
+
+Status reorder_to_blocked(KernelContext& ctx) {
+  if (ctx.num_inputs() < 1 || !ctx.has_input(0)) return ctx.error("ReorderToBlocked needs X");
+  const Tensor& x = ctx.input(0);
+  if (x.dtype() != DType::kFloat32 || x.rank() != 4)
+    return ctx.error("X must be a float32 NCHW tensor, got " + shape_str(x.shape()));
+  const int64_t n = x.dim(0), c = x.dim(1), hw = x.dim(2) * x.dim(3), cb = blocks_of(c);
+  KILN_ASSIGN_OR_RETURN(Tensor * y,
+                        ctx.make_output(0, DType::kFloat32, {n, cb, x.dim(2), x.dim(3), kBlock}));
+  const float* xd = x.data<float>();
+  float* yd = y->data<float>();
+  parallel_range(ctx.pool, n * cb, n * cb * hw * kBlock, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t ni = b / cb, blk = b % cb;
+      to_blocked(xd + (ni * c + blk * kBlock) * hw, std::min(kBlock, c - blk * kBlock), hw,
+                 yd + b * hw * kBlock);
+    }
+  });
+  return Status::ok();
+}
+
+Status reorder_from_blocked(KernelContext& ctx) {
+  if (ctx.num_inputs() < 1 || !ctx.has_input(0)) return ctx.error("ReorderFromBlocked needs X");
+  auto d = blocked_dims(ctx.input(0), "X");
+  if (!d) return ctx.error(d.status().message());
+  const int64_t c = ctx.node.attr_int("channels", -1);
+  if (c <= (d->cb - 1) * kBlock || c > d->cb * kBlock)
+    return ctx.error("channels " + std::to_string(c) + " does not fit X's " +
+                     std::to_string(d->cb) + " channel blocks");
+  const int64_t hw = d->h * d->w;
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, DType::kFloat32, {d->n, c, d->h, d->w}));
+  const float* xd = ctx.input(0).data<float>();
+  float* yd = y->data<float>();
+  parallel_range(ctx.pool, d->n * d->cb, d->n * d->cb * hw * kBlock, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t ni = b / d->cb, blk = b % d->cb;
+      from_blocked(xd + b * hw * kBlock, std::min(kBlock, c - blk * kBlock), hw,
+                   yd + (ni * c + blk * kBlock) * hw);
+    }
+  });
+  return Status::ok();
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL("ai.kiln", "ReorderToBlocked", reorder_to_blocked);
+KILN_REGISTER_KERNEL("ai.kiln", "ReorderFromBlocked", reorder_from_blocked);
+
+}  // namespace kiln::nchwc

@@ -1,0 +1,249 @@
+// -O3 layout pass "nchwc-layout": runs convolutions in the blocked NCHWc layout (the scheme of
+// ONNX Runtime's NchwcTransformer). Conv/FusedConv with constant weights become
+// ai.kiln.BlockedConv (weights reordered here, once); pools, SqueezeExcite and same-shape
+// Add/Mul reading blocked values stay blocked, so a chain of them forms one region with a ReorderToBlocked where
+// a plain value enters and a ReorderFromBlocked where a plain reader or graph output leaves.
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "ir/shape_inference.h"
+#include "passes/fusions/epilogue_match.h"
+#include "passes/graph_edit.h"
+#include "passes/graph_index.h"
+#include "passes/layout/nchwc_weights.h"
+#include "passes/pass.h"
+
+namespace kiln::passes {
+namespace {
+
+using epilogue::Types;
+using namespace nchwc;
+
+enum class Kind { kConv, kDepthwiseConv, kPool, kSqueezeExcite, kElementwise };
+
+bool is_conv(const ir::Node& n) {
+  return (n.domain.empty() && n.op_type == "Conv") ||
+         (n.domain == "ai.kiln" && n.op_type == "FusedConv");
+}
+
+// A float 2-D conv with constant weights and bias and a static channel count, group 1 or
+// depthwise: the convs BlockedConv runs. The RGB stem is one of them: BlockedConv reads its
+// 3-channel input plain (no reorder, no padded lanes), and its MaxPool then runs blocked too.
+std::optional<Kind> blockable_conv(const ir::Node& n, const GraphIndex& idx, const Types& types) {
+  const size_t max_inputs = n.op_type == "Conv" ? 3 : 4;
+  if (!is_conv(n) || n.outputs.size() != 1 || n.inputs.size() > max_inputs || !n.has_input(0))
+    return std::nullopt;
+  const auto x = types.of(n.inputs[0]);
+  if (!x || x->dtype != DType::kFloat32 || !x->has_shape || x->shape.size() != 4 ||
+      !x->shape[1].known())
+    return std::nullopt;
+  const Tensor* w = n.has_input(1) ? idx.constant(n.inputs[1]) : nullptr;
+  if (!w || w->dtype() != DType::kFloat32 || w->rank() != 4) return std::nullopt;
+  const int64_t c = x->shape[1].value, m = w->dim(0), group = n.attr_int("group", 1);
+  if (w->dim(1) * group != c || m == 0) return std::nullopt;
+  if (n.has_input(2)) {
+    const Tensor* b = idx.constant(n.inputs[2]);
+    if (!b || b->dtype() != DType::kFloat32 || b->rank() != 1 || b->numel() != m)
+      return std::nullopt;
+  }
+  if (group == 1) return Kind::kConv;
+  if (group == c && m == c) return Kind::kDepthwiseConv;
+  return std::nullopt;
+}
+
+bool blockable_pool(const ir::Node& n) {
+  if (!n.domain.empty() || n.inputs.size() != 1) return false;
+  if (n.op_type == "GlobalAveragePool") return n.outputs.size() == 1;
+  if (n.op_type != "MaxPool" && n.op_type != "AveragePool") return false;
+  // MaxPool's Indices depend on the layout.
+  if (n.outputs.size() != 1 && !(n.outputs.size() == 2 && n.outputs[1].empty())) return false;
+  return n.attr_ints("kernel_shape").size() == 2;
+}
+
+// Fewest convs a region needs to pay for its reorders. A lone conv between plain ops (ViT's
+// 16x16 patch embedding) gains little or nothing from the blocked kernel and adds a reorder.
+constexpr int kMinRegionConvs = 2;
+
+// Drops the regions (sets of planned nodes joined by blocked values) with too few convs.
+void drop_small_regions(const GraphIndex& idx, std::map<const ir::Node*, Kind>& plan) {
+  std::map<const ir::Node*, const ir::Node*> parent;
+  std::function<const ir::Node*(const ir::Node*)> root = [&](const ir::Node* n) {
+    auto it = parent.find(n);
+    return it == parent.end() || it->second == n ? n : (it->second = root(it->second));
+  };
+  for (const auto& [n, kind] : plan)
+    for (const std::string& in : n->inputs) {
+      const ir::Node* p = in.empty() ? nullptr : idx.producer(in);
+      if (p && plan.count(p)) parent[root(n)] = root(p);
+    }
+  std::map<const ir::Node*, int> convs;
+  for (const auto& [n, kind] : plan)
+    convs[root(n)] += kind == Kind::kConv || kind == Kind::kDepthwiseConv;
+  std::erase_if(plan, [&](const auto& entry) { return convs[root(entry.first)] < kMinRegionConvs; });
+}
+
+// Decides which nodes run blocked, in graph order: a pool or Add/Mul only when what it reads is
+// already blocked, so a region always starts at a conv. Fills `blocked` with their outputs.
+std::map<const ir::Node*, Kind> plan_regions(const ir::Graph& g, const GraphIndex& idx,
+                                             const Types& types, std::set<std::string>& blocked) {
+  std::map<const ir::Node*, Kind> plan;
+  for (const ir::Node& n : g.nodes) {
+    std::optional<Kind> kind;
+    if (auto conv = blockable_conv(n, idx, types)) {
+      kind = conv;
+    } else if (blockable_pool(n) && blocked.count(n.inputs[0])) {
+      kind = Kind::kPool;
+    } else if (n.domain == "ai.kiln" && n.op_type == "SqueezeExcite" && n.outputs.size() == 1 &&
+               n.has_input(0) && blocked.count(n.inputs[0])) {
+      kind = Kind::kSqueezeExcite;
+    } else if (n.domain.empty() && (n.op_type == "Add" || n.op_type == "Mul") &&
+               n.inputs.size() == 2 && n.outputs.size() == 1 && blocked.count(n.inputs[0]) &&
+               blocked.count(n.inputs[1]) && types.same_float_shape(n.inputs[0], n.inputs[1])) {
+      kind = Kind::kElementwise;  // zero padding lanes stay zero under + and *
+    }
+    if (!kind) continue;
+    plan[&n] = *kind;
+    blocked.insert(n.outputs[0]);
+  }
+  drop_small_regions(idx, plan);
+  blocked.clear();
+  for (const auto& [n, kind] : plan) blocked.insert(n->outputs[0]);
+  return plan;
+}
+
+ir::Attribute int_attr(const std::string& name, int64_t v) {
+  ir::Attribute a;
+  a.name = name;
+  a.type = ir::Attribute::Type::kInt;
+  a.i = v;
+  return a;
+}
+
+class NchwcLayout : public Pass {
+ public:
+  Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
+    ir::Graph& g = model.graph;
+    bool any_conv = false;
+    for (const ir::Node& n : g.nodes) any_conv |= is_conv(n);
+    // The pass needs static channel counts; a model whose shapes do not infer is left as it is.
+    if (!any_conv || !ir::infer_shapes(model).is_ok()) return int64_t{0};
+    const GraphIndex idx(g);
+    const Types types(g);
+    std::set<std::string> blocked;
+    const auto plan = plan_regions(g, idx, types, blocked);
+    if (plan.empty()) return int64_t{0};
+
+    std::map<std::string, std::string> blocked_name;  // plain value -> its blocked value
+    std::map<std::string, std::string> consts;        // original constant -> blocked constant
+    std::map<std::string, int64_t> channels;          // plain value -> its channel count
+    std::vector<ir::Node> out;
+    std::set<std::string> names = ir::free_names(g);  // every value name, to make new ones
+    for (const auto& n : g.nodes) names.insert(n.outputs.begin(), n.outputs.end());
+    for (const auto& vi : g.inputs) names.insert(vi.name);
+    for (const auto& vi : g.value_info) names.insert(vi.name);
+    for (const auto& kv : g.initializers) names.insert(kv.first);
+    auto unique = [&](const std::string& base) {
+      std::string name = base;
+      for (int i = 1; names.count(name); ++i) name = base + "_" + std::to_string(i);
+      names.insert(name);
+      return name;
+    };
+    // The blocked form of plain value v, reordering it where the region first needs it.
+    auto blocked_input = [&](const std::string& v) {
+      auto it = blocked_name.find(v);
+      if (it != blocked_name.end()) return it->second;
+      ir::Node r;
+      r.op_type = "ReorderToBlocked";
+      r.domain = "ai.kiln";
+      r.name = unique(v + "_to_nchwc");
+      r.inputs = {v};
+      r.outputs = {unique(v + "_nchwc")};
+      out.push_back(r);
+      return blocked_name[v] = r.outputs[0];
+    };
+    auto blocked_const = [&](const std::string& v, auto make) {
+      auto it = consts.find(v);
+      if (it != consts.end()) return it->second;
+      const std::string name = unique(v + "_nchwc");
+      g.initializers[name] = make(*idx.constant(v));
+      return consts[v] = name;
+    };
+
+    int64_t rewrites = 0;
+    for (const ir::Node& n : g.nodes) {
+      auto p = plan.find(&n);
+      if (p == plan.end()) {
+        out.push_back(n);
+        continue;
+      }
+      ir::Node b = n;
+      const std::string plain = n.outputs[0];
+      if (p->second == Kind::kConv || p->second == Kind::kDepthwiseConv) {
+        const Tensor& w = *idx.constant(n.inputs[1]);
+        const bool dw = p->second == Kind::kDepthwiseConv;
+        b.op_type = "BlockedConv";
+        b.domain = "ai.kiln";
+        // Fewer than 8 channels (the RGB stem) are read plain: no reorder, no padded work.
+        const bool plain_x = !dw && !blocked.count(n.inputs[0]) &&
+                             types.of(n.inputs[0])->shape[1].value < kBlock;
+        b.inputs[0] = plain_x ? n.inputs[0] : blocked_input(n.inputs[0]);
+        b.inputs[1] = blocked_const(n.inputs[1], dw ? blocked_depthwise_weights : blocked_dense_weights);
+        if (n.has_input(2))
+          b.inputs[2] = blocked_const(n.inputs[2], [&](const Tensor& t) {
+            return padded_bias(t, blocks_of(w.dim(0)));
+          });
+        if (n.has_input(3)) b.inputs[3] = blocked_input(n.inputs[3]);
+        b.attrs.push_back(int_attr("channels", w.dim(0)));
+        channels[plain] = w.dim(0);
+      } else if (p->second == Kind::kPool || p->second == Kind::kSqueezeExcite) {
+        b.op_type = "Blocked" + n.op_type;
+        b.domain = "ai.kiln";
+        b.outputs.resize(1);
+        b.inputs[0] = blocked_input(n.inputs[0]);
+        channels[plain] = channels.at(n.inputs[0]);
+      } else {
+        b.inputs = {blocked_input(n.inputs[0]), blocked_input(n.inputs[1])};
+        channels[plain] = channels.at(n.inputs[0]);
+      }
+      b.outputs[0] = unique(plain + "_nchwc");
+      blocked_name[plain] = b.outputs[0];
+      out.push_back(b);
+      ++rewrites;
+      // Readers outside the region (plain nodes, subgraphs, graph outputs) keep the plain value.
+      int region_reads = 0;
+      for (const ir::Node* c : idx.consumers(plain))
+        if (plan.count(c)) ++region_reads;
+      if (idx.use_count(plain) > region_reads) {
+        ir::Node r;
+        r.op_type = "ReorderFromBlocked";
+        r.domain = "ai.kiln";
+        r.name = unique(plain + "_from_nchwc");
+        r.inputs = {b.outputs[0]};
+        r.outputs = {plain};
+        r.attrs.push_back(int_attr("channels", channels.at(plain)));
+        out.push_back(r);
+      } else {
+        forget_value_info(g, {plain});
+      }
+    }
+    g.nodes = std::move(out);
+    drop_unused_initializers(g, consts);
+    model.opsets.emplace("ai.kiln", 1);
+    return rewrites;
+  }
+
+ private:
+  static void drop_unused_initializers(ir::Graph& g, const std::map<std::string, std::string>& replaced) {
+    const auto uses = use_counts(g);
+    for (const auto& [orig, blocked] : replaced)
+      if (!uses.count(orig) && !is_graph_input(g, orig)) g.initializers.erase(orig);
+  }
+};
+
+}  // namespace
+
+KILN_REGISTER_PASS(NchwcLayout, "nchwc-layout", 3, kLayout, 10, false);
+
+}  // namespace kiln::passes

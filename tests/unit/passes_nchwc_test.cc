@@ -1,0 +1,267 @@
+// The -O3 nchwc-layout pass: conv chains, pools and residuals moved to the blocked NCHWc layout
+// (ai.kiln.BlockedConv and friends) must leave the structure expected and compute what the -O2
+// graph (FusedConv, reference kernels) computes, within 1e-4 relative.
+#include <gtest/gtest.h>
+
+#include "pass_test_util.h"
+
+namespace kiln {
+namespace {
+
+using test::attr_f;
+using test::attr_i;
+using test::attr_ints;
+using test::Builder;
+using test::run_pass;
+
+constexpr float kTol = 1e-4f;
+
+// Runs the -O2 conv-epilogue fusion on b's model (the reference graph), then checks nchwc-layout
+// against it.
+ir::Model check_o3(Builder& b, const std::vector<std::string>& want_ops,
+                   const std::vector<Shape>& input_shapes, float lo = -1, float hi = 1) {
+  auto fused = run_pass(b.m, "conv-epilogue");
+  EXPECT_TRUE(fused.is_ok()) << fused.status().message();
+  return test::check_pass(b, "nchwc-layout", want_ops, input_shapes, lo, hi, kTol);
+}
+
+// Conv with explicit attributes (b.conv only makes same-padded ones).
+void conv(Builder& b, const std::string& x, const std::string& y, int64_t c, int64_t m, int64_t k,
+          std::vector<ir::Attribute> attrs, int64_t group = 1) {
+  b.weight(y + "_w", {m, c / group, k, k});
+  b.weight(y + "_b", {m});
+  attrs.push_back(attr_i("group", group));
+  b.add("Conv", {x, y + "_w", y + "_b"}, {y}, std::move(attrs));
+}
+
+int count(const ir::Model& m, const std::string& op) {
+  int k = 0;
+  for (const auto& n : m.graph.nodes) k += n.op_type == op;
+  return k;
+}
+
+TEST(NchwcLayout, ChainWithOddChannelsStridePadsDilation) {
+  Builder b;
+  b.input("x", {1, 12, 11, 13});
+  conv(b, "x", "a", 12, 20, 3, {attr_ints("pads", {1, 1, 1, 1})});
+  b.add("Relu", {"a"}, {"ar"});
+  // Stride 2, dilation 2, uneven pads, 13 output channels.
+  conv(b, "ar", "c", 20, 13, 3,
+       {attr_ints("strides", {2, 2}), attr_ints("dilations", {2, 2}),
+        attr_ints("pads", {2, 1, 1, 0})});
+  conv(b, "c", "d", 13, 9, 1, {});
+  b.add("Sigmoid", {"d"}, {"ds"});
+  b.output("ds");
+  const ir::Model m = check_o3(
+      b, {"ReorderToBlocked", "BlockedConv", "BlockedConv", "BlockedConv", "ReorderFromBlocked"},
+      {{1, 12, 11, 13}});
+  EXPECT_EQ(m.graph.nodes.back().attr_int("channels", 0), 9);
+  EXPECT_EQ(m.graph.nodes.back().outputs[0], "ds");  // the graph output keeps its name
+  // The original weights are gone, replaced by their blocked forms.
+  EXPECT_EQ(m.graph.initializers.count("a_w"), 0u);
+  EXPECT_EQ(m.graph.initializers.at("c_w_nchwc").shape(), (Shape{2, 3, 3, 3, 8, 8}));
+  EXPECT_EQ(m.graph.initializers.at("d_b_nchwc").shape(), (Shape{16}));
+}
+
+TEST(NchwcLayout, ResidualBlockAndPools) {
+  // ResNet: Relu(Conv(Relu(Conv(x))) + x), then max, average and global average pools.
+  Builder b;
+  b.input("x", {2, 16, 10, 10});
+  b.conv("x", "a", 16, 16);
+  b.add("Relu", {"a"}, {"ar"});
+  b.conv("ar", "c", 16, 16);
+  b.add("Add", {"c", "x"}, {"s"});
+  b.add("Relu", {"s"}, {"r"});
+  b.add("MaxPool", {"r"}, {"mp"},
+        {attr_ints("kernel_shape", {3, 3}), attr_ints("strides", {2, 2}),
+         attr_ints("pads", {1, 1, 1, 1})});
+  b.add("AveragePool", {"mp"}, {"ap"},
+        {attr_ints("kernel_shape", {2, 2}), attr_ints("pads", {1, 1, 0, 0}),
+         attr_i("count_include_pad", 1)});
+  b.add("AveragePool", {"ap"}, {"ap2"},
+        {attr_ints("kernel_shape", {3, 3}), attr_ints("pads", {1, 1, 1, 1}),
+         attr_i("ceil_mode", 1), attr_ints("strides", {2, 2})});
+  b.add("GlobalAveragePool", {"ap2"}, {"g"});
+  b.output("g");
+  const ir::Model m = check_o3(b,
+                               {"ReorderToBlocked", "BlockedConv", "BlockedConv", "BlockedMaxPool",
+                                "BlockedAveragePool", "BlockedAveragePool",
+                                "BlockedGlobalAveragePool", "ReorderFromBlocked"},
+                               {{2, 16, 10, 10}});
+  // x enters the region once and feeds both the first conv and the residual.
+  EXPECT_EQ(m.graph.nodes[2].inputs[3], m.graph.nodes[0].outputs[0]);
+}
+
+TEST(NchwcLayout, InvertedResidualWithDepthwise) {
+  // MobileNetV2: 1x1 expand + Relu6, 3x3 depthwise + Relu6, 1x1 project, + x.
+  Builder b;
+  b.input("x", {1, 12, 9, 9});
+  b.scalar("lo", 0.0f);
+  b.scalar("hi", 6.0f);
+  conv(b, "x", "e", 12, 36, 1, {});
+  b.add("Clip", {"e", "lo", "hi"}, {"er"});
+  conv(b, "er", "d", 36, 36, 3, {attr_ints("pads", {1, 1, 1, 1})}, 36);
+  b.add("Clip", {"d", "lo", "hi"}, {"dr"});
+  conv(b, "dr", "p", 36, 12, 1, {});
+  b.add("Add", {"p", "x"}, {"s"});
+  // A strided depthwise with odd channels and uneven padding after it.
+  conv(b, "s", "q", 12, 12, 5, {attr_ints("strides", {2, 2}), attr_ints("pads", {2, 1, 2, 3})}, 12);
+  b.add("HardSwish", {"q"}, {"qh"});
+  b.output("qh");
+  const ir::Model m = check_o3(b,
+                               {"ReorderToBlocked", "BlockedConv", "BlockedConv", "BlockedConv",
+                                "BlockedConv", "ReorderFromBlocked"},
+                               {{1, 12, 9, 9}}, -2, 2);
+  EXPECT_EQ(m.graph.initializers.at("d_w_nchwc").shape(), (Shape{5, 3, 3, 8}));
+  EXPECT_EQ(m.graph.nodes[2].attr_int("group", 0), 36);
+}
+
+TEST(NchwcLayout, ActivationsWithOddChannels) {
+  // Activations whose value at 0 is not 0 (Sigmoid, HardSigmoid) on padded blocks, and the
+  // transcendental ones computed in float by the blocked kernels.
+  const char* acts[] = {"Sigmoid", "HardSigmoid", "Tanh", "LeakyRelu", "Elu"};
+  for (const char* act : acts) {
+    SCOPED_TRACE(act);
+    Builder b;
+    b.input("x", {1, 10, 7, 6});
+    conv(b, "x", "a", 10, 11, 3, {attr_ints("pads", {1, 1, 1, 1})});
+    b.add(act, {"a"}, {"aa"});
+    conv(b, "aa", "c", 11, 10, 3, {attr_ints("pads", {0, 1, 0, 1})});
+    b.add("Mul", {"c", "c"}, {"cc"});  // x * Sigmoid(x) would be Silu; a plain square here
+    b.output("cc");
+    // Elu is no epilogue activation: it splits the convs into two regions of one conv each,
+    // which do not pay for their reorders and stay plain.
+    const bool fused = std::string(act) != "Elu";
+    const std::vector<std::string> want =
+        fused ? std::vector<std::string>{"ReorderToBlocked", "BlockedConv", "BlockedConv", "Mul",
+                                         "ReorderFromBlocked"}
+              : std::vector<std::string>{"Conv", "Elu", "Conv", "Mul"};
+    check_o3(b, want, {{1, 10, 7, 6}}, -3, 3);
+  }
+}
+
+TEST(NchwcLayout, SiluAndResidualFirst) {
+  Builder b;
+  b.input("x", {1, 16, 8, 8});
+  b.conv("x", "a", 16, 16);
+  b.add("Sigmoid", {"a"}, {"sg"});
+  b.add("Mul", {"a", "sg"}, {"si"});
+  b.conv("si", "c", 16, 16, 1);
+  b.add("Add", {"x", "c"}, {"s"});
+  b.add("LeakyRelu", {"s"}, {"r"}, {attr_f("alpha", 0.2f)});
+  b.output("r");
+  const ir::Model m = check_o3(
+      b, {"ReorderToBlocked", "BlockedConv", "BlockedConv", "ReorderFromBlocked"}, {{1, 16, 8, 8}},
+      -4, 4);
+  EXPECT_EQ(m.graph.nodes[1].attr_string("activation", ""), "Silu");
+  EXPECT_EQ(m.graph.nodes[2].attr_int("residual_before_activation", 0), 1);
+}
+
+ir::Attribute attr_s(const std::string& name, const std::string& v) {
+  ir::Attribute a;
+  a.name = name;
+  a.type = ir::Attribute::Type::kString;
+  a.s = v;
+  return a;
+}
+
+TEST(NchwcLayout, SqueezeExciteStaysInTheRegion) {
+  // EfficientNet's MBConv: conv + Silu, squeeze-excite, projection.
+  Builder b;
+  b.m.opsets["ai.kiln"] = 1;
+  b.input("x", {2, 12, 5, 7});
+  b.conv("x", "a", 12, 20);
+  b.add("Sigmoid", {"a"}, {"sg"});
+  b.add("Mul", {"a", "sg"}, {"si"});
+  b.weight("w1", {5, 20, 1, 1});
+  b.weight("b1", {5});
+  b.weight("w2", {20, 5, 1, 1});
+  b.weight("b2", {20});
+  b.add("SqueezeExcite", {"si", "w1", "b1", "w2", "b2"}, {"se"},
+        {attr_s("activation", "Silu"), attr_s("gate", "Sigmoid")})
+      .domain = "ai.kiln";
+  b.conv("se", "p", 20, 12, 1);
+  b.output("p");
+  check_o3(b, {"ReorderToBlocked", "BlockedConv", "BlockedSqueezeExcite", "BlockedConv", "ReorderFromBlocked"},
+           {{2, 12, 5, 7}});
+}
+
+TEST(NchwcLayout, RegionExitsToGraphOutputAndPlainOp) {
+  Builder b;
+  b.input("x", {1, 8, 6, 6});
+  b.conv("x", "a", 8, 16);
+  b.output("a");  // read outside the region as a graph output ...
+  b.conv("a", "c", 16, 24);
+  b.add("Softmax", {"c"}, {"sm"}, {attr_i("axis", 1)});  // ... and by a plain op
+  b.conv("sm", "d", 24, 8, 1);  // a lone conv: its region would not pay, it stays plain
+  b.output("d");
+  const ir::Model m = check_o3(b,
+                               {"ReorderToBlocked", "BlockedConv", "ReorderFromBlocked",
+                                "BlockedConv", "ReorderFromBlocked", "Softmax", "Conv"},
+                               {{1, 8, 6, 6}});
+  EXPECT_EQ(m.graph.nodes[2].outputs[0], "a");
+  EXPECT_EQ(m.graph.nodes[5].inputs[0], "c");
+}
+
+TEST(NchwcLayout, WhatStaysPlain) {
+  // A grouped (not depthwise) conv, weights fed as an input, and a pool reading a plain value
+  // stay as they are.
+  Builder b;
+  b.input("x", {1, 16, 12, 12});
+  b.input("wi", {16, 16, 1, 1});
+  b.add("MaxPool", {"x"}, {"mp"}, {attr_ints("kernel_shape", {2, 2}), attr_ints("strides", {2, 2})});
+  conv(b, "mp", "g", 16, 16, 3, {attr_ints("pads", {1, 1, 1, 1})}, 4);
+  b.add("Conv", {"g", "wi"}, {"v"});
+  b.output("v");
+  test::check_pass(b, "nchwc-layout", {"MaxPool", "Conv", "Conv"}, {{1, 16, 12, 12}, {16, 16, 1, 1}});
+}
+
+TEST(NchwcLayout, RgbStemReadPlain) {
+  // resnet's head: 7x7/2 stem read plain (3 channels), max pool, 3x3 conv.
+  Builder b;
+  b.input("x", {1, 3, 32, 32});
+  conv(b, "x", "s", 3, 16, 7, {attr_ints("strides", {2, 2}), attr_ints("pads", {3, 3, 3, 3})});
+  b.add("Relu", {"s"}, {"sr"});
+  b.add("MaxPool", {"sr"}, {"mp"},
+        {attr_ints("kernel_shape", {3, 3}), attr_ints("strides", {2, 2}), attr_ints("pads", {1, 1, 1, 1})});
+  b.conv("mp", "c", 16, 16);
+  b.output("c");
+  const ir::Model m = check_o3(
+      b, {"BlockedConv", "BlockedMaxPool", "BlockedConv", "ReorderFromBlocked"}, {{1, 3, 32, 32}});
+  EXPECT_EQ(m.graph.nodes[0].inputs[0], "x");
+  EXPECT_EQ(m.graph.initializers.at("s_w_nchwc").shape(), (Shape{2, 1, 7, 7, 8, 8}));
+}
+
+TEST(NchwcLayout, NotRunBelowO3) {
+  Builder b;
+  b.input("x", {1, 8, 6, 6});
+  b.conv("x", "a", 8, 8);
+  b.conv("a", "c", 8, 8);
+  b.output("c");
+  for (int level : {1, 2}) {
+    ir::Model m = b.m;
+    OptimizeOptions o;
+    o.level = level;
+    ASSERT_TRUE(optimize(m, o).is_ok());
+    EXPECT_EQ(count(m, "BlockedConv"), 0) << "level " << level;
+  }
+  ir::Model m = b.m;
+  OptimizeOptions o;
+  o.level = 3;
+  ASSERT_TRUE(optimize(m, o).is_ok());
+  EXPECT_EQ(count(m, "BlockedConv"), 2);
+}
+
+TEST(NchwcLayout, LonePatchEmbeddingStaysPlain) {
+  // ViT: one 16x16/16 conv on RGB, then tokens (Reshape/Transpose) outside any region.
+  Builder b;
+  b.input("x", {1, 3, 32, 32});
+  conv(b, "x", "p", 3, 24, 16, {attr_ints("strides", {16, 16})});
+  b.ints("shape", {1, 24, 4});
+  b.add("Reshape", {"p", "shape"}, {"t"});
+  b.output("t");
+  test::check_pass(b, "nchwc-layout", {"Conv", "Reshape"}, {{1, 3, 32, 32}});
+}
+
+}  // namespace
+}  // namespace kiln
