@@ -9,8 +9,6 @@
 namespace kiln::passes {
 namespace {
 
-bool is_op(const ir::Node* n, const char* op) { return n && n->domain.empty() && n->op_type == op; }
-
 std::optional<std::vector<int64_t>> int64_values(const Tensor* t) {
   if (!t || t->dtype() != DType::kInt64 || t->rank() != 1) return std::nullopt;
   return std::vector<int64_t>(t->data<int64_t>(), t->data<int64_t>() + t->numel());
@@ -31,7 +29,8 @@ bool restores_rows(const std::vector<int64_t>& shape, int64_t n) {
 Tensor transposed(const Tensor& b) {
   Tensor t = Tensor::make(DType::kFloat32, {b.dim(1), b.dim(0)}).value();
   for (int64_t i = 0; i < b.dim(0); ++i)
-    for (int64_t j = 0; j < b.dim(1); ++j) t.data<float>()[j * b.dim(0) + i] = b.data<float>()[i * b.dim(1) + j];
+    for (int64_t j = 0; j < b.dim(1); ++j)
+      t.data<float>()[j * b.dim(0) + i] = b.data<float>()[i * b.dim(1) + j];
   return t;
 }
 
@@ -44,13 +43,15 @@ class GemmToMatMul : public Pass {
       again = false;
       GraphIndex idx(g);
       for (auto& gemm : g.nodes) {
-        if (!is_op(&gemm, "Gemm") || gemm.inputs.size() < 2 || gemm.outputs.size() != 1) continue;
-        if (gemm.attr_int("transA", 0) != 0 || gemm.attr_float("alpha", 1) != 1 || gemm.attr_float("beta", 1) != 1)
+        if (!is_onnx_op(&gemm, "Gemm") || gemm.inputs.size() < 2 || gemm.outputs.size() != 1)
+          continue;
+        if (gemm.attr_int("transA", 0) != 0 || gemm.attr_float("alpha", 1) != 1 ||
+            gemm.attr_float("beta", 1) != 1)
           continue;
         const ir::Node* flatten = idx.producer(gemm.inputs[0]);
         const ir::Node* restore = idx.sole_consumer(gemm.outputs[0]);
-        if (!is_op(flatten, "Reshape") || !is_op(restore, "Reshape") || restore->inputs[0] != gemm.outputs[0] ||
-            !idx.sole_consumer(gemm.inputs[0]))
+        if (!is_onnx_op(flatten, "Reshape") || !is_onnx_op(restore, "Reshape") ||
+            restore->inputs[0] != gemm.outputs[0] || !idx.sole_consumer(gemm.inputs[0]))
           continue;
         const Tensor* b = idx.constant(gemm.inputs[1]);
         if (!b || b->dtype() != DType::kFloat32 || b->rank() != 2) continue;
@@ -74,12 +75,14 @@ class GemmToMatMul : public Pass {
   }
 
  private:
-  static void rewrite(ir::Graph& g, ir::Node& gemm, const ir::Node& flatten, const ir::Node& restore, const Tensor& b,
-                      bool trans_b, int64_t k, const Tensor* c, std::vector<int64_t> shape) {
+  static void rewrite(ir::Graph& g, ir::Node& gemm, const ir::Node& flatten,
+                      const ir::Node& restore, const Tensor& b, bool trans_b, int64_t k,
+                      const Tensor* c, std::vector<int64_t> shape) {
     const std::string flat = gemm.inputs[0], product = gemm.outputs[0], out = restore.outputs[0];
     shape.back() = k;
     const std::string shape_name = fresh_name(g, flat + "_shape");
-    g.initializers[shape_name] = Tensor::make(DType::kInt64, {static_cast<int64_t>(shape.size())}).value();
+    g.initializers[shape_name] =
+        Tensor::make(DType::kInt64, {static_cast<int64_t>(shape.size())}).value();
     std::copy(shape.begin(), shape.end(), g.initializers[shape_name].data<int64_t>());
     std::string weight = gemm.inputs[1];
     if (trans_b) {

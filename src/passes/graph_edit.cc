@@ -1,7 +1,6 @@
 // Value-use bookkeeping over a graph and its subgraphs.
 #include "passes/graph_edit.h"
 
-
 namespace kiln::passes {
 
 std::map<std::string, int> use_counts(const ir::Graph& g) {

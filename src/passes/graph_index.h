@@ -37,6 +37,11 @@ class GraphIndex {
   std::map<std::string, int> uses_;
 };
 
+// Whether `n` exists and is the standard ONNX op `op` (default domain).
+inline bool is_onnx_op(const ir::Node* n, const char* op) {
+  return n && n->domain.empty() && n->op_type == op;
+}
+
 // The operand of binary node `n` that is not `v`; nullopt when `v` is not one of its two inputs.
 inline std::optional<std::string> other_operand(const ir::Node& n, const std::string& v) {
   if (n.inputs.size() != 2) return std::nullopt;

@@ -64,7 +64,8 @@ Result<OptimizeReport> optimize(ir::Model& model, const OptimizeOptions& options
   if (!options.fixed_dims.empty()) fix_dims(model.graph, options.fixed_dims);
   std::vector<const PassInfo*> enabled;
   for (const PassInfo* p : PassRegistry::global().sorted())
-    if (p->level <= options.level && !options.disabled.count(p->name) && (p->portable || !options.portable))
+    if (p->level <= options.level && !options.disabled.count(p->name) &&
+        (p->portable || !options.portable))
       enabled.push_back(p);
   for (const std::string& name : options.disabled) {
     bool known = false;
@@ -77,7 +78,8 @@ Result<OptimizeReport> optimize(ir::Model& model, const OptimizeOptions& options
   std::string phase;
   auto run_pass = [&](const PassInfo* p) -> Result<int64_t> {
     const std::string key = p->name + phase;
-    auto it = std::find_if(rows.begin(), rows.end(), [&](const PassReport& r) { return r.name == key; });
+    auto it =
+        std::find_if(rows.begin(), rows.end(), [&](const PassReport& r) { return r.name == key; });
     if (it == rows.end()) {
       rows.push_back(PassReport{key, 0, count_nodes(model.graph), 0, 0});
       it = rows.end() - 1;
@@ -85,7 +87,8 @@ Result<OptimizeReport> optimize(ir::Model& model, const OptimizeOptions& options
     PassReport& row = *it;
     const auto t0 = std::chrono::steady_clock::now();
     auto rewrites = p->create()->run(model, options);
-    row.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    row.ms +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (!rewrites) return rewrites.status().with_context("pass " + p->name);
     row.rewrites += *rewrites;
     row.nodes_after = count_nodes(model.graph);
@@ -133,7 +136,8 @@ Result<OptimizeReport> optimize(ir::Model& model, const OptimizeOptions& options
     model.metadata.emplace_back(key, value);
   };
   set_meta("kiln.version", "0.1.0");
-  set_meta("kiln.optimization_level", std::to_string(options.level) + (options.portable ? " portable" : ""));
+  set_meta("kiln.optimization_level",
+           std::to_string(options.level) + (options.portable ? " portable" : ""));
   set_meta("kiln.passes", applied);
   return report;
 }

@@ -10,14 +10,13 @@
 namespace kiln::passes {
 namespace {
 
-bool is_op(const ir::Node* n, const char* op) { return n && n->domain.empty() && n->op_type == op; }
-
 // Whether `n`, reading `v`, computes each row (last-axis vector) of its output from the same row
 // of `v` alone, with the same function for every row.
 bool row_wise(const GraphIndex& idx, const ir::Node& n, const std::string& v) {
   if (!n.domain.empty() || n.outputs.size() != 1 || n.inputs.empty()) return false;
-  static const std::set<std::string> unary = {"Relu", "Sigmoid", "Tanh", "Erf", "Neg", "Abs", "Sqrt", "Exp",
-                                              "Log", "Reciprocal", "Softplus", "Gelu", "Identity"};
+  static const std::set<std::string> unary = {"Relu",     "Sigmoid", "Tanh",    "Erf", "Neg",
+                                              "Abs",      "Sqrt",    "Exp",     "Log", "Reciprocal",
+                                              "Softplus", "Gelu",    "Identity"};
   if (unary.count(n.op_type)) return n.inputs.size() == 1;
   if (n.op_type == "MatMul") {
     const Tensor* w = idx.constant(n.inputs[1]);
@@ -51,7 +50,9 @@ class TransposeCancel : public Pass {
       again = false;
       GraphIndex idx(g);
       for (const auto& first : g.nodes) {
-        if (!is_op(&first, "Transpose") || first.inputs.size() != 1 || first.outputs.size() != 1) continue;
+        if (!is_onnx_op(&first, "Transpose") || first.inputs.size() != 1 ||
+            first.outputs.size() != 1)
+          continue;
         auto p = keeps_last_axis(first);
         if (!p) continue;
         // Follow single readers through row-wise ops to a Transpose that undoes `first`.
@@ -59,7 +60,7 @@ class TransposeCancel : public Pass {
         std::string v = first.outputs[0];
         const ir::Node* last = nullptr;
         for (const ir::Node* n = idx.sole_consumer(v); n; n = idx.sole_consumer(v)) {
-          if (is_op(n, "Transpose")) {
+          if (is_onnx_op(n, "Transpose")) {
             last = n;
             break;
           }
@@ -72,7 +73,8 @@ class TransposeCancel : public Pass {
         const std::vector<int64_t> q = last->attr_ints("perm");
         bool inverse = q.size() == p->size();
         for (size_t j = 0; inverse && j < q.size(); ++j)
-          inverse = q[j] >= 0 && q[j] < static_cast<int64_t>(p->size()) && (*p)[static_cast<size_t>(q[j])] == static_cast<int64_t>(j);
+          inverse = q[j] >= 0 && q[j] < static_cast<int64_t>(p->size()) &&
+                    (*p)[static_cast<size_t>(q[j])] == static_cast<int64_t>(j);
         if (!inverse) continue;
         rewrite(g, first, chain, *last);
         ++rewrites;
@@ -84,8 +86,8 @@ class TransposeCancel : public Pass {
   }
 
  private:
-  static void rewrite(ir::Graph& g, const ir::Node& first, const std::vector<const ir::Node*>& chain,
-                      const ir::Node& last) {
+  static void rewrite(ir::Graph& g, const ir::Node& first,
+                      const std::vector<const ir::Node*>& chain, const ir::Node& last) {
     const std::string in = first.inputs[0], out = last.outputs[0];
     std::set<std::string> reshaped;
     for (auto& n : g.nodes) {

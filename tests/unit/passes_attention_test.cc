@@ -97,9 +97,17 @@ void bert_block(Builder& b, bool with_mask, bool scale_on_q) {
 
 // torchvision's MultiheadAttention: x [s, b, E], one packed projection sliced in three, heads as
 // [s, b*h, d] then [b*h, s, d] (K straight to [b*h, d, s]), Q scaled before Q·K^T, merged back to
-// [s*b, E].
-void vit_block(Builder& b) {
-  b.input_dims("x", {sym("seq"), sym("batch"), num(kE)});
+// [s*b, E]. With `batch_first` (torchvision's EncoderBlock), x is [b, s, E] transposed in first,
+// the output projection is Reshape/Gemm/Reshape back to [s, b, E], and a Transpose ends it.
+void vit_block(Builder& b, bool batch_first = false, int64_t seq = 6) {
+  std::string x = "x";
+  if (batch_first) {
+    b.input_dims("x", {sym("batch"), num(seq), num(kE)});
+    b.add("Transpose", {"x"}, {"xt"}, {attr_ints("perm", {1, 0, 2})});
+    x = "xt";
+  } else {
+    b.input_dims("x", {sym("seq"), sym("batch"), num(kE)});
+  }
   b.output("y");
   b.weight("w_in", {kE, 3 * kE});
   b.weight("b_in", {3 * kE});
@@ -108,7 +116,7 @@ void vit_block(Builder& b) {
   b.ints("merge_shape", {-1, kE});
   b.ints("axis", {-1});
   b.scalar("scale", std::sqrt(static_cast<float>(kD)));
-  b.add("MatMul", {"x", "w_in"}, {"p_mm"});
+  b.add("MatMul", {x, "w_in"}, {"p_mm"});
   b.add("Add", {"b_in", "p_mm"}, {"p"});
   const char* names[] = {"q", "k", "v"};
   for (int i = 0; i < 3; ++i) {
@@ -126,7 +134,15 @@ void vit_block(Builder& b) {
   b.add("MatMul", {"probs", "v_t"}, {"ctx"});
   b.add("Transpose", {"ctx"}, {"ctx_t"}, {attr_ints("perm", {1, 0, 2})});
   b.add("Reshape", {"ctx_t", "merge_shape"}, {"merged"});
-  b.add("MatMul", {"merged", "w_out"}, {"y"});
+  if (!batch_first) {
+    b.add("MatMul", {"merged", "w_out"}, {"y"});
+    return;
+  }
+  b.weight("b_out", {kE});
+  b.ints("restore_shape", {seq, -1, kE});
+  b.add("Gemm", {"merged", "w_out", "b_out"}, {"o"}, {attr_i("transB", 1)});
+  b.add("Reshape", {"o", "restore_shape"}, {"o3"});
+  b.add("Transpose", {"o3"}, {"y"}, {attr_ints("perm", {1, 0, 2})});
 }
 
 // A packed projection Split in three, batch first, with Q and K each scaled by d^-1/4 and a
@@ -238,6 +254,20 @@ TEST(AttentionFusion, SharedIntermediateIsLeftAlone) {
   b.output("probs");
   EXPECT_EQ(run_fusion(b.m), 0);
   EXPECT_EQ(qualified_histogram(b.m)["Softmax"], 1);
+}
+
+TEST(AttentionFusion, BatchFirstOptimizesToAttentionAndOneMatMul) {
+  // The whole -O2 pipeline: gemm-to-matmul keeps the real axes, attention reads x untransposed,
+  // transpose-cancel drops the pair around the output projection, gemm-epilogue takes the bias.
+  Builder b;
+  vit_block(b, true, 6);
+  ir::Model after = b.m;
+  auto report = optimize(after, OptimizeOptions{});
+  ASSERT_TRUE(report.is_ok()) << report.status().message();
+  EXPECT_EQ(test::op_types(after), (std::vector<std::string>{"MultiHeadAttention", "FusedMatMul"}));
+  EXPECT_EQ(after.graph.nodes[0].attr_int("seq_first", 0), 0);
+  EXPECT_EQ(after.graph.nodes[0].inputs[0], "x");
+  for (int64_t batch : {1, 3}) expect_same_outputs(b.m, after, {b.random({batch, 6, kE})});
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // The passes that tidy transformer exports around the fused ops: gemm-to-matmul, transpose-cancel,
-// embed-layer-norm, and the whole -O2 pipeline on torchvision's batch_first attention block.
+// embed-layer-norm (the whole pipeline on batch_first attention is in passes_attention_test.cc).
 #include <gtest/gtest.h>
 
 #include "pass_test_util.h"
@@ -14,7 +14,7 @@ using test::Builder;
 using test::num;
 using test::sym;
 
-constexpr int64_t kE = 8, kHeads = 2, kD = 4;
+constexpr int64_t kE = 8;
 
 TEST(GemmToMatMul, FlattenGemmRestoreBecomesMatMulAdd) {
   Builder b;
@@ -27,11 +27,13 @@ TEST(GemmToMatMul, FlattenGemmRestoreBecomesMatMulAdd) {
   b.add("Gemm", {"x2", "w", "c"}, {"g"}, {attr_i("transB", 1)});
   b.add("Reshape", {"g", "back"}, {"y"});
   b.output("y");
-  ir::Model after = test::check_pass(b, "gemm-to-matmul", {"Reshape", "MatMul", "Add"}, {{3, 4, kE}});
+  ir::Model after =
+      test::check_pass(b, "gemm-to-matmul", {"Reshape", "MatMul", "Add"}, {{3, 4, kE}});
   EXPECT_EQ(after.graph.nodes.back().outputs[0], "y");
   // The flatten now keeps the leading axes: [3, -1, K].
   const Tensor& shape = after.graph.initializers.at(after.graph.nodes[0].inputs[1]);
-  EXPECT_EQ(std::vector<int64_t>(shape.data<int64_t>(), shape.data<int64_t>() + 3), (std::vector<int64_t>{3, -1, kE}));
+  EXPECT_EQ(std::vector<int64_t>(shape.data<int64_t>(), shape.data<int64_t>() + 3),
+            (std::vector<int64_t>{3, -1, kE}));
 }
 
 TEST(GemmToMatMul, LeavesScaledGemmAndCopyingShapes) {
@@ -62,8 +64,8 @@ TEST(TransposeCancel, PairAroundRowWiseOpsGoes) {
   b.add("LayerNormalization", {"r", "gamma"}, {"n"});
   b.add("Transpose", {"n"}, {"y"}, {attr_ints("perm", {1, 0, 2})});
   b.output("y");
-  ir::Model after =
-      test::check_pass(b, "transpose-cancel", {"MatMul", "Add", "Relu", "LayerNormalization"}, {{2, 5, kE}});
+  ir::Model after = test::check_pass(b, "transpose-cancel",
+                                     {"MatMul", "Add", "Relu", "LayerNormalization"}, {{2, 5, kE}});
   EXPECT_EQ(after.graph.nodes[0].inputs[0], "x");
   EXPECT_EQ(after.graph.nodes.back().outputs[0], "y");
 }
@@ -86,58 +88,6 @@ TEST(TransposeCancel, KeepsPairsThatDoNotCommute) {
   c.add("Transpose", {"r"}, {"y"}, {attr_ints("perm", {1, 2, 0, 3})});
   c.output("y");
   test::check_pass(c, "transpose-cancel", {"Transpose", "Relu", "Transpose"}, {{2, 3, 4, kE}});
-}
-
-// torchvision's EncoderBlock: batch_first nn.MultiheadAttention, which transposes x to [s, b, E],
-// runs packed attention, projects out through Reshape/Gemm/Reshape and transposes back.
-ir::Model batch_first_attention(Builder& b, int64_t seq) {
-  b.input_dims("x", {sym("batch"), num(seq), num(kE)});
-  b.weight("w_in", {kE, 3 * kE});
-  b.weight("b_in", {3 * kE});
-  b.weight("w_out", {kE, kE});
-  b.weight("b_out", {kE});
-  b.ints("heads_shape", {seq, -1, kD});
-  b.ints("merge_shape", {-1, kE});
-  b.ints("restore_shape", {seq, -1, kE});
-  b.ints("axis", {-1});
-  b.scalar("scale", std::sqrt(static_cast<float>(kD)));
-  b.add("Transpose", {"x"}, {"xt"}, {attr_ints("perm", {1, 0, 2})});
-  b.add("MatMul", {"xt", "w_in"}, {"p_mm"});
-  b.add("Add", {"p_mm", "b_in"}, {"p"});
-  const char* names[] = {"q", "k", "v"};
-  for (int i = 0; i < 3; ++i) {
-    const std::string s = names[i];
-    b.ints(s + "_start", {i * kE});
-    b.ints(s + "_end", {(i + 1) * kE});
-    b.add("Slice", {"p", s + "_start", s + "_end", "axis"}, {s + "_p"});
-    b.add("Reshape", {s + "_p", "heads_shape"}, {s + "_r"});
-  }
-  b.add("Transpose", {"q_r"}, {"q_t"}, {attr_ints("perm", {1, 0, 2})});
-  b.add("Transpose", {"v_r"}, {"v_t"}, {attr_ints("perm", {1, 0, 2})});
-  b.add("Transpose", {"k_r"}, {"k_tt"}, {attr_ints("perm", {1, 2, 0})});
-  b.add("Div", {"q_t", "scale"}, {"q_s"});
-  b.add("MatMul", {"q_s", "k_tt"}, {"scores"});
-  b.add("Softmax", {"scores"}, {"probs"}, {attr_i("axis", -1)});
-  b.add("MatMul", {"probs", "v_t"}, {"ctx"});
-  b.add("Transpose", {"ctx"}, {"ctx_t"}, {attr_ints("perm", {1, 0, 2})});
-  b.add("Reshape", {"ctx_t", "merge_shape"}, {"merged"});
-  b.add("Gemm", {"merged", "w_out", "b_out"}, {"o"}, {attr_i("transB", 1)});
-  b.add("Reshape", {"o", "restore_shape"}, {"o3"});
-  b.add("Transpose", {"o3"}, {"y"}, {attr_ints("perm", {1, 0, 2})});
-  b.output("y");
-  return b.m;
-}
-
-TEST(BatchFirstAttention, OptimizesToAttentionAndOneMatMul) {
-  Builder b;
-  const ir::Model before = batch_first_attention(b, 6);
-  ir::Model after = before;
-  auto report = optimize(after, OptimizeOptions{});
-  ASSERT_TRUE(report.is_ok()) << report.status().message();
-  EXPECT_EQ(test::op_types(after), (std::vector<std::string>{"MultiHeadAttention", "FusedMatMul"}));
-  EXPECT_EQ(after.graph.nodes[0].attr_int("seq_first", 0), 0);
-  EXPECT_EQ(after.graph.nodes[0].inputs[0], "x");
-  for (int64_t batch : {1, 3}) test::expect_same_outputs(before, after, {b.random({batch, 6, kE})});
 }
 
 // BERT's embeddings: word[ids] + position[Range(0, seq)] + segment[types], then LayerNorm.
@@ -175,7 +125,8 @@ void bert_embeddings(Builder& b, bool with_segment, bool hf_buffer) {
     b.add("Add", {"wp", "s"}, {"wps"});
     sum = "wps";
   }
-  b.add("LayerNormalization", {sum, "gamma", "beta"}, {"y"}, {attr_i("axis", -1), attr_f("epsilon", 1e-12f)});
+  b.add("LayerNormalization", {sum, "gamma", "beta"}, {"y"},
+        {attr_i("axis", -1), attr_f("epsilon", 1e-12f)});
   b.output("y");
 }
 
@@ -183,7 +134,8 @@ std::vector<Tensor> token_feeds(int64_t batch, int64_t seq, bool with_segment) {
   std::vector<Tensor> feeds;
   for (int k = 0; k < (with_segment ? 2 : 1); ++k) {
     Tensor t = Tensor::make(DType::kInt64, {batch, seq}).value();
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<int64_t>()[i] = k == 0 ? (i * 7) % 20 - (i % 5 == 0 ? 20 : 0) : i % 2;
+    for (int64_t i = 0; i < t.numel(); ++i)
+      t.data<int64_t>()[i] = k == 0 ? (i * 7) % 20 - (i % 5 == 0 ? 20 : 0) : i % 2;
     feeds.push_back(t);
   }
   return feeds;
@@ -197,7 +149,8 @@ TEST(EmbedLayerNorm, BertEmbeddingsBecomeOneNodeWithoutShape) {
       ir::Model after = b.m;
       auto report = optimize(after, OptimizeOptions{});
       ASSERT_TRUE(report.is_ok()) << report.status().message();
-      ASSERT_EQ(test::op_types(after), std::vector<std::string>{"EmbedLayerNorm"}) << with_segment << hf_buffer;
+      ASSERT_EQ(test::op_types(after), std::vector<std::string>{"EmbedLayerNorm"})
+          << with_segment << hf_buffer;
       const ir::Node& f = after.graph.nodes[0];
       EXPECT_EQ(f.inputs[0], "ids");
       EXPECT_EQ(f.inputs[2], "word");
@@ -224,7 +177,8 @@ TEST(EmbedLayerNorm, KernelRejectsTooLongSequences) {
   ASSERT_TRUE(s.is_ok());
   auto out = (*s)->run({Value::of(token_feeds(1, 17, false)[0])});
   ASSERT_FALSE(out.is_ok());
-  EXPECT_NE(out.status().message().find("exceeds the 16 positions"), std::string::npos) << out.status().message();
+  EXPECT_NE(out.status().message().find("exceeds the 16 positions"), std::string::npos)
+      << out.status().message();
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 // `kiln optimize MODEL -o OUT`: the pass pipeline, a saved model, and with --check a comparison
 // of the original and the optimized model on the same inputs.
+#include "kiln/optimize.h"
+
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -9,7 +11,6 @@
 #include "compare_print.h"
 #include "io_files.h"
 #include "ir/graph.h"
-#include "kiln/optimize.h"
 #include "onnx/model_io.h"
 
 namespace kiln::cli {
@@ -21,10 +22,12 @@ Result<std::map<std::string, int64_t>> parse_dims(const std::string& text) {
   std::string item;
   while (std::getline(ss, item, ',')) {
     const size_t eq = item.find('=');
-    if (eq == std::string::npos || eq == 0) return Status::error("--fix-dims expects NAME=SIZE[,NAME=SIZE], got '" + item + "'");
+    if (eq == std::string::npos || eq == 0)
+      return Status::error("--fix-dims expects NAME=SIZE[,NAME=SIZE], got '" + item + "'");
     char* end = nullptr;
     const long long v = std::strtoll(item.c_str() + eq + 1, &end, 10);
-    if (*end != '\0' || v <= 0 || v > (1 << 24)) return Status::error("--fix-dims: bad size in '" + item + "'");
+    if (*end != '\0' || v <= 0 || v > (1 << 24))
+      return Status::error("--fix-dims: bad size in '" + item + "'");
     dims[item.substr(0, eq)] = v;
   }
   return dims;
@@ -36,14 +39,17 @@ void add_optimize_command(CLI::App& app, int* exit_code) {
   struct Options {
     std::string model, out, disable, fix_dims, data_file;
     int level = 2, threads = 0;
-    bool portable = false, verbose = false, check = false, per_layer = false, no_external_data = false;
+    bool portable = false, verbose = false, check = false, per_layer = false,
+         no_external_data = false;
     double rtol = 1e-3, atol = 1e-4;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("optimize", "Simplify and fuse a model, and save it");
   cmd->add_option("model", opt->model, "ONNX model")->required();
   cmd->add_option("-o,--output", opt->out, "Optimized model to write")->required();
-  cmd->add_option("-O,--level", opt->level, "0 none, 1 exact and portable, 2 fusion (default), 3 layout")->check(CLI::Range(0, 3));
+  cmd->add_option("-O,--level", opt->level,
+                  "0 none, 1 exact and portable, 2 fusion (default), 3 layout")
+      ->check(CLI::Range(0, 3));
   cmd->add_option("--disable", opt->disable, "Passes to skip, comma-separated");
   cmd->add_flag("--portable", opt->portable, "Keep to standard ONNX operators");
   cmd->add_option("--fix-dims", opt->fix_dims, "Fix symbolic dims, e.g. batch=1,seq=128");
@@ -52,11 +58,13 @@ void add_optimize_command(CLI::App& app, int* exit_code) {
                                         "Save weights in an external data file beside the model, "
                                         "--external-data=FILE to name it (default OUT.data)");
   cmd->add_flag("--no-external-data", opt->no_external_data,
-                "Save weights inline (default: external when the input had external data or the model is over 2 GiB)")
+                "Save weights inline (default: external when the input had external data or the "
+                "model is over 2 GiB)")
       ->excludes(external);
   cmd->add_flag("-v,--verbose", opt->verbose, "Print what each pass did");
   cmd->add_flag("--check", opt->check, "Run both models on the same random inputs and compare");
-  cmd->add_flag("--per-layer", opt->per_layer, "With --check: also name the first intermediate tensor that diverges");
+  cmd->add_flag("--per-layer", opt->per_layer,
+                "With --check: also name the first intermediate tensor that diverges");
   cmd->add_option("--rtol", opt->rtol, "With --check: relative tolerance");
   cmd->add_option("--atol", opt->atol, "With --check: absolute tolerance");
   cmd->add_option("--threads", opt->threads, "Threads for --check")->check(CLI::Range(0, 1024));
@@ -84,8 +92,9 @@ void add_optimize_command(CLI::App& app, int* exit_code) {
     if (opt->verbose) {
       std::printf("%-36s %9s %8s %8s %9s\n", "pass", "rewrites", "before", "after", "ms");
       for (const PassReport& p : report->passes)
-        std::printf("%-36s %9lld %8lld %8lld %9.1f\n", p.name.c_str(), static_cast<long long>(p.rewrites),
-                    static_cast<long long>(p.nodes_before), static_cast<long long>(p.nodes_after), p.ms);
+        std::printf("%-36s %9lld %8lld %8lld %9.1f\n", p.name.c_str(),
+                    static_cast<long long>(p.rewrites), static_cast<long long>(p.nodes_before),
+                    static_cast<long long>(p.nodes_after), p.ms);
     }
     std::printf("nodes %lld -> %lld\n", static_cast<long long>(report->nodes_before),
                 static_cast<long long>(report->nodes_after));

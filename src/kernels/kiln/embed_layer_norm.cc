@@ -8,29 +8,34 @@
 namespace kiln {
 namespace {
 
-bool present(const KernelContext& ctx, size_t i) { return ctx.has_input(i) && ctx.input(i).defined(); }
+bool present(const KernelContext& ctx, size_t i) {
+  return ctx.has_input(i) && ctx.input(i).defined();
+}
 
 // Token ids as int64, each checked against the table's row count (negative ids count from the
 // end, as Gather's do).
-Result<std::vector<int64_t>> rows_of(const KernelContext& ctx, const Tensor& ids, int64_t rows, const char* what) {
+Result<std::vector<int64_t>> rows_of(const KernelContext& ctx, const Tensor& ids, int64_t rows,
+                                     const char* what) {
   if (ids.dtype() != DType::kInt64 && ids.dtype() != DType::kInt32)
     return ctx.error(std::string(what) + " must be int32 or int64, got " + dtype_name(ids.dtype()));
   std::vector<int64_t> out(static_cast<size_t>(ids.numel()));
   for (int64_t i = 0; i < ids.numel(); ++i) {
     int64_t v = ids.dtype() == DType::kInt64 ? ids.data<int64_t>()[i] : ids.data<int32_t>()[i];
     if (v < -rows || v >= rows)
-      return ctx.error(std::string(what) + " value " + std::to_string(v) + " is outside [" + std::to_string(-rows) +
-                       ", " + std::to_string(rows) + ")");
+      return ctx.error(std::string(what) + " value " + std::to_string(v) + " is outside [" +
+                       std::to_string(-rows) + ", " + std::to_string(rows) + ")");
     out[static_cast<size_t>(i)] = v < 0 ? v + rows : v;
   }
   return out;
 }
 
 Status embed_layer_norm(KernelContext& ctx) {
-  if (ctx.num_inputs() < 6 || !present(ctx, 0) || !present(ctx, 2) || !present(ctx, 3) || !present(ctx, 5))
+  if (ctx.num_inputs() < 6 || !present(ctx, 0) || !present(ctx, 2) || !present(ctx, 3) ||
+      !present(ctx, 5))
     return ctx.error("EmbedLayerNorm needs input_ids, word and position embeddings, and gamma");
   const Tensor& ids = ctx.input(0);
-  if (ids.rank() != 2) return ctx.error("input_ids must be [batch, seq], got " + shape_str(ids.shape()));
+  if (ids.rank() != 2)
+    return ctx.error("input_ids must be [batch, seq], got " + shape_str(ids.shape()));
   const int64_t batch = ids.dim(0), seq = ids.dim(1);
   const Tensor& word = ctx.input(2);
   const Tensor& pos = ctx.input(3);
@@ -41,24 +46,28 @@ Status embed_layer_norm(KernelContext& ctx) {
     const Tensor& t = ctx.input(i);
     return t.dtype() == DType::kFloat32 && t.rank() == 2 && t.dim(1) == e;
   };
-  if (!table_ok(3)) return ctx.error("position embedding must be float32 [positions, " + std::to_string(e) + "]");
+  if (!table_ok(3))
+    return ctx.error("position embedding must be float32 [positions, " + std::to_string(e) + "]");
   if (seq > pos.dim(0))
-    return ctx.error("sequence length " + std::to_string(seq) + " exceeds the " + std::to_string(pos.dim(0)) +
-                     " positions of the position embedding");
+    return ctx.error("sequence length " + std::to_string(seq) + " exceeds the " +
+                     std::to_string(pos.dim(0)) + " positions of the position embedding");
   const bool has_segment = present(ctx, 1) || present(ctx, 4);
   if (has_segment && (!present(ctx, 1) || !present(ctx, 4)))
     return ctx.error("segment_ids and the segment embedding come together");
   if (has_segment && (!table_ok(4) || ctx.input(1).shape() != ids.shape()))
-    return ctx.error("segment embedding must be float32 [segments, E] and segment_ids shaped like input_ids");
+    return ctx.error(
+        "segment embedding must be float32 [segments, E] and segment_ids shaped like input_ids");
   for (size_t i : {size_t{5}, size_t{6}})
     if (present(ctx, i) && (ctx.input(i).dtype() != DType::kFloat32 || ctx.input(i).numel() != e))
-      return ctx.error(std::string(i == 5 ? "gamma" : "beta") + " must be float32 with " + std::to_string(e) + " values");
+      return ctx.error(std::string(i == 5 ? "gamma" : "beta") + " must be float32 with " +
+                       std::to_string(e) + " values");
   KILN_ASSIGN_OR_RETURN(auto word_rows, rows_of(ctx, ids, word.dim(0), "input_ids"));
   std::vector<int64_t> segment_rows;
   if (has_segment) {
-    KILN_ASSIGN_OR_RETURN(segment_rows, rows_of(ctx, ctx.input(1), ctx.input(4).dim(0), "segment_ids"));
+    KILN_ASSIGN_OR_RETURN(segment_rows,
+                          rows_of(ctx, ctx.input(1), ctx.input(4).dim(0), "segment_ids"));
   }
-  KILN_ASSIGN_OR_RETURN(Tensor* y, ctx.make_output(0, DType::kFloat32, {batch, seq, e}));
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, DType::kFloat32, {batch, seq, e}));
   const double eps = ctx.node.attr_float("epsilon", 1e-12f);
   const float* gamma = ctx.input(5).data<float>();
   const float* beta = present(ctx, 6) ? ctx.input(6).data<float>() : nullptr;

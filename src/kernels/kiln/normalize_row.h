@@ -7,8 +7,8 @@
 
 namespace kiln {
 
-inline void normalize_row(const float* x, int64_t len, double eps, const float* gamma, const float* beta,
-                          float* y) {
+inline void normalize_row(const float* x, int64_t len, double eps, const float* gamma,
+                          const float* beta, float* y) {
   double sum = 0, sq = 0;
   for (int64_t i = 0; i < len; ++i) sum += x[i];
   const double mean = sum / static_cast<double>(len);

@@ -34,8 +34,6 @@ const ir::TypeInfo* type_of(const Types& types, const std::string& v) {
              : it->second;
 }
 
-bool is_op(const ir::Node* n, const char* op) { return n && n->domain.empty() && n->op_type == op; }
-
 // A float32 constant holding one element.
 std::optional<double> scalar_constant(const GraphIndex& idx, const std::string& v) {
   const Tensor* t = idx.constant(v);
@@ -143,7 +141,7 @@ std::optional<Branch> trace_branch(const GraphIndex& idx, const Types& types, co
   std::vector<const ir::Node*> rev;
   const ir::Node* n = idx.producer(v);
   for (;; n = idx.producer(v)) {
-    if (is_op(n, "Transpose") || is_op(n, "Reshape")) {
+    if (is_onnx_op(n, "Transpose") || is_onnx_op(n, "Reshape")) {
       rev.push_back(n);
       v = n->inputs[0];
       continue;
@@ -158,16 +156,16 @@ std::optional<Branch> trace_branch(const GraphIndex& idx, const Types& types, co
   }
   const ir::Node* cut = nullptr;
   std::string cut_out;
-  if (is_op(n, "Slice") || is_op(n, "Split")) {
+  if (is_onnx_op(n, "Slice") || is_onnx_op(n, "Split")) {
     cut = n;
     cut_out = v;
     v = n->inputs[0];
     n = idx.producer(v);
   }
-  if (is_op(n, "Add")) {
+  if (is_onnx_op(n, "Add")) {
     for (int i = 0; i < 2 && !b.bias; ++i) {
       const ir::Node* mm = idx.producer(n->inputs[1 - i]);
-      if (is_op(mm, "MatMul") && idx.constant(n->inputs[i])) {
+      if (is_onnx_op(mm, "MatMul") && idx.constant(n->inputs[i])) {
         b.bias = idx.constant(n->inputs[i]);
         b.roots.push_back(n);
         n = mm;
@@ -175,7 +173,7 @@ std::optional<Branch> trace_branch(const GraphIndex& idx, const Types& types, co
     }
     if (!b.bias) return std::nullopt;
   }
-  if (!is_op(n, "MatMul")) return std::nullopt;
+  if (!is_onnx_op(n, "MatMul")) return std::nullopt;
   b.roots.push_back(n);
   b.w = idx.constant(n->inputs[1]);
   b.x = n->inputs[0];
@@ -271,7 +269,7 @@ struct Match {
 const ir::Node* scores_matmul(const GraphIndex& idx, std::string v,
                               std::vector<const ir::Node*>& nodes, double& scale) {
   for (const ir::Node* n = idx.producer(v);; n = idx.producer(v)) {
-    if (is_op(n, "MatMul")) {
+    if (is_onnx_op(n, "MatMul")) {
       nodes.push_back(n);
       return n;
     }
@@ -320,7 +318,7 @@ std::optional<Match> match(const ir::Graph& g, const GraphIndex& idx, const Type
   std::vector<const ir::Node*> score_nodes;
   const ir::Node* qk = nullptr;
   const ir::Node* add = idx.producer(sm.inputs[0]);
-  if (is_op(add, "Add") && add->inputs.size() == 2) {
+  if (is_onnx_op(add, "Add") && add->inputs.size() == 2) {
     for (int i = 0; i < 2 && !qk; ++i) {
       score_nodes.clear();
       m.scale = 1;
@@ -336,7 +334,7 @@ std::optional<Match> match(const ir::Graph& g, const GraphIndex& idx, const Type
   }
   if (!qk) return std::nullopt;
   const auto& pv_readers = idx.consumers(sm.outputs[0]);
-  if (pv_readers.size() != 1 || !is_op(pv_readers[0], "MatMul") ||
+  if (pv_readers.size() != 1 || !is_onnx_op(pv_readers[0], "MatMul") ||
       pv_readers[0]->inputs[0] != sm.outputs[0])
     return std::nullopt;
   const ir::Node* pv = pv_readers[0];
@@ -413,7 +411,8 @@ std::optional<Match> match(const ir::Graph& g, const GraphIndex& idx, const Type
     // merge) must die with the pattern, which the check below makes sure of.
     const ir::Node* n = nullptr;
     for (const ir::Node* r : idx.consumers(out)) {
-      if (!(is_op(r, "Transpose") || is_op(r, "Reshape")) || r->inputs[0] != out) continue;
+      if (!(is_onnx_op(r, "Transpose") || is_onnx_op(r, "Reshape")) || r->inputs[0] != out)
+        continue;
       if (n) return std::nullopt;
       n = r;
     }
@@ -476,7 +475,9 @@ std::string fresh_name(const ir::Graph& g, const Types& types, const std::string
 std::string untransposed(const ir::Graph& g, const std::string& v) {
   for (const auto& n : g.nodes)
     if (!n.outputs.empty() && n.outputs[0] == v)
-      return is_op(&n, "Transpose") && n.attr_ints("perm") == std::vector<int64_t>{1, 0, 2} ? n.inputs[0] : "";
+      return is_onnx_op(&n, "Transpose") && n.attr_ints("perm") == std::vector<int64_t>{1, 0, 2}
+                 ? n.inputs[0]
+                 : "";
   return "";
 }
 
@@ -500,9 +501,9 @@ void rewrite(ir::Graph& g, Types& types, const Match& m) {
   };
   attr("num_heads", ir::Attribute::Type::kInt).i = m.heads;
   attr("scale", ir::Attribute::Type::kFloat).f = static_cast<float>(m.scale);
-  // torchvision's batch_first attention transposes X to [seq, batch, E] first. Reading X untransposed
-  // and transposing the output instead lets transpose-cancel drop this Transpose with the one that
-  // restores batch_first after the output projection.
+  // torchvision's batch_first attention transposes X to [seq, batch, E] first. Reading X
+  // untransposed and transposing the output instead lets transpose-cancel drop this Transpose with
+  // the one that restores batch_first after the output projection.
   const std::string batch_first_x = m.seq_first && !m.end_is_2d ? untransposed(g, m.x) : "";
   if (m.seq_first && batch_first_x.empty()) attr("seq_first", ir::Attribute::Type::kInt).i = 1;
   std::vector<ir::Node> added;
@@ -550,7 +551,8 @@ void rewrite(ir::Graph& g, Types& types, const Match& m) {
   g.nodes = std::move(kept);
   // The Transpose into [seq, batch, E] goes when nothing else reads it.
   if (!batch_first_x.empty() && use_counts(g)[m.x] == 0)
-    std::erase_if(g.nodes, [&](const ir::Node& n) { return !n.outputs.empty() && n.outputs[0] == m.x; });
+    std::erase_if(g.nodes,
+                  [&](const ir::Node& n) { return !n.outputs.empty() && n.outputs[0] == m.x; });
 }
 
 class AttentionFusion : public Pass {
@@ -559,7 +561,7 @@ class AttentionFusion : public Pass {
     // Only the main graph: attention inside If/Loop bodies is left as it is.
     ir::Graph& g = model.graph;
     bool any = false;
-    for (const auto& n : g.nodes) any |= is_op(&n, "Softmax");
+    for (const auto& n : g.nodes) any |= is_onnx_op(&n, "Softmax");
     if (!any) return 0;
     // The types of the values guide matching; the model keeps the value infos it had.
     const auto saved_info = g.value_info;
@@ -584,7 +586,7 @@ class AttentionFusion : public Pass {
       again = false;
       GraphIndex idx(g);
       for (const auto& n : g.nodes) {
-        if (!is_op(&n, "Softmax")) continue;
+        if (!is_onnx_op(&n, "Softmax")) continue;
         if (auto m = match(g, idx, types, values, n, model.opset(""))) {
           rewrite(g, types, *m);
           ++fused;

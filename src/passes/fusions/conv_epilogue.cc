@@ -14,41 +14,31 @@ class ConvEpilogue : public Pass {
  public:
   Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
     if (!has_op(model.graph, {"Conv"})) return int64_t{0};
-    // Residuals need shapes and every fusion needs types; a model whose shapes do not infer is
-    // left as it is.
-    if (!ir::infer_shapes(model).is_ok()) return int64_t{0};
-    int64_t fused = 0;
-    for_each_graph(model.graph, [&](ir::Graph& g) {
-      const GraphIndex idx(g);
-      const Types types(g);
-      Rewrites rw;
-      for (const ir::Node& n : g.nodes) {
-        if (!n.domain.empty() || n.op_type != "Conv" || rw.drop.count(&n)) continue;
-        if (n.inputs.size() < 2 || n.inputs.size() > 3 || !n.has_input(0) || !n.has_input(1) ||
-            n.outputs.size() != 1)
-          continue;
-        const std::string& y = n.outputs[0];
-        if (!types.is_float32(y) || !types.is_float32(n.inputs[0])) continue;
-        auto e = match_epilogue(g, idx, types, y, rw.drop);
-        if (!e) continue;
-        ir::Node f;
-        f.name = n.name;
-        f.op_type = "FusedConv";
-        f.domain = "ai.kiln";
-        f.inputs = {n.inputs[0], n.inputs[1], n.has_input(2) ? n.inputs[2] : ""};
-        if (!e->z.empty()) f.inputs.push_back(e->z);
-        trim_inputs(f);
-        f.outputs = {e->output};
-        f.attrs = n.attrs;
-        add_epilogue_attrs(f, *e);
-        std::vector<const ir::Node*> nodes{&n};
-        nodes.insert(nodes.end(), e->nodes.begin(), e->nodes.end());
-        rw.replace(nodes, std::move(f));
-      }
-      fused += rw.apply(g);
+    // Residuals need shapes and every fusion needs types.
+    return fuse_sweep(model, [](const ir::Graph& g, const GraphIndex& idx, const Types& types,
+                                const ir::Node& n, Rewrites& rw) {
+      if (!n.domain.empty() || n.op_type != "Conv") return;
+      if (n.inputs.size() < 2 || n.inputs.size() > 3 || !n.has_input(0) || !n.has_input(1) ||
+          n.outputs.size() != 1)
+        return;
+      const std::string& y = n.outputs[0];
+      if (!types.is_float32(y) || !types.is_float32(n.inputs[0])) return;
+      auto e = match_epilogue(g, idx, types, y, rw.drop);
+      if (!e) return;
+      ir::Node f;
+      f.name = n.name;
+      f.op_type = "FusedConv";
+      f.domain = "ai.kiln";
+      f.inputs = {n.inputs[0], n.inputs[1], n.has_input(2) ? n.inputs[2] : ""};
+      if (!e->z.empty()) f.inputs.push_back(e->z);
+      trim_inputs(f);
+      f.outputs = {e->output};
+      f.attrs = n.attrs;
+      add_epilogue_attrs(f, *e);
+      std::vector<const ir::Node*> nodes{&n};
+      nodes.insert(nodes.end(), e->nodes.begin(), e->nodes.end());
+      rw.replace(nodes, std::move(f));
     });
-    if (fused > 0) model.opsets.emplace("ai.kiln", 1);
-    return fused;
   }
 };
 

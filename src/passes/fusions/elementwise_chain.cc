@@ -66,19 +66,10 @@ class ElementwiseChainFusion : public Pass {
     if (!epilogue::has_op(model.graph, names)) return int64_t{0};
     // A Gradient node differentiates through the standard forward nodes: leave them standard.
     if (ir::has_gradient_nodes(model.graph)) return int64_t{0};
-    if (!ir::infer_shapes(model).is_ok()) return int64_t{0};
     opset_ = model.opset("");
-    int64_t fused = 0;
-    for_each_graph(model.graph, [&](ir::Graph& g) {
-      const GraphIndex idx(g);
-      const Types types(g);
-      Rewrites rw;
-      for (const ir::Node& n : g.nodes)
-        if (!rw.drop.count(&n)) fuse_from(idx, types, n, rw);
-      fused += rw.apply(g);
-    });
-    if (fused > 0) model.opsets.emplace("ai.kiln", 1);
-    return fused;
+    return epilogue::fuse_sweep(
+        model, [this](const ir::Graph&, const GraphIndex& idx, const Types& types,
+                      const ir::Node& n, Rewrites& rw) { fuse_from(idx, types, n, rw); });
   }
 
  private:

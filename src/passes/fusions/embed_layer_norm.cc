@@ -16,12 +16,11 @@ namespace {
 using Types = std::map<std::string, ir::TypeInfo>;
 using Values = std::map<std::string, ir::Dims>;
 
-bool is_op(const ir::Node* n, const char* op) { return n && n->domain.empty() && n->op_type == op; }
-
 const ir::TypeInfo* shaped(const Types& types, const std::string& v) {
   auto it = types.find(v);
-  return it != types.end() && it->second.kind == ir::TypeInfo::Kind::kTensor && it->second.has_shape ? &it->second
-                                                                                                     : nullptr;
+  return it != types.end() && it->second.kind == ir::TypeInfo::Kind::kTensor && it->second.has_shape
+             ? &it->second
+             : nullptr;
 }
 
 std::optional<std::vector<int64_t>> ints_of(const GraphIndex& idx, const std::string& v) {
@@ -34,7 +33,8 @@ std::optional<std::vector<int64_t>> ints_of(const GraphIndex& idx, const std::st
 }
 
 // Whether the one integer `v` holds equals dim `seq` (a constant, or a size taken from a Shape).
-bool equals_dim(const GraphIndex& idx, const Values& values, const std::string& v, const ir::Dim& seq) {
+bool equals_dim(const GraphIndex& idx, const Values& values, const std::string& v,
+                const ir::Dim& seq) {
   if (auto c = ints_of(idx, v)) return c->size() == 1 && seq.known() && (*c)[0] == seq.value;
   auto it = values.find(v);
   return it != values.end() && it->second.size() == 1 && ir::same_dim(it->second[0], seq);
@@ -45,23 +45,26 @@ bool equals_dim(const GraphIndex& idx, const Values& values, const std::string& 
 // Face's position_ids).
 std::optional<std::string> positions_limit(const GraphIndex& idx, const std::string& v) {
   const ir::Node* n = idx.producer(v);
-  if (is_op(n, "Unsqueeze")) {
+  if (is_onnx_op(n, "Unsqueeze")) {
     std::vector<int64_t> axes = n->attr_ints("axes");
     if (n->has_input(1)) axes = ints_of(idx, n->inputs[1]).value_or(std::vector<int64_t>{});
     if (axes != std::vector<int64_t>{0}) return std::nullopt;
     n = idx.producer(n->inputs[0]);
-    if (!is_op(n, "Range")) return std::nullopt;
+    if (!is_onnx_op(n, "Range")) return std::nullopt;
   }
-  if (is_op(n, "Range") && n->inputs.size() == 3 && ints_of(idx, n->inputs[0]) == std::vector<int64_t>{0} &&
+  if (is_onnx_op(n, "Range") && n->inputs.size() == 3 &&
+      ints_of(idx, n->inputs[0]) == std::vector<int64_t>{0} &&
       ints_of(idx, n->inputs[2]) == std::vector<int64_t>{1})
     return n->inputs[1];
-  if (is_op(n, "Slice") && n->inputs.size() >= 4) {
+  if (is_onnx_op(n, "Slice") && n->inputs.size() >= 4) {
     const Tensor* buf = idx.constant(n->inputs[0]);
-    if (!buf || buf->dtype() != DType::kInt64 || buf->rank() != 2 || buf->dim(0) != 1) return std::nullopt;
+    if (!buf || buf->dtype() != DType::kInt64 || buf->rank() != 2 || buf->dim(0) != 1)
+      return std::nullopt;
     for (int64_t i = 0; i < buf->numel(); ++i)
       if (buf->data<int64_t>()[i] != i) return std::nullopt;
     auto axes = ints_of(idx, n->inputs[3]);
-    const bool unit_step = !n->has_input(4) || ints_of(idx, n->inputs[4]) == std::vector<int64_t>{1};
+    const bool unit_step =
+        !n->has_input(4) || ints_of(idx, n->inputs[4]) == std::vector<int64_t>{1};
     if (ints_of(idx, n->inputs[1]) == std::vector<int64_t>{0} && axes && axes->size() == 1 &&
         ((*axes)[0] == 1 || (*axes)[0] == -1) && unit_step)
       return n->inputs[2];
@@ -72,7 +75,8 @@ std::optional<std::string> positions_limit(const GraphIndex& idx, const std::str
 // Gather(table, indices) on axis 0 of a float32 [rows, width] constant.
 const ir::Node* table_lookup(const GraphIndex& idx, const std::string& v, int64_t width) {
   const ir::Node* n = idx.producer(v);
-  if (!is_op(n, "Gather") || n->inputs.size() != 2 || n->attr_int("axis", 0) != 0) return nullptr;
+  if (!is_onnx_op(n, "Gather") || n->inputs.size() != 2 || n->attr_int("axis", 0) != 0)
+    return nullptr;
   const Tensor* t = idx.constant(n->inputs[0]);
   if (!t || t->dtype() != DType::kFloat32 || t->rank() != 2 || t->dim(1) != width) return nullptr;
   return n;
@@ -87,7 +91,7 @@ struct Match {
 void summands(const GraphIndex& idx, const std::string& v, std::vector<std::string>& out,
               std::vector<const ir::Node*>& adds, int depth = 0) {
   const ir::Node* n = idx.producer(v);
-  if (depth < 3 && is_op(n, "Add") && n->inputs.size() == 2 && idx.single_use(v)) {
+  if (depth < 3 && is_onnx_op(n, "Add") && n->inputs.size() == 2 && idx.single_use(v)) {
     adds.push_back(n);
     for (const auto& i : n->inputs) summands(idx, i, out, adds, depth + 1);
     return;
@@ -95,23 +99,25 @@ void summands(const GraphIndex& idx, const std::string& v, std::vector<std::stri
   out.push_back(v);
 }
 
-std::optional<Match> match(const GraphIndex& idx, const Types& types, const Values& values, const ir::Node& ln) {
+std::optional<Match> match(const GraphIndex& idx, const Types& types, const Values& values,
+                           const ir::Node& ln) {
   std::vector<std::string> terms;
   Match m;
   if (ln.domain == "ai.kiln" && ln.op_type == "SkipLayerNorm") {
     if (ln.inputs.size() > 4 || ln.outputs.size() != 1 || ln.inputs.size() < 3) return std::nullopt;
     for (int i = 0; i < 2; ++i) summands(idx, ln.inputs[static_cast<size_t>(i)], terms, m.absorbed);
-  } else if (is_op(&ln, "LayerNormalization")) {
+  } else if (is_onnx_op(&ln, "LayerNormalization")) {
     for (size_t i = 1; i < ln.outputs.size(); ++i)
       if (!ln.outputs[i].empty()) return std::nullopt;
     const ir::Node* add = idx.producer(ln.inputs[0]);
-    if (!is_op(add, "Add") || !idx.single_use(ln.inputs[0])) return std::nullopt;
+    if (!is_onnx_op(add, "Add") || !idx.single_use(ln.inputs[0])) return std::nullopt;
     summands(idx, ln.inputs[0], terms, m.absorbed);
   } else {
     return std::nullopt;
   }
   const ir::TypeInfo* y = shaped(types, ln.outputs[0]);
-  if (!y || y->dtype != DType::kFloat32 || y->shape.size() != 3 || !y->shape[2].known()) return std::nullopt;
+  if (!y || y->dtype != DType::kFloat32 || y->shape.size() != 3 || !y->shape[2].known())
+    return std::nullopt;
   if (ln.attr_int("axis", -1) != -1 && ln.attr_int("axis", -1) != 2) return std::nullopt;
   const int64_t width = y->shape[2].value;
   // Scale and bias (inputs 1, 2 of LayerNormalization; 2, 3 of SkipLayerNorm) are [E] vectors.
@@ -121,8 +127,10 @@ std::optional<Match> match(const GraphIndex& idx, const Types& types, const Valu
     if (ln.inputs[i].empty()) continue;
     const ir::TypeInfo* t = shaped(types, ln.inputs[i]);
     const Tensor* c = idx.constant(ln.inputs[i]);
-    const bool vector = (t && t->dtype == DType::kFloat32 && t->shape.size() == 1 && ir::same_dim(t->shape[0], y->shape[2])) ||
-                        (c && c->dtype() == DType::kFloat32 && c->rank() == 1 && c->dim(0) == width);
+    const bool vector =
+        (t && t->dtype == DType::kFloat32 && t->shape.size() == 1 &&
+         ir::same_dim(t->shape[0], y->shape[2])) ||
+        (c && c->dtype() == DType::kFloat32 && c->rank() == 1 && c->dim(0) == width);
     if (!vector) return std::nullopt;
   }
   if (terms.size() < 2 || terms.size() > 3) return std::nullopt;
@@ -147,11 +155,14 @@ std::optional<Match> match(const GraphIndex& idx, const Types& types, const Valu
   const ir::TypeInfo* ids = shaped(types, tokens[0]->inputs[1]);
   for (const ir::Node* t : tokens) {
     const ir::TypeInfo* s = shaped(types, t->inputs[1]);
-    if (!ir::same_dim(s->shape[0], ids->shape[0]) || !ir::same_dim(s->shape[1], ids->shape[1])) return std::nullopt;
+    if (!ir::same_dim(s->shape[0], ids->shape[0]) || !ir::same_dim(s->shape[1], ids->shape[1]))
+      return std::nullopt;
   }
-  if (!equals_dim(idx, values, *positions_limit(idx, position->inputs[1]), ids->shape[1])) return std::nullopt;
+  if (!equals_dim(idx, values, *positions_limit(idx, position->inputs[1]), ids->shape[1]))
+    return std::nullopt;
   // The larger table holds the words.
-  if (tokens.size() == 2 && idx.constant(tokens[1]->inputs[0])->dim(0) > idx.constant(tokens[0]->inputs[0])->dim(0))
+  if (tokens.size() == 2 &&
+      idx.constant(tokens[1]->inputs[0])->dim(0) > idx.constant(tokens[0]->inputs[0])->dim(0))
     std::swap(tokens[0], tokens[1]);
   m.ids = tokens[0]->inputs[1];
   m.word = tokens[0]->inputs[0];
@@ -169,7 +180,7 @@ class EmbedLayerNormFusion : public Pass {
   Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
     ir::Graph& g = model.graph;
     bool any = false;
-    for (const auto& n : g.nodes) any |= is_op(&n, "Gather");
+    for (const auto& n : g.nodes) any |= is_onnx_op(&n, "Gather");
     if (!any) return 0;
     ir::Model copy = model;
     Values values;
@@ -201,7 +212,12 @@ class EmbedLayerNormFusion : public Pass {
     f.name = (ln.name.empty() ? ln.outputs[0] : ln.name) + "_EmbedLayerNorm";
     f.op_type = "EmbedLayerNorm";
     f.domain = "ai.kiln";
-    f.inputs = {m.ids, m.segment_ids, m.word, m.position, m.segment, ln.inputs[at],
+    f.inputs = {m.ids,
+                m.segment_ids,
+                m.word,
+                m.position,
+                m.segment,
+                ln.inputs[at],
                 ln.inputs.size() > at + 1 ? ln.inputs[at + 1] : ""};
     while (f.inputs.back().empty()) f.inputs.pop_back();
     f.outputs = {ln.outputs[0]};
@@ -211,8 +227,10 @@ class EmbedLayerNormFusion : public Pass {
     f.attrs.back().f = ln.attr_float("epsilon", 1e-5f);
     std::vector<ir::Node> kept;
     for (auto& n : g.nodes) {
-      if (&n == &ln) kept.push_back(std::move(f));
-      else if (std::find(m.absorbed.begin(), m.absorbed.end(), &n) == m.absorbed.end()) kept.push_back(std::move(n));
+      if (&n == &ln)
+        kept.push_back(std::move(f));
+      else if (std::find(m.absorbed.begin(), m.absorbed.end(), &n) == m.absorbed.end())
+        kept.push_back(std::move(n));
     }
     g.nodes = std::move(kept);
   }

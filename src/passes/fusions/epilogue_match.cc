@@ -9,11 +9,11 @@
 
 #include "core/float_convert.h"
 #include "ir/op_schema.h"
+#include "ir/shape_inference.h"
+#include "passes/graph_edit.h"
 
 namespace kiln::passes::epilogue {
 namespace {
-
-bool is_op(const ir::Node* n, const char* op) { return n && n->domain.empty() && n->op_type == op; }
 
 bool near(double a, double b) { return std::fabs(a - b) <= 1e-6 * std::max(1.0, std::fabs(b)); }
 
@@ -134,7 +134,7 @@ std::optional<ActivationMatch> match_activation(const ir::Graph&, const GraphInd
   for (int first = 0; first < 2; ++first) {
     const ir::Node* f = cs[first];
     const ir::Node* mul = cs[1 - first];
-    if (!is_op(mul, "Mul") || f->outputs.size() != 1) continue;
+    if (!is_onnx_op(mul, "Mul") || f->outputs.size() != 1) continue;
     auto act = unary_activation(idx, *f, v);
     if (!act) continue;
     Activation fused;
@@ -161,7 +161,7 @@ std::optional<ResidualMatch> match_residual(const ir::Graph&, const GraphIndex& 
                                             const Types& types, const std::string& v,
                                             const Taken& taken) {
   const ir::Node* add = sole_consumer(idx, v, taken);
-  if (!is_op(add, "Add")) return std::nullopt;
+  if (!is_onnx_op(add, "Add")) return std::nullopt;
   const std::string z = other_operand(*add, v);
   if (z.empty() || !types.same_float_shape(v, z)) return std::nullopt;
   ResidualMatch m;
@@ -256,6 +256,21 @@ int64_t Rewrites::apply(ir::Graph& g) {
   drop.clear();
   put.clear();
   return n;
+}
+
+int64_t fuse_sweep(ir::Model& model, const Visit& visit) {
+  if (!ir::infer_shapes(model).is_ok()) return 0;
+  int64_t fused = 0;
+  for_each_graph(model.graph, [&](ir::Graph& g) {
+    const GraphIndex idx(g);
+    const Types types(g);
+    Rewrites rw;
+    for (const ir::Node& n : g.nodes)
+      if (!rw.drop.count(&n)) visit(g, idx, types, n, rw);
+    fused += rw.apply(g);
+  });
+  if (fused > 0) model.opsets.emplace("ai.kiln", 1);
+  return fused;
 }
 
 bool has_op(const ir::Graph& g, const std::set<std::string>& ops) {

@@ -3,6 +3,7 @@
 // Matches go by data flow from one value and only absorb values nothing else reads.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -102,6 +103,14 @@ struct Rewrites {
   // Applies the edits to g.nodes; returns the number of fused nodes placed.
   int64_t apply(ir::Graph& g);
 };
+
+// The sweep each fusion here makes: shapes inferred (a model whose shapes do not infer is left as
+// it is), then `visit` called on every node of every graph that no earlier match took, the
+// rewrites applied once per graph. Returns the fused nodes placed, declaring the ai.kiln opset
+// when there are any.
+using Visit = std::function<void(const ir::Graph&, const GraphIndex&, const Types&, const ir::Node&,
+                                 Rewrites&)>;
+int64_t fuse_sweep(ir::Model& model, const Visit& visit);
 
 // True when the model has a node of one of these types (default domain) anywhere.
 bool has_op(const ir::Graph& g, const std::set<std::string>& ops);

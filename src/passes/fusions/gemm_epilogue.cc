@@ -61,24 +61,12 @@ class GemmEpilogue : public Pass {
  public:
   Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
     if (!has_op(model.graph, {"MatMul", "Gemm"})) return int64_t{0};
-    if (!ir::infer_shapes(model).is_ok()) return int64_t{0};
-    int64_t fused = 0;
-    for_each_graph(model.graph, [&](ir::Graph& g) {
-      const GraphIndex idx(g);
-      const Types types(g);
-      Rewrites rw;
-      for (const ir::Node& n : g.nodes) {
-        if (!n.domain.empty() || rw.drop.count(&n) || n.outputs.size() != 1) continue;
-        if (n.op_type == "MatMul") {
-          fuse_matmul(g, idx, types, n, rw);
-        } else if (n.op_type == "Gemm") {
-          fuse_gemm(g, idx, types, n, rw);
-        }
-      }
-      fused += rw.apply(g);
+    return fuse_sweep(model, [](const ir::Graph& g, const GraphIndex& idx, const Types& types,
+                                const ir::Node& n, Rewrites& rw) {
+      if (!n.domain.empty() || n.outputs.size() != 1) return;
+      if (n.op_type == "MatMul") fuse_matmul(g, idx, types, n, rw);
+      if (n.op_type == "Gemm") fuse_gemm(g, idx, types, n, rw);
     });
-    if (fused > 0) model.opsets.emplace("ai.kiln", 1);
-    return fused;
   }
 
  private:

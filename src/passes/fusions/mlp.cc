@@ -64,18 +64,8 @@ class MlpFusion : public Pass {
  public:
   Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
     if (!has_matmul(model.graph)) return int64_t{0};
-    if (!ir::infer_shapes(model).is_ok()) return int64_t{0};
-    int64_t fused = 0;
-    for_each_graph(model.graph, [&](ir::Graph& g) {
-      const GraphIndex idx(g);
-      const Types types(g);
-      Rewrites rw;
-      for (const ir::Node& n : g.nodes)
-        if (!rw.drop.count(&n)) fuse(idx, types, n, rw);
-      fused += rw.apply(g);
-    });
-    if (fused > 0) model.opsets.emplace("ai.kiln", 1);
-    return fused;
+    return fuse_sweep(model, [](const ir::Graph&, const GraphIndex& idx, const Types& types,
+                                const ir::Node& n, Rewrites& rw) { fuse(idx, types, n, rw); });
   }
 
  private:

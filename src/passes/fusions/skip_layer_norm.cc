@@ -12,8 +12,6 @@ namespace {
 
 using ir::Node;
 
-bool is_op(const Node* n, const char* op) { return n && n->domain.empty() && n->op_type == op; }
-
 bool is_layer_norm(const Node& n) {
   const bool std_ln = n.domain.empty() && n.op_type == "LayerNormalization";
   const bool kiln_ln = n.domain == "ai.kiln" && n.op_type == "LayerNorm";
@@ -40,7 +38,8 @@ std::optional<Match> match(const GraphIndex& idx, const ir::Graph& g, const Node
   m.ln = &ln;
   const std::string& s = ln.inputs[0];
   m.add = idx.producer(s);
-  if (!is_op(m.add, "Add") || m.add->inputs.size() != 2 || !m.add->has_input(0) || !m.add->has_input(1))
+  if (!is_onnx_op(m.add, "Add") || m.add->inputs.size() != 2 || !m.add->has_input(0) ||
+      !m.add->has_input(1))
     return std::nullopt;
   m.input = m.add->inputs[0];
   m.skip = m.add->inputs[1];
@@ -48,7 +47,7 @@ std::optional<Match> match(const GraphIndex& idx, const ir::Graph& g, const Node
   for (int i = 0; i < 2 && m.bias.empty(); ++i) {
     const std::string& v = m.add->inputs[i];
     const Node* inner = idx.producer(v);
-    if (!is_op(inner, "Add") || inner->inputs.size() != 2 || !idx.single_use(v)) continue;
+    if (!is_onnx_op(inner, "Add") || inner->inputs.size() != 2 || !idx.single_use(v)) continue;
     for (int j = 0; j < 2; ++j) {
       const Tensor* b = idx.constant(inner->inputs[j]);
       if (!b || b->rank() != 1 || inner->inputs[1 - j].empty()) continue;
@@ -67,9 +66,12 @@ std::optional<Match> match(const GraphIndex& idx, const ir::Graph& g, const Node
     const Node* p = ln.inputs[i].empty() ? nullptr : idx.producer(ln.inputs[i]);
     if (p && pos(p) > pos(m.add)) defined_before_add = false;
   }
-  if (defined_before_add) m.at = m.add;
-  else if (!m.sum_out) m.at = &ln;
-  else return std::nullopt;
+  if (defined_before_add)
+    m.at = m.add;
+  else if (!m.sum_out)
+    m.at = &ln;
+  else
+    return std::nullopt;
   return m;
 }
 
@@ -84,7 +86,8 @@ class SkipLayerNormFusion : public Pass {
         GraphIndex idx(g);
         for (const auto& n : g.nodes) {
           auto m = match(idx, g, n);
-          if (!m || removed.count(m->add) || removed.count(m->ln) || (m->bias_add && removed.count(m->bias_add)))
+          if (!m || removed.count(m->add) || removed.count(m->ln) ||
+              (m->bias_add && removed.count(m->bias_add)))
             continue;
           Node f;
           f.name = n.name.empty() ? n.outputs[0] + "_SkipLayerNorm" : n.name + "_SkipLayerNorm";
@@ -112,8 +115,10 @@ class SkipLayerNormFusion : public Pass {
       }
       std::vector<Node> kept;
       for (auto& n : g.nodes) {
-        if (auto it = at.find(&n); it != at.end()) kept.push_back(std::move(it->second));
-        else if (!removed.count(&n)) kept.push_back(std::move(n));
+        if (auto it = at.find(&n); it != at.end())
+          kept.push_back(std::move(it->second));
+        else if (!removed.count(&n))
+          kept.push_back(std::move(n));
       }
       g.nodes = std::move(kept);
       rewrites += static_cast<int64_t>(at.size());
