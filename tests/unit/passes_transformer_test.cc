@@ -160,6 +160,19 @@ TEST(EmbedLayerNorm, BertEmbeddingsBecomeOneNodeWithoutShape) {
     }
 }
 
+TEST(EmbedLayerNorm, FixedSeqFoldsThePositionsIntoATable) {
+  // With seq fixed, constant folding turns position[Range(0, seq)] into a [1, seq, E] constant.
+  Builder b;
+  bert_embeddings(b, true, false);
+  ir::Model after = b.m;
+  OptimizeOptions options;
+  options.fixed_dims = {{"batch", 2}, {"seq", 7}};
+  ASSERT_TRUE(optimize(after, options).is_ok());
+  ASSERT_EQ(test::op_types(after), std::vector<std::string>{"EmbedLayerNorm"});
+  EXPECT_EQ(after.graph.initializers.at(after.graph.nodes[0].inputs[3]).shape(), (Shape{7, kE}));
+  test::expect_same_outputs(b.m, after, token_feeds(2, 7, true));
+}
+
 TEST(EmbedLayerNorm, PositionsNotCountingFromZeroStay) {
   Builder b;
   bert_embeddings(b, false, false);

@@ -85,6 +85,7 @@ const ir::Node* table_lookup(const GraphIndex& idx, const std::string& v, int64_
 struct Match {
   std::vector<const ir::Node*> absorbed;  // the Adds, the lookups and the normalisation
   std::string ids, segment_ids, word, position, segment;
+  std::optional<Tensor> position_table;  // a folded position slice, stored under `position`
 };
 
 // The summands of an Add tree whose inner sums are read only by the tree.
@@ -136,7 +137,15 @@ std::optional<Match> match(const GraphIndex& idx, const Types& types, const Valu
   if (terms.size() < 2 || terms.size() > 3) return std::nullopt;
   std::vector<const ir::Node*> tokens;
   const ir::Node* position = nullptr;
+  const Tensor* folded = nullptr;  // with seq fixed, constant folding leaves position[0:seq]
   for (const auto& t : terms) {
+    if (const Tensor* c = idx.constant(t)) {
+      const bool slice = c->dtype() == DType::kFloat32 && c->rank() >= 2 && c->rank() <= 3 &&
+                         c->shape().back() == width && (c->rank() == 2 || c->dim(0) == 1);
+      if (!slice || folded) return std::nullopt;
+      folded = c;
+      continue;
+    }
     const ir::Node* lookup = idx.single_use(t) ? table_lookup(idx, t, width) : nullptr;
     if (!lookup) return std::nullopt;
     m.absorbed.push_back(lookup);
@@ -150,7 +159,8 @@ std::optional<Match> match(const GraphIndex& idx, const Types& types, const Valu
       return std::nullopt;
     }
   }
-  if (!position || tokens.empty() || tokens.size() + 1 != terms.size()) return std::nullopt;
+  if (!!position == !!folded || tokens.empty() || tokens.size() + 1 != terms.size())
+    return std::nullopt;
   // Every id tensor is [batch, seq] alike, and the positions count seq.
   const ir::TypeInfo* ids = shaped(types, tokens[0]->inputs[1]);
   for (const ir::Node* t : tokens) {
@@ -158,7 +168,11 @@ std::optional<Match> match(const GraphIndex& idx, const Types& types, const Valu
     if (!ir::same_dim(s->shape[0], ids->shape[0]) || !ir::same_dim(s->shape[1], ids->shape[1]))
       return std::nullopt;
   }
-  if (!equals_dim(idx, values, *positions_limit(idx, position->inputs[1]), ids->shape[1]))
+  if (position &&
+      !equals_dim(idx, values, *positions_limit(idx, position->inputs[1]), ids->shape[1]))
+    return std::nullopt;
+  // A folded slice holds exactly seq rows: the fused op must not accept a longer sequence.
+  if (folded && !(ids->shape[1].known() && folded->dim(folded->rank() - 2) == ids->shape[1].value))
     return std::nullopt;
   // The larger table holds the words.
   if (tokens.size() == 2 &&
@@ -166,7 +180,11 @@ std::optional<Match> match(const GraphIndex& idx, const Types& types, const Valu
     std::swap(tokens[0], tokens[1]);
   m.ids = tokens[0]->inputs[1];
   m.word = tokens[0]->inputs[0];
-  m.position = position->inputs[0];
+  if (position) {
+    m.position = position->inputs[0];
+  } else {
+    m.position_table = folded->reshaped({folded->dim(folded->rank() - 2), width});
+  }
   if (tokens.size() == 2) {
     m.segment_ids = tokens[1]->inputs[1];
     m.segment = tokens[1]->inputs[0];
@@ -208,6 +226,11 @@ class EmbedLayerNormFusion : public Pass {
  private:
   static void rewrite(ir::Graph& g, const ir::Node& ln, const Match& m) {
     const size_t at = ln.domain.empty() ? 1 : 2;
+    std::string position = m.position;
+    if (m.position_table) {
+      position = fresh_name(g, ln.outputs[0] + "_positions");
+      g.initializers[position] = *m.position_table;
+    }
     ir::Node f;
     f.name = (ln.name.empty() ? ln.outputs[0] : ln.name) + "_EmbedLayerNorm";
     f.op_type = "EmbedLayerNorm";
@@ -215,7 +238,7 @@ class EmbedLayerNormFusion : public Pass {
     f.inputs = {m.ids,
                 m.segment_ids,
                 m.word,
-                m.position,
+                position,
                 m.segment,
                 ln.inputs[at],
                 ln.inputs.size() > at + 1 ? ln.inputs[at + 1] : ""};
