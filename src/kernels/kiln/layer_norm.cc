@@ -1,8 +1,7 @@
 // Reference kernel of ai.kiln.LayerNorm: ONNX LayerNormalization's Y for models older than
 // opset 17. Statistics in double; half types are computed in float32.
-#include <cmath>
-
 #include "kernels/kernel_util.h"
+#include "kernels/kiln/normalize_row.h"
 
 namespace kiln {
 namespace {
@@ -22,34 +21,23 @@ Status layer_norm(KernelContext& ctx) {
   int64_t len = 1;
   for (int64_t d : norm_shape) len *= d;
   const int64_t outer = len == 0 ? 0 : x.numel() / len;
-  std::vector<int64_t> off[2];
-  Tensor w[2];
+  // Scale and B broadcast to one row of len values.
+  std::vector<float> row[2];
   for (int i = 0; i < (has_b ? 2 : 1); ++i) {
     const Tensor& t = ctx.input(1 + i);
     auto bs = broadcast_shapes(t.shape(), norm_shape);
     if (!bs || *bs != norm_shape)
-      return ctx.error(std::string("LayerNorm ") + (i ? "B" : "Scale") + " of shape " + shape_str(t.shape()) +
-                       " does not broadcast to " + shape_str(norm_shape));
-    off[i] = broadcast_offsets(t.shape(), norm_shape);
-    KILN_ASSIGN_OR_RETURN(w[i], to_float32(t));
+      return ctx.error(std::string("LayerNorm ") + (i ? "B" : "Scale") + " of shape " +
+                       shape_str(t.shape()) + " does not broadcast to " + shape_str(norm_shape));
+    KILN_ASSIGN_OR_RETURN(Tensor tf, to_float32(t));
+    for (int64_t o : broadcast_offsets(t.shape(), norm_shape))
+      row[i].push_back(tf.data<float>()[o]);
   }
   KILN_ASSIGN_OR_RETURN(Tensor xf, to_float32(x));
   KILN_ASSIGN_OR_RETURN(Tensor y, Tensor::make(DType::kFloat32, x.shape()));
-  const float* xp = xf.data<float>();
-  float* yp = y.data<float>();
-  for (int64_t g = 0; g < outer; ++g) {
-    const float* xr = xp + g * len;
-    double sum = 0, sq = 0;
-    for (int64_t i = 0; i < len; ++i) sum += xr[i];
-    const double mean = sum / static_cast<double>(len);
-    for (int64_t i = 0; i < len; ++i) sq += (xr[i] - mean) * (xr[i] - mean);
-    const double inv = 1.0 / std::sqrt(sq / static_cast<double>(len) + eps);
-    for (int64_t i = 0; i < len; ++i) {
-      double v = (xr[i] - mean) * inv * w[0].data<float>()[off[0][i]];
-      if (has_b) v += w[1].data<float>()[off[1][i]];
-      yp[g * len + i] = static_cast<float>(v);
-    }
-  }
+  for (int64_t g = 0; g < outer; ++g)
+    normalize_row(xf.data<float>() + g * len, len, eps, row[0].data(),
+                  has_b ? row[1].data() : nullptr, y.data<float>() + g * len);
   KILN_ASSIGN_OR_RETURN(Tensor out, cast_float_to(y, x.dtype()));
   ctx.set_output(0, std::move(out));
   return Status::ok();
