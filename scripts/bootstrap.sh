@@ -10,8 +10,10 @@ ninja -C build
 mkdir -p build/models
 /usr/bin/python3 scripts/make_default_model.py build/models/default_cnn.onnx
 ./build/kiln info build/models/default_cnn.onnx
-./build/kiln run build/models/default_cnn.onnx --random --batch 2 -o build/default_out
-./build/kiln bench build/models/default_cnn.onnx --batch 4 --iters 20
+./build/kiln optimize build/models/default_cnn.onnx -o build/models/default_cnn.opt.onnx -v --check
+./build/kiln run build/models/default_cnn.opt.onnx --random --batch 2 -o build/default_out
+./build/kiln bench build/models/default_cnn.onnx --batch 4 --iters 20 -O 0
+./build/kiln bench build/models/default_cnn.opt.onnx --batch 4 --iters 20
 if [ "${1:-}" = "--test" ]; then
   exec scripts/run_tests.sh
 fi
