@@ -43,6 +43,8 @@ class ConstantFolding : public Pass {
   // Runs `n` when all its inputs are constant; true when its outputs became initializers.
   static bool fold(const ir::Model& model, ir::Graph& g, const ir::Node& n, ThreadPool& pool) {
     if (kNeverFold.count(n.op_type) || !n.domain.empty()) return false;
+    // An omitted first input is an error for every foldable op; run time reports it.
+    if (!n.inputs.empty() && n.inputs[0].empty()) return false;
     for (const auto& a : n.attrs)
       if (a.g || !a.graphs.empty()) return false;
     std::vector<Value> values;

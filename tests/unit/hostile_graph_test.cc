@@ -3,6 +3,7 @@
 // values. Each must give an error that names the node or value at fault, never a crash or a
 // stack overflow.
 #include "hostile_test_util.h"
+#include "kiln/optimize.h"
 
 namespace kiln::hostile {
 namespace {
@@ -95,6 +96,29 @@ TEST(HostileModel, UnknownOps) {
   onnx::ModelProto e = base_model();
   add_node(e.mutable_graph(), "", {"X"}, {"Y"}, "blank");
   expect_error(load_and_run(e), {"node 'blank'", "no op_type"});
+}
+
+TEST(HostileModel, OmittedRequiredInputsAreErrorsAtEveryLevel) {
+  // The fuzzer found constant folding running Identity("") (inside a Loop body); every level's
+  // passes must leave such nodes for run time to report.
+  for (const char* op : {"Identity", "Relu", "Transpose", "Add"}) {
+    onnx::ModelProto m = base_model();
+    add_node(m.mutable_graph(), op, {"", "X"}, {"Y"}, "omitted");
+    if (std::string(op) != "Add") m.mutable_graph()->mutable_node(0)->mutable_input()->RemoveLast();
+    std::string bytes;
+    ASSERT_TRUE(m.SerializeToString(&bytes));
+    for (int level = 1; level <= 3; ++level) {
+      auto model = onnx_io::parse_model(bytes, "");
+      ASSERT_TRUE(model.is_ok()) << model.status().message();
+      OptimizeOptions options;
+      options.level = level;
+      auto report = optimize(*model, options);  // an error or not, never a crash
+      (void)report;
+      auto s = Session::create(std::make_shared<const ir::Model>(std::move(model).value()));
+      const Status st = s.is_ok() ? (*s)->run({Value::of(float_tensor({2, 3}))}).status() : s.status();
+      EXPECT_FALSE(st.is_ok()) << op << " at -O" << level;
+    }
+  }
 }
 
 TEST(HostileModel, Cycles) {

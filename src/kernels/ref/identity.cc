@@ -5,6 +5,7 @@ namespace kiln {
 namespace {
 
 Status identity(KernelContext& ctx) {
+  if (!ctx.has_input(0)) return ctx.error("Identity needs its input");
   ctx.outputs[0] = ctx.value(0);
   return Status::ok();
 }
