@@ -32,6 +32,23 @@ struct IoInfo {
   std::vector<std::string> dim_names;
 };
 
+// One node of a profiled run: when its kernel ran (from the start of run_profiled) and its work.
+struct NodeTiming {
+  std::string node, op_type, domain;
+  double start_us = 0, dur_us = 0;
+  // By the op schema's cost rule on the shapes of this run; 0 when the op does no arithmetic,
+  // -1 when it has no cost rule or a shape is not a tensor's.
+  int64_t flops = -1;
+  std::string input_shapes;  // "[1,3,224,224] [64,3,7,7]", "-" for an omitted input
+};
+
+// A profiled run: one timing per node of the main graph in execution order (the nodes of If/Loop/
+// Scan bodies count in the time of the node that runs them), and the wall time of the whole run.
+struct RunProfile {
+  std::vector<NodeTiming> nodes;
+  double wall_us = 0;  // input checks and the walk; the FLOP counts are made after it
+};
+
 class Session {
  public:
   static Result<std::unique_ptr<Session>> load(const std::string& path, const SessionOptions& options = {});
@@ -48,6 +65,8 @@ class Session {
 
   // Runs with one value per input(), in order; checks kinds, dtypes and static dims first.
   Result<std::vector<Value>> run(const std::vector<Value>& inputs);
+  // The same, timing each node into *profile (replaced). run() itself takes no timings.
+  Result<std::vector<Value>> run_profiled(const std::vector<Value>& inputs, RunProfile* profile);
 
  private:
   struct Impl;

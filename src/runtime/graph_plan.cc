@@ -168,8 +168,20 @@ class GraphPlan::StepRunner : public SubgraphRunner {
   ThreadPool* pool_;
 };
 
-Result<std::vector<Value>> GraphPlan::run(std::vector<Value> inputs, const Frame* outer,
-                                          ThreadPool* pool) const {
+namespace {
+
+ir::TypeInfo type_of(const Value* v) {
+  if (!v || (v->is_tensor() && !v->tensor.defined())) return {};
+  if (v->is_tensor()) return ir::TypeInfo::tensor(v->tensor.dtype(), v->tensor.shape());
+  ir::TypeInfo t;
+  t.kind = v->is_sequence() ? ir::TypeInfo::Kind::kSequence : ir::TypeInfo::Kind::kOptional;
+  return t;
+}
+
+}  // namespace
+
+Result<std::vector<Value>> GraphPlan::run(std::vector<Value> inputs, const Frame* outer, ThreadPool* pool,
+                                          std::vector<StepRecord>* records) const {
   std::vector<Value> slots(slot_names_.size());
   for (const auto& [s, v] : constants_) slots[s] = v;
   for (const auto& [s, name] : outer_refs_) {
@@ -182,6 +194,7 @@ Result<std::vector<Value>> GraphPlan::run(std::vector<Value> inputs, const Frame
                          " inputs, got " + std::to_string(inputs.size()));
   for (size_t i = 0; i < inputs.size(); ++i) slots[input_slots_[i]] = std::move(inputs[i]);
   Frame frame{this, &slots, outer};
+  if (records) records->reserve(records->size() + steps_.size());
   for (const Step& step : steps_) {
     std::vector<const Value*> in;
     in.reserve(step.inputs.size());
@@ -200,7 +213,20 @@ Result<std::vector<Value>> GraphPlan::run(std::vector<Value> inputs, const Frame
     }
     StepRunner sub(step, &frame, pool);
     KernelContext ctx(*step.node, step.opset, std::move(in), pool, &sub);
+    StepRecord* rec = nullptr;
+    if (records) {
+      rec = &records->emplace_back();
+      rec->node = step.node;
+      rec->opset = step.opset;
+      rec->start = std::chrono::steady_clock::now();
+    }
     Status st = step.kernel->run(ctx);
+    if (rec) {
+      rec->end = std::chrono::steady_clock::now();
+      for (size_t k = 0; k < ctx.num_inputs(); ++k)
+        rec->inputs.push_back(type_of(ctx.has_input(k) ? &ctx.value(k) : nullptr));
+      for (const Value& v : ctx.outputs) rec->outputs.push_back(type_of(&v));
+    }
     if (!st.is_ok()) {
       const std::string& m = st.message();
       if (m.rfind("node '", 0) == 0) return st;

@@ -3,6 +3,7 @@
 // once, with the node that owns them, and run in a frame that can see the enclosing graphs' values.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <set>
@@ -21,6 +22,15 @@ namespace kiln::runtime {
 
 class GraphPlan;
 
+// What a profiled run records of one step of the main graph (a subgraph's steps count in the time
+// of the node that runs them): when its kernel ran, and the types it saw, for its cost.
+struct StepRecord {
+  const ir::Node* node = nullptr;
+  int64_t opset = 0;
+  std::chrono::steady_clock::time_point start, end;
+  std::vector<ir::TypeInfo> inputs, outputs;  // kUnknown for an omitted one
+};
+
 // The values of one running graph, and the frame of the graph around it.
 struct Frame {
   const GraphPlan* plan;
@@ -36,8 +46,9 @@ class GraphPlan {
                                                     const std::set<std::string>& outer);
 
   // Runs with `inputs` in the order of the graph's inputs (for the main graph, a missing trailing
-  // input that has an initializer takes the initializer).
-  Result<std::vector<Value>> run(std::vector<Value> inputs, const Frame* outer, ThreadPool* pool) const;
+  // input that has an initializer takes the initializer). With `records`, appends one per step.
+  Result<std::vector<Value>> run(std::vector<Value> inputs, const Frame* outer, ThreadPool* pool,
+                                 std::vector<StepRecord>* records = nullptr) const;
 
   const ir::Graph& graph() const { return *graph_; }
   // Slot of a named value, or -1.

@@ -1,12 +1,15 @@
 // Session: a loaded model, its compiled plan and its thread pool; checks inputs before running.
 #include "kiln/session.h"
 
+#include <chrono>
+
 #include "core/thread_pool.h"
 #include "kiln/optimize.h"
 #include "ir/function_inline.h"
 #include "ir/gradient.h"
 #include "onnx/model_io.h"
 #include "runtime/graph_plan.h"
+#include "runtime/step_cost.h"
 
 namespace kiln {
 
@@ -112,21 +115,58 @@ const std::vector<IoInfo>& Session::outputs() const { return impl_->outputs; }
 const ir::Model& Session::model() const { return *impl_->model; }
 int Session::threads() const { return impl_->pool->threads(); }
 
-Result<std::vector<Value>> Session::run(const std::vector<Value>& inputs) {
-  if (inputs.size() != impl_->inputs.size())
-    return Status::error("the model takes " + std::to_string(impl_->inputs.size()) + " inputs, got " +
+namespace {
+
+// The graph's inputs in order: the user's values, checked, and initializers for the rest.
+Result<std::vector<Value>> feeds_for(const ir::Graph& g, const std::vector<IoInfo>& ios,
+                                     const std::vector<size_t>& positions, const std::vector<Value>& inputs) {
+  if (inputs.size() != ios.size())
+    return Status::error("the model takes " + std::to_string(ios.size()) + " inputs, got " +
                          std::to_string(inputs.size()));
-  const ir::Graph& g = impl_->model->graph;
   std::vector<Value> feeds(g.inputs.size());
   for (size_t i = 0; i < g.inputs.size(); ++i) {
     auto it = g.initializers.find(g.inputs[i].name);
     if (it != g.initializers.end()) feeds[i] = Value::of(it->second);
   }
   for (size_t k = 0; k < inputs.size(); ++k) {
-    KILN_RETURN_IF_ERROR(check_input(impl_->inputs[k], inputs[k]));
-    feeds[impl_->input_positions[k]] = inputs[k];
+    KILN_RETURN_IF_ERROR(check_input(ios[k], inputs[k]));
+    feeds[positions[k]] = inputs[k];
   }
+  return feeds;
+}
+
+}  // namespace
+
+Result<std::vector<Value>> Session::run(const std::vector<Value>& inputs) {
+  KILN_ASSIGN_OR_RETURN(std::vector<Value> feeds,
+                        feeds_for(impl_->model->graph, impl_->inputs, impl_->input_positions, inputs));
   return impl_->plan->run(std::move(feeds), nullptr, impl_->pool.get());
+}
+
+Result<std::vector<Value>> Session::run_profiled(const std::vector<Value>& inputs, RunProfile* profile) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  std::vector<runtime::StepRecord> records;
+  auto feeds = feeds_for(impl_->model->graph, impl_->inputs, impl_->input_positions, inputs);
+  if (!feeds) return feeds.status();
+  auto outputs = impl_->plan->run(std::move(feeds).value(), nullptr, impl_->pool.get(), &records);
+  const auto t1 = Clock::now();
+  if (!outputs) return outputs;
+  auto us = [](Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); };
+  profile->wall_us = us(t1 - t0);
+  profile->nodes.clear();
+  profile->nodes.reserve(records.size());
+  for (const runtime::StepRecord& r : records) {
+    NodeTiming& t = profile->nodes.emplace_back();
+    t.node = r.node->name;
+    t.op_type = r.node->op_type;
+    t.domain = r.node->domain;
+    t.start_us = us(r.start - t0);
+    t.dur_us = us(r.end - r.start);
+    t.flops = runtime::step_flops(r);
+    t.input_shapes = runtime::shapes_str(r.inputs);
+  }
+  return outputs;
 }
 
 }  // namespace kiln

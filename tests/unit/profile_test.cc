@@ -1,0 +1,119 @@
+// Session::run_profiled: one timing per node, consistent times, FLOPs from the run's own shapes,
+// and the same outputs as run().
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "pass_test_util.h"
+#include "runtime/cpu_peak.h"
+
+namespace kiln {
+namespace {
+
+using test::Builder;
+using test::num;
+using test::sym;
+
+// x[batch,8] @ w[8,16] -> Relu -> + b[16]
+Builder matmul_relu_add() {
+  Builder b;
+  b.input_dims("x", {sym("batch"), num(8)});
+  b.weight("w", {8, 16});
+  b.weight("b", {16});
+  b.add("MatMul", {"x", "w"}, {"y"});
+  b.add("Relu", {"y"}, {"r"});
+  b.add("Add", {"r", "b"}, {"out"});
+  b.output("out");
+  return b;
+}
+
+std::unique_ptr<Session> session_of(const ir::Model& m) {
+  auto s = Session::create(std::make_shared<const ir::Model>(m));
+  EXPECT_TRUE(s.is_ok()) << s.status().message();
+  return s.is_ok() ? std::move(s).value() : nullptr;
+}
+
+TEST(Profile, OneTimingPerNodeWithConsistentTimes) {
+  Builder b = matmul_relu_add();
+  auto s = session_of(b.m);
+  ASSERT_TRUE(s);
+  const std::vector<Value> in = {Value::of(b.random({5, 8}))};
+  RunProfile p;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto out = s->run_profiled(in, &p);
+  const double outside_us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(out.is_ok()) << out.status().message();
+
+  const auto& nodes = b.m.graph.nodes;
+  ASSERT_EQ(p.nodes.size(), nodes.size());
+  double sum = 0, prev_end = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const NodeTiming& t = p.nodes[i];
+    EXPECT_EQ(t.node, nodes[i].name);
+    EXPECT_EQ(t.op_type, nodes[i].op_type);
+    EXPECT_EQ(t.domain, "");
+    EXPECT_GE(t.dur_us, 0);
+    EXPECT_GE(t.start_us, prev_end) << "nodes run one after another";
+    prev_end = t.start_us + t.dur_us;
+    sum += t.dur_us;
+  }
+  EXPECT_LE(prev_end, p.wall_us);
+  EXPECT_LE(sum, p.wall_us);
+  EXPECT_LE(p.wall_us, outside_us);
+  EXPECT_EQ(p.nodes[0].input_shapes, "[5,8] [8,16]");
+}
+
+TEST(Profile, FlopsFollowTheShapesOfTheRun) {
+  Builder b = matmul_relu_add();
+  auto s = session_of(b.m);
+  ASSERT_TRUE(s);
+  for (int64_t batch : {1, 7}) {
+    RunProfile p;
+    ASSERT_TRUE(s->run_profiled({Value::of(b.random({batch, 8}))}, &p).is_ok());
+    ASSERT_EQ(p.nodes.size(), 3u);
+    EXPECT_EQ(p.nodes[0].flops, 2 * batch * 16 * 8) << "MatMul: 2*M*N*K";
+    EXPECT_EQ(p.nodes[2].flops, batch * 16) << "Add: one per output element";
+  }
+}
+
+TEST(Profile, OutputsEqualPlainRun) {
+  Builder b = matmul_relu_add();
+  auto s = session_of(b.m);
+  ASSERT_TRUE(s);
+  const std::vector<Value> in = {Value::of(b.random({3, 8}))};
+  auto plain = s->run(in);
+  RunProfile p;
+  auto profiled = s->run_profiled(in, &p);
+  ASSERT_TRUE(plain.is_ok() && profiled.is_ok());
+  ASSERT_EQ(plain->size(), 1u);
+  ASSERT_EQ(profiled->size(), 1u);
+  const Tensor &x = (*plain)[0].tensor, &y = (*profiled)[0].tensor;
+  ASSERT_EQ(x.shape(), y.shape());
+  EXPECT_EQ(std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()), 0);
+}
+
+TEST(Profile, BadInputIsAnErrorAndLeavesNoTimings) {
+  Builder b = matmul_relu_add();
+  auto s = session_of(b.m);
+  ASSERT_TRUE(s);
+  RunProfile p;
+  auto r = s->run_profiled({Value::of(b.random({2, 9}))}, &p);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("dimension 1 must be 8"), std::string::npos)
+      << r.status().message();
+  EXPECT_TRUE(p.nodes.empty());
+}
+
+TEST(Profile, FmaPeakIsPlausibleAndScalesWithThreads) {
+  const double one = runtime::measure_fma_peak_gflops(1, 5);
+  // An AVX2 core does 8-lane FMAs at >1 GHz: at least a few GFLOP/s, far below 1000.
+  EXPECT_GT(one, 4);
+  EXPECT_LT(one, 1000);
+  const double four = runtime::measure_fma_peak_gflops(4, 5);
+  EXPECT_GT(four, 2 * one);
+  EXPECT_LT(four, 8 * one);
+}
+
+}  // namespace
+}  // namespace kiln
