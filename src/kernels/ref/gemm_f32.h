@@ -1,4 +1,4 @@
-// The float GEMM loop shared by the reference MatMul, Gemm and Conv kernels, plus a plain
+// The float GEMM entry point shared by the reference MatMul, Gemm and Conv kernels, plus a plain
 // templated GEMM for the other element types and the batch-broadcast plan MatMul-like ops use.
 #pragma once
 

@@ -1,0 +1,25 @@
+// The avx512 FMA-throughput loop of fma_peak.h: 24 accumulators hide the FMA latency.
+#include <immintrin.h>
+
+#include "fma_peak.h"
+
+namespace kiln::bench {
+
+float fma_loop_avx512(int64_t iters) {
+  __m512 acc[24];
+  for (int i = 0; i < 24; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i) * 1e-3f);
+  const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 24
+    for (int i = 0; i < 24; ++i) acc[i] = _mm512_fmadd_ps(acc[i], x, y);
+  }
+  __m512 sum = acc[0];
+  for (int i = 1; i < 24; ++i) sum = _mm512_add_ps(sum, acc[i]);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, sum);
+  float s = 0.0f;
+  for (float l : lanes) s += l;
+  return s;
+}
+
+}  // namespace kiln::bench

@@ -1,0 +1,114 @@
+// FP32 GEMM throughput at the shapes kiln's models run (BERT projections and MLP, ResNet-50
+// convolutions as im2col GEMMs), per micro-kernel and thread count, as GFLOP/s and as % of the
+// peak the FMA loop of fma_peak.h measures on this machine.
+//   kiln_bench_gemm [--benchmark_filter=...]
+//   KILN_BENCH_BLOCKS=mc,kc,nc overrides the kernels' cache blocks (for tuning them).
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/thread_pool.h"
+#include "fma_peak.h"
+#include "kernels/cpu/gemm/gemm.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Single-core peak GFLOP/s of the best ISA, measured once.
+double peak_gflops() {
+  static const double peak = [] {
+    const bool wide = kiln::cpu_features().has_avx512();
+    const int64_t iters = 20'000'000;
+    double best = 0;
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto t0 = Clock::now();
+      const float sink = wide ? kiln::bench::fma_loop_avx512(iters) : kiln::bench::fma_loop_avx2(iters);
+      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      benchmark::DoNotOptimize(sink);
+      const int64_t per = wide ? kiln::bench::kFlopsPerIterAvx512 : kiln::bench::kFlopsPerIterAvx2;
+      best = std::max(best, static_cast<double>(per) * iters / s * 1e-9);
+    }
+    std::printf("measured FP32 peak: %.1f GFLOP/s per core (%s FMA loop)\n", best,
+                wide ? "avx512" : "avx2");
+    return best;
+  }();
+  return peak;
+}
+
+void BM_FmaPeak(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(peak_gflops());
+  state.counters["GFLOPs"] = peak_gflops();
+}
+
+kiln::gemm::MicroKernel with_blocks_from_env(kiln::gemm::MicroKernel k) {
+  if (const char* env = std::getenv("KILN_BENCH_BLOCKS")) {
+    long mc = 0, kc = 0, nc = 0;
+    if (std::sscanf(env, "%ld,%ld,%ld", &mc, &kc, &nc) == 3) k.mc = mc, k.kc = kc, k.nc = nc;
+  }
+  return k;
+}
+
+void BM_Gemm(benchmark::State& state, kiln::gemm::MicroKernel kernel, int64_t m, int64_t n,
+             int64_t k, int threads) {
+  kernel = with_blocks_from_env(kernel);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> a(m * k), b(k * n), c(m * n);
+  for (float& x : a) x = dist(rng);
+  for (float& x : b) x = dist(rng);
+  kiln::ThreadPool pool(threads);
+  kiln::gemm::GemmF32Args g;
+  g.m = m, g.n = n, g.k = k;
+  g.a = a.data(), g.lda = k, g.b = b.data(), g.ldb = n, g.c = c.data(), g.ldc = n;
+  kiln::gemm::gemm_f32_blocked(g, &pool, &kernel);  // warm up buffers and threads
+  double seconds = 0;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    kiln::gemm::gemm_f32_blocked(g, &pool, &kernel);
+    seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    benchmark::ClobberMemory();
+  }
+  const double gflops = 2.0 * m * n * k * state.iterations() / seconds * 1e-9;
+  state.counters["GFLOPs"] = gflops;
+  state.counters["pct_peak"] = 100.0 * gflops / (peak_gflops() * threads);
+}
+
+void register_all() {
+  benchmark::RegisterBenchmark("FmaPeak", BM_FmaPeak)->Iterations(1);
+  struct Shape {
+    const char* name;
+    int64_t m, n, k;
+  };
+  const Shape shapes[] = {
+      {"bert_ffn_768x3072x768", 768, 3072, 768},  {"bert_b1_128x768x768", 128, 768, 768},
+      {"bert_3072x768x768", 3072, 768, 768},      {"rn50_64x3136x576", 64, 3136, 576},
+      {"rn50_256x196x2304", 256, 196, 2304},
+  };
+  for (const auto& kernel : kiln::gemm::available_f32_kernels())
+    for (const Shape& s : shapes)
+      for (int threads : {1, 2}) {
+        const std::string name =
+            std::string(kernel.name) + "/" + s.name + "/threads:" + std::to_string(threads);
+        benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, kernel, s.m, s.n, s.k, threads)
+            ->UseRealTime()
+            ->MinTime(0.3)
+            ->Unit(benchmark::kMillisecond);
+      }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

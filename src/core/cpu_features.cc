@@ -1,0 +1,75 @@
+// cpuid leaf 1 / 7 for the instruction sets, xgetbv for whether the OS saves the ymm / zmm state
+// (a CPU may support AVX-512 while the kernel or hypervisor leaves it disabled).
+#include "core/cpu_features.h"
+
+#include <cpuid.h>
+
+#include <cstdint>
+
+namespace kiln {
+namespace {
+
+uint64_t read_xcr0() {
+  uint32_t lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (uint64_t{hi} << 32) | lo;
+}
+
+CpuFeatures detect() {
+  CpuFeatures f;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool osxsave = (c >> 27) & 1;
+  const bool avx = (c >> 28) & 1;
+  const bool fma = (c >> 12) & 1;
+  const bool f16c = (c >> 29) & 1;
+  if (!osxsave || !avx) return f;
+  const uint64_t xcr0 = read_xcr0();
+  const bool ymm_state = (xcr0 & 0x6) == 0x6;      // SSE + AVX state
+  const bool zmm_state = (xcr0 & 0xe6) == 0xe6;    // + opmask, ZMM_Hi256, Hi16_ZMM
+  if (!ymm_state) return f;
+  f.fma = fma;
+  f.f16c = f16c;
+  if (__get_cpuid_max(0, nullptr) < 7) return f;
+  __cpuid_count(7, 0, a, b, c, d);
+  f.avx2 = (b >> 5) & 1;
+  if (zmm_state) {
+    f.avx512f = (b >> 16) & 1;
+    f.avx512dq = (b >> 17) & 1;
+    f.avx512bw = (b >> 30) & 1;
+    f.avx512vl = (b >> 31) & 1;
+    f.avx512_vnni = (c >> 11) & 1;
+    unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+    __cpuid_count(7, 1, a1, b1, c1, d1);
+    f.avx512_bf16 = (a1 >> 5) & 1;
+  }
+  return f;
+}
+
+}  // namespace
+
+std::string CpuFeatures::to_string() const {
+  std::string s;
+  auto add = [&](bool on, const char* name) {
+    if (!on) return;
+    if (!s.empty()) s += ' ';
+    s += name;
+  };
+  add(avx2, "avx2");
+  add(fma, "fma");
+  add(f16c, "f16c");
+  add(avx512f, "avx512f");
+  add(avx512bw, "avx512bw");
+  add(avx512vl, "avx512vl");
+  add(avx512dq, "avx512dq");
+  add(avx512_bf16, "avx512_bf16");
+  add(avx512_vnni, "avx512_vnni");
+  return s;
+}
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = detect();
+  return features;
+}
+
+}  // namespace kiln

@@ -1,0 +1,137 @@
+// GotoBLAS/BLIS loop nest: for each nc-wide column block and kc-deep slice, pack B's slice once;
+// for each mc-tall row block pack A; then sweep nr-wide B micro-panels (kept in L1) against the
+// mr-tall A micro-panels (streamed from L2). Threads each take a rectangle of C and run the nest
+// on it with their own packing buffers, so no synchronisation is needed inside.
+#include "kernels/cpu/gemm/gemm.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+
+#include "core/thread_pool.h"
+#include "kernels/cpu/gemm/pack.h"
+
+namespace kiln::gemm {
+namespace {
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// A 64-byte aligned scratch buffer per thread that only grows.
+struct Scratch {
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float[], Free> data;
+  int64_t size = 0;
+  float* get(int64_t n) {
+    if (n > size) {
+      data.reset(static_cast<float*>(std::aligned_alloc(64, round_up(n * 4, 64))));
+      size = n;
+    }
+    return data.get();
+  }
+};
+
+// c = tile + beta * c (+ bias) for the valid rows x cols corner of a full tile.
+void merge_edge(const float* tile, int64_t nr, int64_t rows, int64_t cols, float beta,
+                const float* bias, float* c, int64_t ldc) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      float v = tile[i * nr + j];
+      if (beta != 0.0f) v += beta * c[i * ldc + j];
+      if (bias) v += bias[j];
+      c[i * ldc + j] = v;
+    }
+}
+
+// The loop nest over rows [i0, i1) x columns [j0, j1) of C.
+void run_block(const GemmF32Args& g, const MicroKernel& mk, int64_t i0, int64_t i1, int64_t j0,
+               int64_t j1) {
+  thread_local Scratch a_buf, b_buf;
+  const int64_t mr = mk.mr, nr = mk.nr;
+  const int64_t mc_max = std::min(round_up(mk.mc, mr), round_up(i1 - i0, mr));
+  const int64_t nc_max = std::min(round_up(mk.nc, nr), round_up(j1 - j0, nr));
+  const int64_t kc_max = std::min(mk.kc, g.k);
+  float* ap = a_buf.get(mc_max * kc_max);
+  float* bp = b_buf.get(nc_max * kc_max);
+  alignas(64) float edge[32 * 64];  // one tile: mr * nr <= 2048 for every kernel
+  for (int64_t jc = j0; jc < j1; jc += nc_max) {
+    const int64_t nc = std::min(nc_max, j1 - jc);
+    for (int64_t pc = 0; pc < g.k; pc += kc_max) {
+      const int64_t kc = std::min(kc_max, g.k - pc);
+      const bool last = pc + kc >= g.k;
+      const float beta = pc == 0 ? g.beta : 1.0f;
+      pack_b(g.b, g.ldb, g.trans_b, pc, kc, jc, nc, nr, bp);
+      for (int64_t ic = i0; ic < i1; ic += mc_max) {
+        const int64_t mc = std::min(mc_max, i1 - ic);
+        pack_a(g.a, g.lda, g.trans_a, ic, mc, pc, kc, mr, ap);
+        for (int64_t jr = 0; jr < nc; jr += nr) {
+          const int64_t cols = std::min(nr, nc - jr);
+          const float* bias = last && g.bias ? g.bias + jc + jr : nullptr;
+          for (int64_t ir = 0; ir < mc; ir += mr) {
+            const int64_t rows = std::min(mr, mc - ir);
+            float* c = g.c + (ic + ir) * g.ldc + jc + jr;
+            TileArgs t{kc, ap + ir * kc, bp + jr * kc, c, g.ldc, g.alpha, beta, bias};
+            if (rows == mr && cols == nr) {
+              mk.fn(t);
+              continue;
+            }
+            t.c = edge, t.ldc = nr, t.beta = 0.0f, t.bias = nullptr;
+            mk.fn(t);
+            merge_edge(edge, nr, rows, cols, beta, bias, c, g.ldc);
+          }
+        }
+      }
+    }
+  }
+}
+
+// K == 0: the product is empty, C = beta * C (+ bias).
+void scale_only(const GemmF32Args& g) {
+  for (int64_t i = 0; i < g.m; ++i)
+    for (int64_t j = 0; j < g.n; ++j) {
+      float& c = g.c[i * g.ldc + j];
+      c = (g.beta == 0.0f ? 0.0f : g.beta * c) + (g.bias ? g.bias[j] : 0.0f);
+    }
+}
+
+// Splits C into tm x tn rectangles for `threads` threads: the factorisation whose busiest
+// thread has the fewest (padded) tiles, ties going to fewer row splits (B is packed per thread).
+void choose_split(int64_t m, int64_t n, const MicroKernel& mk, int threads, int* tm, int* tn) {
+  const int64_t row_tiles = (m + mk.mr - 1) / mk.mr, col_tiles = (n + mk.nr - 1) / mk.nr;
+  int64_t best = -1;
+  for (int r = 1; r <= threads; ++r) {
+    if (threads % r) continue;
+    const int c = threads / r;
+    if (r > row_tiles || c > col_tiles) continue;
+    const int64_t work = ((row_tiles + r - 1) / r) * ((col_tiles + c - 1) / c);
+    if (best < 0 || work < best) best = work, *tm = r, *tn = c;
+  }
+  if (best < 0) *tm = 1, *tn = 1;
+}
+
+}  // namespace
+
+void gemm_f32_blocked(const GemmF32Args& g, ThreadPool* pool, const MicroKernel* kernel) {
+  if (g.m <= 0 || g.n <= 0) return;
+  if (g.k <= 0) return scale_only(g);
+  const MicroKernel& mk = kernel ? *kernel : *best_f32_kernel();
+  // Below ~1 MFLOP waking a thread costs more than it saves.
+  int threads = pool ? pool->threads() : 1;
+  if (g.m * g.n * g.k < (int64_t{1} << 18)) threads = 1;
+  int tm = 1, tn = 1;
+  if (threads > 1) choose_split(g.m, g.n, mk, threads, &tm, &tn);
+  if (tm * tn == 1) return run_block(g, mk, 0, g.m, 0, g.n);
+  // Rectangle edges fall on tile boundaries so only the matrix edge has partial tiles.
+  const int64_t rows = round_up((g.m + tm - 1) / tm, mk.mr);
+  const int64_t cols = round_up((g.n + tn - 1) / tn, mk.nr);
+  pool->parallel_for(tm * tn, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t i0 = (t / tn) * rows, j0 = (t % tn) * cols;
+      if (i0 >= g.m || j0 >= g.n) continue;
+      run_block(g, mk, i0, std::min(g.m, i0 + rows), j0, std::min(g.n, j0 + cols));
+    }
+  });
+}
+
+}  // namespace kiln::gemm

@@ -1,0 +1,37 @@
+// The fast float GEMM: packed panels, cache blocking sized per micro-kernel, the micro-kernel
+// picked at run time for the CPU, and the work split over the thread pool.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/gemm/microkernel.h"
+
+namespace kiln {
+class ThreadPool;
+}
+
+namespace kiln::gemm {
+
+// C[MxN] = alpha * op(A) * op(B) + beta * C (+ bias[j] on every row when bias is set);
+// row-major with leading dimensions; op(A) is MxK (A stored KxM when trans_a), op(B) is KxN
+// (B stored NxK when trans_b). beta == 0 ignores C's old contents (NaN included).
+struct GemmF32Args {
+  bool trans_a = false, trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  float alpha = 1.0f;
+  const float* a = nullptr;
+  int64_t lda = 0;
+  const float* b = nullptr;
+  int64_t ldb = 0;
+  float beta = 0.0f;
+  float* c = nullptr;
+  int64_t ldc = 0;
+  const float* bias = nullptr;  // n floats, or null
+};
+
+// `pool` may be null (one thread). `kernel` null means best_f32_kernel(); tests and benchmarks
+// pass another entry of available_f32_kernels() (or a copy with other block sizes).
+void gemm_f32_blocked(const GemmF32Args& args, ThreadPool* pool,
+                      const MicroKernel* kernel = nullptr);
+
+}  // namespace kiln::gemm

@@ -1,0 +1,45 @@
+// The register-tiled inner kernels of the float GEMM and the table that picks one at run time.
+// Each ISA's kernels live in a translation unit of their own, compiled with that ISA's flags;
+// only this header's plain-C++ interface crosses between them.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace kiln::gemm {
+
+// One mr x nr tile of C from packed panels:
+//   C = alpha * (Ap * Bp) + beta * C (+ bias[j] when bias is set); beta == 0 never reads C.
+// Ap is kc x mr (column i of A's panel contiguous per k step), Bp is kc x nr, both packed by
+// pack.h; c is row-major with leading dimension ldc and must hold a full mr x nr tile.
+struct TileArgs {
+  int64_t kc;
+  const float* a;
+  const float* b;
+  float* c;
+  int64_t ldc;
+  float alpha, beta;
+  const float* bias;  // nr floats or null
+};
+using MicroKernelFn = void (*)(const TileArgs&);
+
+struct MicroKernel {
+  const char* name;  // e.g. "f32_gemm_6x16_avx2"
+  int64_t mr, nr;
+  int64_t mc, kc, nc;  // cache blocks tuned for this tile: A block mc x kc, B panel kc x nc
+  MicroKernelFn fn;
+};
+
+// Every kernel this CPU can run, best first.
+const std::vector<MicroKernel>& available_f32_kernels();
+// The best of them (what gemm_f32_blocked uses unless told otherwise); null only on a CPU
+// without AVX2 + FMA, which kiln's baseline does not support anyway.
+const MicroKernel* best_f32_kernel();
+// The kernel called `name` if this CPU can run it, else null.
+const MicroKernel* find_f32_kernel(const char* name);
+
+// Per-ISA kernel descriptors (defined in microkernel_<isa>.cc).
+MicroKernel f32_gemm_6x16_avx2_kernel();
+MicroKernel f32_gemm_avx512_kernel();
+
+}  // namespace kiln::gemm
