@@ -19,7 +19,7 @@ namespace {
 // stays within 1 MiB for H <= 4096; wider layers get fewer rows so it still fits a 1-2 MiB L2.
 constexpr int64_t kBlockRows = 64;
 constexpr int64_t kIntermediateBytes = 1024 * 1024;
-constexpr int64_t kRowTile = 4;  // gemm_f32's register tile height: blocks are a multiple of it
+constexpr int64_t kRowTile = 4;  // blocks are a multiple of 4 rows (the GEMM tiles rows by 6 or 8 itself)
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
