@@ -147,8 +147,8 @@ class Inferencer {
         outs = std::move(r).value();
       }
       outs.resize(n.outputs.size());
-      // Cost, when every shape is known.
-      bool known = schema != nullptr;
+      // Cost, when every shape is known (a node with no outputs computes nothing to count).
+      bool known = schema != nullptr && !outs.empty();
       for (size_t i = 0; i < ctx.inputs.size() && known; ++i)
         if (n.has_input(i) && !is_static_tensor_or_other(ctx.inputs[i])) known = false;
       for (size_t i = 0; i < outs.size() && known; ++i)
