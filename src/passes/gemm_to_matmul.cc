@@ -38,44 +38,40 @@ class GemmToMatMul : public Pass {
  public:
   Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
     ir::Graph& g = model.graph;
-    int64_t rewrites = 0;
-    for (bool again = true; again;) {
-      again = false;
-      GraphIndex idx(g);
-      for (auto& gemm : g.nodes) {
-        if (!is_onnx_op(&gemm, "Gemm") || gemm.inputs.size() < 2 || gemm.outputs.size() != 1)
-          continue;
-        if (gemm.attr_int("transA", 0) != 0 || gemm.attr_float("alpha", 1) != 1 ||
-            gemm.attr_float("beta", 1) != 1)
-          continue;
-        const ir::Node* flatten = idx.producer(gemm.inputs[0]);
-        const ir::Node* restore = idx.sole_consumer(gemm.outputs[0]);
-        if (!is_onnx_op(flatten, "Reshape") || !is_onnx_op(restore, "Reshape") ||
-            restore->inputs[0] != gemm.outputs[0] || !idx.sole_consumer(gemm.inputs[0]))
-          continue;
-        const Tensor* b = idx.constant(gemm.inputs[1]);
-        if (!b || b->dtype() != DType::kFloat32 || b->rank() != 2) continue;
-        const bool trans_b = gemm.attr_int("transB", 0) != 0;
-        const int64_t k = trans_b ? b->dim(1) : b->dim(0), n = trans_b ? b->dim(0) : b->dim(1);
-        const Tensor* c = gemm.has_input(2) ? idx.constant(gemm.inputs[2]) : nullptr;
-        if (gemm.has_input(2)) {
-          // C must add the same row to every row: N values, or one.
-          if (!c || c->dtype() != DType::kFloat32 || (c->numel() != n && c->numel() != 1)) continue;
-          if (c->rank() > 2 || (c->rank() == 2 && c->dim(0) != 1)) continue;
-        }
-        auto shape = int64_values(idx.constant(restore->inputs[1]));
-        if (!shape || !restores_rows(*shape, n) || restore->attr_int("allowzero", 0) != 0) continue;
-        rewrite(g, gemm, *flatten, *restore, *b, trans_b, k, c, *shape);
-        ++rewrites;
-        again = true;
-        break;
-      }
-    }
-    return rewrites;
+    return rewrite_until_done(
+        g, [&g](const GraphIndex& idx, const ir::Node& n) { return try_rewrite(g, idx, n); });
   }
 
  private:
-  static void rewrite(ir::Graph& g, ir::Node& gemm, const ir::Node& flatten,
+  // Rewrites the pattern around `gemm` when it matches.
+  static bool try_rewrite(ir::Graph& g, const GraphIndex& idx, const ir::Node& gemm) {
+    if (!is_onnx_op(&gemm, "Gemm") || gemm.inputs.size() < 2 || gemm.outputs.size() != 1)
+      return false;
+    if (gemm.attr_int("transA", 0) != 0 || gemm.attr_float("alpha", 1) != 1 ||
+        gemm.attr_float("beta", 1) != 1)
+      return false;
+    const ir::Node* flatten = idx.producer(gemm.inputs[0]);
+    const ir::Node* restore = idx.sole_consumer(gemm.outputs[0]);
+    if (!is_onnx_op(flatten, "Reshape") || !is_onnx_op(restore, "Reshape") ||
+        restore->inputs[0] != gemm.outputs[0] || !idx.sole_consumer(gemm.inputs[0]))
+      return false;
+    const Tensor* b = idx.constant(gemm.inputs[1]);
+    if (!b || b->dtype() != DType::kFloat32 || b->rank() != 2) return false;
+    const bool trans_b = gemm.attr_int("transB", 0) != 0;
+    const int64_t k = trans_b ? b->dim(1) : b->dim(0), n = trans_b ? b->dim(0) : b->dim(1);
+    const Tensor* c = gemm.has_input(2) ? idx.constant(gemm.inputs[2]) : nullptr;
+    if (gemm.has_input(2)) {
+      // C must add the same row to every row: N values, or one.
+      if (!c || c->dtype() != DType::kFloat32 || (c->numel() != n && c->numel() != 1)) return false;
+      if (c->rank() > 2 || (c->rank() == 2 && c->dim(0) != 1)) return false;
+    }
+    auto shape = int64_values(idx.constant(restore->inputs[1]));
+    if (!shape || !restores_rows(*shape, n) || restore->attr_int("allowzero", 0) != 0) return false;
+    rewrite(g, gemm, *flatten, *restore, *b, trans_b, k, c, *shape);
+    return true;
+  }
+
+  static void rewrite(ir::Graph& g, const ir::Node& gemm, const ir::Node& flatten,
                       const ir::Node& restore, const Tensor& b, bool trans_b, int64_t k,
                       const Tensor* c, std::vector<int64_t> shape) {
     const std::string flat = gemm.inputs[0], product = gemm.outputs[0], out = restore.outputs[0];

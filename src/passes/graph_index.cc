@@ -30,6 +30,24 @@ int GraphIndex::use_count(const std::string& value) const {
   return it == uses_.end() ? 0 : it->second;
 }
 
-const Tensor* GraphIndex::constant(const std::string& value) const { return constant_value(g_, value); }
+const Tensor* GraphIndex::constant(const std::string& value) const {
+  return constant_value(g_, value);
+}
+
+int64_t rewrite_until_done(
+    ir::Graph& g, const std::function<bool(const GraphIndex&, const ir::Node&)>& try_rewrite) {
+  int64_t rewrites = 0;
+  for (bool again = true; again;) {
+    again = false;
+    const GraphIndex idx(g);
+    for (const auto& n : g.nodes)
+      if (try_rewrite(idx, n)) {
+        ++rewrites;
+        again = true;
+        break;
+      }
+  }
+  return rewrites;
+}
 
 }  // namespace kiln::passes

@@ -2,6 +2,7 @@
 // it. Build it after the last edit; it is not updated by edits.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -36,6 +37,12 @@ class GraphIndex {
   std::map<std::string, std::vector<const ir::Node*>> consumers_;
   std::map<std::string, int> uses_;
 };
+
+// Calls `try_rewrite` on each node of `g` with an index of the graph as it is. A call that
+// rewrites returns true, which leaves node references stale, so the sweep starts over with a new
+// index; it ends when a whole sweep rewrites nothing. Returns the number of rewrites.
+int64_t rewrite_until_done(
+    ir::Graph& g, const std::function<bool(const GraphIndex&, const ir::Node&)>& try_rewrite);
 
 // Whether `n` exists and is the standard ONNX op `op` (default domain).
 inline bool is_onnx_op(const ir::Node* n, const char* op) {

@@ -45,47 +45,42 @@ class TransposeCancel : public Pass {
  public:
   Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
     ir::Graph& g = model.graph;
-    int64_t rewrites = 0;
-    for (bool again = true; again;) {
-      again = false;
-      GraphIndex idx(g);
-      for (const auto& first : g.nodes) {
-        if (!is_onnx_op(&first, "Transpose") || first.inputs.size() != 1 ||
-            first.outputs.size() != 1)
-          continue;
-        auto p = keeps_last_axis(first);
-        if (!p) continue;
-        // Follow single readers through row-wise ops to a Transpose that undoes `first`.
-        std::vector<const ir::Node*> chain;
-        std::string v = first.outputs[0];
-        const ir::Node* last = nullptr;
-        for (const ir::Node* n = idx.sole_consumer(v); n; n = idx.sole_consumer(v)) {
-          if (is_onnx_op(n, "Transpose")) {
-            last = n;
-            break;
-          }
-          if (!row_wise(idx, *n, v)) break;
-          chain.push_back(n);
-          v = n->outputs[0];
-        }
-        // Back-to-back pairs are redundant-ops' to merge.
-        if (!last || chain.empty()) continue;
-        const std::vector<int64_t> q = last->attr_ints("perm");
-        bool inverse = q.size() == p->size();
-        for (size_t j = 0; inverse && j < q.size(); ++j)
-          inverse = q[j] >= 0 && q[j] < static_cast<int64_t>(p->size()) &&
-                    (*p)[static_cast<size_t>(q[j])] == static_cast<int64_t>(j);
-        if (!inverse) continue;
-        rewrite(g, first, chain, *last);
-        ++rewrites;
-        again = true;
-        break;
-      }
-    }
-    return rewrites;
+    return rewrite_until_done(
+        g, [&g](const GraphIndex& idx, const ir::Node& n) { return try_rewrite(g, idx, n); });
   }
 
  private:
+  // Cancels `first` with the Transpose that undoes it, when one follows.
+  static bool try_rewrite(ir::Graph& g, const GraphIndex& idx, const ir::Node& first) {
+    if (!is_onnx_op(&first, "Transpose") || first.inputs.size() != 1 || first.outputs.size() != 1)
+      return false;
+    auto p = keeps_last_axis(first);
+    if (!p) return false;
+    // Follow single readers through row-wise ops to a Transpose that undoes `first`.
+    std::vector<const ir::Node*> chain;
+    std::string v = first.outputs[0];
+    const ir::Node* last = nullptr;
+    for (const ir::Node* n = idx.sole_consumer(v); n; n = idx.sole_consumer(v)) {
+      if (is_onnx_op(n, "Transpose")) {
+        last = n;
+        break;
+      }
+      if (!row_wise(idx, *n, v)) break;
+      chain.push_back(n);
+      v = n->outputs[0];
+    }
+    // Back-to-back pairs are redundant-ops' to merge.
+    if (!last || chain.empty()) return false;
+    const std::vector<int64_t> q = last->attr_ints("perm");
+    bool inverse = q.size() == p->size();
+    for (size_t j = 0; inverse && j < q.size(); ++j)
+      inverse = q[j] >= 0 && q[j] < static_cast<int64_t>(p->size()) &&
+                (*p)[static_cast<size_t>(q[j])] == static_cast<int64_t>(j);
+    if (!inverse) return false;
+    rewrite(g, first, chain, *last);
+    return true;
+  }
+
   static void rewrite(ir::Graph& g, const ir::Node& first,
                       const std::vector<const ir::Node*>& chain, const ir::Node& last) {
     const std::string in = first.inputs[0], out = last.outputs[0];

@@ -346,20 +346,12 @@ class AttentionFusion : public Pass {
     Types types;
     for (const auto* list : {&inferred_inputs, &inferred_outputs, &inferred})
       for (const auto& vi : *list) types.emplace(vi.name, &vi.type);
-    int64_t fused = 0;
-    for (bool again = true; again;) {
-      again = false;
-      GraphIndex idx(g);
-      for (const auto& n : g.nodes) {
-        if (!is_onnx_op(&n, "Softmax")) continue;
-        if (auto m = match(g, idx, types, values, n, model.opset(""))) {
-          rewrite(g, types, *m);
-          ++fused;
-          again = true;
-          break;
-        }
-      }
-    }
+    const int64_t fused = rewrite_until_done(g, [&](const GraphIndex& idx, const ir::Node& n) {
+      if (!is_onnx_op(&n, "Softmax")) return false;
+      auto m = match(g, idx, types, values, n, model.opset(""));
+      if (m) rewrite(g, types, *m);
+      return m.has_value();
+    });
     if (fused == 0) return 0;
     if (!model.opsets.count("ai.kiln")) model.opsets["ai.kiln"] = 1;
     // Value infos of the values the fusion removed go with them.

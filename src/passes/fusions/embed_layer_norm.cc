@@ -206,19 +206,11 @@ class EmbedLayerNormFusion : public Pass {
     Types types;
     for (const auto* list : {&copy.graph.inputs, &copy.graph.value_info, &copy.graph.outputs})
       for (const auto& vi : *list) types[vi.name] = vi.type;
-    int64_t fused = 0;
-    for (bool again = true; again;) {
-      again = false;
-      GraphIndex idx(g);
-      for (const auto& n : g.nodes) {
-        auto m = match(idx, types, values, n);
-        if (!m) continue;
-        rewrite(g, n, *m);
-        ++fused;
-        again = true;
-        break;
-      }
-    }
+    const int64_t fused = rewrite_until_done(g, [&](const GraphIndex& idx, const ir::Node& n) {
+      auto m = match(idx, types, values, n);
+      if (m) rewrite(g, n, *m);
+      return m.has_value();
+    });
     if (fused > 0 && !model.opsets.count("ai.kiln")) model.opsets["ai.kiln"] = 1;
     return fused;
   }
