@@ -24,14 +24,8 @@ Status layer_norm(KernelContext& ctx) {
   // Scale and B broadcast to one row of len values.
   std::vector<float> row[2];
   for (int i = 0; i < (has_b ? 2 : 1); ++i) {
-    const Tensor& t = ctx.input(1 + i);
-    auto bs = broadcast_shapes(t.shape(), norm_shape);
-    if (!bs || *bs != norm_shape)
-      return ctx.error(std::string("LayerNorm ") + (i ? "B" : "Scale") + " of shape " +
-                       shape_str(t.shape()) + " does not broadcast to " + shape_str(norm_shape));
-    KILN_ASSIGN_OR_RETURN(Tensor tf, to_float32(t));
-    for (int64_t o : broadcast_offsets(t.shape(), norm_shape))
-      row[i].push_back(tf.data<float>()[o]);
+    KILN_ASSIGN_OR_RETURN(row[i], broadcast_row(ctx, ctx.input(1 + i), norm_shape,
+                                                i ? "LayerNorm B" : "LayerNorm Scale"));
   }
   KILN_ASSIGN_OR_RETURN(Tensor xf, to_float32(x));
   KILN_ASSIGN_OR_RETURN(Tensor y, Tensor::make(DType::kFloat32, x.shape()));

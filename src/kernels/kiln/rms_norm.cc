@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/kernel_util.h"
+#include "kernels/kiln/normalize_row.h"
 
 namespace kiln {
 namespace {
@@ -21,15 +22,9 @@ Status rms_norm(KernelContext& ctx) {
   int64_t len = 1;
   for (int64_t d : norm_shape) len *= d;
   const int64_t outer = len == 0 ? 0 : x.numel() / len;
-  std::vector<int64_t> off;
-  Tensor scale;
+  std::vector<float> scale;
   if (has_scale) {
-    auto bs = broadcast_shapes(ctx.input(1).shape(), norm_shape);
-    if (!bs || *bs != norm_shape)
-      return ctx.error("RMSNorm Scale of shape " + shape_str(ctx.input(1).shape()) + " does not broadcast to " +
-                       shape_str(norm_shape));
-    off = broadcast_offsets(ctx.input(1).shape(), norm_shape);
-    KILN_ASSIGN_OR_RETURN(scale, to_float32(ctx.input(1)));
+    KILN_ASSIGN_OR_RETURN(scale, broadcast_row(ctx, ctx.input(1), norm_shape, "RMSNorm Scale"));
   }
   KILN_ASSIGN_OR_RETURN(Tensor xf, to_float32(x));
   KILN_ASSIGN_OR_RETURN(Tensor y, Tensor::make(DType::kFloat32, x.shape()));
@@ -40,7 +35,7 @@ Status rms_norm(KernelContext& ctx) {
     const double inv = 1.0 / std::sqrt(sq / static_cast<double>(len) + eps);
     for (int64_t i = 0; i < len; ++i) {
       double v = xr[i] * inv;
-      if (has_scale) v *= scale.data<float>()[off[i]];
+      if (has_scale) v *= scale[static_cast<size_t>(i)];
       y.data<float>()[g * len + i] = static_cast<float>(v);
     }
   }

@@ -6,15 +6,17 @@
 namespace kiln {
 namespace {
 
-bool present(const KernelContext& ctx, size_t i) { return ctx.has_input(i) && ctx.input(i).defined(); }
+bool present(const KernelContext& ctx, size_t i) {
+  return ctx.has_input(i) && ctx.input(i).defined();
+}
 
 Status skip_layer_norm(KernelContext& ctx) {
   if (ctx.num_inputs() < 3 || !present(ctx, 0) || !present(ctx, 1) || !present(ctx, 2))
     return ctx.error("SkipLayerNorm needs input, skip and gamma");
   for (size_t i = 0; i < ctx.num_inputs(); ++i)
     if (present(ctx, i) && !dtype_is_compute_float(ctx.input(i).dtype()))
-      return ctx.error("SkipLayerNorm input " + std::to_string(i) + " must be a float tensor, got " +
-                       dtype_name(ctx.input(i).dtype()));
+      return ctx.error("SkipLayerNorm input " + std::to_string(i) +
+                       " must be a float tensor, got " + dtype_name(ctx.input(i).dtype()));
   // The sum: input + skip + bias.
   std::vector<const Tensor*> terms = {&ctx.input(0), &ctx.input(1)};
   if (present(ctx, 4)) terms.push_back(&ctx.input(4));
@@ -38,18 +40,13 @@ Status skip_layer_norm(KernelContext& ctx) {
   // gamma and beta broadcast to one row of len values.
   std::vector<float> row[2];
   for (int i = 0; i < (has_beta ? 2 : 1); ++i) {
-    const Tensor& t = ctx.input(2 + i);
-    auto bs = broadcast_shapes(t.shape(), norm_shape);
-    if (!bs || *bs != norm_shape)
-      return ctx.error(std::string("SkipLayerNorm ") + (i ? "beta" : "gamma") + " of shape " +
-                       shape_str(t.shape()) + " does not broadcast to " + shape_str(norm_shape));
-    KILN_ASSIGN_OR_RETURN(Tensor tf, to_float32(t));
-    for (int64_t o : broadcast_offsets(t.shape(), norm_shape)) row[i].push_back(tf.data<float>()[o]);
+    KILN_ASSIGN_OR_RETURN(row[i], broadcast_row(ctx, ctx.input(2 + i), norm_shape,
+                                                i ? "SkipLayerNorm beta" : "SkipLayerNorm gamma"));
   }
   KILN_ASSIGN_OR_RETURN(Tensor y, Tensor::make(DType::kFloat32, *s_shape));
   for (int64_t g = 0; g < outer; ++g)
-    normalize_row(s.data<float>() + g * len, len, eps, row[0].data(), has_beta ? row[1].data() : nullptr,
-                  y.data<float>() + g * len);
+    normalize_row(s.data<float>() + g * len, len, eps, row[0].data(),
+                  has_beta ? row[1].data() : nullptr, y.data<float>() + g * len);
   const DType dt = ctx.input(0).dtype();
   KILN_ASSIGN_OR_RETURN(Tensor out, cast_float_to(y, dt));
   ctx.set_output(0, std::move(out));
