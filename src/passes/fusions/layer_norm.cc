@@ -190,17 +190,6 @@ struct Rewrite {
   std::vector<std::pair<std::string, Tensor>> inits;  // new initializers the node reads
 };
 
-std::string fresh_name(const ir::Graph& g, const std::string& base) {
-  std::set<std::string> names = ir::free_names(g);
-  for (const auto& n : g.nodes)
-    for (const auto& o : n.outputs) names.insert(o);
-  for (const auto& vi : g.inputs) names.insert(vi.name);
-  for (const auto& kv : g.initializers) names.insert(kv.first);
-  std::string name = base;
-  for (int i = 1; names.count(name); ++i) name = base + "_" + std::to_string(i);
-  return name;
-}
-
 enum class Mode { kCanonical, kKiln };
 
 class LayerNormFusion : public Pass {
