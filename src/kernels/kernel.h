@@ -62,6 +62,15 @@ class KernelContext {
 class Kernel {
  public:
   virtual ~Kernel() = default;
+  // Called once when the graph is compiled, before any run. constants[i] is input i when it is an
+  // initializer the caller cannot override (so the same tensor every run), else null. A kernel
+  // prepacks its weights here into the layout it wants, so that runs never repack them. Setting
+  // absorbed[i] (sized like constants, all false) promises that run() never reads input i's data
+  // again (only has_input(i), its dtype and shape), so the runtime may free the original.
+  virtual Status prepare(const std::vector<const Tensor*>& constants, std::vector<bool>& absorbed) {
+    (void)constants, (void)absorbed;
+    return Status::ok();
+  }
   virtual Status run(KernelContext& ctx) = 0;
 };
 

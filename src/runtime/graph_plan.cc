@@ -36,6 +36,15 @@ std::vector<std::string> node_dependencies(const ir::Node& n) {
   return deps;
 }
 
+// The initializer called `name` when no caller can replace it (it is not also a graph input).
+const Tensor* fixed_constant(const ir::Graph& g, const std::string& name) {
+  auto it = g.initializers.find(name);
+  if (name.empty() || it == g.initializers.end()) return nullptr;
+  for (const auto& v : g.inputs)
+    if (v.name == name) return nullptr;
+  return &it->second;
+}
+
 }  // namespace
 
 int GraphPlan::slot(const std::string& name) {
@@ -114,6 +123,10 @@ Result<std::unique_ptr<GraphPlan>> GraphPlan::compile(const ir::Graph& g, const 
     auto kernel = defs.front()->create(n, step.opset);
     if (!kernel) return kernel.status().with_context(n.describe());
     step.kernel = std::move(kernel).value();
+    std::vector<const Tensor*> constants;
+    for (const auto& in : n.inputs) constants.push_back(fixed_constant(g, in));
+    std::vector<bool> absorbed(constants.size(), false);
+    KILN_RETURN_IF_ERROR(step.kernel->prepare(constants, absorbed).with_context(n.describe()));
     for (const auto& in : n.inputs) step.inputs.push_back(in.empty() ? -1 : plan->slot(in));
     for (const auto& out : n.outputs) step.outputs.push_back(out.empty() ? -1 : plan->slot(out));
     for (const auto& a : n.attrs) {
