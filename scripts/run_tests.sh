@@ -35,7 +35,7 @@ sanitized_tests() {  # the clang ASan+UBSan build made by run_fuzz.sh serves the
 
 stage "unit tests" ./build/tests/kiln_unit_tests --gtest_brief=1
 stage "ONNX conformance" conformance build
-stage "ONNX conformance, every model optimized at -O2 first" conformance build --optimize 2
+stage "ONNX conformance, every model optimized at -O3 (the default) first" conformance build --optimize 3
 stage "exported models pass onnx.checker" /usr/bin/python3 tests/check_export.py build
 stage "fuzzing the model loader (clang libFuzzer + ASan + UBSan, 60 s)" tests/fuzz/run_fuzz.sh 60
 stage "unit tests and conformance under ASan+UBSan" sanitized_tests

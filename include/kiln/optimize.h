@@ -18,7 +18,7 @@ struct Model;
 struct OptimizeOptions {
   // 0: nothing; 1: exact simplifications keeping standard ONNX ops (portable); 2: also fusion into
   // kiln's own ops (domain ai.kiln); 3: also layout changes.
-  int level = 2;
+  int level = 3;
   bool portable = false;               // never introduce ai.kiln ops, whatever the level
   std::set<std::string> disabled;      // pass names to skip
   std::map<std::string, int64_t> fixed_dims;  // symbolic dim name -> size, e.g. batch=1

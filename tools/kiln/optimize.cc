@@ -38,7 +38,7 @@ Result<std::map<std::string, int64_t>> parse_dims(const std::string& text) {
 void add_optimize_command(CLI::App& app, int* exit_code) {
   struct Options {
     std::string model, out, disable, fix_dims, data_file;
-    int level = 2, threads = 0;
+    int level = 3, threads = 0;
     bool portable = false, verbose = false, check = false, per_layer = false,
          no_external_data = false;
     double rtol = 1e-3, atol = 1e-4;
@@ -48,7 +48,7 @@ void add_optimize_command(CLI::App& app, int* exit_code) {
   cmd->add_option("model", opt->model, "ONNX model")->required();
   cmd->add_option("-o,--output", opt->out, "Optimized model to write")->required();
   cmd->add_option("-O,--level", opt->level,
-                  "0 none, 1 exact and portable, 2 fusion (default), 3 layout")
+                  "0 none, 1 exact and portable, 2 fusion, 3 blocked layout (default)")
       ->check(CLI::Range(0, 3));
   cmd->add_option("--disable", opt->disable, "Passes to skip, comma-separated");
   cmd->add_flag("--portable", opt->portable, "Keep to standard ONNX operators");

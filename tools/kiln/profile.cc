@@ -74,7 +74,7 @@ void add_profile_command(CLI::App& app, int* exit_code) {
   struct Options {
     std::string model, trace;
     InputOptions inputs;
-    int threads = 0, iters = 10, warmup = 3, level = 2, top = 20;
+    int threads = 0, iters = 10, warmup = 3, level = 3, top = 20;
     double peak = 0;
   };
   auto opt = std::make_shared<Options>();
@@ -86,7 +86,7 @@ void add_profile_command(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(0, 1024));
   cmd->add_option(
          "-O,--optimize", opt->level,
-         "Optimization at load, 0-3 (default 2; a model saved by `kiln optimize` is run as saved)")
+         "Optimization at load, 0-3 (default 3; a model saved by `kiln optimize` is run as saved)")
       ->check(CLI::Range(0, 3));
   cmd->add_option("--iters", opt->iters, "Profiled runs (default 10)")
       ->check(CLI::Range(1, 1000000));

@@ -12,7 +12,7 @@ void add_run_command(CLI::App& app, int* exit_code) {
     std::string model, out_dir;
     InputOptions inputs;
     bool npy = false;
-    int threads = 0, level = 2;
+    int threads = 0, level = 3;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("run", "Run a model once and write its outputs");
@@ -21,7 +21,7 @@ void add_run_command(CLI::App& app, int* exit_code) {
   cmd->add_option("-o,--output", opt->out_dir, "Folder for output_K.pb files")->required();
   cmd->add_flag("--npy", opt->npy, "Write tensor outputs as output_K.npy");
   cmd->add_option("--threads", opt->threads, "Threads (default: one per core)")->check(CLI::Range(0, 1024));
-  cmd->add_option("-O,--optimize", opt->level, "Optimization at load, 0-3 (default 2; a model saved by `kiln optimize` is run as saved)")
+  cmd->add_option("-O,--optimize", opt->level, "Optimization at load, 0-3 (default 3; a model saved by `kiln optimize` is run as saved)")
       ->check(CLI::Range(0, 3));
   cmd->callback([opt, exit_code] {
     auto fail = [&](const Status& st) {
