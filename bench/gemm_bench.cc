@@ -1,8 +1,9 @@
 // FP32 GEMM throughput at the shapes kiln's models run (BERT projections and MLP, ResNet-50
-// convolutions as im2col GEMMs), per micro-kernel and thread count, as GFLOP/s and as % of the
-// peak the FMA loop of fma_peak.h measures on this machine.
+// convolutions as im2col GEMMs), per micro-kernel, thread count and way of getting B (packed by
+// every call, or prepacked once as the MatMul-like kernels do with weights), as GFLOP/s and as %
+// of the peak the FMA loop of fma_peak.h measures on this machine.
 //   kiln_bench_gemm [--benchmark_filter=...]
-//   KILN_BENCH_BLOCKS=mc,kc,nc overrides the kernels' cache blocks (for tuning them).
+//   KILN_BENCH_BLOCKS=mc,kc,nc[,kc_packed] overrides the kernels' cache blocks (for tuning them).
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -49,14 +50,20 @@ void BM_FmaPeak(benchmark::State& state) {
 
 kiln::gemm::MicroKernel with_blocks_from_env(kiln::gemm::MicroKernel k) {
   if (const char* env = std::getenv("KILN_BENCH_BLOCKS")) {
-    long mc = 0, kc = 0, nc = 0;
-    if (std::sscanf(env, "%ld,%ld,%ld", &mc, &kc, &nc) == 3) k.mc = mc, k.kc = kc, k.nc = nc;
+    long mc = 0, kc = 0, nc = 0, kc_packed = 0;
+    const int got = std::sscanf(env, "%ld,%ld,%ld,%ld", &mc, &kc, &nc, &kc_packed);
+    if (got >= 3) k.mc = mc, k.kc = kc, k.nc = nc;
+    if (got == 4) k.kc_packed = kc_packed;
   }
   return k;
 }
 
+// How B reaches the GEMM: packed by every call (a non-constant B), or packed once beforehand
+// (a weight, what the MatMul/Gemm/FusedMatMul kernels do in Kernel::prepare).
+enum class BMode { kPackedPerCall, kPrepacked };
+
 void BM_Gemm(benchmark::State& state, kiln::gemm::MicroKernel kernel, int64_t m, int64_t n,
-             int64_t k, int threads) {
+             int64_t k, int threads, BMode mode) {
   kernel = with_blocks_from_env(kernel);
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -67,6 +74,11 @@ void BM_Gemm(benchmark::State& state, kiln::gemm::MicroKernel kernel, int64_t m,
   kiln::gemm::GemmF32Args g;
   g.m = m, g.n = n, g.k = k;
   g.a = a.data(), g.lda = k, g.b = b.data(), g.ldb = n, g.c = c.data(), g.ldc = n;
+  kiln::gemm::PackedMatrix packed;
+  if (mode == BMode::kPrepacked) {
+    packed = kiln::gemm::PackedMatrix::pack_b(b.data(), n, false, k, n, &kernel);
+    g.packed_b = &packed;
+  }
   kiln::gemm::gemm_f32_blocked(g, &pool, &kernel);  // warm up buffers and threads
   double seconds = 0;
   for (auto _ : state) {
@@ -88,19 +100,22 @@ void register_all() {
   };
   const Shape shapes[] = {
       {"bert_ffn_768x3072x768", 768, 3072, 768},  {"bert_b1_128x768x768", 128, 768, 768},
-      {"bert_3072x768x768", 3072, 768, 768},      {"rn50_64x3136x576", 64, 3136, 576},
+      {"bert_fc2_128x768x3072", 128, 768, 3072},  {"bert_3072x768x768", 3072, 768, 768},
+      {"rn50_64x3136x576", 64, 3136, 576},
       {"rn50_256x196x2304", 256, 196, 2304},
   };
   for (const auto& kernel : kiln::gemm::available_f32_kernels())
     for (const Shape& s : shapes)
-      for (int threads : {1, 2}) {
-        const std::string name =
-            std::string(kernel.name) + "/" + s.name + "/threads:" + std::to_string(threads);
-        benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, kernel, s.m, s.n, s.k, threads)
-            ->UseRealTime()
-            ->MinTime(0.3)
-            ->Unit(benchmark::kMillisecond);
-      }
+      for (BMode mode : {BMode::kPackedPerCall, BMode::kPrepacked})
+        for (int threads : {1, 2}) {
+          const std::string name = std::string(kernel.name) + "/" + s.name +
+                                   (mode == BMode::kPrepacked ? "/b_prepacked" : "/packs_b") +
+                                   "/threads:" + std::to_string(threads);
+          benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, kernel, s.m, s.n, s.k, threads, mode)
+              ->UseRealTime()
+              ->MinTime(0.3)
+              ->Unit(benchmark::kMillisecond);
+        }
 }
 
 }  // namespace

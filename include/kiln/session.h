@@ -16,10 +16,13 @@ struct Model;
 }
 
 struct SessionOptions {
-  int threads = 0;  // 0: one per core
+  int threads = 0;  // 0: the process-wide pool, one thread per core, shared by such sessions
   // Session::load runs kiln::optimize at this level first (see kiln/optimize.h), unless the model
   // was saved by `kiln optimize` already. 0 runs the model exactly as written.
-  int optimize_level = 2;
+  int optimize_level = 3;
+  // Runs after the first of each input-shape signature take their tensors from one arena laid out
+  // by the memory plan; false takes every tensor from the heap (to compare, or to debug a kernel).
+  bool memory_arena = true;
 };
 
 // A graph input or output as users see it: dims of -1 are dynamic, named in dim_names.
@@ -49,6 +52,23 @@ struct RunProfile {
   double wall_us = 0;  // input checks and the walk; the FLOP counts are made after it
 };
 
+// Where a session's memory goes (`kiln info --memory`). The activation figures are those of the
+// input shapes of the last run (all zero before the first run).
+struct MemoryInfo {
+  int64_t weight_bytes = 0;           // the initializers' data, as the session got the model
+  int64_t released_weight_bytes = 0;  // of which dropped: kernels prepacked it and never read it again
+  int64_t plan_bytes = 0;  // heap the compiled plan took: kernels' prepacked weights and the plan itself
+  // Activations (every tensor a run allocates, kernels' scratch tensors included):
+  int64_t arena_bytes = 0;       // the arena serving them: the peak activation memory of a run
+  int64_t peak_live_bytes = 0;   // most bytes alive at once (what a perfect plan would need)
+  int64_t activation_bytes = 0;  // all of them added up, as if no memory were reused
+  int64_t activations = 0;       // how many tensors a run allocates
+  int64_t output_bytes = 0;      // of those, the ones outliving the run (outputs), from the heap
+  int64_t arena_runs = 0;        // runs served from the arena so far
+  int64_t recorded_runs = 0;     // first runs of a shape signature, from the heap, recorded for a plan
+  int64_t stray_runs = 0;        // arena runs that strayed from their plan (data-dependent shapes)
+};
+
 class Session {
  public:
   static Result<std::unique_ptr<Session>> load(const std::string& path, const SessionOptions& options = {});
@@ -65,12 +85,24 @@ class Session {
 
   // Runs with one value per input(), in order; checks kinds, dtypes and static dims first.
   Result<std::vector<Value>> run(const std::vector<Value>& inputs);
+  // The same, into `outputs`: resized to one value per output(); a tensor already there whose
+  // type and shape are the output's gets the output's data copied in (its storage is reused, even
+  // if shared), anything else is replaced by a tensor of its own. Called again with the same
+  // vector, a run whose input shapes were seen before allocates no tensor. On error, `outputs` is
+  // left as it was.
+  Status run_into(const std::vector<Value>& inputs, std::vector<Value>& outputs);
   // The same, timing each node into *profile (replaced). run() itself takes no timings.
   Result<std::vector<Value>> run_profiled(const std::vector<Value>& inputs, RunProfile* profile);
+
+  MemoryInfo memory_info() const;
 
  private:
   struct Impl;
   explicit Session(std::unique_ptr<Impl> impl);
+  // A model only this session holds: it may drop the data of weights its kernels absorbed.
+  static Result<std::unique_ptr<Session>> create_owned(std::shared_ptr<ir::Model> model, const SessionOptions& options);
+  static Result<std::unique_ptr<Session>> create_shared(std::shared_ptr<const ir::Model> model, ir::Model* owned,
+                                                        const SessionOptions& options);
   std::unique_ptr<Impl> impl_;
 };
 

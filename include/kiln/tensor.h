@@ -29,13 +29,29 @@ Status check_tensor_size(DType dtype, const Shape& shape, int64_t numel);
 Result<int64_t> shape_numel(const Shape& shape);
 std::string shape_str(const Shape& shape);  // "[1,3,224,224]"
 
+// Where Tensor::make takes storage from on the thread that installed it. The runtime installs one
+// while a graph runs (its activation arena); elsewhere, and on threads without one, storage comes
+// from the heap. Thread safety: allocate() is only called on the installing thread; the owners it
+// returns may be released on any thread.
+class TensorAllocator {
+ public:
+  virtual ~TensorAllocator() = default;
+  // 64-byte aligned storage of at least `bytes` bytes, kept alive by the returned owner (not
+  // necessarily zeroed), or an empty pointer to take it from the heap instead.
+  virtual std::shared_ptr<void> allocate(size_t bytes) = 0;
+};
+// Installs `allocator` for Tensor::make on the calling thread (nullptr: the heap) and returns the
+// one it replaces, for the caller to put back.
+TensorAllocator* set_thread_tensor_allocator(TensorAllocator* allocator);
+
 class Tensor {
  public:
   Tensor() = default;
 
   // Zero-initialised storage (empty strings for kString). Fails on bad or oversized shapes.
   static Result<Tensor> make(DType dtype, Shape shape);
-  // A view of memory someone else owns; `owner` keeps it alive.
+  // A view of memory someone else owns; `owner` keeps it alive. With data == nullptr, a tensor
+  // with a type and shape but no data (an initializer whose data a kernel absorbed).
   static Tensor wrap(DType dtype, Shape shape, void* data, std::shared_ptr<void> owner);
   template <typename T>
   static Tensor scalar(DType dtype, T v) {

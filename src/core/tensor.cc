@@ -44,6 +44,16 @@ Status check_tensor_size(DType dtype, const Shape& shape, int64_t numel) {
                        std::to_string(tensor_byte_limit() / gib) + " GiB");
 }
 
+namespace {
+thread_local TensorAllocator* t_allocator = nullptr;
+}
+
+TensorAllocator* set_thread_tensor_allocator(TensorAllocator* allocator) {
+  TensorAllocator* previous = t_allocator;
+  t_allocator = allocator;
+  return previous;
+}
+
 Result<Tensor> Tensor::make(DType dtype, Shape shape) {
   KILN_ASSIGN_OR_RETURN(int64_t n, shape_numel(shape));
   Tensor t;
@@ -59,12 +69,15 @@ Result<Tensor> Tensor::make(DType dtype, Shape shape) {
   }
   const size_t elem = dtype_size(dtype);
   if (elem == 0) return Status::error(std::string("cannot allocate a tensor of type ") + dtype_name(dtype));
-  const size_t bytes = ((n * elem + 63) / 64) * 64;
-  void* p = std::aligned_alloc(64, bytes ? bytes : 64);
-  if (!p) return Status::error("out of memory allocating " + std::to_string(bytes) + " bytes");
-  std::memset(p, 0, bytes ? bytes : 64);
-  t.owner_ = std::shared_ptr<void>(p, std::free);
-  t.data_ = p;
+  const size_t bytes = std::max<size_t>(((n * elem + 63) / 64) * 64, 64);
+  if (t_allocator) t.owner_ = t_allocator->allocate(bytes);
+  if (!t.owner_) {
+    void* p = std::aligned_alloc(64, bytes);
+    if (!p) return Status::error("out of memory allocating " + std::to_string(bytes) + " bytes");
+    t.owner_ = std::shared_ptr<void>(p, std::free);
+  }
+  t.data_ = t.owner_.get();
+  std::memset(t.data_, 0, bytes);
   return t;
 }
 

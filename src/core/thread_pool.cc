@@ -1,84 +1,175 @@
-// Chunks are claimed from a shared counter so uneven work balances across threads.
+// The pool's waits spin briefly, then sleep on a futex (Linux; std::atomic::wait elsewhere).
+// Memory order: a job's fields are written before claim_ is stored (release) and read only after
+// a successful claim (acquire). Every sleeper counts itself in a `sleepers` counter before its
+// last look at the word it sleeps on, and every waker changes the word before it reads the
+// counter, all seq_cst: so either the sleeper sees the change or the waker sees the sleeper.
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
+#include <climits>
+
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#endif
 
 namespace kiln {
 namespace {
+
 thread_local bool t_in_pool_task = false;
+
+// How long a waiter spins before it sleeps: long enough to span the gap between two short ops
+// (tens of microseconds), short enough that an idle pool sleeps at once to a human.
+constexpr int64_t kSpinNs = 60'000;
+constexpr int64_t kPauseOnlyNs = 5'000;  // the first part of the spin, without yielding
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(_M_X64)
+  _mm_pause();
+#endif
 }
+
+void futex_wait(const std::atomic<uint32_t>& word, uint32_t seen) {
+#if defined(__linux__)
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+  syscall(SYS_futex, reinterpret_cast<const uint32_t*>(&word), FUTEX_WAIT_PRIVATE, seen, nullptr,
+          nullptr, 0);
+#else
+  word.wait(seen);
+#endif
+}
+
+void futex_wake(std::atomic<uint32_t>& word, int count) {
+#if defined(__linux__)
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE_PRIVATE, count, nullptr,
+          nullptr, 0);
+#else
+  (void)count;
+  word.notify_all();
+#endif
+}
+
+constexpr uint64_t pack(uint32_t gen, uint64_t chunks, uint64_t next) {
+  return (uint64_t{gen} << 32) | (chunks << 16) | next;
+}
+
+}  // namespace
 
 int ThreadPool::default_threads() {
   unsigned n = std::thread::hardware_concurrency();
   return n ? static_cast<int>(n) : 1;
 }
 
+std::shared_ptr<ThreadPool> ThreadPool::shared() {
+  static const std::shared_ptr<ThreadPool> pool = std::make_shared<ThreadPool>(0);
+  return pool;
+}
+
 ThreadPool::ThreadPool(int threads) {
   if (threads <= 0) threads = default_threads();
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  // Spinning only pays when every thread can have a core of its own.
+  spin_ns_ = threads <= default_threads() ? kSpinNs : 0;
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
 ThreadPool::~ThreadPool() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  wake_.notify_all();
+  stop_.store(true);
+  job_seq_.fetch_add(1);
+  futex_wake(job_seq_, INT_MAX);
   for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::wait_for_change(const std::atomic<uint32_t>& word, uint32_t seen,
+                                 std::atomic<int>& sleepers) {
+  if (spin_ns_ > 0) {
+    // After the first few microseconds the spin yields between looks: a thread woken onto this
+    // core (the caller, when the scheduler put this worker on the caller's core) gets it back
+    // at once instead of after the whole spin.
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 1;; ++i) {
+      if (word.load(std::memory_order_acquire) != seen) return;
+      if (i % 64 != 0) {
+        cpu_relax();
+        continue;
+      }
+      const auto spent = std::chrono::steady_clock::now() - t0;
+      if (spent > std::chrono::nanoseconds(spin_ns_)) break;
+      if (spent > std::chrono::nanoseconds(kPauseOnlyNs)) std::this_thread::yield();
+    }
+  }
+  for (;;) {
+    sleepers.fetch_add(1);
+    if (word.load() == seen) futex_wait(word, seen);
+    sleepers.fetch_sub(1);
+    if (word.load(std::memory_order_acquire) != seen) return;
+  }
+}
+
+void ThreadPool::wake(std::atomic<uint32_t>& word, std::atomic<int>& sleepers, int count) {
+  if (sleepers.load() > 0) futex_wake(word, count);
+}
+
+void ThreadPool::run_chunks(uint32_t gen) {
+  uint64_t w = claim_.load(std::memory_order_acquire);
+  for (;;) {
+    const uint64_t next = w & 0xffff, chunks = (w >> 16) & 0xffff;
+    if (static_cast<uint32_t>(w >> 32) != gen || next >= chunks) return;
+    if (!claim_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel,
+                                      std::memory_order_acquire))
+      continue;
+    // Chunk `next` of job `gen` is ours and unfinished, so the job's fields stay put.
+    const int64_t begin = static_cast<int64_t>(next) * chunk_;
+    (*fn_)(begin, std::min(n_, begin + chunk_));
+    if (done_.fetch_add(1) + 1 == chunks) wake(done_, caller_sleeping_, 1);
+    w = claim_.load(std::memory_order_acquire);
+  }
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain,
                               const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
-  const int64_t max_chunks = std::min<int64_t>((n + grain - 1) / grain, threads() * 4);
-  if (workers_.empty() || max_chunks <= 1 || t_in_pool_task) {
+  const int64_t max_chunks =
+      std::min<int64_t>({(n + grain - 1) / grain, int64_t{threads()} * 4, 0xffff});
+  // Nested calls, and calls while another thread owns the workers, run inline.
+  if (workers_.empty() || max_chunks <= 1 || t_in_pool_task ||
+      busy_.exchange(true, std::memory_order_acquire)) {
     fn(0, n);
     return;
   }
-  std::unique_lock<std::mutex> lock(mu_);
-  job_ = &fn;
-  job_n_ = n;
-  job_chunk_ = (n + max_chunks - 1) / max_chunks;
-  job_chunks_ = (n + job_chunk_ - 1) / job_chunk_;
-  next_chunk_ = 0;
-  chunks_done_ = 0;
-  ++generation_;
-  lock.unlock();
-  wake_.notify_all();
+  chunk_ = (n + max_chunks - 1) / max_chunks;
+  const uint32_t chunks = static_cast<uint32_t>((n + chunk_ - 1) / chunk_);
+  fn_ = &fn;
+  n_ = n;
+  done_.store(0);
+  const uint32_t gen = ++gen_;
+  claim_.store(pack(gen, chunks, 0), std::memory_order_release);
+  job_seq_.fetch_add(1);
+  wake(job_seq_, workers_sleeping_, static_cast<int>(chunks) - 1);
   t_in_pool_task = true;
-  for (;;) {
-    lock.lock();
-    if (next_chunk_ >= job_chunks_) break;
-    int64_t c = next_chunk_++;
-    lock.unlock();
-    fn(c * job_chunk_, std::min(n, (c + 1) * job_chunk_));
-    lock.lock();
-    ++chunks_done_;
-    lock.unlock();
-  }
+  run_chunks(gen);
   t_in_pool_task = false;
-  done_.wait(lock, [&] { return chunks_done_ == job_chunks_; });
-  job_ = nullptr;
+  for (uint32_t d = done_.load(std::memory_order_acquire); d != chunks;
+       d = done_.load(std::memory_order_acquire))
+    wait_for_change(done_, d, caller_sleeping_);
+  fn_ = nullptr;
+  busy_.store(false, std::memory_order_release);
 }
 
-void ThreadPool::worker_loop(int) {
-  uint64_t seen = 0;
-  std::unique_lock<std::mutex> lock(mu_);
+void ThreadPool::worker_loop() {
+  // Not job_seq_'s value now: a job, or the destructor, may have bumped it before this thread ran.
+  uint32_t seen = 0;
   for (;;) {
-    wake_.wait(lock, [&] { return stop_ || (generation_ != seen && job_ != nullptr); });
-    if (stop_) return;
-    seen = generation_;
+    wait_for_change(job_seq_, seen, workers_sleeping_);
+    seen = job_seq_.load(std::memory_order_acquire);
+    if (stop_.load()) return;
     t_in_pool_task = true;
-    while (job_ && next_chunk_ < job_chunks_) {
-      int64_t c = next_chunk_++;
-      const auto* fn = job_;
-      int64_t n = job_n_, chunk = job_chunk_;
-      lock.unlock();
-      (*fn)(c * chunk, std::min(n, (c + 1) * chunk));
-      lock.lock();
-      if (++chunks_done_ == job_chunks_) done_.notify_all();
-    }
+    run_chunks(static_cast<uint32_t>(claim_.load(std::memory_order_acquire) >> 32));
     t_in_pool_task = false;
   }
 }

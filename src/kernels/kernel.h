@@ -25,21 +25,38 @@ class SubgraphRunner {
 };
 
 class KernelContext {
+  // Storage for the owning constructor; declared first so that `outputs` can refer to it.
+  std::vector<const Value*> owned_inputs_;
+  std::vector<Value> owned_outputs_;
+
  public:
+  // Owns its inputs list and outputs (a pass folding constants, a fused kernel running an inner op).
   KernelContext(const ir::Node& node, int64_t opset, std::vector<const Value*> inputs,
                 ThreadPool* pool, SubgraphRunner* subgraphs)
-      : node(node), opset(opset), outputs(node.outputs.size()), pool(pool), subgraphs(subgraphs),
-        inputs_(std::move(inputs)) {}
+      : owned_inputs_(std::move(inputs)), owned_outputs_(node.outputs.size()), node(node),
+        opset(opset), outputs(owned_outputs_), pool(pool), subgraphs(subgraphs),
+        inputs_(owned_inputs_.data()), num_inputs_(owned_inputs_.size()) {}
+  // Borrows both, so that the runtime allocates nothing per step: `inputs` (num_inputs entries)
+  // must outlive the context, and `outputs` is reset to one empty value per node output.
+  KernelContext(const ir::Node& node, int64_t opset, const Value* const* inputs, size_t num_inputs,
+                std::vector<Value>& outputs, ThreadPool* pool, SubgraphRunner* subgraphs)
+      : node(node), opset(opset), outputs(outputs), pool(pool), subgraphs(subgraphs),
+        inputs_(inputs), num_inputs_(num_inputs) {
+    outputs.resize(node.outputs.size());
+    for (Value& v : outputs) v = Value();
+  }
+  KernelContext(const KernelContext&) = delete;
+  KernelContext& operator=(const KernelContext&) = delete;
 
   const ir::Node& node;
   const int64_t opset;  // version of the node's domain in the model
-  std::vector<Value> outputs;
+  std::vector<Value>& outputs;
   ThreadPool* const pool;
   SubgraphRunner* const subgraphs;
 
-  size_t num_inputs() const { return inputs_.size(); }
+  size_t num_inputs() const { return num_inputs_; }
   // True when optional input i was given (named and fed).
-  bool has_input(size_t i) const { return i < inputs_.size() && inputs_[i] != nullptr; }
+  bool has_input(size_t i) const { return i < num_inputs_ && inputs_[i] != nullptr; }
   const Value& value(size_t i) const { return *inputs_[i]; }
   // Input i as a tensor; the caller checks has_input for optional inputs.
   const Tensor& input(size_t i) const { return inputs_[i]->tensor; }
@@ -56,7 +73,8 @@ class KernelContext {
   Status error(const std::string& message) const;
 
  private:
-  std::vector<const Value*> inputs_;
+  const Value* const* inputs_;
+  size_t num_inputs_;
 };
 
 class Kernel {

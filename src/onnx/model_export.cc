@@ -1,6 +1,8 @@
 // ir::Model -> ModelProto, the inverse of model_import.cc: import -> export -> import is lossless.
-// save_model also decides where the weights go: inline, or an external data file beside the model.
+// save_model also decides where the weights go: inline, or an external data file beside the model,
+// and streams them there through ModelWriter (model_writer.cc) rather than copying them first.
 #include <filesystem>
+#include <fstream>
 
 #include "onnx/model_io.h"
 #include "onnx/proto_convert.h"
@@ -8,7 +10,7 @@
 namespace kiln::onnx_io {
 namespace {
 
-void graph_to_proto(const ir::Graph& g, onnx::GraphProto* p);
+void graph_to_proto(const ir::Graph& g, onnx::GraphProto* p, bool with_initializers = true);
 
 void value_info_to_proto(const ir::ValueInfo& v, onnx::ValueInfoProto* p) {
   p->set_name(v.name);
@@ -57,17 +59,20 @@ void node_to_proto(const ir::Node& n, onnx::NodeProto* p) {
   for (const auto& a : n.attrs) attribute_to_proto(a, p->add_attribute());
 }
 
-void graph_to_proto(const ir::Graph& g, onnx::GraphProto* p) {
+void graph_to_proto(const ir::Graph& g, onnx::GraphProto* p, bool with_initializers) {
   p->set_name(g.name);
   if (!g.doc.empty()) p->set_doc_string(g.doc);
-  for (const auto& [name, t] : g.initializers) tensor_to_proto(t, name, p->add_initializer());
+  if (with_initializers)
+    for (const auto& [name, t] : g.initializers) tensor_to_proto(t, name, p->add_initializer());
   for (const auto& v : g.inputs) value_info_to_proto(v, p->add_input());
   for (const auto& v : g.outputs) value_info_to_proto(v, p->add_output());
   for (const auto& v : g.value_info) value_info_to_proto(v, p->add_value_info());
   for (const auto& n : g.nodes) node_to_proto(n, p->add_node());
 }
 
-void model_to_proto(const ir::Model& m, onnx::ModelProto& p) {
+}  // namespace
+
+void model_to_proto(const ir::Model& m, onnx::ModelProto& p, bool with_initializers) {
   p.set_ir_version(m.ir_version);
   if (!m.producer_name.empty()) p.set_producer_name(m.producer_name);
   if (!m.producer_version.empty()) p.set_producer_version(m.producer_version);
@@ -84,7 +89,7 @@ void model_to_proto(const ir::Model& m, onnx::ModelProto& p) {
     kv->set_key(k);
     kv->set_value(v);
   }
-  graph_to_proto(m.graph, p.mutable_graph());
+  graph_to_proto(m.graph, p.mutable_graph(), with_initializers);
   for (const auto& f : m.functions) {
     auto* fp = p.add_functions();
     fp->set_name(f.name);
@@ -102,11 +107,12 @@ void model_to_proto(const ir::Model& m, onnx::ModelProto& p) {
   }
 }
 
-Result<std::string> proto_to_bytes(const onnx::ModelProto& p) {
-  std::string out;
-  if (p.ByteSizeLong() > static_cast<size_t>(INT32_MAX) || !p.SerializeToString(&out))
+namespace {
+
+Status check_fits_inline(const ModelWriter& w) {
+  if (w.size() > static_cast<uint64_t>(INT32_MAX))
     return Status::error("model is over 2 GiB; it needs external data to be saved");
-  return out;
+  return Status::ok();
 }
 
 // Where kiln writes external data: one plain file name beside the model, so the pair can be moved
@@ -119,30 +125,49 @@ Status check_location(const std::string& location) {
   return Status::ok();
 }
 
-bool wants_external_data(const ir::Model& m, const onnx::ModelProto& p, const SaveOptions& o) {
+bool wants_external_data(const ir::Model& m, const ModelWriter& w, const SaveOptions& o) {
   switch (o.external_data) {
     case SaveOptions::ExternalData::kAlways: return true;
     case SaveOptions::ExternalData::kNever: return false;
     case SaveOptions::ExternalData::kAuto: break;
   }
-  return m.external_data || p.ByteSizeLong() > o.max_inline_bytes;
+  return m.external_data || w.size() > o.max_inline_bytes;
+}
+
+// Streams the model into `path`; the bytes are never all in memory at once.
+Status write_model_file(const ModelWriter& w, const std::string& path) {
+  KILN_RETURN_IF_ERROR(check_fits_inline(w).with_context(path));
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) return Status::error("cannot create '" + path + "'");
+  Status st = w.write([&](const char* data, size_t n) {
+    f.write(data, static_cast<std::streamsize>(n));
+    return static_cast<bool>(f);
+  });
+  f.close();
+  if (!st.is_ok() || !f) return Status::error("error writing '" + path + "'");
+  return Status::ok();
 }
 
 }  // namespace
 
 Result<std::string> serialize_model(const ir::Model& m) {
-  onnx::ModelProto p;
-  model_to_proto(m, p);
-  return proto_to_bytes(p);
+  ModelWriter w(m);
+  KILN_RETURN_IF_ERROR(check_fits_inline(w));
+  std::string out;
+  out.reserve(w.size());
+  KILN_RETURN_IF_ERROR(w.write([&](const char* data, size_t n) {
+    out.append(data, n);
+    return true;
+  }));
+  return out;
 }
 
 Status save_model(const ir::Model& model, const std::string& path, const SaveOptions& options,
                   SaveReport* report) {
   namespace fs = std::filesystem;
   if (report) *report = SaveReport{};
-  onnx::ModelProto p;
-  model_to_proto(model, p);
-  if (wants_external_data(model, p, options)) {
+  ModelWriter writer(model);
+  if (wants_external_data(model, writer, options)) {
     const fs::path model_path(path);
     const std::string model_name = model_path.filename().string();
     if (model_name.empty() || model_name == "." || model_name == "..")
@@ -153,13 +178,12 @@ Status save_model(const ir::Model& model, const std::string& path, const SaveOpt
     std::error_code ec;
     if (location == model_name || fs::equivalent(model_path, data_path, ec))
       return Status::error("external data file '" + data_path + "' would overwrite the model '" + path + "'");
-    auto written = write_external_data(&p, data_path, location, options.size_threshold, options.alignment);
-    if (!written) return written.status();
-    if (report) *report = *written;
+    ExternalDataWriter data(data_path, location, options.alignment);
+    KILN_RETURN_IF_ERROR(writer.externalize(data, options.size_threshold));
+    KILN_RETURN_IF_ERROR(data.finish());
+    if (report) *report = data.report();
   }
-  auto bytes = proto_to_bytes(p);
-  if (!bytes) return bytes.status().with_context(path);
-  return write_file(path, *bytes);
+  return write_model_file(writer, path);
 }
 
 }  // namespace kiln::onnx_io

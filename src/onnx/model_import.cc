@@ -1,10 +1,18 @@
 // ModelProto -> ir::Model. Every field is validated as it is read, so that the rest of kiln can
-// trust the IR: known dtypes, consistent tensor data, bounded subgraph nesting.
+// trust the IR: known dtypes, consistent tensor data, bounded subgraph nesting. A file is parsed
+// as a stream and each tensor's bytes leave the proto as they enter the IR, so loading holds about
+// one copy of the weights, not three (file bytes, proto, IR).
+#include <fcntl.h>
 #include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <climits>
+#include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "onnx/model_io.h"
 #include "onnx/proto_convert.h"
@@ -16,15 +24,37 @@ struct Importer {
   std::string base_dir;
   bool saw_external_data = false;  // becomes ir::Model::external_data
 
-  Result<Tensor> tensor(const onnx::TensorProto& p) {
+  // The proto's data is released once it is in the IR: the proto and the IR never both hold
+  // all the weights.
+  Result<Tensor> tensor(onnx::TensorProto& p) {
     saw_external_data |= p.data_location() == onnx::TensorProto::EXTERNAL;
-    return tensor_from_proto(p, base_dir);
+    auto t = tensor_from_proto(p, base_dir);
+    release_data(p);
+    return t;
   }
 
-  Result<Tensor> sparse_tensor(const onnx::SparseTensorProto& p) {
+  Result<Tensor> sparse_tensor(onnx::SparseTensorProto& p) {
     saw_external_data |= p.values().data_location() == onnx::TensorProto::EXTERNAL ||
                          p.indices().data_location() == onnx::TensorProto::EXTERNAL;
-    return sparse_to_dense(p, base_dir);
+    auto t = sparse_to_dense(p, base_dir);
+    release_data(*p.mutable_values());
+    release_data(*p.mutable_indices());
+    return t;
+  }
+
+  // clear_raw_data() and Clear() on a repeated field keep the capacity; these free it now.
+  template <typename Field>
+  static void free_field(Field* f) {
+    Field().Swap(f);
+  }
+  static void release_data(onnx::TensorProto& p) {
+    if (p.has_raw_data()) std::unique_ptr<std::string>(p.release_raw_data());
+    free_field(p.mutable_float_data());
+    free_field(p.mutable_int32_data());
+    free_field(p.mutable_int64_data());
+    free_field(p.mutable_double_data());
+    free_field(p.mutable_uint64_data());
+    free_field(p.mutable_string_data());
   }
 
   Result<ir::ValueInfo> value_info(const onnx::ValueInfoProto& p) {
@@ -39,7 +69,7 @@ struct Importer {
     return v;
   }
 
-  Result<ir::Attribute> attribute(const onnx::AttributeProto& p, int depth) {
+  Result<ir::Attribute> attribute(onnx::AttributeProto& p, int depth) {
     ir::Attribute a;
     a.name = p.name();
     a.doc = p.doc_string();
@@ -52,20 +82,20 @@ struct Importer {
     a.ints.assign(p.ints().begin(), p.ints().end());
     a.strings.assign(p.strings().begin(), p.strings().end());
     if (p.has_t()) {
-      KILN_ASSIGN_OR_RETURN(a.t, tensor(p.t()));
+      KILN_ASSIGN_OR_RETURN(a.t, tensor(*p.mutable_t()));
     }
     if (p.has_sparse_tensor()) {
-      KILN_ASSIGN_OR_RETURN(a.t, sparse_tensor(p.sparse_tensor()));
+      KILN_ASSIGN_OR_RETURN(a.t, sparse_tensor(*p.mutable_sparse_tensor()));
     }
-    for (const auto& t : p.tensors()) {
+    for (auto& t : *p.mutable_tensors()) {
       KILN_ASSIGN_OR_RETURN(Tensor x, tensor(t));
       a.tensors.push_back(std::move(x));
     }
     if (p.has_g()) {
-      KILN_ASSIGN_OR_RETURN(ir::Graph g, graph(p.g(), depth + 1));
+      KILN_ASSIGN_OR_RETURN(ir::Graph g, graph(*p.mutable_g(), depth + 1));
       a.g = std::make_shared<ir::Graph>(std::move(g));
     }
-    for (const auto& gp : p.graphs()) {
+    for (auto& gp : *p.mutable_graphs()) {
       KILN_ASSIGN_OR_RETURN(ir::Graph g, graph(gp, depth + 1));
       a.graphs.push_back(std::make_shared<ir::Graph>(std::move(g)));
     }
@@ -98,7 +128,7 @@ struct Importer {
     return a;
   }
 
-  Result<ir::Node> node(const onnx::NodeProto& p, int depth) {
+  Result<ir::Node> node(onnx::NodeProto& p, int depth) {
     ir::Node n;
     n.name = p.name();
     n.op_type = p.op_type();
@@ -106,7 +136,7 @@ struct Importer {
     n.doc = p.doc_string();
     n.inputs.assign(p.input().begin(), p.input().end());
     n.outputs.assign(p.output().begin(), p.output().end());
-    for (const auto& ap : p.attribute()) {
+    for (auto& ap : *p.mutable_attribute()) {
       auto a = attribute(ap, depth);
       if (!a) return a.status().with_context(n.describe() + ", attribute '" + ap.name() + "'");
       n.attrs.push_back(std::move(a).value());
@@ -115,19 +145,19 @@ struct Importer {
     return n;
   }
 
-  Result<ir::Graph> graph(const onnx::GraphProto& p, int depth) {
+  Result<ir::Graph> graph(onnx::GraphProto& p, int depth) {
     if (depth > kMaxGraphNesting)
       return Status::error("subgraphs are nested more than " + std::to_string(kMaxGraphNesting) +
                            " levels deep in graph '" + p.name() + "'");
     ir::Graph g;
     g.name = p.name();
     g.doc = p.doc_string();
-    for (const auto& t : p.initializer()) {
+    for (auto& t : *p.mutable_initializer()) {
       auto x = tensor(t);
       if (!x) return x.status().with_context("initializer '" + t.name() + "'");
       g.initializers[t.name()] = std::move(x).value();
     }
-    for (const auto& t : p.sparse_initializer()) {
+    for (auto& t : *p.mutable_sparse_initializer()) {
       auto x = sparse_tensor(t);
       if (!x) return x.status().with_context("sparse initializer '" + t.values().name() + "'");
       g.initializers[t.values().name()] = std::move(x).value();
@@ -144,14 +174,14 @@ struct Importer {
       KILN_ASSIGN_OR_RETURN(ir::ValueInfo vi, value_info(v));
       g.value_info.push_back(std::move(vi));
     }
-    for (const auto& np : p.node()) {
+    for (auto& np : *p.mutable_node()) {
       KILN_ASSIGN_OR_RETURN(ir::Node n, node(np, depth));
       g.nodes.push_back(std::move(n));
     }
     return g;
   }
 
-  Result<ir::Function> function(const onnx::FunctionProto& p) {
+  Result<ir::Function> function(onnx::FunctionProto& p) {
     ir::Function f;
     f.name = p.name();
     f.domain = ir::normalize_domain(p.domain());
@@ -159,7 +189,7 @@ struct Importer {
     f.inputs.assign(p.input().begin(), p.input().end());
     f.outputs.assign(p.output().begin(), p.output().end());
     f.attributes.assign(p.attribute().begin(), p.attribute().end());
-    for (const auto& np : p.node()) {
+    for (auto& np : *p.mutable_node()) {
       KILN_ASSIGN_OR_RETURN(ir::Node n, node(np, 1));
       f.nodes.push_back(std::move(n));
     }
@@ -168,20 +198,25 @@ struct Importer {
   }
 };
 
-}  // namespace
-
-Result<ir::Model> parse_model(const std::string& bytes, const std::string& base_dir) {
-  onnx::ModelProto proto;
-  google::protobuf::io::ArrayInputStream raw(bytes.data(), static_cast<int>(std::min<size_t>(bytes.size(), INT_MAX)));
-  google::protobuf::io::CodedInputStream in(&raw);
-  in.SetTotalBytesLimit(INT_MAX);
+// Parses a ModelProto from `stream`, which holds `size` bytes (the whole stream is consumed).
+Status parse_proto(google::protobuf::io::ZeroCopyInputStream* stream, int64_t size,
+                   onnx::ModelProto* proto) {
+  if (size > INT_MAX) return Status::error("model file is over 2 GiB; store weights as external data");
+  google::protobuf::io::CodedInputStream in(stream);
+  // The limit is the real size, so a corrupt length prefix cannot make protobuf reserve more
+  // than the file holds (protobuf reserves a string's length up front only within the limit).
+  in.SetTotalBytesLimit(static_cast<int>(size));
   // Protobuf's default recursion limit (100) would stop a deep If nest with a vague "parse
   // failed"; let it through far enough for the importer to name the problem (each subgraph
   // level is 3 messages deep). The importer's own limits bound the recursion after this.
   in.SetRecursionLimit(1024);
-  if (bytes.size() > INT_MAX) return Status::error("model file is over 2 GiB; store weights as external data");
-  if (!proto.ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
+  if (!proto->ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
     return Status::error("not a valid ONNX model: protobuf parsing failed (corrupt or truncated file, or nesting too deep)");
+  return Status::ok();
+}
+
+// Converts the proto into the IR, emptying the proto's tensors along the way.
+Result<ir::Model> import_proto(onnx::ModelProto& proto, const std::string& base_dir) {
   if (!proto.has_graph()) return Status::error("not a valid ONNX model: it has no graph");
   Importer imp{base_dir};
   ir::Model m;
@@ -194,8 +229,8 @@ Result<ir::Model> parse_model(const std::string& bytes, const std::string& base_
   for (const auto& o : proto.opset_import()) m.opsets[ir::normalize_domain(o.domain())] = o.version();
   if (m.opsets.empty()) m.opsets[""] = 1;  // IR version 2 models predate opset_import
   for (const auto& kv : proto.metadata_props()) m.metadata.emplace_back(kv.key(), kv.value());
-  KILN_ASSIGN_OR_RETURN(m.graph, imp.graph(proto.graph(), 0));
-  for (const auto& fp : proto.functions()) {
+  KILN_ASSIGN_OR_RETURN(m.graph, imp.graph(*proto.mutable_graph(), 0));
+  for (auto& fp : *proto.mutable_functions()) {
     KILN_ASSIGN_OR_RETURN(ir::Function f, imp.function(fp));
     m.functions.push_back(std::move(f));
   }
@@ -203,16 +238,44 @@ Result<ir::Model> parse_model(const std::string& bytes, const std::string& base_
   return m;
 }
 
+// Closes the descriptor on every path.
+struct FileDescriptor {
+  int fd = -1;
+  ~FileDescriptor() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+Result<ir::Model> parse_model(const std::string& bytes, const std::string& base_dir) {
+  onnx::ModelProto proto;
+  google::protobuf::io::ArrayInputStream raw(bytes.data(), static_cast<int>(std::min<size_t>(bytes.size(), INT_MAX)));
+  KILN_RETURN_IF_ERROR(parse_proto(&raw, static_cast<int64_t>(bytes.size()), &proto));
+  return import_proto(proto, base_dir);
+}
+
 Result<ir::Model> load_model(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) return Status::error("'" + path + "' is a folder, not a model file");
-  const auto size = std::filesystem::file_size(path, ec);
-  if (!ec && size > static_cast<uintmax_t>(INT_MAX))
+  FileDescriptor file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (file.fd < 0) return Status::error("cannot open '" + path + "': " + std::strerror(errno));
+  const off_t size = ::lseek(file.fd, 0, SEEK_END);
+  if (size < 0 || ::lseek(file.fd, 0, SEEK_SET) != 0) return Status::error("cannot read '" + path + "'");
+  if (size > static_cast<off_t>(INT_MAX))
     return Status::error("'" + path + "' is over 2 GiB; store weights as external data");
-  KILN_ASSIGN_OR_RETURN(std::string bytes, read_file(path));
   std::string dir = std::filesystem::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
-  auto m = parse_model(bytes, dir);
+  onnx::ModelProto proto;
+  {
+    // Read in large blocks straight into the proto: the file's bytes are never held whole.
+    google::protobuf::io::FileInputStream stream(file.fd, 1 << 20);
+    Status parsed = parse_proto(&stream, size, &proto);
+    if (stream.GetErrno() != 0)
+      return Status::error("error reading '" + path + "': " + std::strerror(stream.GetErrno()));
+    if (!parsed.is_ok()) return parsed.with_context(path);
+  }
+  auto m = import_proto(proto, dir);
   if (!m) return m.status().with_context(path);
   return m;
 }

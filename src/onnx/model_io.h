@@ -15,11 +15,14 @@ namespace kiln::onnx_io {
 inline constexpr int kMaxGraphNesting = 32;
 
 // Loads a model file; external data is resolved against the model's folder and must stay in it.
+// The file is parsed as a stream and each tensor's data is freed from the proto once it is in the
+// IR, so loading peaks near one copy of the weights; external data is read per tensor, straight
+// into the tensor.
 Result<ir::Model> load_model(const std::string& path);
 // Parses serialized ModelProto bytes; `base_dir` resolves external data ("" refuses external data).
 Result<ir::Model> parse_model(const std::string& bytes, const std::string& base_dir);
 
-// Serialises a model; every tensor is written inline (raw_data).
+// Serialises a model; every tensor is written inline (raw_data). The bytes are protobuf's.
 Result<std::string> serialize_model(const ir::Model& model);
 
 // How save_model stores weights: inline in the model file, or in one external data file beside
@@ -51,6 +54,7 @@ struct SaveReport {
 
 // Writes the data file (complete, then renamed into place) before the model file, so a crash
 // never leaves a model that points at missing data. Never overwrites the model file with data.
+// The weights are streamed from the tensors to the files; saving makes no copy of them.
 Status save_model(const ir::Model& model, const std::string& path, const SaveOptions& options = {},
                   SaveReport* report = nullptr);
 

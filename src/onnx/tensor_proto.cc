@@ -34,6 +34,11 @@ Status copy_field(const onnx::TensorProto& p, const Field& field, int64_t want, 
   return Status::ok();
 }
 
+// Bool bytes other than 0 and 1 become 1, so bool arithmetic stays defined.
+void normalize_bool(Tensor& t) {
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<uint8_t>()[i] = t.data<uint8_t>()[i] != 0;
+}
+
 // A decimal offset or length from external_data; nullopt on anything else.
 std::optional<int64_t> parse_non_negative(const std::string& s) {
   if (s.empty() || s.size() > 18) return std::nullopt;
@@ -77,8 +82,18 @@ Result<Tensor> tensor_from_proto(const onnx::TensorProto& p, const std::string& 
     if (location.empty()) return Status::error(what + " has no location");
     if (dtype == DType::kString) return Status::error(what + " cannot hold strings");
     if (length >= 0 && length != raw_want) return data_size_error(p, shape, length, raw_want);
-    KILN_ASSIGN_OR_RETURN(external, read_external_data(base_dir, location, offset, raw_want));
-    raw = &external;
+    if (is_4bit(dtype)) {
+      KILN_ASSIGN_OR_RETURN(external, read_external_data(base_dir, location, offset, raw_want));
+      raw = &external;
+    } else {
+      // Straight from the file into the tensor, once the file is known to hold it all.
+      KILN_RETURN_IF_ERROR(check_external_data(base_dir, location, offset, raw_want));
+      KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::make(dtype, shape));
+      if (n == 0) return t;
+      KILN_RETURN_IF_ERROR(read_external_data_into(base_dir, location, offset, raw_want, t.raw_data()));
+      if (dtype == DType::kBool) normalize_bool(t);
+      return t;
+    }
   }
   // Check the data is all there before allocating: a 1e12-element dims with 4 bytes of data is
   // a corrupt model, not a request for terabytes.
@@ -100,8 +115,7 @@ Result<Tensor> tensor_from_proto(const onnx::TensorProto& p, const std::string& 
     } else {
       std::memcpy(t.raw_data(), raw->data(), raw->size());
     }
-    if (dtype == DType::kBool)  // normalise to 0/1 so bool arithmetic stays defined
-      for (int64_t i = 0; i < n; ++i) t.data<uint8_t>()[i] = t.data<uint8_t>()[i] != 0;
+    if (dtype == DType::kBool) normalize_bool(t);
     return t;
   }
   void* d = t.raw_data();
@@ -153,20 +167,31 @@ Result<Tensor> tensor_from_proto(const onnx::TensorProto& p, const std::string& 
   return t;
 }
 
-void tensor_to_proto(const Tensor& t, const std::string& name, onnx::TensorProto* p) {
+void tensor_header_to_proto(const Tensor& t, const std::string& name, onnx::TensorProto* p) {
   p->Clear();
   if (!name.empty()) p->set_name(name);
   p->set_data_type(static_cast<int32_t>(t.dtype()));
   for (int64_t d : t.shape()) p->add_dims(d);
+}
+
+std::string pack_4bit(const Tensor& t) {
+  std::string packed((t.numel() + 1) / 2, '\0');
+  for (int64_t i = 0; i < t.numel(); ++i)
+    packed[i / 2] = static_cast<char>(packed[i / 2] | ((t.data<uint8_t>()[i] & 0xf) << ((i % 2) * 4)));
+  return packed;
+}
+
+bool tensor_has_raw_data(const Tensor& t) { return t.dtype() != DType::kString; }
+bool tensor_is_4bit(const Tensor& t) { return is_4bit(t.dtype()); }
+
+void tensor_to_proto(const Tensor& t, const std::string& name, onnx::TensorProto* p) {
+  tensor_header_to_proto(t, name, p);
   if (t.dtype() == DType::kString) {
     for (int64_t i = 0; i < t.numel(); ++i) p->add_string_data(t.data<std::string>()[i]);
     return;
   }
   if (is_4bit(t.dtype())) {
-    std::string packed((t.numel() + 1) / 2, '\0');
-    for (int64_t i = 0; i < t.numel(); ++i)
-      packed[i / 2] = static_cast<char>(packed[i / 2] | ((t.data<uint8_t>()[i] & 0xf) << ((i % 2) * 4)));
-    p->set_raw_data(packed);
+    p->set_raw_data(pack_4bit(t));
     return;
   }
   p->set_raw_data(std::string(static_cast<const char*>(t.raw_data()), t.nbytes()));

@@ -12,9 +12,9 @@ const Value* Frame::find(const std::string& name) const {
   for (const Frame* f = this; f; f = f->parent) {
     const int s = f->plan->slot_index(name);
     if (s >= 0) {
-      const Value& v = (*f->slots)[s];
       // A slot that is still empty belongs to a value not computed (or already freed) there.
-      if (v.kind != Value::Kind::kTensor || v.tensor.defined()) return &v;
+      const Value* v = (*f->values)[s];
+      if (v && (v->kind != Value::Kind::kTensor || v->tensor.defined())) return v;
     }
   }
   return nullptr;
@@ -54,7 +54,7 @@ int GraphPlan::slot(const std::string& name) {
 }
 
 Result<std::unique_ptr<GraphPlan>> GraphPlan::compile(const ir::Graph& g, const ir::Model& model,
-                                                      const std::set<std::string>& outer) {
+                                                      const std::set<std::string>& outer, ir::Graph* owned) {
   auto plan = std::make_unique<GraphPlan>();
   plan->graph_ = &g;
   std::set<std::string> available;  // values defined before any node runs
@@ -110,6 +110,28 @@ Result<std::unique_ptr<GraphPlan>> GraphPlan::compile(const ir::Graph& g, const 
   for (const auto& name : available) inner_outer.insert(name);
   for (const auto& [name, i] : producer) inner_outer.insert(name);
 
+  // Initializers no caller can replace, with the number of node inputs not yet prepared that read
+  // them. Data read at run time (by a kernel that did not absorb it, a subgraph, as a graph output)
+  // stays; the rest goes as soon as its last reader is prepared, so that compiling never holds a
+  // weight and its prepacked copy for longer than it takes to make the copy.
+  std::unordered_map<std::string, int> unprepared_readers;
+  std::set<std::string> kept;
+  for (const auto& [name, t] : g.initializers)
+    if (fixed_constant(g, name)) unprepared_readers[name] = 0;
+  for (const auto& n : g.nodes) {
+    for (const auto& in : n.inputs) {
+      auto it = unprepared_readers.find(in);
+      if (it != unprepared_readers.end()) ++it->second;
+    }
+    for (const auto& a : n.attrs) {
+      if (a.g)
+        for (const auto& name : ir::free_names(*a.g)) kept.insert(name);
+      for (const auto& sg : a.graphs)
+        for (const auto& name : ir::free_names(*sg)) kept.insert(name);
+    }
+  }
+  for (const auto& o : g.outputs) kept.insert(o.name);
+
   for (size_t i : order) {
     const ir::Node& n = g.nodes[i];
     Step step;
@@ -127,6 +149,12 @@ Result<std::unique_ptr<GraphPlan>> GraphPlan::compile(const ir::Graph& g, const 
     for (const auto& in : n.inputs) constants.push_back(fixed_constant(g, in));
     std::vector<bool> absorbed(constants.size(), false);
     KILN_RETURN_IF_ERROR(step.kernel->prepare(constants, absorbed).with_context(n.describe()));
+    absorbed.resize(constants.size(), false);
+    for (size_t k = 0; k < constants.size(); ++k) {
+      if (!constants[k]) continue;
+      if (!absorbed[k]) kept.insert(n.inputs[k]);
+      if (--unprepared_readers[n.inputs[k]] == 0 && !kept.count(n.inputs[k])) plan->drop_data(n.inputs[k], owned);
+    }
     for (const auto& in : n.inputs) step.inputs.push_back(in.empty() ? -1 : plan->slot(in));
     for (const auto& out : n.outputs) step.outputs.push_back(out.empty() ? -1 : plan->slot(out));
     for (const auto& a : n.attrs) {
@@ -134,7 +162,8 @@ Result<std::unique_ptr<GraphPlan>> GraphPlan::compile(const ir::Graph& g, const 
       if (a.g) bodies.push_back(a.g.get());
       for (const auto& sg : a.graphs) bodies.push_back(sg.get());
       for (const ir::Graph* body : bodies) {
-        auto sub = compile(*body, model, inner_outer);
+        // An owned model's subgraphs are owned too: the same objects, reached through a const path.
+        auto sub = compile(*body, model, inner_outer, owned ? const_cast<ir::Graph*>(body) : nullptr);
         if (!sub) return sub.status().with_context(n.describe() + ", subgraph '" + a.name + "'");
         for (const auto& name : ir::free_names(*body)) plan->slot(name);  // keep outer values named here
         step.subplans[body] = std::move(sub).value();
@@ -147,6 +176,9 @@ Result<std::unique_ptr<GraphPlan>> GraphPlan::compile(const ir::Graph& g, const 
       return Status::error("graph output '" + o.name + "' is not produced by any node");
     plan->output_slots_.push_back(plan->slot(o.name));
   }
+  for (size_t i = 0; i < plan->output_slots_.size(); ++i)
+    plan->output_moves_.push_back(std::find(plan->output_slots_.begin() + i + 1, plan->output_slots_.end(),
+                                            plan->output_slots_[i]) == plan->output_slots_.end());
   // Values this graph reads from enclosing frames get slots filled at the start of each run.
   for (const auto& name : ir::free_names(g)) plan->outer_refs_.emplace_back(plan->slot(name), name);
 
@@ -162,7 +194,42 @@ Result<std::unique_ptr<GraphPlan>> GraphPlan::compile(const ir::Graph& g, const 
   for (int o : plan->output_slots_) last_use[o] = -2;
   for (size_t v = 0; v < last_use.size(); ++v)
     if (last_use[v] >= 0) plan->steps_[last_use[v]].free_after.push_back(static_cast<int>(v));
+
+  plan->is_input_slot_.assign(plan->slot_names_.size(), false);
+  for (int s : plan->input_slots_) plan->is_input_slot_[s] = true;
+  for (const auto& [name, readers] : unprepared_readers)
+    if (readers == 0 && !kept.count(name)) plan->drop_data(name, owned);  // read by no node
+  plan->scratch_.slots.resize(plan->slot_names_.size());
+  plan->scratch_.where.resize(plan->slot_names_.size());
   return plan;
+}
+
+GraphPlan::~GraphPlan() = default;
+
+void GraphPlan::drop_data(const std::string& name, ir::Graph* owned) {
+  for (auto& [slot, v] : constants_) {
+    if (slot_names_[slot] != name) continue;
+    const Tensor& t = v.tensor;
+    if (!v.is_tensor() || !t.defined() || !t.raw_data()) return;
+    const Tensor shape_only = Tensor::wrap(t.dtype(), t.shape(), nullptr, nullptr);
+    released_.push_back({graph_, name, static_cast<int64_t>(t.nbytes())});
+    v = Value::of(shape_only);
+    if (owned) {
+      auto it = owned->initializers.find(name);
+      if (it != owned->initializers.end()) it->second = shape_only;
+    }
+    return;
+  }
+}
+
+std::vector<GraphPlan::Released> GraphPlan::released() const {
+  std::vector<Released> all = released_;
+  for (const Step& step : steps_)
+    for (const auto& [body, sub] : step.subplans) {
+      auto inner = sub->released();
+      all.insert(all.end(), inner.begin(), inner.end());
+    }
+  return all;
 }
 
 class GraphPlan::StepRunner : public SubgraphRunner {
@@ -195,37 +262,64 @@ ir::TypeInfo type_of(const Value* v) {
 
 Result<std::vector<Value>> GraphPlan::run(std::vector<Value> inputs, const Frame* outer, ThreadPool* pool,
                                           std::vector<StepRecord>* records) const {
-  std::vector<Value> slots(slot_names_.size());
-  for (const auto& [s, v] : constants_) slots[s] = v;
-  for (const auto& [s, name] : outer_refs_) {
-    const Value* v = outer ? outer->find(name) : nullptr;
-    if (!v) return Status::error("value '" + name + "' is not available in an enclosing graph");
-    slots[s] = *v;
-  }
+  std::vector<const Value*> in(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) in[i] = &inputs[i];
+  std::vector<Value> outputs;
+  KILN_RETURN_IF_ERROR(run(in, outputs, outer, pool, records));
+  return outputs;
+}
+
+Status GraphPlan::run(const std::vector<const Value*>& inputs, std::vector<Value>& outputs, const Frame* outer,
+                      ThreadPool* pool, std::vector<StepRecord>* records) const {
   if (inputs.size() > input_slots_.size())
     return Status::error("graph '" + graph_->name + "' takes " + std::to_string(input_slots_.size()) +
                          " inputs, got " + std::to_string(inputs.size()));
-  for (size_t i = 0; i < inputs.size(); ++i) slots[input_slots_[i]] = std::move(inputs[i]);
-  Frame frame{this, &slots, outer};
+  // The kept scratch, unless a run of this plan is already under way further up the stack.
+  bool idle = false;
+  std::unique_ptr<Scratch> own;
+  Scratch* s = &scratch_;
+  if (!busy_.compare_exchange_strong(idle, true)) {
+    own = std::make_unique<Scratch>();
+    own->slots.resize(slot_names_.size());
+    own->where.resize(slot_names_.size());
+    s = own.get();
+  }
+  Status st = execute(*s, inputs, outputs, outer, pool, records);
+  // Whatever happened, the run lets go of every value it made: nothing outlives it but outputs.
+  for (Value& v : s->slots) v = Value();
+  for (Value& v : s->outs) v = Value();
+  if (!own) busy_.store(false);
+  return st;
+}
+
+Status GraphPlan::execute(Scratch& s, const std::vector<const Value*>& inputs, std::vector<Value>& outputs,
+                          const Frame* outer, ThreadPool* pool, std::vector<StepRecord>* records) const {
+  std::fill(s.where.begin(), s.where.end(), nullptr);
+  for (const auto& [slot, v] : constants_) s.where[slot] = &v;
+  for (const auto& [slot, name] : outer_refs_) {
+    const Value* v = outer ? outer->find(name) : nullptr;
+    if (!v) return Status::error("value '" + name + "' is not available in an enclosing graph");
+    s.where[slot] = v;
+  }
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i]) s.where[input_slots_[i]] = inputs[i];
+  Frame frame{this, &s.where, outer};
   if (records) records->reserve(records->size() + steps_.size());
   for (const Step& step : steps_) {
-    std::vector<const Value*> in;
-    in.reserve(step.inputs.size());
+    s.args.resize(step.inputs.size());
     for (size_t k = 0; k < step.inputs.size(); ++k) {
-      const int s = step.inputs[k];
-      const Value* v = s < 0 ? nullptr : &slots[s];
-      if (v && v->is_tensor() && !v->tensor.defined()) {
+      const int slot = step.inputs[k];
+      const Value* v = slot < 0 ? nullptr : s.where[slot];
+      if (slot >= 0 && (!v || (v->is_tensor() && !v->tensor.defined()))) {
         // Unfed optional graph input or an output a kernel left empty.
-        if (!step.node->inputs[k].empty() &&
-            std::find(input_slots_.begin(), input_slots_.end(), s) == input_slots_.end())
-          return Status::error(step.node->describe() + ": input '" + step.node->inputs[k] +
-                               "' was not computed");
+        if (!is_input_slot_[slot])
+          return Status::error(step.node->describe() + ": input '" + step.node->inputs[k] + "' was not computed");
         v = nullptr;
       }
-      in.push_back(v);
+      s.args[k] = v;
     }
     StepRunner sub(step, &frame, pool);
-    KernelContext ctx(*step.node, step.opset, std::move(in), pool, &sub);
+    KernelContext ctx(*step.node, step.opset, s.args.data(), s.args.size(), s.outs, pool, &sub);
     StepRecord* rec = nullptr;
     if (records) {
       rec = &records->emplace_back();
@@ -245,14 +339,29 @@ Result<std::vector<Value>> GraphPlan::run(std::vector<Value> inputs, const Frame
       if (m.rfind("node '", 0) == 0) return st;
       return st.with_context(step.node->describe());
     }
-    for (size_t k = 0; k < step.outputs.size(); ++k)
-      if (step.outputs[k] >= 0) slots[step.outputs[k]] = std::move(ctx.outputs[k]);
-    for (int s : step.free_after) slots[s] = Value();
+    for (size_t k = 0; k < step.outputs.size() && k < s.outs.size(); ++k) {
+      const int slot = step.outputs[k];
+      if (slot < 0) continue;
+      s.slots[slot] = std::move(s.outs[k]);
+      s.where[slot] = &s.slots[slot];
+    }
+    for (int slot : step.free_after) {
+      s.slots[slot] = Value();
+      s.where[slot] = nullptr;
+    }
   }
-  std::vector<Value> outputs;
-  outputs.reserve(output_slots_.size());
-  for (int s : output_slots_) outputs.push_back(slots[s]);
-  return outputs;
+  outputs.resize(output_slots_.size());
+  for (size_t i = 0; i < output_slots_.size(); ++i) {
+    const int slot = output_slots_[i];
+    const Value* v = s.where[slot];
+    if (!v)
+      outputs[i] = Value();
+    else if (v == &s.slots[slot] && output_moves_[i])
+      outputs[i] = std::move(s.slots[slot]);
+    else
+      outputs[i] = *v;
+  }
+  return Status::ok();
 }
 
 }  // namespace kiln::runtime

@@ -3,6 +3,7 @@
 // once, with the node that owns them, and run in a frame that can see the enclosing graphs' values.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -34,21 +35,42 @@ struct StepRecord {
 // The values of one running graph, and the frame of the graph around it.
 struct Frame {
   const GraphPlan* plan;
-  const std::vector<Value>* slots;
+  const std::vector<const Value*>* values;  // per slot: its value in this run, or null
   const Frame* parent;
   const Value* find(const std::string& name) const;
 };
 
 class GraphPlan {
  public:
-  // `outer` names the values visible from enclosing graphs (empty for the main graph).
+  // `outer` names the values visible from enclosing graphs (empty for the main graph). `owned` is
+  // `graph` itself when the caller owns the model and lets the plan drop the data of initializers
+  // that kernels absorbed from it too (else null: only the plan's references go).
   static Result<std::unique_ptr<GraphPlan>> compile(const ir::Graph& graph, const ir::Model& model,
-                                                    const std::set<std::string>& outer);
+                                                    const std::set<std::string>& outer,
+                                                    ir::Graph* owned = nullptr);
+  ~GraphPlan();
 
-  // Runs with `inputs` in the order of the graph's inputs (for the main graph, a missing trailing
-  // input that has an initializer takes the initializer). With `records`, appends one per step.
+  // Runs with inputs[i] the value of graph input i (null, or fewer inputs: not fed; an input that
+  // has an initializer then takes it). The caller keeps the inputs alive through the run. outputs
+  // gets one value per graph output. With `records`, appends one per step. Reuses its own
+  // bookkeeping run after run, so that it allocates nothing itself (kernels allocate through
+  // Tensor::make).
+  Status run(const std::vector<const Value*>& inputs, std::vector<Value>& outputs, const Frame* outer,
+             ThreadPool* pool, std::vector<StepRecord>* records = nullptr) const;
+  // The same, with the inputs and outputs in vectors of their own (subgraph runs).
   Result<std::vector<Value>> run(std::vector<Value> inputs, const Frame* outer, ThreadPool* pool,
                                  std::vector<StepRecord>* records = nullptr) const;
+
+  // An initializer whose data the plan dropped: every kernel reading it absorbed it when prepared
+  // (or nothing reads it), so only its type and shape are left; dropped as soon as the last reader
+  // was prepared. `graph` is this plan's graph or a subgraph's.
+  struct Released {
+    const ir::Graph* graph;
+    std::string name;
+    int64_t bytes;
+  };
+  // This plan's and its subplans'.
+  std::vector<Released> released() const;
 
   const ir::Graph& graph() const { return *graph_; }
   // Slot of a named value, or -1.
@@ -67,18 +89,34 @@ class GraphPlan {
     std::vector<int> free_after;
     std::map<const ir::Graph*, std::unique_ptr<GraphPlan>> subplans;
   };
+  // What a run needs besides the plan, kept from run to run.
+  struct Scratch {
+    std::vector<Value> slots;         // the values steps computed
+    std::vector<const Value*> where;  // per slot: its value in this run (computed, input, constant), or null
+    std::vector<const Value*> args;   // the running step's inputs
+    std::vector<Value> outs;          // the running step's outputs
+  };
   class StepRunner;
 
   int slot(const std::string& name);
+  // Leaves initializer `name` its type and shape only, in the plan and in `owned` (see compile).
+  void drop_data(const std::string& name, ir::Graph* owned);
+  Status execute(Scratch& s, const std::vector<const Value*>& inputs, std::vector<Value>& outputs,
+                 const Frame* outer, ThreadPool* pool, std::vector<StepRecord>* records) const;
 
   const ir::Graph* graph_ = nullptr;
   std::unordered_map<std::string, int> slot_of_;
   std::vector<std::string> slot_names_;
   std::vector<int> input_slots_;
+  std::vector<bool> is_input_slot_;
   std::vector<int> output_slots_;
+  std::vector<bool> output_moves_;  // per output: the last to read its slot, so it may take the value
   std::vector<std::pair<int, Value>> constants_;  // initializers
+  std::vector<Released> released_;
   std::vector<std::pair<int, std::string>> outer_refs_;  // slots filled from enclosing frames
   std::vector<Step> steps_;
+  mutable Scratch scratch_;
+  mutable std::atomic<bool> busy_{false};  // a run already uses scratch_ (a re-entered plan does not)
 };
 
 }  // namespace kiln::runtime

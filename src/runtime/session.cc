@@ -1,7 +1,11 @@
 // Session: a loaded model, its compiled plan and its thread pool; checks inputs before running.
 #include "kiln/session.h"
 
+#include <malloc.h>
+
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "core/thread_pool.h"
 #include "kiln/optimize.h"
@@ -9,6 +13,7 @@
 #include "ir/gradient.h"
 #include "onnx/model_io.h"
 #include "runtime/graph_plan.h"
+#include "runtime/run_memory.h"
 #include "runtime/step_cost.h"
 
 namespace kiln {
@@ -16,9 +21,20 @@ namespace kiln {
 struct Session::Impl {
   std::shared_ptr<const ir::Model> model;
   std::unique_ptr<runtime::GraphPlan> plan;
-  std::unique_ptr<ThreadPool> pool;
+  std::shared_ptr<ThreadPool> pool;  // ThreadPool::shared() unless options.threads asks for a count
   std::vector<IoInfo> inputs, outputs;
   std::vector<size_t> input_positions;  // index of each user input among the graph's inputs
+  std::vector<Value> defaults;          // per graph input: its initializer, when it has one
+  // Kept from run to run so that a run allocates nothing of its own:
+  std::vector<const Value*> feeds;  // per graph input: this run's value
+  std::vector<Value> results;       // the plan's outputs, before run_into copies them out
+  runtime::RunMemory memory;
+  MemoryInfo weights;  // the weight and plan figures, fixed at create
+
+  Status bind_feeds(const std::vector<Value>& user_inputs);
+  // Runs the plan on `user_inputs`; into the existing `outputs` when `into` (run_into).
+  Status execute(const std::vector<Value>& user_inputs, std::vector<Value>& outputs, bool into,
+                 std::vector<runtime::StepRecord>* records);
 };
 
 namespace {
@@ -41,23 +57,24 @@ IoInfo io_info(const ir::ValueInfo& v) {
 }
 
 Status check_input(const IoInfo& io, const Value& v) {
-  const std::string what = "input '" + io.name + "'";
+  // Built only for an error: a run that is fine allocates nothing here.
+  auto what = [&] { return "input '" + io.name + "'"; };
   if (io.kind == Value::Kind::kTensor) {
-    if (!v.is_tensor() || !v.tensor.defined()) return Status::error(what + " must be a tensor");
+    if (!v.is_tensor() || !v.tensor.defined()) return Status::error(what() + " must be a tensor");
     const Tensor& t = v.tensor;
     if (io.dtype != DType::kUndefined && t.dtype() != io.dtype)
-      return Status::error(what + " must be " + dtype_name(io.dtype) + ", got " + dtype_name(t.dtype()));
+      return Status::error(what() + " must be " + dtype_name(io.dtype) + ", got " + dtype_name(t.dtype()));
     if (io.has_shape) {
       if (t.rank() != static_cast<int64_t>(io.dims.size()))
-        return Status::error(what + " must have rank " + std::to_string(io.dims.size()) + ", got shape " +
+        return Status::error(what() + " must have rank " + std::to_string(io.dims.size()) + ", got shape " +
                              shape_str(t.shape()));
       for (size_t i = 0; i < io.dims.size(); ++i)
         if (io.dims[i] >= 0 && t.dim(i) != io.dims[i])
-          return Status::error(what + " dimension " + std::to_string(i) + " must be " +
+          return Status::error(what() + " dimension " + std::to_string(i) + " must be " +
                                std::to_string(io.dims[i]) + ", got shape " + shape_str(t.shape()));
     }
   } else if (io.kind == Value::Kind::kSequence && !v.is_sequence()) {
-    return Status::error(what + " must be a sequence");
+    return Status::error(what() + " must be a sequence");
   }
   return Status::ok();
 }
@@ -66,6 +83,28 @@ Status check_input(const IoInfo& io, const Value& v) {
 
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Session::~Session() = default;
+
+namespace {
+
+// Heap bytes in use, where the C library says (for the size of what compiling a plan allocates).
+int64_t heap_in_use() {
+#ifdef __GLIBC__
+  const struct mallinfo2 m = mallinfo2();
+  return static_cast<int64_t>(m.uordblks + m.hblkhd);
+#else
+  return 0;
+#endif
+}
+
+// Gives the pages of freed heap memory back to the system. The weights dropped after prepacking
+// sit between allocations that stay (their prepacked copies), where malloc would keep them.
+void return_free_memory() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
+
+}  // namespace
 
 Result<std::unique_ptr<Session>> Session::load(const std::string& path, const SessionOptions& options) {
   KILN_ASSIGN_OR_RETURN(ir::Model m, onnx_io::load_model(path));
@@ -76,36 +115,63 @@ Result<std::unique_ptr<Session>> Session::load(const std::string& path, const Se
     oo.level = options.optimize_level;
     auto report = optimize(m, oo);
     if (!report) return report.status().with_context(path + ": optimizing at load (optimize_level 0 skips it)");
+#ifdef __GLIBC__
+    // The weights the passes replaced were freed mid-heap, where glibc keeps the pages; hand them
+    // back before compiling allocates packed weights, or they add to the peak (70 MB on vit_b_16).
+    malloc_trim(0);
+#endif
   }
-  auto s = create(std::make_shared<const ir::Model>(std::move(m)), options);
+  auto s = create_owned(std::make_shared<ir::Model>(std::move(m)), options);
   if (!s) return s.status().with_context(path);
   return s;
 }
 
 Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const ir::Model> model,
                                                  const SessionOptions& options) {
-  if (!model->functions.empty()) {
-    // Calls of model-local functions are replaced by their bodies; the session runs the copy.
-    auto inlined = std::make_shared<ir::Model>(*model);
-    KILN_RETURN_IF_ERROR(ir::inline_functions(*inlined));
-    model = std::move(inlined);
-  }
-  if (ir::has_gradient_nodes(model->graph)) {
-    // Gradient nodes become explicit derivative nodes; the session keeps and runs the copy.
-    auto expanded = std::make_shared<ir::Model>(*model);
-    KILN_RETURN_IF_ERROR(ir::expand_gradients(expanded->graph, expanded->opset("")));
-    model = std::move(expanded);
-  }
+  // Calls of model-local functions are replaced by their bodies, gradient nodes by explicit
+  // derivative nodes: on a copy, which the session keeps and runs.
+  if (!model->functions.empty() || ir::has_gradient_nodes(model->graph))
+    return create_owned(std::make_shared<ir::Model>(*model), options);
+  return create_shared(std::move(model), nullptr, options);
+}
+
+Result<std::unique_ptr<Session>> Session::create_owned(std::shared_ptr<ir::Model> model,
+                                                       const SessionOptions& options) {
+  if (!model->functions.empty()) KILN_RETURN_IF_ERROR(ir::inline_functions(*model));
+  if (ir::has_gradient_nodes(model->graph))
+    KILN_RETURN_IF_ERROR(ir::expand_gradients(model->graph, model->opset("")));
+  ir::Model* owned = model.get();
+  return create_shared(std::move(model), owned, options);
+}
+
+// `owned`, when set, is `model` itself, which this session alone holds and may change.
+Result<std::unique_ptr<Session>> Session::create_shared(std::shared_ptr<const ir::Model> model, ir::Model* owned,
+                                                        const SessionOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->model = model;
-  KILN_ASSIGN_OR_RETURN(impl->plan, runtime::GraphPlan::compile(model->graph, *model, {}));
-  impl->pool = std::make_unique<ThreadPool>(options.threads);
   const ir::Graph& g = model->graph;
+  for (const auto& [name, t] : g.initializers) impl->weights.weight_bytes += static_cast<int64_t>(t.nbytes());
+  const int64_t heap_before = heap_in_use();
+  // A model this session owns loses the data of the weights kernels absorbed, as they go.
+  KILN_ASSIGN_OR_RETURN(impl->plan, runtime::GraphPlan::compile(g, *model, {}, owned ? &owned->graph : nullptr));
+  const int64_t heap_after = heap_in_use();
+  if (owned)
+    for (const auto& r : impl->plan->released())
+      if (r.graph == &g) impl->weights.released_weight_bytes += r.bytes;
+  // What compiling allocated, the weights it freed on the way counted back in.
+  impl->weights.plan_bytes = std::max<int64_t>(heap_after - heap_before + impl->weights.released_weight_bytes, 0);
+  if (impl->weights.released_weight_bytes > 0) return_free_memory();
+  impl->memory.set_enabled(options.memory_arena);
+  impl->pool = options.threads > 0 ? std::make_shared<ThreadPool>(options.threads)
+                                    : ThreadPool::shared();
   for (size_t i = 0; i < g.inputs.size(); ++i) {
-    if (g.initializers.count(g.inputs[i].name)) continue;
+    auto it = g.initializers.find(g.inputs[i].name);
+    impl->defaults.push_back(it == g.initializers.end() ? Value() : Value::of(it->second));
+    if (it != g.initializers.end()) continue;
     impl->inputs.push_back(io_info(g.inputs[i]));
     impl->input_positions.push_back(i);
   }
+  impl->feeds.resize(g.inputs.size());
   for (const auto& o : g.outputs) impl->outputs.push_back(io_info(o));
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
@@ -115,43 +181,88 @@ const std::vector<IoInfo>& Session::outputs() const { return impl_->outputs; }
 const ir::Model& Session::model() const { return *impl_->model; }
 int Session::threads() const { return impl_->pool->threads(); }
 
-namespace {
+MemoryInfo Session::memory_info() const {
+  MemoryInfo info = impl_->weights;
+  const runtime::MemoryStats m = impl_->memory.stats();
+  info.arena_bytes = m.plan.arena_bytes;
+  info.peak_live_bytes = m.plan.peak_live_bytes;
+  info.activation_bytes = m.plan.total_bytes + m.plan.heap_bytes;
+  info.activations = m.plan.allocations;
+  info.output_bytes = m.plan.heap_bytes;
+  info.arena_runs = m.arena_runs;
+  info.recorded_runs = m.recorded_runs;
+  info.stray_runs = m.stray_runs;
+  return info;
+}
 
 // The graph's inputs in order: the user's values, checked, and initializers for the rest.
-Result<std::vector<Value>> feeds_for(const ir::Graph& g, const std::vector<IoInfo>& ios,
-                                     const std::vector<size_t>& positions, const std::vector<Value>& inputs) {
-  if (inputs.size() != ios.size())
-    return Status::error("the model takes " + std::to_string(ios.size()) + " inputs, got " +
-                         std::to_string(inputs.size()));
-  std::vector<Value> feeds(g.inputs.size());
-  for (size_t i = 0; i < g.inputs.size(); ++i) {
-    auto it = g.initializers.find(g.inputs[i].name);
-    if (it != g.initializers.end()) feeds[i] = Value::of(it->second);
+Status Session::Impl::bind_feeds(const std::vector<Value>& user_inputs) {
+  if (user_inputs.size() != inputs.size())
+    return Status::error("the model takes " + std::to_string(inputs.size()) + " inputs, got " +
+                         std::to_string(user_inputs.size()));
+  for (size_t i = 0; i < defaults.size(); ++i) feeds[i] = &defaults[i];
+  for (size_t k = 0; k < user_inputs.size(); ++k) {
+    KILN_RETURN_IF_ERROR(check_input(inputs[k], user_inputs[k]));
+    feeds[input_positions[k]] = &user_inputs[k];
   }
-  for (size_t k = 0; k < inputs.size(); ++k) {
-    KILN_RETURN_IF_ERROR(check_input(ios[k], inputs[k]));
-    feeds[positions[k]] = inputs[k];
+  return Status::ok();
+}
+
+namespace {
+
+// Output `from` into `to`, in place when `to` is a tensor of the same type and shape.
+void copy_output(const Value& from, Value& to) {
+  const Tensor& src = from.tensor;
+  Tensor& dst = to.tensor;
+  const bool in_place = from.is_tensor() && to.is_tensor() && src.defined() && dst.defined() &&
+                        src.dtype() == dst.dtype() && src.shape() == dst.shape() &&
+                        (dst.raw_data() || dst.nbytes() == 0);
+  if (!in_place) {
+    to = from;
+    if (from.is_tensor()) to.tensor = src.clone();
+  } else if (src.dtype() == DType::kString) {
+    for (int64_t i = 0; i < src.numel(); ++i) dst.data<std::string>()[i] = src.data<std::string>()[i];
+  } else if (src.nbytes() && dst.raw_data() != src.raw_data()) {
+    std::memmove(dst.raw_data(), src.raw_data(), src.nbytes());
   }
-  return feeds;
 }
 
 }  // namespace
 
+Status Session::Impl::execute(const std::vector<Value>& user_inputs, std::vector<Value>& outs, bool into,
+                              std::vector<runtime::StepRecord>* records) {
+  KILN_RETURN_IF_ERROR(bind_feeds(user_inputs));
+  memory.begin(feeds, into);
+  Status st = plan->run(feeds, into ? results : outs, nullptr, pool.get(), records);
+  memory.stop();
+  if (into) {
+    if (st.is_ok()) {
+      outs.resize(results.size());
+      for (size_t i = 0; i < results.size(); ++i) copy_output(results[i], outs[i]);
+    }
+    for (Value& v : results) v = Value();
+  }
+  memory.finish(into ? nullptr : &outs, st.is_ok());
+  return st;
+}
+
 Result<std::vector<Value>> Session::run(const std::vector<Value>& inputs) {
-  KILN_ASSIGN_OR_RETURN(std::vector<Value> feeds,
-                        feeds_for(impl_->model->graph, impl_->inputs, impl_->input_positions, inputs));
-  return impl_->plan->run(std::move(feeds), nullptr, impl_->pool.get());
+  std::vector<Value> outputs;
+  KILN_RETURN_IF_ERROR(impl_->execute(inputs, outputs, false, nullptr));
+  return outputs;
+}
+
+Status Session::run_into(const std::vector<Value>& inputs, std::vector<Value>& outputs) {
+  return impl_->execute(inputs, outputs, true, nullptr);
 }
 
 Result<std::vector<Value>> Session::run_profiled(const std::vector<Value>& inputs, RunProfile* profile) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   std::vector<runtime::StepRecord> records;
-  auto feeds = feeds_for(impl_->model->graph, impl_->inputs, impl_->input_positions, inputs);
-  if (!feeds) return feeds.status();
-  auto outputs = impl_->plan->run(std::move(feeds).value(), nullptr, impl_->pool.get(), &records);
+  std::vector<Value> outputs;
+  KILN_RETURN_IF_ERROR(impl_->execute(inputs, outputs, false, &records));
   const auto t1 = Clock::now();
-  if (!outputs) return outputs;
   auto us = [](Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); };
   profile->wall_us = us(t1 - t0);
   profile->nodes.clear();

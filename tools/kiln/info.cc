@@ -1,9 +1,12 @@
-// `kiln info MODEL [--json]`: inputs and outputs, opsets, operator histogram, parameters.
+// `kiln info MODEL [--json] [--memory]`: inputs and outputs, opsets, operator histogram, parameters;
+// with --memory, where a session's memory goes (weights, prepacked weights, activation arena).
+#include <cstdio>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "io_files.h"
 #include "ir/graph.h"
 #include "ir/shape_inference.h"
 #include "onnx/model_io.h"
@@ -51,18 +54,68 @@ std::map<std::string, int64_t> bench_bindings(const ir::Graph& g, int64_t batch,
   return b;
 }
 
+// Loads the model as `kiln bench` does, runs it twice on bench inputs (the first run records the
+// memory plan, the second runs from the arena) and reports the session's memory.
+Result<nlohmann::ordered_json> memory_json(const std::string& path, int level, int64_t batch, int64_t seq) {
+  SessionOptions so;
+  so.optimize_level = level;
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, Session::load(path, so));
+  KILN_ASSIGN_OR_RETURN(std::vector<Value> inputs, make_bench_inputs(*session, batch, seq));
+  std::vector<Value> outputs;
+  for (int i = 0; i < 2; ++i) KILN_RETURN_IF_ERROR(session->run_into(inputs, outputs));
+  const MemoryInfo m = session->memory_info();
+  return nlohmann::ordered_json{{"batch", batch},
+                                {"seq", seq},
+                                {"optimize_level", level},
+                                {"weight_bytes", m.weight_bytes},
+                                {"released_weight_bytes", m.released_weight_bytes},
+                                {"plan_bytes", m.plan_bytes},
+                                {"arena_bytes", m.arena_bytes},
+                                {"peak_live_bytes", m.peak_live_bytes},
+                                {"activation_bytes", m.activation_bytes},
+                                {"activations", m.activations},
+                                {"output_bytes", m.output_bytes},
+                                {"second_run_from_arena", m.arena_runs == 1 && m.stray_runs == 0}};
+}
+
+std::string mb(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f MB", bytes / 1e6);
+  return buf;
+}
+
+void print_memory(const nlohmann::ordered_json& m) {
+  auto i = [&](const char* key) { return m[key].get<int64_t>(); };
+  std::cout << "memory      (batch " << i("batch") << ", seq " << i("seq") << ", -O" << i("optimize_level") << ")\n"
+            << "  weights       " << mb(i("weight_bytes")) << ", of which released after prepacking "
+            << mb(i("released_weight_bytes")) << "\n"
+            << "  plan          " << mb(i("plan_bytes")) << " (prepacked weights, kernels and plan, allocated by compiling)\n"
+            << "  activations   peak " << mb(i("arena_bytes")) << " (the arena; at best " << mb(i("peak_live_bytes"))
+            << "), " << mb(i("activation_bytes")) << " in " << i("activations")
+            << " tensors without reuse, outputs " << mb(i("output_bytes")) << "\n"
+            << "  steady state  "
+            << (m["second_run_from_arena"].get<bool>() ? "the second run came from the arena"
+                                                       : "the second run strayed from the plan (data-dependent shapes)")
+            << "\n";
+}
+
 }  // namespace
 
 void add_info_command(CLI::App& app, int* exit_code) {
   auto model_path = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
   auto batch = std::make_shared<int64_t>(1), seq = std::make_shared<int64_t>(128);
+  auto memory = std::make_shared<bool>(false);
+  auto level = std::make_shared<int>(SessionOptions{}.optimize_level);  // what `kiln bench` loads with
   CLI::App* cmd = app.add_subcommand("info", "Describe a model");
   cmd->add_option("model", *model_path, "ONNX model")->required();
   cmd->add_flag("--json", *json, "Print JSON");
-  cmd->add_option("--batch", *batch, "Dynamic first dimension for the FLOPs estimate")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--seq", *seq, "Other dynamic dimensions for the FLOPs estimate")->check(CLI::Range(1, 1 << 20));
-  cmd->callback([model_path, json, batch, seq, exit_code] {
+  cmd->add_option("--batch", *batch, "Dynamic first dimension for the FLOPs estimate (and --memory)")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--seq", *seq, "Other dynamic dimensions for the FLOPs estimate (and --memory)")->check(CLI::Range(1, 1 << 20));
+  cmd->add_flag("--memory", *memory,
+                "Run the model twice as `kiln bench` would and report weights, prepacked weights and peak activation memory");
+  cmd->add_option("-O,--optimize", *level, "With --memory: optimization at load, 0-3 (default: as kiln bench)")->check(CLI::Range(0, 3));
+  cmd->callback([model_path, json, batch, seq, memory, level, exit_code] {
     auto model = onnx_io::load_model(*model_path);
     if (!model) {
       std::cerr << "kiln info: " << model.status().message() << "\n";
@@ -101,6 +154,15 @@ void add_info_command(CLI::App& app, int* exit_code) {
     } else {
       j["shape_inference_error"] = inferred.message();
     }
+    if (*memory) {
+      auto m = memory_json(*model_path, *level, *batch, *seq);
+      if (!m) {
+        std::cerr << "kiln info: --memory: " << m.status().message() << "\n";
+        *exit_code = 1;
+        return;
+      }
+      j["memory"] = std::move(m).value();
+    }
     if (*json) {
       std::cout << j.dump(2) << "\n";
       return;
@@ -123,6 +185,7 @@ void add_info_command(CLI::App& app, int* exit_code) {
       std::cout << "shape inference failed: " << j["shape_inference_error"].get<std::string>() << "\n";
     std::cout << "operators:\n";
     for (const auto& [op, n] : hist) std::cout << "  " << op << " " << n << "\n";
+    if (j.contains("memory")) print_memory(j["memory"]);
   });
 }
 

@@ -1,5 +1,6 @@
-// Reference kernel of ai.kiln.EmbedLayerNorm (docs/ops.md): for token (b, s),
-// Y[b,s] = LayerNorm(word[ids[b,s]] + position[s] + segment[segment_ids[b,s]]) * gamma + beta.
+// Kernel of ai.kiln.EmbedLayerNorm (docs/ops.md): for token (b, s),
+// Y[b,s] = LayerNorm(word[ids[b,s]] + position[s] + segment[segment_ids[b,s]]) * gamma + beta,
+// tokens split over the thread pool, each row vectorised (normalize_row.h).
 #include <vector>
 
 #include "kernels/kernel_util.h"
@@ -71,17 +72,23 @@ Status embed_layer_norm(KernelContext& ctx) {
   const double eps = ctx.node.attr_float("epsilon", 1e-12f);
   const float* gamma = ctx.input(5).data<float>();
   const float* beta = present(ctx, 6) ? ctx.input(6).data<float>() : nullptr;
-  std::vector<float> sum(static_cast<size_t>(e));
-  for (int64_t t = 0; t < batch * seq; ++t) {
-    const float* w = word.data<float>() + word_rows[static_cast<size_t>(t)] * e;
-    const float* p = pos.data<float>() + (t % seq) * e;
-    for (int64_t i = 0; i < e; ++i) sum[static_cast<size_t>(i)] = w[i] + p[i];
-    if (has_segment) {
-      const float* s = ctx.input(4).data<float>() + segment_rows[static_cast<size_t>(t)] * e;
-      for (int64_t i = 0; i < e; ++i) sum[static_cast<size_t>(i)] += s[i];
+  const float* seg_table = has_segment ? ctx.input(4).data<float>() : nullptr;
+  float* yd = y->data<float>();
+  for_rows(ctx.pool, batch * seq, e, [&](int64_t t0, int64_t t1) {
+    thread_local std::vector<float> sum;
+    sum.resize(static_cast<size_t>(e));
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* w = word.data<float>() + word_rows[static_cast<size_t>(t)] * e;
+      const float* p = pos.data<float>() + (t % seq) * e;
+      for (int64_t i = 0; i < e; ++i) sum[static_cast<size_t>(i)] = w[i] + p[i];
+      if (has_segment) {
+        const float* s = seg_table + segment_rows[static_cast<size_t>(t)] * e;
+        for (int64_t i = 0; i < e; ++i) sum[static_cast<size_t>(i)] += s[i];
+      }
+      normalize_row_f32(sum.data(), e, layer_norm_stats(sum.data(), e, eps), gamma, beta,
+                        yd + t * e);
     }
-    normalize_row(sum.data(), e, eps, gamma, beta, y->data<float>() + t * e);
-  }
+  });
   return Status::ok();
 }
 

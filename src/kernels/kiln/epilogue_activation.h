@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/gemm/epilogue.h"
 #include "kernels/kernel.h"
 
 namespace kiln::kiln_ops {
@@ -105,6 +106,29 @@ inline Result<Activation> read_activation(const ir::Node& node, const char* name
     return a;
   }
   return Status::error(std::string("unknown ") + name_attr + " '" + name + "'");
+}
+
+// `act` as the fast GEMM's fused tail (computed there in float, to a few ulp), with no residual.
+inline gemm::Epilogue gemm_epilogue(const Activation& act) {
+  using K = Activation::Kind;
+  using G = gemm::Epilogue::Activation;
+  gemm::Epilogue e;
+  switch (act.kind) {
+    case K::kNone: e.activation = G::kNone; break;
+    case K::kRelu: e.activation = G::kRelu; break;
+    case K::kClip: e.activation = G::kClip; break;
+    case K::kLeakyRelu: e.activation = G::kLeakyRelu; break;
+    case K::kSigmoid: e.activation = G::kSigmoid; break;
+    case K::kHardSigmoid: e.activation = G::kHardSigmoid; break;
+    case K::kHardSwish: e.activation = G::kHardSwish; break;
+    case K::kSilu: e.activation = G::kSilu; break;
+    case K::kGelu: e.activation = G::kGelu; break;
+    case K::kGeluTanh: e.activation = G::kGeluTanh; break;
+    case K::kTanh: e.activation = G::kTanh; break;
+  }
+  e.p0 = static_cast<float>(act.p0);
+  e.p1 = static_cast<float>(act.p1);
+  return e;
 }
 
 // The tail of FusedConv/FusedGemm/FusedMatMul on the float32 result `y` (bias already added):

@@ -2,8 +2,10 @@
 // intermediate [rows, H] is still in the core's L2 when the second product reads it. Both products
 // use the shared float GEMM (kernels/ref/gemm_f32.h). Semantics: docs/ops.md.
 #include <algorithm>
+#include <cstdlib>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/gemm/gemm.h"
 #include "kernels/kernel_util.h"
 #include "kernels/kiln/epilogue_activation.h"
 #include "kernels/ref/gemm_f32.h"
@@ -24,13 +26,41 @@ constexpr int64_t kRowTile = 4;  // blocks are a multiple of 4 rows (the GEMM ti
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 struct Operands {
-  const float *x, *w1, *b1, *w2, *b2;  // b1, b2 may be null
+  const float *x, *w1, *b1, *w2, *b2;  // b1, b2 may be null; w1, w2 unused when packed
+  const gemm::PackedMatrix *w1_packed, *w2_packed;  // the weights packed in prepare, or null
   int64_t k, h, n;
 };
 
+// out[m x n] = x[m x k] * w (+ bias) then `epilogue`: one fast GEMM against the packed weight,
+// or against w as it is.
+void product(int64_t m, int64_t k, int64_t n, const float* x, const float* w,
+             const gemm::PackedMatrix* packed, const float* bias, const gemm::Epilogue* epilogue,
+             float* out, ThreadPool* pool) {
+  if (packed) return gemm_f32_prepacked(false, m, 1.0f, x, k, *packed, 0.0f, out, n, bias, epilogue, pool);
+  gemm::GemmF32Args g;
+  g.m = m, g.n = n, g.k = k;
+  g.a = x, g.lda = k, g.b = w, g.ldb = n, g.c = out, g.ldc = n;
+  g.bias = bias, g.epilogue = epilogue;
+  gemm::gemm_f32_blocked(g, pool);
+}
+
 class FusedMlp : public Kernel {
  public:
-  explicit FusedMlp(kiln_ops::Activation act) : act_(act) {}
+  explicit FusedMlp(kiln_ops::Activation act) : act_(kiln_ops::gemm_epilogue(act)) {}
+
+  Status prepare(const std::vector<const Tensor*>& constants, std::vector<bool>& absorbed) override {
+    // Both weights or neither: the blocks run fc1 and fc2 alike.
+    auto packable = [&](size_t i) {
+      return constants.size() > i && constants[i] && constants[i]->rank() == 2 &&
+             constants[i]->dtype() == DType::kFloat32;
+    };
+    if (!packable(1) || !packable(3) || constants[1]->dim(1) != constants[3]->dim(0))
+      return Status::ok();
+    KILN_ASSIGN_OR_RETURN(w1_, pack_weight(*constants[1], false));
+    KILN_ASSIGN_OR_RETURN(w2_, pack_weight(*constants[3], false));
+    absorbed[1] = absorbed[3] = true;
+    return Status::ok();
+  }
 
   Status run(KernelContext& ctx) override {
     if (ctx.num_inputs() < 4 || !ctx.has_input(0) || !ctx.has_input(1) || !ctx.has_input(3))
@@ -45,11 +75,14 @@ class FusedMlp : public Kernel {
     if (x.rank() < 1 || w1.rank() != 2 || w2.rank() != 2)
       return ctx.error("needs X of rank 1 or more and 2-D W1, W2; got X " + shape_str(x.shape()) +
                        ", W1 " + shape_str(w1.shape()) + ", W2 " + shape_str(w2.shape()));
+    const bool packed = !w1_.empty();
     const Operands op{x.data<float>(),
-                      w1.data<float>(),
+                      packed ? nullptr : w1.data<float>(),
                       b1 ? b1->data<float>() : nullptr,
-                      w2.data<float>(),
+                      packed ? nullptr : w2.data<float>(),
                       b2 ? b2->data<float>() : nullptr,
+                      packed ? &w1_ : nullptr,
+                      packed ? &w2_ : nullptr,
                       w1.dim(0),
                       w1.dim(1),
                       w2.dim(1)};
@@ -71,7 +104,8 @@ class FusedMlp : public Kernel {
     const int64_t target = std::clamp<int64_t>(
         kIntermediateBytes / (4 * std::max<int64_t>(op.h, 1)) / kRowTile * kRowTile, kRowTile,
         kBlockRows);
-    if (threads > 1 && (rows + target - 1) / target < threads) {
+    const char* mode = std::getenv("KILN_MLP_MODE");  // XXX experiment
+    if ((mode && mode[0] == 'w') || (threads > 1 && (rows + target - 1) / target < threads)) {
       // Fewer blocks than threads: each thread would stream all of both weights for a few rows,
       // so run all rows as one block and let gemm_f32 split the columns over the threads.
       std::vector<float> h(static_cast<size_t>(rows * op.h));
@@ -102,27 +136,16 @@ class FusedMlp : public Kernel {
     return ctx.has_input(i) && ctx.input(i).defined() ? &ctx.input(i) : nullptr;
   }
 
-  // Rows [r0, r0 + m) of Y, with `h` (m x H) for the intermediate.
+  // Rows [r0, r0 + m) of Y, with `h` (m x H) for the intermediate: fc1 with B1 and the
+  // activation in its write-out, then fc2 with B2 in its.
   void block(const Operands& op, int64_t r0, int64_t m, float* h, float* y,
              ThreadPool* pool) const {
-    gemm_f32(false, false, m, op.h, op.k, 1.0f, op.x + r0 * op.k, op.k, op.w1, op.h, 0.0f, h, op.h,
-             pool);
-    // The bias in float, then the activation in double, as FusedMatMul's epilogue does.
-    for (int64_t i = 0; i < m; ++i) {
-      float* row = h + i * op.h;
-      if (op.b1)
-        for (int64_t j = 0; j < op.h; ++j) row[j] += op.b1[j];
-      if (act_.kind != kiln_ops::Activation::Kind::kNone)
-        for (int64_t j = 0; j < op.h; ++j) row[j] = static_cast<float>(act_(row[j]));
-    }
-    float* yb = y + r0 * op.n;
-    gemm_f32(false, false, m, op.n, op.h, 1.0f, h, op.h, op.w2, op.n, 0.0f, yb, op.n, pool);
-    if (op.b2)
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < op.n; ++j) yb[i * op.n + j] += op.b2[j];
+    product(m, op.k, op.h, op.x + r0 * op.k, op.w1, op.w1_packed, op.b1, &act_, h, pool);
+    product(m, op.h, op.n, h, op.w2, op.w2_packed, op.b2, nullptr, y + r0 * op.n, pool);
   }
 
-  kiln_ops::Activation act_;
+  gemm::Epilogue act_;
+  gemm::PackedMatrix w1_, w2_;
 };
 
 Result<std::unique_ptr<Kernel>> create(const ir::Node& node, int64_t) {

@@ -1,5 +1,6 @@
-// Reference kernel of ai.kiln.LayerNorm: ONNX LayerNormalization's Y for models older than
-// opset 17. Statistics in double; half types are computed in float32.
+// Kernel of ai.kiln.LayerNorm: ONNX LayerNormalization's Y for models older than opset 17.
+// float32: vectorised rows over the thread pool (normalize_row.h); half and double types are
+// computed in float32 with statistics in double.
 #include "kernels/kernel_util.h"
 #include "kernels/kiln/normalize_row.h"
 
@@ -27,6 +28,21 @@ Status layer_norm(KernelContext& ctx) {
     KILN_ASSIGN_OR_RETURN(row[i], broadcast_row(ctx, ctx.input(1 + i), norm_shape,
                                                 i ? "LayerNorm B" : "LayerNorm Scale"));
   }
+  if (x.dtype() == DType::kFloat32) {
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, DType::kFloat32, x.shape()));
+    const float* xd = x.data<float>();
+    float* yd = y->data<float>();
+    const float* gamma = row[0].data();
+    const float* beta = has_b ? row[1].data() : nullptr;
+    for_rows(ctx.pool, outer, len, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* xr = xd + r * len;
+        normalize_row_f32(xr, len, layer_norm_stats(xr, len, eps), gamma, beta, yd + r * len);
+      }
+    });
+    return Status::ok();
+  }
+  // Half and double types: through float32, statistics in double.
   KILN_ASSIGN_OR_RETURN(Tensor xf, to_float32(x));
   KILN_ASSIGN_OR_RETURN(Tensor y, Tensor::make(DType::kFloat32, x.shape()));
   for (int64_t g = 0; g < outer; ++g)

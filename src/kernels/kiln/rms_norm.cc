@@ -1,5 +1,6 @@
-// Reference kernel of ai.kiln.RMSNorm: Y = X / sqrt(mean(X^2 over axes [axis, rank)) + epsilon)
-// * Scale. The mean is accumulated in double; half types are computed in float32.
+// Kernel of ai.kiln.RMSNorm: Y = X / sqrt(mean(X^2 over axes [axis, rank)) + epsilon) * Scale.
+// float32: vectorised rows over the thread pool (normalize_row.h); half and double types are
+// computed in float32 with the mean accumulated in double.
 #include <cmath>
 
 #include "kernels/kernel_util.h"
@@ -25,6 +26,21 @@ Status rms_norm(KernelContext& ctx) {
   std::vector<float> scale;
   if (has_scale) {
     KILN_ASSIGN_OR_RETURN(scale, broadcast_row(ctx, ctx.input(1), norm_shape, "RMSNorm Scale"));
+  }
+  if (x.dtype() == DType::kFloat32) {
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, DType::kFloat32, x.shape()));
+    const float* xd = x.data<float>();
+    float* yd = y->data<float>();
+    for_rows(ctx.pool, outer, len, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* xr = xd + r * len;
+        const double sq = row_sum_f32(xr, len, 0.0f, true);
+        const RowStats st{0.0f,
+                          static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(len) + eps))};
+        normalize_row_f32(xr, len, st, has_scale ? scale.data() : nullptr, nullptr, yd + r * len);
+      }
+    });
+    return Status::ok();
   }
   KILN_ASSIGN_OR_RETURN(Tensor xf, to_float32(x));
   KILN_ASSIGN_OR_RETURN(Tensor y, Tensor::make(DType::kFloat32, x.shape()));

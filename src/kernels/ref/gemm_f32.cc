@@ -67,6 +67,30 @@ void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float
   gemm::gemm_f32_blocked(args, pool);
 }
 
+void gemm_f32_prepacked(bool trans_a, int64_t m, float alpha, const float* a, int64_t lda,
+                        const gemm::PackedMatrix& b, float beta, float* c, int64_t ldc,
+                        const float* bias, const gemm::Epilogue* epilogue, ThreadPool* pool) {
+  gemm::GemmF32Args args;
+  args.trans_a = trans_a;
+  args.m = m, args.n = b.n(), args.k = b.k();
+  args.alpha = alpha, args.beta = beta;
+  args.a = a, args.lda = lda, args.c = c, args.ldc = ldc;
+  args.bias = bias, args.packed_b = &b, args.epilogue = epilogue;
+  gemm::gemm_f32_blocked(args, pool);
+}
+
+Result<gemm::PackedMatrix> pack_weight(const Tensor& w, bool trans) {
+  if (w.rank() != 2) return Status::error("a weight to prepack must be 2-D, got " + shape_str(w.shape()));
+  if (w.dtype() != DType::kFloat32 && w.dtype() != DType::kFloat16 && w.dtype() != DType::kBFloat16)
+    return Status::error(std::string("cannot prepack a ") + dtype_name(w.dtype()) + " weight");
+  if (w.raw_data() == nullptr && w.numel() > 0) return Status::error("the weight has no data");
+  KILN_ASSIGN_OR_RETURN(Tensor wf, to_float32(w));
+  const int64_t k = trans ? w.dim(1) : w.dim(0), n = trans ? w.dim(0) : w.dim(1);
+  gemm::PackedMatrix packed = gemm::PackedMatrix::pack_b(wf.data<float>(), w.dim(1), trans, k, n);
+  if (packed.empty()) return Status::error("out of memory packing a weight of " + shape_str(w.shape()));
+  return packed;
+}
+
 Result<MatMulPlan> plan_matmul(const Shape& a_in, const Shape& b_in) {
   if (a_in.empty() || b_in.empty())
     return Status::error("MatMul operands must have rank >= 1, got " + shape_str(a_in) + " and " +

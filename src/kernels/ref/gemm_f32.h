@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/gemm/epilogue.h"
+#include "kernels/cpu/gemm/packed_matrix.h"
 #include "kiln/status.h"
 #include "kiln/tensor.h"
 
@@ -18,6 +20,17 @@ class ThreadPool;
 void gemm_f32(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
               const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
               int64_t ldc, ThreadPool* pool);
+
+// The same with B a weight packed once (pack_weight) and the fused tail: C = epilogue(alpha *
+// op(A) * B + beta * C (+ bias[j] on every row)); bias and epilogue may be null.
+void gemm_f32_prepacked(bool trans_a, int64_t m, float alpha, const float* a, int64_t lda,
+                        const gemm::PackedMatrix& b, float beta, float* c, int64_t ldc,
+                        const float* bias, const gemm::Epilogue* epilogue, ThreadPool* pool);
+
+// A constant 2-D weight (float32, float16 or bfloat16) packed for gemm_f32_prepacked: op(W) is
+// W, or W transposed when `trans` (Gemm's transB). What MatMul-like kernels build in
+// Kernel::prepare.
+Result<gemm::PackedMatrix> pack_weight(const Tensor& w, bool trans);
 
 // Same contract for any arithmetic type (double, integers); single-threaded i-k-j loop.
 template <typename T>

@@ -1,5 +1,7 @@
 // Reference MatMul (numpy batch broadcasting, 1-D operands), Gemm (transA/transB/alpha/beta,
-// unidirectional C broadcast) and MatMulInteger (int8/uint8 with zero points, int32 out).
+// unidirectional C broadcast) and MatMulInteger (int8/uint8 with zero points, int32 out). A
+// constant 2-D float B (a weight) is packed once in prepare for the fast GEMM and then only the
+// packed copy is read, so the runtime can free the original.
 #include <algorithm>
 
 #include "core/thread_pool.h"
@@ -11,7 +13,19 @@ namespace {
 
 bool is_half(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
 
-Status matmul(KernelContext& ctx) {
+// B as a 2-D float weight prepacked at compile time, when it is a constant (else empty).
+Status prepack_weight(const std::vector<const Tensor*>& constants, size_t index, bool trans,
+                      std::vector<bool>& absorbed, gemm::PackedMatrix& packed) {
+  if (constants.size() <= index || constants[index] == nullptr) return Status::ok();
+  const Tensor& w = *constants[index];
+  if (w.rank() != 2 || !(w.dtype() == DType::kFloat32 || is_half(w.dtype()))) return Status::ok();
+  KILN_ASSIGN_OR_RETURN(packed, pack_weight(w, trans));
+  absorbed[index] = true;  // every run that can succeed reads the packed copy
+  return Status::ok();
+}
+
+// numpy matmul; `packed` (or null) is B prepacked, whose data run() then never reads.
+Status matmul(KernelContext& ctx, const gemm::PackedMatrix* packed) {
   if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
     return ctx.error("MatMul needs 2 inputs");
   const Tensor& a = ctx.input(0);
@@ -25,22 +39,35 @@ Status matmul(KernelContext& ctx) {
   const int64_t batches = static_cast<int64_t>(p.a_offsets.size());
   if (a.dtype() == DType::kFloat32 || is_half(a.dtype())) {
     KILN_ASSIGN_OR_RETURN(Tensor af, to_float32(a));
-    KILN_ASSIGN_OR_RETURN(Tensor bf, to_float32(b));
     KILN_ASSIGN_OR_RETURN(Tensor yf, Tensor::make(DType::kFloat32, p.out_shape));
     const float* ad = af.data<float>();
-    const float* bd = bf.data<float>();
     float* yd = yf.data<float>();
-    auto one = [&](int64_t i) {
-      gemm_f32(false, false, p.m, p.n, p.k, 1.0f, ad + p.a_offsets[i], p.k, bd + p.b_offsets[i],
-               p.n, 0.0f, yd + i * p.m * p.n, p.n, ctx.pool);
-    };
-    // Many small matrices (attention heads): parallel over the batch; otherwise inside GEMM.
-    if (ctx.pool != nullptr && batches > 1 && p.m * p.n * p.k < (int64_t{1} << 20)) {
-      ctx.pool->parallel_for(batches, 1, [&](int64_t b0, int64_t b1) {
-        for (int64_t i = b0; i < b1; ++i) one(i);
-      });
+    if (b.rank() <= 2 && a.rank() >= 1) {
+      // One B for every batch of A: the batches are consecutive rows of one GEMM.
+      const int64_t rows = batches * p.m;
+      if (packed) {
+        gemm_f32_prepacked(false, rows, 1.0f, ad, p.k, *packed, 0.0f, yd, p.n, nullptr, nullptr,
+                           ctx.pool);
+      } else {
+        KILN_ASSIGN_OR_RETURN(Tensor bf, to_float32(b));
+        gemm_f32(false, false, rows, p.n, p.k, 1.0f, ad, p.k, bf.data<float>(), p.n, 0.0f, yd, p.n,
+                 ctx.pool);
+      }
     } else {
-      for (int64_t i = 0; i < batches; ++i) one(i);
+      KILN_ASSIGN_OR_RETURN(Tensor bf, to_float32(b));
+      const float* bd = bf.data<float>();
+      auto one = [&](int64_t i) {
+        gemm_f32(false, false, p.m, p.n, p.k, 1.0f, ad + p.a_offsets[i], p.k, bd + p.b_offsets[i],
+                 p.n, 0.0f, yd + i * p.m * p.n, p.n, ctx.pool);
+      };
+      // Many small matrices (attention heads): parallel over the batch; otherwise inside GEMM.
+      if (ctx.pool != nullptr && batches > 1 && p.m * p.n * p.k < (int64_t{1} << 20)) {
+        ctx.pool->parallel_for(batches, 1, [&](int64_t b0, int64_t b1) {
+          for (int64_t i = b0; i < b1; ++i) one(i);
+        });
+      } else {
+        for (int64_t i = 0; i < batches; ++i) one(i);
+      }
     }
     KILN_ASSIGN_OR_RETURN(Tensor y, cast_float_to(yf, a.dtype()));
     ctx.set_output(0, std::move(y));
@@ -61,7 +88,21 @@ Status matmul(KernelContext& ctx) {
   });
 }
 
-Status gemm(KernelContext& ctx) {
+class MatMulKernel : public Kernel {
+ public:
+  Status prepare(const std::vector<const Tensor*>& constants, std::vector<bool>& absorbed) override {
+    return prepack_weight(constants, 1, false, absorbed, packed_);
+  }
+  Status run(KernelContext& ctx) override {
+    return matmul(ctx, packed_.empty() ? nullptr : &packed_);
+  }
+
+ private:
+  gemm::PackedMatrix packed_;
+};
+
+// ONNX Gemm; `packed` (or null) is B prepacked (with transB applied).
+Status gemm(KernelContext& ctx, const gemm::PackedMatrix* packed) {
   if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
     return ctx.error("Gemm needs inputs A and B");
   const Tensor& a = ctx.input(0);
@@ -91,15 +132,33 @@ Status gemm(KernelContext& ctx) {
   }
   if (a.dtype() == DType::kFloat32 || is_half(a.dtype())) {
     KILN_ASSIGN_OR_RETURN(Tensor af, to_float32(a));
-    KILN_ASSIGN_OR_RETURN(Tensor bf, to_float32(b));
     KILN_ASSIGN_OR_RETURN(Tensor yf, Tensor::make(DType::kFloat32, out_shape));
     float* yd = yf.data<float>();
-    if (has_c && beta != 0.0f) {
-      KILN_ASSIGN_OR_RETURN(Tensor cf, to_float32(ctx.input(2)));
+    const bool add_c = has_c && beta != 0.0f;
+    Tensor cf;
+    if (add_c) {
+      KILN_ASSIGN_OR_RETURN(cf, to_float32(ctx.input(2)));
+    }
+    // C holding one value per column (a bias) goes into the GEMM's write-out instead of a pass
+    // over Y beforehand.
+    const bool c_is_bias = add_c && packed && cf.numel() == n &&
+                           (cf.rank() == 1 || (cf.rank() == 2 && cf.dim(0) == 1));
+    std::vector<float> bias;
+    if (c_is_bias) {
+      bias.resize(static_cast<size_t>(n));
+      for (int64_t j = 0; j < n; ++j) bias[j] = beta * cf.data<float>()[j];
+    } else if (add_c) {
       for (int64_t i = 0; i < m * n; ++i) yd[i] = beta * cf.data<float>()[c_off[i]];
     }
-    gemm_f32(ta, tb, m, n, k, alpha, af.data<float>(), a.dim(1), bf.data<float>(), b.dim(1),
-             has_c && beta != 0.0f ? 1.0f : 0.0f, yd, n, ctx.pool);
+    const float beta_y = add_c && !c_is_bias ? 1.0f : 0.0f;
+    if (packed) {
+      gemm_f32_prepacked(ta, m, alpha, af.data<float>(), a.dim(1), *packed, beta_y, yd, n,
+                         c_is_bias ? bias.data() : nullptr, nullptr, ctx.pool);
+    } else {
+      KILN_ASSIGN_OR_RETURN(Tensor bf, to_float32(b));
+      gemm_f32(ta, tb, m, n, k, alpha, af.data<float>(), a.dim(1), bf.data<float>(), b.dim(1),
+               beta_y, yd, n, ctx.pool);
+    }
     KILN_ASSIGN_OR_RETURN(Tensor y, cast_float_to(yf, a.dtype()));
     ctx.set_output(0, std::move(y));
     return Status::ok();
@@ -117,6 +176,19 @@ Status gemm(KernelContext& ctx) {
     return Status::ok();
   });
 }
+
+class GemmKernel : public Kernel {
+ public:
+  explicit GemmKernel(bool trans_b) : trans_b_(trans_b) {}
+  Status prepare(const std::vector<const Tensor*>& constants, std::vector<bool>& absorbed) override {
+    return prepack_weight(constants, 1, trans_b_, absorbed, packed_);
+  }
+  Status run(KernelContext& ctx) override { return gemm(ctx, packed_.empty() ? nullptr : &packed_); }
+
+ private:
+  bool trans_b_;
+  gemm::PackedMatrix packed_;
+};
 
 // Zero point of an 8-bit quantized operand as int32 values: scalar, or one per row/column.
 Result<std::vector<int32_t>> read_zero_points(const Tensor& zp, DType want) {
@@ -178,8 +250,13 @@ Status matmul_integer(KernelContext& ctx) {
 
 }  // namespace
 
-KILN_REGISTER_KERNEL("", "MatMul", matmul);
-KILN_REGISTER_KERNEL("", "Gemm", gemm);
+const KernelRegistrar kMatMul("", "MatMul", "ref", [](const ir::Node&, int64_t) {
+  return Result<std::unique_ptr<Kernel>>(std::make_unique<MatMulKernel>());
+});
+const KernelRegistrar kGemm("", "Gemm", "ref", [](const ir::Node& node, int64_t) {
+  return Result<std::unique_ptr<Kernel>>(
+      std::make_unique<GemmKernel>(node.attr_int("transB", 0) != 0));
+});
 KILN_REGISTER_KERNEL("", "MatMulInteger", matmul_integer);
 
 }  // namespace kiln

@@ -27,6 +27,9 @@ struct MicroKernel {
   const char* name;  // e.g. "f32_gemm_6x16_avx2"
   int64_t mr, nr;
   int64_t mc, kc, nc;  // cache blocks tuned for this tile: A block mc x kc, B panel kc x nc
+  // Prepacked B (packed_matrix.h) is cut into slices this deep at most: a K up to it is one
+  // slice, so C is written once instead of read and rewritten once per kc slice.
+  int64_t kc_packed;
   MicroKernelFn fn;
 };
 

@@ -19,6 +19,11 @@ void f32_gemm_6x16_avx2(const TileArgs& t) {
   const float* a = t.a;
   const float* b = t.b;
   const int64_t kc = t.kc;
+  // C's lines are wanted at the end (stored, or read when beta != 0): ask for them now.
+  for (int i = 0; i < kMr; ++i) {
+    _mm_prefetch(reinterpret_cast<const char*>(t.c + i * t.ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(t.c + i * t.ldc + kNr - 1), _MM_HINT_T0);
+  }
   for (int64_t p = 0; p < kc; ++p, a += kMr, b += kNr) {
     const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
 #pragma GCC unroll 6
@@ -52,7 +57,7 @@ void f32_gemm_6x16_avx2(const TileArgs& t) {
 
 MicroKernel f32_gemm_6x16_avx2_kernel() {
   // B micro-panel kc x 16 (16 KiB at kc 256) stays in L1; A block mc x kc (~190 KiB) in L2.
-  return {"f32_gemm_6x16_avx2", kMr, kNr, 186, 256, 3072, f32_gemm_6x16_avx2};
+  return {"f32_gemm_6x16_avx2", kMr, kNr, 186, 256, 3072, 1024, f32_gemm_6x16_avx2};
 }
 
 }  // namespace kiln::gemm

@@ -15,6 +15,7 @@ namespace {
 #endif
 constexpr int kMr = KILN_AVX512_MR, kNr = 32;
 
+
 void f32_gemm_avx512(const TileArgs& t) {
   __m512 acc[kMr][2];
   // Every loop over acc fully unrolled, or GCC keeps acc in memory.
@@ -25,6 +26,12 @@ void f32_gemm_avx512(const TileArgs& t) {
   const float* a = t.a;
   const float* b = t.b;
   const int64_t kc = t.kc;
+  // C's lines are wanted at the end (stored, or read when beta != 0): ask for them now, so a
+  // cold tile does not stall the stores after kc steps.
+  for (int i = 0; i < kMr; ++i) {
+    _mm_prefetch(reinterpret_cast<const char*>(t.c + i * t.ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(t.c + i * t.ldc + kNr - 1), _MM_HINT_T0);
+  }
   for (int64_t p = 0; p < kc; ++p, a += kMr, b += kNr) {
     const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
 #pragma GCC unroll 16
@@ -61,7 +68,7 @@ MicroKernel f32_gemm_avx512_kernel() {
                                   : KILN_AVX512_MR == 12 ? "f32_gemm_12x32_avx512"
                                                          : "f32_gemm_14x32_avx512";
   // kc 256: B micro-panel 32 KiB, measured no worse than 128 or 384 (DESIGN.md, bench/).
-  return {name, kMr, kNr, 8 * 24, 256, 3072, f32_gemm_avx512};
+  return {name, kMr, kNr, 8 * 24, 256, 3072, 1024, f32_gemm_avx512};
 }
 
 }  // namespace kiln::gemm

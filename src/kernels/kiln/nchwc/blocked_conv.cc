@@ -1,18 +1,84 @@
 // Kernel of ai.kiln.BlockedConv: FusedConv's semantics on the blocked NCHWc layout (X blocked,
-// or plain with at most 8 channels), weights already reordered by the nchwc-layout pass. Checks the operands, then runs the AVX2 dense or
-// depthwise path (blocked_conv_*_avx2.cc). Semantics: docs/ops.md.
+// or plain with at most 8 channels), weights already reordered by the nchwc-layout pass. Checks
+// the operands, then runs one path: Winograd (blocked_conv_winograd*.cc) for the 3x3s it takes at
+// prepare, the depthwise kernel, or the dense direct kernel (AVX-512 when the CPU has it, on
+// weights paired at prepare; else AVX2). Semantics: docs/ops.md.
 #include "kernels/kiln/nchwc/blocked_conv.h"
 
+#include <array>
+#include <cstdlib>
+
+#include "core/cpu_features.h"
 #include "kernels/kernel_util.h"
+#include "kernels/kiln/nchwc/blocked_conv_dense_prep.h"
+#include "kernels/kiln/nchwc/blocked_conv_winograd.h"
 #include "kernels/kiln/nchwc/blocked_layout.h"
 #include "kernels/ref/conv_util.h"
 
 namespace kiln::nchwc {
 namespace {
 
+// The dense direct path: the AVX-512 kernel on weights paired once (prepare), or per run when W
+// is not a constant; the AVX2 kernel on W itself without AVX-512 or with
+// KILN_DISABLE_AVX512_CONV=1 in the environment.
+class DenseDirect {
+ public:
+  DenseDirect() {
+    const char* off = std::getenv("KILN_DISABLE_AVX512_CONV");
+    avx512_ = cpu_features().has_avx512() && !(off && off[0] == '1');
+  }
+
+  void prepare(const std::vector<const Tensor*>& constants, std::vector<bool>& absorbed) {
+    if (!avx512_ || constants.size() < 2 || constants[1] == nullptr) return;
+    const Tensor& w = *constants[1];
+    if (w.dtype() != DType::kFloat32 || w.rank() != 6 || w.dim(4) != kBlock || w.dim(5) != kBlock)
+      return;  // not dense weights: run() reports it
+    dims_ = {w.dim(0), w.dim(1), w.dim(2) * w.dim(3)};
+    pair_dense_weights(w.data<float>(), dims_[0], dims_[1], dims_[2],
+                       paired_.get(paired_weights_floats(dims_[0], dims_[1], dims_[2])));
+    paired_ready_ = true;
+    absorbed[1] = true;
+  }
+
+  // w: W's data, null when prepare absorbed it.
+  Status run(const BlockedConvShape& s, const float* x, const float* w, const BlockedEpilogue& e,
+             float* y, ThreadPool* pool) const {
+    if (!avx512_) {
+      blocked_conv_dense_avx2(s, x, w, e, y, pool);
+      return Status::ok();
+    }
+    const float* paired = paired_.data();
+    if (!paired_ready_) {
+      thread_local AlignedBuffer per_run;
+      const int64_t taps = s.kh * s.kw;
+      float* p = per_run.get(paired_weights_floats(s.mb, s.cb, taps));
+      pair_dense_weights(w, s.mb, s.cb, taps, p);
+      paired = p;
+    } else if (dims_ != std::array<int64_t, 3>{s.mb, s.cb, s.kh * s.kw}) {
+      return Status::error("dense weights prepared for a different convolution");
+    }
+    blocked_conv_dense_avx512(s, x, paired, e, y, pool);
+    return Status::ok();
+  }
+
+  bool absorbs() const { return paired_ready_; }
+
+ private:
+  bool avx512_ = false, paired_ready_ = false;
+  std::array<int64_t, 3> dims_{};  // mb, cb, taps of the paired weights
+  AlignedBuffer paired_;
+};
+
 class BlockedConv : public Kernel {
  public:
-  explicit BlockedConv(kiln_ops::Activation act) : act_(act) {}
+  BlockedConv(kiln_ops::Activation act, const ir::Node& node)
+      : act_(act), depthwise_(node.attr_int("group", 1) != 1), winograd_(node) {}
+
+  Status prepare(const std::vector<const Tensor*>& constants, std::vector<bool>& absorbed) override {
+    KILN_RETURN_IF_ERROR(winograd_.prepare(constants, absorbed));  // the 3x3s it pays for
+    if (!winograd_.ready() && !depthwise_) dense_.prepare(constants, absorbed);
+    return Status::ok();
+  }
 
   Status run(KernelContext& ctx) override {
     if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
@@ -57,12 +123,13 @@ class BlockedConv : public Kernel {
     }
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, DType::kFloat32, y_shape));
     const float* x = ctx.input(0).data<float>();
-    const float* w = ctx.input(1).data<float>();
-    if (s.depthwise)
-      blocked_conv_depthwise_avx2(s, x, w, e, y->data<float>(), ctx.pool);
-    else
-      blocked_conv_dense_avx2(s, x, w, e, y->data<float>(), ctx.pool);
-    return Status::ok();
+    if (winograd_.ready()) return winograd_.run(s, x, e, y->data<float>(), ctx.pool);
+    if (s.depthwise) {
+      blocked_conv_depthwise_avx2(s, x, ctx.input(1).data<float>(), e, y->data<float>(), ctx.pool);
+      return Status::ok();
+    }
+    const float* w = dense_.absorbs() ? nullptr : ctx.input(1).data<float>();
+    return dense_.run(s, x, w, e, y->data<float>(), ctx.pool);
   }
 
  private:
@@ -119,12 +186,15 @@ class BlockedConv : public Kernel {
   }
 
   kiln_ops::Activation act_;
+  bool depthwise_;
+  BlockedConvWinograd winograd_;
+  DenseDirect dense_;
 };
 
 Result<std::unique_ptr<Kernel>> create(const ir::Node& node, int64_t) {
   auto act = kiln_ops::read_activation(node, "activation", "activation_params");
   if (!act) return Status::error(node.describe() + ": " + act.status().message());
-  return std::unique_ptr<Kernel>(std::make_unique<BlockedConv>(*act));
+  return std::unique_ptr<Kernel>(std::make_unique<BlockedConv>(*act, node));
 }
 
 const KernelRegistrar kRegistrar("ai.kiln", "BlockedConv", "avx2", create);

@@ -48,6 +48,21 @@ void blocked_conv_reference(const BlockedConvShape& s, const float* x, const flo
 void blocked_conv_dense_avx2(const BlockedConvShape& s, const float* x, const float* w,
                              const BlockedEpilogue& e, float* y, ThreadPool* pool);
 
+// How blocked_conv_dense_avx512 splits the work; zero fields are chosen from the shape (the
+// benchmark and the tests force them).
+struct DenseTuning {
+  int pairs = 0;             // output block pairs per register tile, 1 to 4
+  int64_t chunk_bytes = 0;   // weights of one tile's chunk of input blocks (kept in L2)
+  int64_t unit_bytes = 0;    // input of one unit of output rows or pixels (kept in L2)
+};
+
+// The AVX-512 direct convolution (group 1), register tiles of pixels x pairs of output blocks:
+// w is paired by pair_dense_weights (blocked_conv_dense_prep.h). Only call it when
+// cpu_features().has_avx512().
+void blocked_conv_dense_avx512(const BlockedConvShape& s, const float* x, const float* w,
+                               const BlockedEpilogue& e, float* y, ThreadPool* pool,
+                               const DenseTuning& tuning = {});
+
 // The AVX2/FMA depthwise convolution, a register tile of pixels x one channel block.
 void blocked_conv_depthwise_avx2(const BlockedConvShape& s, const float* x, const float* w,
                                  const BlockedEpilogue& e, float* y, ThreadPool* pool);

@@ -1,0 +1,54 @@
+// What the dense BlockedConv kernels prepare before their register tiles run (plain C++, no ISA
+// flags):
+//  - the input as the tiles want it: every tap of every output pixel inside the tensor (no border
+//    cases), and a strided 1x1 conv (resnet's downsample) turned into a GEMM over contiguous
+//    pixels. Either costs one copy of the input, small next to the Cb * KH * KW FMAs per output
+//    element, and makes every tile a full one;
+//  - the dense weights in the AVX-512 kernel's layout (packed once, at compile time).
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+
+#include "kernels/kiln/nchwc/blocked_conv.h"
+
+namespace kiln::nchwc {
+
+// A 64-byte aligned float buffer that only grows.
+class AlignedBuffer {
+ public:
+  float* get(int64_t floats);  // at least `floats`, contents kept only when it does not grow
+  const float* data() const { return data_.get(); }
+
+ private:
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float[], Free> data_;
+  int64_t size_ = 0;
+};
+
+struct DenseInput {
+  BlockedConvShape s;  // the geometry over `x`: pads 0
+  const float* x;      // the caller's X, or `scratch` holding the copy
+};
+
+// X [N, planes, H, W, pixel] (planes = Cb, pixel = 8; or a plain input: planes = C, pixel = 1) as
+// the tiles read it:
+//  - a 1x1 conv with stride > 1 and no pads: the pixels it reads, gathered contiguously
+//    (s.h x s.w = OH x OW, stride 1: a pointwise conv);
+//  - a conv whose taps reach past the input: copied into a zero border just wide enough;
+//  - anything else: X itself.
+// `scratch` must outlive the use of the result; the copy runs on `pool`.
+DenseInput dense_input(const BlockedConvShape& s, const float* x, AlignedBuffer& scratch,
+                       ThreadPool* pool);
+
+// Dense weights [mb, cb, kh, kw, 8 (input lane), 8 (output lane)] as blocked_conv_dense_avx512
+// reads them: output blocks in pairs (16 channels, one zmm),
+//   [ceil(mb / 2), cb, kh, kw, 8 (input lane), 16 (lanes of blocks 2p, 2p + 1)],
+// the second block of an odd last pair zero.
+int64_t paired_weights_floats(int64_t mb, int64_t cb, int64_t taps);
+void pair_dense_weights(const float* w, int64_t mb, int64_t cb, int64_t taps, float* out);
+
+}  // namespace kiln::nchwc

@@ -1,0 +1,296 @@
+// The per-call part of Winograd F(4x4, 3x3) on the blocked layout (the scheme of NNPACK and
+// oneDNN's winograd convs): a task takes a chunk of output tiles and a range of output panels,
+//   1. transforms each tile's 6x6 input patch, 8 input channels at a time (one ymm per pixel),
+//      into V [36 points][input blocks][tiles][8];
+//   2. runs the 36 GEMMs M[xi] = V[xi] * U[xi] with the micro-kernel (..._avx2/avx512.cc);
+//   3. transforms M back to 4x4 output pixels per tile, 8 output channels at a time, adding the
+//      bias and the fused epilogue, and stores the pixels inside the output.
+// V and M of a task are sized to stay in L2 (chunk of tiles); when the image has few tiles (deep
+// layers), tasks split the output channels instead, so each thread streams only its part of U.
+#include "kernels/kiln/nchwc/blocked_conv_winograd.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+
+#include "kernels/kiln/nchwc/activation_avx2.h"
+#include "kernels/kiln/nchwc/blocked_layout.h"
+
+namespace kiln::nchwc {
+namespace {
+
+// One task's transformed input and products (bytes): about half of Zen 4's 1 MiB L2 (measured
+// by bench/conv_winograd_bench.cc: 256-768 KiB within noise on resnet50's layers).
+constexpr int64_t kDefaultL2Bytes = 512 * 1024;
+
+// A 64-byte aligned per-thread buffer that only grows.
+struct Scratch {
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float[], Free> data;
+  int64_t size = 0;
+  float* get(int64_t n) {
+    if (n > size) {
+      data.reset(static_cast<float*>(std::aligned_alloc(64, (n * 4 + 63) / 64 * 64)));
+      size = n;
+    }
+    return data.get();
+  }
+};
+
+// The 1-D transforms of F(m, 3), applied to the columns then the rows of a patch. F(4, 3):
+// o = B^T d over six values (a column or a row of the patch):
+//   o0 = 4 d0 - 5 d2 + d4            o3 = (d4 - d2) + 2 (d3 - d1)
+//   o1 = (d3 + d4) - 4 (d1 + d2)     o4 = (d4 - d2) - 2 (d3 - d1)
+//   o2 = (d4 - d3) + 4 (d1 - d2)     o5 = 4 d1 - 5 d3 + d5
+inline void input_1d_f4(const __m256* d, __m256* o) {
+  const __m256 two = _mm256_set1_ps(2.0f), four = _mm256_set1_ps(4.0f);
+  const __m256 five = _mm256_set1_ps(5.0f);
+  o[0] = _mm256_fmadd_ps(four, d[0], _mm256_fnmadd_ps(five, d[2], d[4]));
+  o[1] = _mm256_fnmadd_ps(four, _mm256_add_ps(d[1], d[2]), _mm256_add_ps(d[3], d[4]));
+  o[2] = _mm256_fmadd_ps(four, _mm256_sub_ps(d[1], d[2]), _mm256_sub_ps(d[4], d[3]));
+  const __m256 e42 = _mm256_sub_ps(d[4], d[2]), d31 = _mm256_sub_ps(d[3], d[1]);
+  o[3] = _mm256_fmadd_ps(two, d31, e42);
+  o[4] = _mm256_fnmadd_ps(two, d31, e42);
+  o[5] = _mm256_fmadd_ps(four, d[1], _mm256_fnmadd_ps(five, d[3], d[5]));
+}
+
+// o = A^T m over six values: with a = m1 + m2, b = m1 - m2, c = m3 + m4, d = m3 - m4,
+//   o0 = m0 + a + c,  o1 = b + 2 d,  o2 = a + 4 c,  o3 = b + 8 d + m5.
+inline void output_1d_f4(const __m256* m, __m256* o) {
+  const __m256 a = _mm256_add_ps(m[1], m[2]), b = _mm256_sub_ps(m[1], m[2]);
+  const __m256 c = _mm256_add_ps(m[3], m[4]), d = _mm256_sub_ps(m[3], m[4]);
+  o[0] = _mm256_add_ps(_mm256_add_ps(m[0], a), c);
+  o[1] = _mm256_fmadd_ps(_mm256_set1_ps(2.0f), d, b);
+  o[2] = _mm256_fmadd_ps(_mm256_set1_ps(4.0f), c, a);
+  o[3] = _mm256_add_ps(_mm256_fmadd_ps(_mm256_set1_ps(8.0f), d, b), m[5]);
+}
+
+// F(2, 3): o = B^T d over four values: o0 = d0 - d2, o1 = d1 + d2, o2 = d2 - d1, o3 = d1 - d3.
+inline void input_1d_f2(const __m256* d, __m256* o) {
+  o[0] = _mm256_sub_ps(d[0], d[2]);
+  o[1] = _mm256_add_ps(d[1], d[2]);
+  o[2] = _mm256_sub_ps(d[2], d[1]);
+  o[3] = _mm256_sub_ps(d[1], d[3]);
+}
+
+// o = A^T m over four values: o0 = m0 + m1 + m2, o1 = m1 - m2 - m3.
+inline void output_1d_f2(const __m256* m, __m256* o) {
+  o[0] = _mm256_add_ps(_mm256_add_ps(m[0], m[1]), m[2]);
+  o[1] = _mm256_sub_ps(_mm256_sub_ps(m[1], m[2]), m[3]);
+}
+
+template <int kTile>
+inline void input_1d(const __m256* d, __m256* o) {
+  if constexpr (kTile == 4)
+    input_1d_f4(d, o);
+  else
+    input_1d_f2(d, o);
+}
+
+template <int kTile>
+inline void output_1d(const __m256* m, __m256* o) {
+  if constexpr (kTile == 4)
+    output_1d_f4(m, o);
+  else
+    output_1d_f2(m, o);
+}
+
+struct Job {
+  const BlockedConvShape& s;
+  const float* x;
+  const WinogradWeights& w;
+  const BlockedEpilogue& e;
+  float* y;
+  int64_t tile;                         // output pixels per tile side: 4 or 2
+  int64_t tiles_w, image_tiles, tiles;  // per row, per image, in all
+  __m256 tail_keep;                     // real lanes of the last output block
+  bool has_tail;
+};
+
+struct TilePos {
+  int64_t n, row, col;  // image, first output row and column
+};
+
+TilePos tile_pos(const Job& j, int64_t t) {
+  const int64_t r = t % j.image_tiles;
+  return {t / j.image_tiles, r / j.tiles_w * j.tile, r % j.tiles_w * j.tile};
+}
+
+// V[xi][cb][i][8] for the `count` tiles from t0.
+template <int kTile>
+void transform_input(const Job& j, int64_t t0, int64_t count, float* v) {
+  constexpr int kP = kTile + 2;  // patch side
+  const BlockedConvShape& s = j.s;
+  const int64_t plane = s.h * s.w * kBlock, point = s.cb * count * kBlock;
+  for (int64_t cb = 0; cb < s.cb; ++cb)
+    for (int64_t i = 0; i < count; ++i) {
+      const TilePos p = tile_pos(j, t0 + i);
+      const int64_t ih0 = p.row - s.pt, iw0 = p.col - s.pl;
+      const float* xp = j.x + (p.n * s.cb + cb) * plane + (ih0 * s.w + iw0) * kBlock;
+      __m256 d[kP][kP];
+      if (ih0 >= 0 && ih0 + kP <= s.h && iw0 >= 0 && iw0 + kP <= s.w) {
+        for (int a = 0; a < kP; ++a)
+          for (int b = 0; b < kP; ++b) d[a][b] = _mm256_loadu_ps(xp + (a * s.w + b) * kBlock);
+      } else {
+        for (int a = 0; a < kP; ++a)
+          for (int b = 0; b < kP; ++b) {
+            const bool inside = ih0 + a >= 0 && ih0 + a < s.h && iw0 + b >= 0 && iw0 + b < s.w;
+            d[a][b] = inside ? _mm256_loadu_ps(xp + (a * s.w + b) * kBlock) : _mm256_setzero_ps();
+          }
+      }
+      __m256 t[kP][kP], col[kP], out[kP];
+      for (int b = 0; b < kP; ++b) {
+        for (int a = 0; a < kP; ++a) col[a] = d[a][b];
+        input_1d<kTile>(col, out);
+        for (int a = 0; a < kP; ++a) t[a][b] = out[a];
+      }
+      float* vp = v + (cb * count + i) * kBlock;
+      for (int a = 0; a < kP; ++a) {
+        input_1d<kTile>(t[a], out);
+        for (int b = 0; b < kP; ++b) _mm256_storeu_ps(vp + (a * kP + b) * point, out[b]);
+      }
+    }
+}
+
+// Y's pixels of the `count` tiles from t0, output blocks [mb0, mb1), from M[xi][i][ldm] whose
+// column 0 is output channel mb0 * 8.
+template <int kTile>
+void transform_output(const Job& j, int64_t t0, int64_t count, int64_t mb0, int64_t mb1,
+                      const float* m, int64_t ldm) {
+  constexpr int kP = kTile + 2, kPixels = kTile * kTile;
+  const BlockedConvShape& s = j.s;
+  const int64_t plane = s.oh * s.ow * kBlock, point = count * ldm;
+  for (int64_t i = 0; i < count; ++i) {
+    const TilePos p = tile_pos(j, t0 + i);
+    const int rows = static_cast<int>(std::min<int64_t>(kTile, s.oh - p.row));
+    const int cols = static_cast<int>(std::min<int64_t>(kTile, s.ow - p.col));
+    for (int64_t mb = mb0; mb < mb1; ++mb) {
+      const float* mp = m + i * ldm + (mb - mb0) * kBlock;
+      __m256 q[kP], t[kTile][kP], o[kPixels];
+      for (int b = 0; b < kP; ++b) {
+        for (int a = 0; a < kP; ++a) q[a] = _mm256_loadu_ps(mp + (a * kP + b) * point);
+        __m256 out[kTile];
+        output_1d<kTile>(q, out);
+        for (int a = 0; a < kTile; ++a) t[a][b] = out[a];
+      }
+      for (int a = 0; a < kTile; ++a) output_1d<kTile>(t[a], o + a * kTile);
+      if (j.e.bias) {
+        const __m256 bias = _mm256_loadu_ps(j.e.bias + mb * kBlock);
+        for (__m256& v : o) v = _mm256_add_ps(v, bias);
+      }
+      const int64_t at = (p.n * s.mb + mb) * plane + (p.row * s.ow + p.col) * kBlock;
+      const float* z = j.e.z ? j.e.z + at : nullptr;
+      if (z && j.e.residual_first)
+        for (int a = 0; a < rows; ++a)
+          for (int b = 0; b < cols; ++b)
+            o[a * kTile + b] =
+                _mm256_add_ps(o[a * kTile + b], _mm256_loadu_ps(z + (a * s.ow + b) * kBlock));
+      apply_activation(j.e.act, o, kPixels);
+      if (z && !j.e.residual_first)
+        for (int a = 0; a < rows; ++a)
+          for (int b = 0; b < cols; ++b)
+            o[a * kTile + b] =
+                _mm256_add_ps(o[a * kTile + b], _mm256_loadu_ps(z + (a * s.ow + b) * kBlock));
+      if (j.has_tail && mb == s.mb - 1)
+        for (__m256& v : o) v = _mm256_and_ps(v, j.tail_keep);
+      float* yp = j.y + at;
+      for (int a = 0; a < rows; ++a)
+        for (int b = 0; b < cols; ++b)
+          _mm256_storeu_ps(yp + (a * s.ow + b) * kBlock, o[a * kTile + b]);
+    }
+  }
+}
+
+// Tiles [t0, t0 + count) x output panels [p0, p1): transform, 36 GEMMs, transform back.
+void run_task(const Job& j, int64_t t0, int64_t count, int64_t p0, int64_t p1) {
+  thread_local Scratch v_buf, m_buf;
+  const BlockedConvShape& s = j.s;
+  const WinogradGemmKernel& k = j.w.kernel();
+  const int64_t mb0 = p0 * k.nr / kBlock, mb1 = std::min(s.mb, p1 * k.nr / kBlock);
+  const int64_t ldm = (p1 - p0) * k.nr, v_point = s.cb * count * kBlock;
+  const int64_t points = j.w.points();
+  float* v = v_buf.get(points * v_point);
+  float* m = m_buf.get(points * count * ldm);
+  if (j.tile == 4)
+    transform_input<4>(j, t0, count, v);
+  else
+    transform_input<2>(j, t0, count, v);
+  for (int64_t xi = 0; xi < points; ++xi)
+    for (int64_t p = p0; p < p1; ++p)
+      for (int64_t kb = 0; kb < s.cb; kb += k.kc_blocks) {
+        WinogradGemmArgs g;
+        g.tiles = count;
+        g.k_blocks = std::min(k.kc_blocks, s.cb - kb);
+        g.v = v + xi * v_point + kb * count * kBlock;
+        g.v_block = count * kBlock;
+        g.u = j.w.panel(xi, p) + kb * kBlock * k.nr;
+        g.m = m + xi * count * ldm + (p - p0) * k.nr;
+        g.ldm = ldm;
+        g.accumulate = kb > 0;
+        k.fn(g);
+      }
+  if (j.tile == 4)
+    transform_output<4>(j, t0, count, mb0, mb1, m, ldm);
+  else
+    transform_output<2>(j, t0, count, mb0, mb1, m, ldm);
+}
+
+}  // namespace
+
+bool winograd_fits(const BlockedConvShape& s) {
+  return !s.depthwise && s.plain_channels == 0 && s.kh == 3 && s.kw == 3 && s.sh == 1 &&
+         s.sw == 1 && s.dh == 1 && s.dw == 1;
+}
+
+void blocked_conv_winograd(const BlockedConvShape& s, const float* x, const WinogradWeights& w,
+                           const BlockedEpilogue& e, float* y, ThreadPool* pool,
+                           const WinogradTuning& tuning) {
+  const int64_t tiles_h = (s.oh + w.tile() - 1) / w.tile();
+  const int64_t tiles_w = (s.ow + w.tile() - 1) / w.tile();
+  const int64_t rem = s.channels % kBlock;
+  const Job j{s, x, w, e, y, w.tile(), tiles_w, tiles_h * tiles_w, s.n * tiles_h * tiles_w,
+              _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(rem)),
+                                                     _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))),
+              rem != 0};
+  if (j.tiles == 0 || s.mb == 0) return;
+  const WinogradGemmKernel& k = w.kernel();
+  const int64_t threads = pool ? pool->threads() : 1;
+
+  // Output panels per task: all of them, unless there are too few tiles to give every thread
+  // two register tiles; then each thread takes a share of the output channels (and of U).
+  int64_t splits = tuning.m_splits;
+  if (splits <= 0) splits = threads > 1 && j.tiles < 2 * k.rows * threads ? threads : 1;
+  const int64_t per_split = (w.panels() + std::min(splits, w.panels()) - 1) /
+                            std::min(splits, w.panels());
+  splits = (w.panels() + per_split - 1) / per_split;
+  // Tiles per task: V and M within the L2 budget, whole register tiles, and a task count that
+  // the threads share evenly.
+  int64_t chunk = tuning.chunk_tiles;
+  if (chunk <= 0) {
+    const int64_t budget = tuning.l2_bytes > 0 ? tuning.l2_bytes : kDefaultL2Bytes;
+    const int64_t per_tile = w.points() * 4 * (s.cb * kBlock + per_split * k.nr);
+    chunk = std::max<int64_t>(1, budget / per_tile);
+    if (chunk > k.rows) chunk = chunk / k.rows * k.rows;
+    // Few tiles (deep layers): one chunk per split even past the budget, so that each task
+    // streams its share of U once rather than once per chunk (512x512@7: 1.3x).
+    if (j.tiles * per_tile <= 2 * budget) chunk = j.tiles;
+    int64_t chunks = (j.tiles + chunk - 1) / chunk;
+    while (threads > 1 && (chunks * splits) % threads != 0 && chunks < j.tiles) ++chunks;
+    chunk = (j.tiles + chunks - 1) / chunks;
+  }
+  chunk = std::min(chunk, j.tiles);
+  const int64_t chunks = (j.tiles + chunk - 1) / chunk;
+  const int64_t flops = 2 * w.points() * j.tiles * s.cb * s.mb * kBlock * kBlock;
+  parallel_range(pool, chunks * splits, flops / 64, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t t0 = task / splits * chunk, p0 = task % splits * per_split;
+      run_task(j, t0, std::min(chunk, j.tiles - t0), p0, std::min(w.panels(), p0 + per_split));
+    }
+  });
+}
+
+}  // namespace kiln::nchwc

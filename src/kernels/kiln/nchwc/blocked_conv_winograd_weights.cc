@@ -1,0 +1,128 @@
+// The compile-time part of Winograd F(4x4, 3x3): which micro-kernel the CPU runs, the weight
+// transform U = G g G^T packed into that kernel's panels, and BlockedConv's decision to use it.
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "core/cpu_features.h"
+#include "kernels/kiln/nchwc/blocked_conv_winograd.h"
+#include "kernels/kiln/nchwc/blocked_layout.h"
+
+namespace kiln::nchwc {
+namespace {
+
+// G of F(4, 3) with interpolation points 0, -1, 1, -2, 2, infinity and of F(2, 3) with 0, 1,
+// -1, infinity (Lavin & Gray 2016), matching the B^T and A^T of blocked_conv_winograd.cc.
+constexpr double kG4[6][3] = {{1.0 / 4, 0, 0},
+                              {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                              {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                              {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                              {1.0 / 24, -1.0 / 12, 1.0 / 6},
+                              {0, 0, 1}};
+constexpr double kG2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+
+// Measured per layer with bench/conv_winograd_bench.cc (2 threads, Zen 4): below this many input
+// and output channels the transforms cost more than the GEMMs save.
+constexpr int64_t kMinChannels = 32;
+
+// F(4x4) when its U (36 x Cin x Cout floats) is small enough to stay in cache between calls;
+// larger U are streamed from memory on every call, and F(2x2)'s 16/36 of them costs less
+// (bench/conv_winograd_bench.cc with KILN_BENCH_COLD=1; resnet50: 64 and 128 channels take
+// F(4x4), 256 and 512 F(2x2)).
+constexpr int64_t kMaxF4WeightBytes = 4 << 20;
+
+int64_t tile_for(int64_t cb, int64_t mb) {
+  return 36 * cb * mb * kBlock * kBlock * int64_t{sizeof(float)} <= kMaxF4WeightBytes ? 4 : 2;
+}
+
+}  // namespace
+
+const std::vector<WinogradGemmKernel>& winograd_gemm_kernels() {
+  static const std::vector<WinogradGemmKernel> kernels = [] {
+    std::vector<WinogradGemmKernel> k;
+    const CpuFeatures& f = cpu_features();
+    if (f.has_avx512()) k.push_back(winograd_gemm_avx512_kernel());
+    if (f.avx2 && f.fma) k.push_back(winograd_gemm_avx2_kernel());
+    return k;
+  }();
+  return kernels;
+}
+
+const WinogradGemmKernel* find_winograd_gemm_kernel(const char* name) {
+  for (const WinogradGemmKernel& k : winograd_gemm_kernels())
+    if (std::strcmp(k.name, name) == 0) return &k;
+  return nullptr;
+}
+
+void WinogradWeights::Free::operator()(float* p) const { std::free(p); }
+
+WinogradWeights::WinogradWeights(const float* w, int64_t mb, int64_t cb, int64_t tile,
+                                 const WinogradGemmKernel& kernel)
+    : tile_(tile == 2 ? 2 : 4), kernel_(kernel), mb_(mb), cb_(cb),
+      panels_((mb * kBlock + kernel.nr - 1) / kernel.nr) {
+  const int64_t k = cb * kBlock, nr = kernel.nr;
+  const int p = static_cast<int>(tile_) + 2;
+  const double* G = tile_ == 4 ? &kG4[0][0] : &kG2[0][0];  // p x 3
+  const int64_t bytes = points() * panels_ * k * nr * int64_t{sizeof(float)};
+  data_.reset(static_cast<float*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+  std::memset(data_.get(), 0, bytes);  // output channels past mb * 8
+  for (int64_t m = 0; m < mb * kBlock; ++m)
+    for (int64_t c = 0; c < k; ++c) {
+      // g[a][b] = W[m/8, c/8, a, b, c%8, m%8]; u = G g G^T in double.
+      const float* g = w + ((m / kBlock) * cb + c / kBlock) * 9 * kBlock * kBlock +
+                       (c % kBlock) * kBlock + m % kBlock;
+      double gg[6][3];
+      for (int i = 0; i < p; ++i)
+        for (int b = 0; b < 3; ++b) {
+          gg[i][b] = 0;
+          for (int a = 0; a < 3; ++a) gg[i][b] += G[i * 3 + a] * g[(a * 3 + b) * kBlock * kBlock];
+        }
+      float* u = data_.get() + (m / nr * k + c) * nr + m % nr;
+      for (int i = 0; i < p; ++i)
+        for (int jj = 0; jj < p; ++jj) {
+          double v = 0;
+          for (int b = 0; b < 3; ++b) v += gg[i][b] * G[jj * 3 + b];
+          u[(i * p + jj) * panels_ * k * nr] = static_cast<float>(v);
+        }
+    }
+}
+
+BlockedConvWinograd::BlockedConvWinograd(const ir::Node& node) {
+  const char* off = std::getenv("KILN_DISABLE_WINOGRAD");
+  if (off != nullptr && *off != '\0' && std::string(off) != "0") return;
+  auto all_ones = [&](const char* name) {
+    for (int64_t v : node.attr_ints(name))
+      if (v != 1) return false;
+    return true;
+  };
+  const std::vector<int64_t> kernel = node.attr_ints("kernel_shape");
+  candidate_ = node.attr_int("group", 1) == 1 && all_ones("strides") && all_ones("dilations") &&
+               (kernel.empty() || kernel == std::vector<int64_t>{3, 3});
+}
+
+Status BlockedConvWinograd::prepare(const std::vector<const Tensor*>& constants,
+                                    std::vector<bool>& absorbed) {
+  if (!candidate_ || constants.size() < 2 || constants[1] == nullptr) return Status::ok();
+  const Tensor& w = *constants[1];
+  // Dense blocked 3x3 weights [Mb, Cb, 3, 3, 8, 8]; anything else is left to run()'s checks.
+  if (w.dtype() != DType::kFloat32 || w.rank() != 6 || w.dim(2) != 3 || w.dim(3) != 3 ||
+      w.dim(4) != kBlock || w.dim(5) != kBlock)
+    return Status::ok();
+  if (w.dim(0) * kBlock < kMinChannels || w.dim(1) * kBlock < kMinChannels) return Status::ok();
+  const auto& kernels = winograd_gemm_kernels();
+  if (kernels.empty()) return Status::ok();
+  weights_ = std::make_unique<const WinogradWeights>(w.data<float>(), w.dim(0), w.dim(1),
+                                                     tile_for(w.dim(1), w.dim(0)), kernels.front());
+  absorbed[1] = true;  // run() never falls back to the direct kernel once the weights are here
+  return Status::ok();
+}
+
+Status BlockedConvWinograd::run(const BlockedConvShape& s, const float* x, const BlockedEpilogue& e,
+                                float* y, ThreadPool* pool) const {
+  if (!winograd_fits(s) || s.mb != weights_->mb() || s.cb != weights_->cb())
+    return Status::error("Winograd weights prepared for a different convolution");
+  blocked_conv_winograd(s, x, *weights_, e, y, pool);
+  return Status::ok();
+}
+
+}  // namespace kiln::nchwc

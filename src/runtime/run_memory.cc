@@ -1,0 +1,171 @@
+// Choosing, per run, between recording (first run of a signature), the arena, and the heap; and
+// learning from how the run went.
+#include "runtime/run_memory.h"
+
+#include <algorithm>
+
+namespace kiln::runtime {
+namespace {
+
+void append_tensor(const Tensor& t, std::vector<int64_t>& sig) {
+  sig.push_back(static_cast<int64_t>(t.dtype()));
+  sig.push_back(t.rank());
+  sig.insert(sig.end(), t.shape().begin(), t.shape().end());
+}
+
+// Everything about the inputs that the sizes of a run's tensors may depend on, short of their data.
+void signature_of(const std::vector<const Value*>& inputs, bool outputs_released, std::vector<int64_t>& sig) {
+  sig.clear();
+  sig.push_back(outputs_released);
+  for (const Value* v : inputs) {
+    if (!v) {
+      sig.push_back(-1);
+      continue;
+    }
+    sig.push_back(static_cast<int64_t>(v->kind));
+    sig.push_back(v->has_element);
+    if (v->is_tensor() || (v->is_optional() && v->element_kind == Value::Kind::kTensor)) {
+      append_tensor(v->tensor, sig);
+    } else {
+      sig.push_back(static_cast<int64_t>(v->sequence.size()));
+      for (const Tensor& t : v->sequence) append_tensor(t, sig);
+    }
+  }
+}
+
+}  // namespace
+
+RunMemory::RunMemory() = default;
+
+RunMemory::~RunMemory() {
+  stop();
+  if (buffer_) buffer_->release();
+}
+
+RunMemory::Entry& RunMemory::entry_for(const std::vector<int64_t>& signature) {
+  for (auto& e : entries_)
+    if (e->signature == signature) return *e;
+  if (entries_.size() >= kMaxSignatures) {
+    auto oldest = std::min_element(entries_.begin(), entries_.end(),
+                                   [](const auto& a, const auto& b) { return a->last_used < b->last_used; });
+    entries_.erase(oldest);
+  }
+  entries_.push_back(std::make_unique<Entry>());
+  entries_.back()->signature = signature;
+  return *entries_.back();
+}
+
+bool RunMemory::ensure_buffer(const MemoryPlan& plan) {
+  const int64_t bytes = plan.summary.arena_bytes;
+  const size_t slots = plan.offsets.size();
+  if (buffer_ && buffer_->data_bytes() >= bytes && buffer_->slots() >= slots) return true;
+  int64_t want_bytes = bytes;
+  size_t want_slots = slots;
+  if (buffer_) {
+    want_bytes = std::max(want_bytes, buffer_->data_bytes());
+    want_slots = std::max(want_slots, buffer_->slots());
+    buffer_->release();
+  }
+  buffer_ = ArenaBuffer::create(want_bytes, want_slots);
+  stats_.arena_bytes = buffer_ ? buffer_->data_bytes() : 0;
+  return buffer_ != nullptr;
+}
+
+void RunMemory::begin(const std::vector<const Value*>& inputs, bool outputs_released) {
+  stop();
+  if (!enabled_) {
+    current_ = nullptr;
+    mode_ = Mode::kHeap;
+    return;
+  }
+  signature_of(inputs, outputs_released, signature_);
+  Entry& e = entry_for(signature_);
+  current_ = &e;
+  e.last_used = ++clock_;
+  TensorAllocator* allocator = nullptr;
+  mode_ = Mode::kHeap;
+  if (e.heap_only) {
+    // Runs of this signature differ among themselves: the heap serves them.
+  } else if (!e.plan) {
+    recording_ = std::make_unique<RecordingAllocator>();
+    allocator = recording_.get();
+    mode_ = Mode::kRecording;
+  } else if (ensure_buffer(*e.plan)) {
+    arena_.start(e.plan.get(), buffer_);
+    allocator = &arena_;
+    mode_ = Mode::kArena;
+  }
+  previous_ = set_thread_tensor_allocator(allocator);
+  installed_ = true;
+}
+
+void RunMemory::stop() {
+  if (!installed_) return;
+  set_thread_tensor_allocator(previous_);
+  installed_ = false;
+}
+
+namespace {
+
+// Replaces a tensor in the arena by a heap copy.
+void move_out(const RunMemory& memory, Tensor& t) {
+  if (t.defined() && t.raw_data() && memory.in_arena(t.raw_data())) t = t.clone();
+}
+
+}  // namespace
+
+void RunMemory::finish(std::vector<Value>* outputs, bool succeeded) {
+  stop();
+  if (outputs && buffer_) {
+    for (Value& v : *outputs) {
+      move_out(*this, v.tensor);
+      for (Tensor& t : v.sequence) move_out(*this, t);
+    }
+  }
+  if (!current_) return;
+  Entry& e = *current_;
+  // A tensor still in the arena now was kept by someone past the run (a kernel's cache): it keeps
+  // the buffer, and the next run gets a new one.
+  const bool escaped = buffer_ && buffer_->references() > 1;
+  if (escaped) {
+    buffer_->release();
+    buffer_ = nullptr;
+    stats_.arena_bytes = 0;
+  }
+  switch (mode_) {
+    case Mode::kRecording: {
+      std::vector<AllocationRecord> records = recording_->trace().close();
+      recording_.reset();
+      ++stats_.recorded_runs;
+      if (succeeded) {
+        e.plan = std::make_unique<MemoryPlan>(plan_memory(records));
+        ++e.recordings;
+        ensure_buffer(*e.plan);  // now, so that the next run allocates nothing
+      }
+      break;
+    }
+    case Mode::kArena:
+      ++stats_.arena_runs;
+      if (arena_.strays() > 0 || escaped) {
+        ++stats_.stray_runs;
+        // Record again; a signature that keeps straying is left to the heap.
+        if (e.recordings >= kMaxRecordings) e.heap_only = true;
+        last_plan_ = e.plan->summary;
+        e.plan.reset();
+      }
+      arena_.start(nullptr, nullptr);
+      break;
+    case Mode::kHeap: break;
+  }
+  if (e.plan) last_plan_ = e.plan->summary;
+  planned_ = e.plan != nullptr || mode_ == Mode::kArena;
+}
+
+MemoryStats RunMemory::stats() const {
+  MemoryStats s = stats_;
+  s.planned = planned_;
+  s.plan = last_plan_;
+  return s;
+}
+
+}  // namespace kiln::runtime

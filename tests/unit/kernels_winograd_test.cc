@@ -1,0 +1,282 @@
+// Winograd F(4x4, 3x3) for BlockedConv against the scalar reference (blocked_conv_reference.cc)
+// over many shapes: channels not multiples of 8, outputs not multiples of 4, pads 0/1/2 and
+// uneven, batch 2, input channels spanning several K passes, many output panels, every epilogue;
+// with each micro-kernel the CPU has, one and two threads, and forced task splits. Then the
+// BlockedConv hook: when it takes a conv, and a whole -O3 model against the plain reference.
+//
+// Tolerance: the transforms scale values by up to 5 (B^T), 1/4..1/24 (G) and 8 (A^T), so float
+// rounding grows with the magnitudes summed, not with the result: the error is bounded relative
+// to scale = conv(|x|, |W|) + |bias| + |Z| (the sum of absolute terms; one float rounding of it
+// is ~6e-8 * scale). F(4x4, 3x3) measures ~1e-6 * scale at most here (printed as "max err /
+// scale"), the direct kernel ~1e-7; the bound below is 1e-5 * scale, and the activations used
+// are at most 1.2-Lipschitz.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+
+#include "core/thread_pool.h"
+#include "kernels/kiln/nchwc/blocked_conv_winograd.h"
+#include "pass_test_util.h"
+
+namespace kiln {
+namespace {
+
+using nchwc::BlockedConvShape;
+using nchwc::BlockedEpilogue;
+using nchwc::WinogradTuning;
+using K = kiln_ops::Activation::Kind;
+
+constexpr double kTolOfScale = 1e-5;
+
+struct Case {
+  int64_t n, c, m, h, w, pt, pl, pb, pr;
+};
+
+const Case kCases[] = {
+    {1, 8, 8, 4, 4, 1, 1, 1, 1},        // one tile, one block each way
+    {2, 12, 20, 11, 13, 1, 1, 1, 1},    // batch 2, odd channels, partial tiles at both edges
+    {1, 17, 9, 7, 6, 0, 0, 0, 0},       // no padding: 5x4 output
+    {1, 40, 72, 9, 10, 0, 1, 1, 0},     // uneven pads
+    {2, 64, 64, 14, 14, 1, 1, 1, 1},    // resnet-like, 2 x 16 tiles
+    {1, 256, 40, 5, 7, 1, 1, 1, 1},     // 32 input blocks: two K passes of the AVX-512 kernel
+    {1, 300, 24, 6, 5, 1, 1, 1, 1},     // 38 input blocks: two K passes of the AVX2 kernel
+    {1, 8, 130, 6, 6, 1, 1, 1, 1},      // 17 output blocks: many panels, a partial last one
+    {1, 16, 16, 3, 2, 2, 2, 2, 2},      // pads wider than the 3x3 reach: all-zero edge patches
+    {1, 24, 16, 1, 1, 1, 1, 1, 1},      // 1x1 image
+    {1, 33, 31, 23, 17, 1, 1, 1, 1},    // 6 x 5 tiles, both tails
+};
+
+struct Errors {
+  double max_abs = 0, max_rel = 0, max_of_scale = 0;
+  void add(const Errors& o) {
+    max_abs = std::max(max_abs, o.max_abs);
+    max_rel = std::max(max_rel, o.max_rel);
+    max_of_scale = std::max(max_of_scale, o.max_of_scale);
+  }
+};
+
+std::vector<float> random_floats(size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> d(-1, 1);
+  std::vector<float> v(n);
+  for (float& f : v) f = d(rng);
+  return v;
+}
+
+struct Operands {
+  BlockedConvShape s;
+  std::vector<float> x, w, bias, z;
+};
+
+Operands make_operands(const Case& c) {
+  std::mt19937 rng(static_cast<uint32_t>(c.c * 131 + c.m * 7 + c.h * 3 + c.n));
+  Operands o;
+  BlockedConvShape& s = o.s;
+  s.n = c.n;
+  s.cb = (c.c + 7) / 8;
+  s.h = c.h;
+  s.w = c.w;
+  s.mb = (c.m + 7) / 8;
+  s.kh = s.kw = 3;
+  s.pt = c.pt;
+  s.pl = c.pl;
+  s.oh = c.h + c.pt + c.pb - 2;
+  s.ow = c.w + c.pl + c.pr - 2;
+  s.channels = c.m;
+  // Padding lanes zero, as ReorderToBlocked and the nchwc-layout pass make them.
+  o.x = random_floats(s.n * s.cb * s.h * s.w * 8, rng);
+  for (size_t i = 0; i < o.x.size(); ++i)
+    if ((i / (s.h * s.w * 8)) % s.cb * 8 + i % 8 >= static_cast<size_t>(c.c)) o.x[i] = 0;
+  o.w = random_floats(s.mb * s.cb * 9 * 64, rng);
+  for (size_t i = 0; i < o.w.size(); ++i) {
+    const size_t lane_in = i / 8 % 8, lane_out = i % 8;
+    const size_t cb = i / (9 * 64) % s.cb, mb = i / (s.cb * 9 * 64);
+    if (cb * 8 + lane_in >= static_cast<size_t>(c.c) || mb * 8 + lane_out >= static_cast<size_t>(c.m))
+      o.w[i] = 0;
+  }
+  o.bias = random_floats(s.mb * 8, rng);
+  o.z = random_floats(s.n * s.mb * s.oh * s.ow * 8, rng);
+  return o;
+}
+
+// Winograd with `kernel` (and the given pool and split) against the reference, for one epilogue.
+Errors check(const Case& c, int64_t tile, const nchwc::WinogradGemmKernel& kernel, K act,
+             bool residual, bool residual_first, ThreadPool* pool, const WinogradTuning& tuning) {
+  SCOPED_TRACE(::testing::Message()
+               << "F(" << tile << "x" << tile << ") " << kernel.name << " n" << c.n << " c" << c.c << " m" << c.m << " " << c.h << "x"
+               << c.w << " pads " << c.pt << c.pl << c.pb << c.pr << " act"
+               << static_cast<int>(act) << " z" << residual << residual_first << " threads "
+               << (pool ? pool->threads() : 1) << " chunk " << tuning.chunk_tiles << " splits "
+               << tuning.m_splits);
+  const Operands o = make_operands(c);
+  const BlockedConvShape& s = o.s;
+  BlockedEpilogue e;
+  e.bias = o.bias.data();
+  e.z = residual ? o.z.data() : nullptr;
+  e.residual_first = residual_first;
+  e.act.kind = act;
+  e.act.p0 = act == K::kClip ? -0.5 : 0.2;
+  e.act.p1 = 0.5;
+  const size_t ysize = o.z.size();
+  std::vector<float> want(ysize), got(ysize, 7.0f), scale(ysize);
+  nchwc::blocked_conv_reference(s, o.x.data(), o.w.data(), e, want.data());
+  {  // scale: the same sums over absolute values
+    std::vector<float> ax(o.x), aw(o.w);
+    for (float& v : ax) v = std::fabs(v);
+    for (float& v : aw) v = std::fabs(v);
+    BlockedEpilogue plain;
+    nchwc::blocked_conv_reference(s, ax.data(), aw.data(), plain, scale.data());
+  }
+  const nchwc::WinogradWeights w(o.w.data(), s.mb, s.cb, tile, kernel);
+  nchwc::blocked_conv_winograd(s, o.x.data(), w, e, got.data(), pool, tuning);
+  Errors err;
+  for (size_t i = 0; i < ysize; ++i) {
+    const int64_t channel = (i / (s.oh * s.ow * 8)) % s.mb * 8 + i % 8;
+    if (channel >= s.channels) {
+      EXPECT_EQ(got[i], 0.0f) << "padding lane " << i;
+      continue;
+    }
+    const double sc = scale[i] + std::fabs(o.bias[channel]) + (residual ? std::fabs(o.z[i]) : 0);
+    const double d = std::fabs(double{got[i]} - want[i]);
+    err.max_abs = std::max(err.max_abs, d);
+    err.max_of_scale = std::max(err.max_of_scale, d / sc);
+    if (std::fabs(want[i]) > 1e-2) err.max_rel = std::max(err.max_rel, d / std::fabs(want[i]));
+    if (d > kTolOfScale * sc) {
+      ADD_FAILURE() << "element " << i << ": got " << got[i] << ", want " << want[i]
+                    << ", scale " << sc;
+      break;
+    }
+  }
+  return err;
+}
+
+void print(const char* what, const Errors& e) {
+  std::printf("[winograd] %s: max abs err %.3g, max rel err %.3g (|y| > 0.01), max err / scale %.3g\n",
+              what, e.max_abs, e.max_rel, e.max_of_scale);
+}
+
+TEST(WinogradConv, MatchesReferenceOnEveryKernel) {
+  ThreadPool pool(2);
+  ASSERT_FALSE(nchwc::winograd_gemm_kernels().empty());
+  for (int64_t tile : {4, 2})
+    for (const nchwc::WinogradGemmKernel& k : nchwc::winograd_gemm_kernels()) {
+      Errors all;
+      for (const Case& c : kCases) {
+        all.add(check(c, tile, k, K::kRelu, false, false, nullptr, {}));
+        all.add(check(c, tile, k, K::kNone, true, false, &pool, {}));
+        all.add(check(c, tile, k, K::kSigmoid, true, true, &pool, {}));
+      }
+      print((std::string("F(") + std::to_string(tile) + "x" + std::to_string(tile) + ") " +
+             k.name).c_str(),
+            all);
+    }
+}
+
+TEST(WinogradConv, ForcedSplitsMatchReference) {
+  // Chunks of 1 and 3 tiles (partial register tiles), output panels split 2 and 5 ways (ragged
+  // last split), on one and two threads.
+  ThreadPool pool(2);
+  for (int64_t tile : {4, 2})
+    for (const nchwc::WinogradGemmKernel& k : nchwc::winograd_gemm_kernels())
+      for (const Case& c : {kCases[1], kCases[7], kCases[10]})
+        for (WinogradTuning t : {WinogradTuning{3, 2, 0}, WinogradTuning{1, 5, 0},
+                                 WinogradTuning{0, 1, 16 * 1024}}) {
+          check(c, tile, k, K::kLeakyRelu, true, false, nullptr, t);
+          check(c, tile, k, K::kRelu, true, true, &pool, t);
+        }
+}
+
+TEST(WinogradConv, EveryActivation) {
+  const Case c{1, 10, 11, 6, 7, 1, 1, 1, 1};
+  ThreadPool pool(2);
+  for (K act : {K::kNone, K::kRelu, K::kClip, K::kLeakyRelu, K::kSigmoid, K::kHardSigmoid,
+                K::kHardSwish, K::kSilu, K::kGelu, K::kGeluTanh, K::kTanh})
+    for (int64_t tile : {4, 2})
+      check(c, tile, nchwc::winograd_gemm_kernels().front(), act, true, false, &pool, {});
+}
+
+// A BlockedConv node with `attrs` and 3x3 weights of c input and m output channels.
+struct Prepared {
+  bool ready;
+  bool absorbed;
+};
+Prepared prepare(int64_t c, int64_t m, std::vector<ir::Attribute> attrs, bool constant_w = true) {
+  ir::Node node;
+  node.op_type = "BlockedConv";
+  node.domain = "ai.kiln";
+  node.attrs = std::move(attrs);
+  Tensor w = Tensor::make(DType::kFloat32, {(m + 7) / 8, (c + 7) / 8, 3, 3, 8, 8}).value();
+  std::fill_n(w.data<float>(), w.numel(), 0.5f);
+  nchwc::BlockedConvWinograd wino(node);
+  std::vector<const Tensor*> constants{nullptr, constant_w ? &w : nullptr, nullptr};
+  std::vector<bool> absorbed(3, false);
+  EXPECT_TRUE(wino.prepare(constants, absorbed).is_ok());
+  EXPECT_FALSE(absorbed[0] || absorbed[2]);
+  return {wino.ready(), absorbed[1]};
+}
+
+TEST(WinogradConv, TakesTheConvsItPaysFor) {
+  using test::attr_i;
+  using test::attr_ints;
+  const Prepared yes = prepare(64, 64, {attr_ints("pads", {1, 1, 1, 1})});
+  EXPECT_TRUE(yes.ready);
+  EXPECT_TRUE(yes.absorbed);  // no other path reads W any more
+  EXPECT_FALSE(prepare(16, 64, {}).ready);  // too few input channels
+  EXPECT_FALSE(prepare(64, 8, {}).ready);   // too few output channels
+  EXPECT_FALSE(prepare(64, 64, {attr_ints("strides", {2, 2})}).ready);
+  EXPECT_FALSE(prepare(64, 64, {attr_ints("dilations", {2, 2})}).ready);
+  EXPECT_FALSE(prepare(64, 64, {attr_i("group", 64)}).ready);
+  const Prepared not_constant = prepare(64, 64, {}, false);
+  EXPECT_FALSE(not_constant.ready);
+  EXPECT_FALSE(not_constant.absorbed);
+  setenv("KILN_DISABLE_WINOGRAD", "1", 1);
+  const Prepared off = prepare(64, 64, {});
+  unsetenv("KILN_DISABLE_WINOGRAD");
+  EXPECT_FALSE(off.ready);
+  EXPECT_FALSE(off.absorbed);
+}
+
+TEST(WinogradConv, OptimizedModelMatchesPlainConvs) {
+  // Two same-padded 3x3 convs of 40 -> 48 -> 36 channels with a Relu between, on a 2 x 40 x 13 x 11
+  // input: at -O3 both become BlockedConvs that Winograd F(4x4) takes.
+  test::Builder b;
+  b.input("x", {2, 40, 13, 11});
+  b.conv("x", "a", 40, 48);
+  b.add("Relu", {"a"}, {"r"});
+  b.conv("r", "y", 48, 36);
+  b.output("y");
+  ir::Model optimized = b.m;
+  OptimizeOptions o;
+  o.level = 3;
+  ASSERT_TRUE(optimize(optimized, o).is_ok());
+  EXPECT_EQ(test::histogram(optimized)["BlockedConv"], 2);
+  const std::vector<Tensor> feeds{b.random({2, 40, 13, 11})};
+  const std::vector<Value> want = test::run_model(b.m, feeds);
+  const std::vector<Value> winograd = test::run_model(optimized, feeds);
+  setenv("KILN_DISABLE_WINOGRAD", "1", 1);
+  const std::vector<Value> direct = test::run_model(optimized, feeds);
+  unsetenv("KILN_DISABLE_WINOGRAD");
+  ASSERT_EQ(want.size(), 1u);
+  ASSERT_EQ(winograd.size(), 1u);
+  ASSERT_EQ(direct.size(), 1u);
+  const Tensor& w = want[0].tensor;
+  ASSERT_EQ(winograd[0].tensor.shape(), w.shape());
+  ASSERT_EQ(direct[0].tensor.shape(), w.shape());
+  // The second conv sums 432 products of values up to ~10 and weights up to 1: scale up to ~500,
+  // so Winograd's ~2.4e-6 of the scale (MatchesReferenceOnEveryKernel) allows ~1e-3; the direct
+  // kernel stays within 1e-4 (relative, absolute below 1).
+  bool differ = false;
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    const float p = w.data<float>()[i], q = winograd[0].tensor.data<float>()[i];
+    const float d = direct[0].tensor.data<float>()[i];
+    ASSERT_LE(std::fabs(p - q), 1e-3f * std::max(1.0f, std::fabs(p))) << "element " << i;
+    ASSERT_LE(std::fabs(p - d), 1e-4f * std::max(1.0f, std::fabs(p))) << "element " << i;
+    differ = differ || q != d;
+  }
+  EXPECT_TRUE(differ) << "the Winograd run gave the direct kernel's bits: was it used?";
+}
+
+}  // namespace
+}  // namespace kiln
