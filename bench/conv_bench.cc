@@ -3,6 +3,7 @@
 // of fma_peak.h measures on this machine (times the threads). Bias + Relu epilogue, batch 1.
 //   kiln_bench_conv [--benchmark_filter=resnet_3x3]
 //   KILN_BENCH_CONV_TUNING=pairs,chunk_bytes,unit_bytes overrides the AVX-512 kernel's split.
+//   KILN_BENCH_CONV_COLD=1 evicts the caches before each run.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -138,8 +139,13 @@ void BM_Conv(benchmark::State& state, Layer l, bool avx512, int threads) {
   run();  // warm up the caches, scratch buffers and threads
   // The fastest run: the CPU is shared, and a slower run measures the neighbours. One thread
   // counts its own CPU time, which time slices given to other processes do not inflate.
+  // KILN_BENCH_CONV_COLD=1: evict the caches before each run (a model's layer finds its weights
+  // in memory, not in L2/L3), by writing a buffer twice the L3 size.
+  static const bool cold = std::getenv("KILN_BENCH_CONV_COLD") != nullptr;
+  static std::vector<float> evict(cold ? 16 << 20 : 0);
   double best = 1e30;
   for (auto _ : state) {
+    for (size_t i = 0; i < evict.size(); i += 16) evict[i] += 1.0f;
     const double t0 = seconds_now(threads);
     run();
     best = std::min(best, seconds_now(threads) - t0);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Every test kiln has, on an already built ./build: unit tests, ONNX conformance (against the
-# checked-in list of known failures), exported models checked by onnx.checker, the model-loader
-# fuzzer for 60 s, and unit tests and conformance again under ASan+UBSan. Ends with a line
-# "test stages: N passed, N failed" and a non-zero exit when any stage failed.
+# Every test kiln has, on an already built ./build: unit tests, heap allocations of steady-state
+# runs, ONNX conformance (against the checked-in list of known failures), exported models checked
+# by onnx.checker, the model-loader fuzzer for 60 s, and unit tests and conformance again under
+# ASan+UBSan. Ends with a line "test stages: N passed, N failed" and a non-zero exit when any stage
+# failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 passed=0 failed=0
@@ -34,6 +35,7 @@ sanitized_tests() {  # the clang ASan+UBSan build made by run_fuzz.sh serves the
 }
 
 stage "unit tests" ./build/tests/kiln_unit_tests --gtest_brief=1
+stage "steady-state runs allocate no tensor (malloc counted)" ./build/tests/kiln_alloc_tests --gtest_brief=1
 stage "ONNX conformance" conformance build
 stage "ONNX conformance, every model optimized at -O3 (the default) first" conformance build --optimize 3
 stage "exported models pass onnx.checker" /usr/bin/python3 tests/check_export.py build

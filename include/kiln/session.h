@@ -80,6 +80,9 @@ class Session {
   // The graph's inputs that are not initializers, in graph order; and its outputs.
   const std::vector<IoInfo>& inputs() const;
   const std::vector<IoInfo>& outputs() const;
+  // The model as run. In a model the session made itself (load, or a copy create() took), an
+  // initializer whose readers all prepacked it keeps its type and shape but no data (raw_data()
+  // is null); a model shared with the caller is left as it was.
   const ir::Model& model() const;
   int threads() const;
 

@@ -26,7 +26,8 @@ thread_local bool t_in_pool_task = false;
 // How long a waiter spins before it sleeps: long enough to span the gap between two short ops
 // (tens of microseconds), short enough that an idle pool sleeps at once to a human.
 constexpr int64_t kSpinNs = 60'000;
-constexpr int64_t kPauseOnlyNs = 5'000;  // the first part of the spin, without yielding
+constexpr int64_t kPauseOnlyNs = 5'000;        // the first part of the spin, without yielding
+constexpr int64_t kContendedYieldNs = 20'000;  // a yield this long: another thread wants the core
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(_M_X64)
@@ -89,17 +90,22 @@ void ThreadPool::wait_for_change(const std::atomic<uint32_t>& word, uint32_t see
   if (spin_ns_ > 0) {
     // After the first few microseconds the spin yields between looks: a thread woken onto this
     // core (the caller, when the scheduler put this worker on the caller's core) gets it back
-    // at once instead of after the whole spin.
-    const auto t0 = std::chrono::steady_clock::now();
+    // at once instead of after the whole spin. A yield that gave the core away for a while
+    // means the core is wanted: then sleep at once, as a thread that spins loses its place in
+    // the scheduler's queue to the ones that sleep.
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
     for (int i = 1;; ++i) {
       if (word.load(std::memory_order_acquire) != seen) return;
       if (i % 64 != 0) {
         cpu_relax();
         continue;
       }
-      const auto spent = std::chrono::steady_clock::now() - t0;
-      if (spent > std::chrono::nanoseconds(spin_ns_)) break;
-      if (spent > std::chrono::nanoseconds(kPauseOnlyNs)) std::this_thread::yield();
+      const auto now = Clock::now();
+      if (now - t0 > std::chrono::nanoseconds(spin_ns_)) break;
+      if (now - t0 < std::chrono::nanoseconds(kPauseOnlyNs)) continue;
+      std::this_thread::yield();
+      if (Clock::now() - now > std::chrono::nanoseconds(kContendedYieldNs)) break;
     }
   }
   for (;;) {

@@ -1,9 +1,9 @@
 // ModelProto -> ir::Model. Every field is validated as it is read, so that the rest of kiln can
-// trust the IR: known dtypes, consistent tensor data, bounded subgraph nesting. A file is parsed
-// as a stream and each tensor's bytes leave the proto as they enter the IR, so loading holds about
-// one copy of the weights, not three (file bytes, proto, IR).
+// trust the IR: known dtypes, consistent tensor data, bounded subgraph nesting. A file is read as
+// a stream, the main graph's initializers one at a time (model_proto_stream.cc), and each tensor's
+// bytes leave the proto as they enter the IR, so loading holds one copy of the weights, not three
+// (file bytes, proto, IR).
 #include <fcntl.h>
-#include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <unistd.h>
@@ -23,6 +23,15 @@ namespace {
 struct Importer {
   std::string base_dir;
   bool saw_external_data = false;  // becomes ir::Model::external_data
+  // The main graph's initializers, converted while the file was read (read_model_proto).
+  std::vector<std::pair<std::string, Tensor>> main_initializers;
+
+  Status add_main_initializer(onnx::TensorProto& p) {
+    auto x = tensor(p);
+    if (!x) return x.status().with_context("initializer '" + p.name() + "'");
+    main_initializers.emplace_back(p.name(), std::move(x).value());
+    return Status::ok();
+  }
 
   // The proto's data is released once it is in the IR: the proto and the IR never both hold
   // all the weights.
@@ -152,6 +161,10 @@ struct Importer {
     ir::Graph g;
     g.name = p.name();
     g.doc = p.doc_string();
+    if (depth == 0) {
+      for (auto& [name, t] : main_initializers) g.initializers[name] = std::move(t);
+      main_initializers.clear();
+    }
     for (auto& t : *p.mutable_initializer()) {
       auto x = tensor(t);
       if (!x) return x.status().with_context("initializer '" + t.name() + "'");
@@ -198,27 +211,15 @@ struct Importer {
   }
 };
 
-// Parses a ModelProto from `stream`, which holds `size` bytes (the whole stream is consumed).
-Status parse_proto(google::protobuf::io::ZeroCopyInputStream* stream, int64_t size,
-                   onnx::ModelProto* proto) {
-  if (size > INT_MAX) return Status::error("model file is over 2 GiB; store weights as external data");
-  google::protobuf::io::CodedInputStream in(stream);
-  // The limit is the real size, so a corrupt length prefix cannot make protobuf reserve more
-  // than the file holds (protobuf reserves a string's length up front only within the limit).
-  in.SetTotalBytesLimit(static_cast<int>(size));
-  // Protobuf's default recursion limit (100) would stop a deep If nest with a vague "parse
-  // failed"; let it through far enough for the importer to name the problem (each subgraph
-  // level is 3 messages deep). The importer's own limits bound the recursion after this.
-  in.SetRecursionLimit(1024);
-  if (!proto->ParseFromCodedStream(&in) || !in.ConsumedEntireMessage())
-    return Status::error("not a valid ONNX model: protobuf parsing failed (corrupt or truncated file, or nesting too deep)");
-  return Status::ok();
-}
-
-// Converts the proto into the IR, emptying the proto's tensors along the way.
-Result<ir::Model> import_proto(onnx::ModelProto& proto, const std::string& base_dir) {
-  if (!proto.has_graph()) return Status::error("not a valid ONNX model: it has no graph");
+// Reads and converts a model of `size` bytes from `stream`. The main graph's initializers become
+// tensors as they are read, each freed from its proto at once: the weights are never held twice.
+Result<ir::Model> import_stream(google::protobuf::io::ZeroCopyInputStream* stream, int64_t size,
+                                const std::string& base_dir) {
   Importer imp{base_dir};
+  onnx::ModelProto proto;
+  KILN_RETURN_IF_ERROR(read_model_proto(stream, size, &proto,
+                                        [&](onnx::TensorProto& t) { return imp.add_main_initializer(t); }));
+  if (!proto.has_graph()) return Status::error("not a valid ONNX model: it has no graph");
   ir::Model m;
   m.ir_version = proto.ir_version();
   m.producer_name = proto.producer_name();
@@ -249,10 +250,8 @@ struct FileDescriptor {
 }  // namespace
 
 Result<ir::Model> parse_model(const std::string& bytes, const std::string& base_dir) {
-  onnx::ModelProto proto;
   google::protobuf::io::ArrayInputStream raw(bytes.data(), static_cast<int>(std::min<size_t>(bytes.size(), INT_MAX)));
-  KILN_RETURN_IF_ERROR(parse_proto(&raw, static_cast<int64_t>(bytes.size()), &proto));
-  return import_proto(proto, base_dir);
+  return import_stream(&raw, static_cast<int64_t>(bytes.size()), base_dir);
 }
 
 Result<ir::Model> load_model(const std::string& path) {
@@ -266,16 +265,11 @@ Result<ir::Model> load_model(const std::string& path) {
     return Status::error("'" + path + "' is over 2 GiB; store weights as external data");
   std::string dir = std::filesystem::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
-  onnx::ModelProto proto;
-  {
-    // Read in large blocks straight into the proto: the file's bytes are never held whole.
-    google::protobuf::io::FileInputStream stream(file.fd, 1 << 20);
-    Status parsed = parse_proto(&stream, size, &proto);
-    if (stream.GetErrno() != 0)
-      return Status::error("error reading '" + path + "': " + std::strerror(stream.GetErrno()));
-    if (!parsed.is_ok()) return parsed.with_context(path);
-  }
-  auto m = import_proto(proto, dir);
+  // Read in large blocks: the file's bytes are never held whole.
+  google::protobuf::io::FileInputStream stream(file.fd, 1 << 20);
+  auto m = import_stream(&stream, size, dir);
+  if (stream.GetErrno() != 0)
+    return Status::error("error reading '" + path + "': " + std::strerror(stream.GetErrno()));
   if (!m) return m.status().with_context(path);
   return m;
 }

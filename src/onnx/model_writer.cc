@@ -14,11 +14,13 @@ using google::protobuf::io::CodedOutputStream;
 // The tag byte of a length-delimited field (wire type 2); every field written by hand here has a
 // number below 16, so its tag is one byte.
 constexpr char length_delimited_tag(int field) { return static_cast<char>((field << 3) | 2); }
-constexpr int kModelGraph = 7;     // ModelProto.graph
+constexpr int kModelGraph = 7;        // ModelProto.graph
 constexpr int kGraphInitializer = 5;  // GraphProto.initializer
-constexpr int kTensorRawData = 9;  // TensorProto.raw_data
+constexpr int kTensorRawData = 9;     // TensorProto.raw_data
 
-uint64_t field_size(uint64_t payload) { return 1 + CodedOutputStream::VarintSize64(payload) + payload; }
+uint64_t field_size(uint64_t payload) {
+  return 1 + CodedOutputStream::VarintSize64(payload) + payload;
+}
 
 // Moves the fields of `from` numbered below `number` into `to`, which must be empty; `from`
 // keeps the rest. Reflection keeps this right whatever fields a newer onnx.proto adds.
@@ -93,7 +95,9 @@ Status ModelWriter::externalize(ExternalDataWriter& data, size_t size_threshold)
 
 Status ModelWriter::write(const Sink& sink) const {
   bool ok = true;
-  auto put = [&](const void* p, size_t n) { ok = ok && (n == 0 || sink(static_cast<const char*>(p), n)); };
+  auto put = [&](const void* p, size_t n) {
+    ok = ok && (n == 0 || sink(static_cast<const char*>(p), n));
+  };
   auto put_message = [&](const google::protobuf::Message& m) {
     std::string bytes;
     if (!m.SerializeToString(&bytes)) ok = false;

@@ -14,7 +14,19 @@
 #include "kiln/value.h"
 #include "onnx/model_io.h"
 
+namespace google::protobuf::io {
+class ZeroCopyInputStream;
+}
+
 namespace kiln::onnx_io {
+
+// Takes one initializer of the main graph as it is read; an error stops the reading.
+using InitializerSink = std::function<Status(onnx::TensorProto&)>;
+// Parses `size` bytes of ModelProto from `stream` into `model`, except the main graph's
+// initializers: each is parsed alone, given to `on_initializer` and dropped before the next is
+// read, so they are never all held as protos. Hostile lengths are bounded by `size`.
+Status read_model_proto(google::protobuf::io::ZeroCopyInputStream* stream, int64_t size,
+                        onnx::ModelProto* model, const InitializerSink& on_initializer);
 
 // `base_dir` is where external data may be read from ("" forbids external data).
 Result<Tensor> tensor_from_proto(const onnx::TensorProto& p, const std::string& base_dir);

@@ -35,7 +35,8 @@ struct ArenaBuffer::SlotAllocator {
   template <typename U>
   SlotAllocator(const SlotAllocator<U>& o) : buffer(o.buffer), slot(o.slot) {}  // NOLINT: rebind
   T* allocate(size_t n) {
-    static_assert(sizeof(T) <= kControlBytes && alignof(T) <= 16, "control block does not fit its slot");
+    static_assert(sizeof(T) <= kControlBytes && alignof(T) <= 16,
+                  "control block does not fit its slot");
     (void)n;  // always 1: shared_ptr allocates one control block
     return reinterpret_cast<T*>(buffer->slots_[slot].control);
   }
@@ -78,7 +79,8 @@ std::shared_ptr<void> ArenaBuffer::hand_out(size_t slot, int64_t offset, int64_t
   KILN_UNPOISON(data_ + offset, bytes);
   s.live.store(true, std::memory_order_relaxed);
   refs_.fetch_add(1, std::memory_order_relaxed);
-  return std::shared_ptr<void>(data_ + offset, SlotDeleter{this, slot}, SlotAllocator<char>(this, slot));
+  return std::shared_ptr<void>(data_ + offset, SlotDeleter{this, slot},
+                               SlotAllocator<char>(this, slot));
 }
 
 void ArenaBuffer::died(size_t slot) {
@@ -116,7 +118,8 @@ std::shared_ptr<void> RecordingAllocator::allocate(size_t bytes) {
 
 std::shared_ptr<void> ArenaAllocator::allocate(size_t bytes) {
   const size_t k = next_++;
-  if (!plan_ || k >= plan_->offsets.size() || (static_cast<int64_t>(bytes) + 63) / 64 * 64 != plan_->bytes[k]) {
+  if (!plan_ || k >= plan_->offsets.size() ||
+      (static_cast<int64_t>(bytes) + 63) / 64 * 64 != plan_->bytes[k]) {
     ++strays_;
     return {};
   }

@@ -1,6 +1,8 @@
 // Compiling a graph into steps (topological order, kernel choice, liveness) and running it.
 #include "runtime/graph_plan.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <queue>
 
@@ -214,9 +216,17 @@ void GraphPlan::drop_data(const std::string& name, ir::Graph* owned) {
     const Tensor shape_only = Tensor::wrap(t.dtype(), t.shape(), nullptr, nullptr);
     released_.push_back({graph_, name, static_cast<int64_t>(t.nbytes())});
     v = Value::of(shape_only);
-    if (owned) {
-      auto it = owned->initializers.find(name);
-      if (it != owned->initializers.end()) it->second = shape_only;
+    if (!owned) return;
+    auto it = owned->initializers.find(name);
+    if (it != owned->initializers.end()) it->second = shape_only;
+    // The freed weight sits between allocations that stay (prepacked copies), where glibc keeps
+    // its pages; handing them back every so often keeps compiling from adding to the peak.
+    dropped_since_trim_ += released_.back().bytes;
+    if (dropped_since_trim_ >= kTrimBytes) {
+      dropped_since_trim_ = 0;
+#ifdef __GLIBC__
+      malloc_trim(0);
+#endif
     }
     return;
   }

@@ -113,6 +113,8 @@ class GraphPlan {
   std::vector<bool> output_moves_;  // per output: the last to read its slot, so it may take the value
   std::vector<std::pair<int, Value>> constants_;  // initializers
   std::vector<Released> released_;
+  static constexpr int64_t kTrimBytes = int64_t{32} << 20;
+  int64_t dropped_since_trim_ = 0;
   std::vector<std::pair<int, std::string>> outer_refs_;  // slots filled from enclosing frames
   std::vector<Step> steps_;
   mutable Scratch scratch_;

@@ -34,7 +34,8 @@ MemoryPlan plan_memory(const std::vector<AllocationRecord>& records) {
       plan.summary.total_bytes += plan.bytes[k];
     }
   }
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return plan.bytes[a] > plan.bytes[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return plan.bytes[a] > plan.bytes[b]; });
 
   std::vector<size_t> placed, conflicts;
   for (size_t k : order) {
@@ -59,7 +60,8 @@ MemoryPlan plan_memory(const std::vector<AllocationRecord>& records) {
 
   // Who reuses whose bytes: a sweep over the placed allocations in the order of their offsets.
   std::vector<std::vector<int32_t>> reused(n);
-  std::sort(placed.begin(), placed.end(), [&](size_t a, size_t b) { return plan.offsets[a] < plan.offsets[b]; });
+  std::sort(placed.begin(), placed.end(),
+            [&](size_t a, size_t b) { return plan.offsets[a] < plan.offsets[b]; });
   for (size_t i = 0; i < placed.size(); ++i) {
     const size_t a = placed[i];
     const int64_t a_end = plan.offsets[a] + plan.bytes[a];

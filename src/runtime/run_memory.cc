@@ -14,7 +14,8 @@ void append_tensor(const Tensor& t, std::vector<int64_t>& sig) {
 }
 
 // Everything about the inputs that the sizes of a run's tensors may depend on, short of their data.
-void signature_of(const std::vector<const Value*>& inputs, bool outputs_released, std::vector<int64_t>& sig) {
+void signature_of(const std::vector<const Value*>& inputs, bool outputs_released,
+                  std::vector<int64_t>& sig) {
   sig.clear();
   sig.push_back(outputs_released);
   for (const Value* v : inputs) {
@@ -46,8 +47,9 @@ RunMemory::Entry& RunMemory::entry_for(const std::vector<int64_t>& signature) {
   for (auto& e : entries_)
     if (e->signature == signature) return *e;
   if (entries_.size() >= kMaxSignatures) {
-    auto oldest = std::min_element(entries_.begin(), entries_.end(),
-                                   [](const auto& a, const auto& b) { return a->last_used < b->last_used; });
+    auto oldest =
+        std::min_element(entries_.begin(), entries_.end(),
+                         [](const auto& a, const auto& b) { return a->last_used < b->last_used; });
     entries_.erase(oldest);
   }
   entries_.push_back(std::make_unique<Entry>());
@@ -67,7 +69,6 @@ bool RunMemory::ensure_buffer(const MemoryPlan& plan) {
     buffer_->release();
   }
   buffer_ = ArenaBuffer::create(want_bytes, want_slots);
-  stats_.arena_bytes = buffer_ ? buffer_->data_bytes() : 0;
   return buffer_ != nullptr;
 }
 
@@ -130,7 +131,6 @@ void RunMemory::finish(std::vector<Value>* outputs, bool succeeded) {
   if (escaped) {
     buffer_->release();
     buffer_ = nullptr;
-    stats_.arena_bytes = 0;
   }
   switch (mode_) {
     case Mode::kRecording: {
@@ -150,22 +150,15 @@ void RunMemory::finish(std::vector<Value>* outputs, bool succeeded) {
         ++stats_.stray_runs;
         // Record again; a signature that keeps straying is left to the heap.
         if (e.recordings >= kMaxRecordings) e.heap_only = true;
-        last_plan_ = e.plan->summary;
+        stats_.plan = e.plan->summary;
         e.plan.reset();
       }
       arena_.start(nullptr, nullptr);
       break;
-    case Mode::kHeap: break;
+    case Mode::kHeap:
+      break;
   }
-  if (e.plan) last_plan_ = e.plan->summary;
-  planned_ = e.plan != nullptr || mode_ == Mode::kArena;
-}
-
-MemoryStats RunMemory::stats() const {
-  MemoryStats s = stats_;
-  s.planned = planned_;
-  s.plan = last_plan_;
-  return s;
+  if (e.plan) stats_.plan = e.plan->summary;
 }
 
 }  // namespace kiln::runtime

@@ -1,8 +1,8 @@
-// Tensor storage for a session's runs. The first run of each input-shape signature takes its tensors
-// from the heap and records them; its memory plan then serves every later run of that signature
-// from one arena, so that a steady-state run allocates no tensor. Plans are kept for the last
-// kMaxSignatures signatures; the arena grows to the largest of them (one run at a time needs one).
-// Thread safety: one run at a time, as a Session.
+// Tensor storage for a session's runs. The first run of each input-shape signature takes its
+// tensors from the heap and records them; its memory plan then serves every later run of that
+// signature from one arena, so that a steady-state run allocates no tensor. Plans are kept for the
+// last kMaxSignatures signatures; the arena grows to the largest of them (one run at a time needs
+// one). Thread safety: one run at a time, as a Session.
 #pragma once
 
 #include <cstdint>
@@ -16,12 +16,10 @@
 namespace kiln::runtime {
 
 struct MemoryStats {
-  bool planned = false;        // the last run's signature has (or had) a plan
-  MemoryPlan::Summary plan;    // that plan
-  int64_t arena_bytes = 0;     // the arena held now (the largest plan's)
-  int64_t arena_runs = 0;      // runs served from the arena
-  int64_t recorded_runs = 0;   // runs recorded for a plan (from the heap)
-  int64_t stray_runs = 0;      // runs that strayed from their plan (partly from the heap)
+  MemoryPlan::Summary plan;   // the plan of the last run's signature (zeros before one is recorded)
+  int64_t arena_runs = 0;     // runs served from the arena
+  int64_t recorded_runs = 0;  // runs recorded for a plan (from the heap)
+  int64_t stray_runs = 0;     // runs that strayed from their plan (partly from the heap)
 };
 
 class RunMemory {
@@ -51,7 +49,7 @@ class RunMemory {
   // True when `p` points into the arena.
   bool in_arena(const void* p) const { return buffer_ && buffer_->contains(p); }
 
-  MemoryStats stats() const;
+  const MemoryStats& stats() const { return stats_; }
 
  private:
   struct Entry {
@@ -76,9 +74,7 @@ class RunMemory {
   TensorAllocator* previous_ = nullptr;
   bool installed_ = false;
   bool enabled_ = true;
-  MemoryStats stats_;  // the counts; planned and plan are these:
-  bool planned_ = false;
-  MemoryPlan::Summary last_plan_;
+  MemoryStats stats_;
 };
 
 }  // namespace kiln::runtime

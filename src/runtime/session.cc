@@ -115,11 +115,9 @@ Result<std::unique_ptr<Session>> Session::load(const std::string& path, const Se
     oo.level = options.optimize_level;
     auto report = optimize(m, oo);
     if (!report) return report.status().with_context(path + ": optimizing at load (optimize_level 0 skips it)");
-#ifdef __GLIBC__
-    // The weights the passes replaced were freed mid-heap, where glibc keeps the pages; hand them
-    // back before compiling allocates packed weights, or they add to the peak (70 MB on vit_b_16).
-    malloc_trim(0);
-#endif
+    // The weights the passes replaced were freed mid-heap; hand those pages back before compiling
+    // allocates packed weights, or they add to the peak (70 MB on vit_b_16).
+    return_free_memory();
   }
   auto s = create_owned(std::make_shared<ir::Model>(std::move(m)), options);
   if (!s) return s.status().with_context(path);
@@ -233,6 +231,10 @@ Status Session::Impl::execute(const std::vector<Value>& user_inputs, std::vector
                               std::vector<runtime::StepRecord>* records) {
   KILN_RETURN_IF_ERROR(bind_feeds(user_inputs));
   memory.begin(feeds, into);
+  struct Stop {  // the thread's allocator goes back even if a kernel throws (std::bad_alloc)
+    runtime::RunMemory& m;
+    ~Stop() { m.stop(); }
+  } stop{memory};
   Status st = plan->run(feeds, into ? results : outs, nullptr, pool.get(), records);
   memory.stop();
   if (into) {

@@ -39,8 +39,10 @@ Counts steady_state(const ir::Model& model, int level, const std::vector<Value>&
   EXPECT_EQ(info.stray_runs, 0);
   EXPECT_EQ(info.output_bytes, 0) << "no tensor of the run is planned on the heap";
   EXPECT_GT(info.arena_bytes, 0);
-  std::printf("  -O%d: %lld allocations, %lld bytes in two runs (tensors: %lld in a %lld-byte arena)\n", level,
-              c.calls, c.bytes, static_cast<long long>(info.activations), static_cast<long long>(info.arena_bytes));
+  std::printf(
+      "  -O%d: %lld allocations, %lld bytes in two runs (tensors: %lld in a %lld-byte arena)\n",
+      level, c.calls, c.bytes, static_cast<long long>(info.activations),
+      static_cast<long long>(info.arena_bytes));
   return c;
 }
 

@@ -26,7 +26,8 @@ inline void count(size_t bytes) {
 struct Reporter {
   ~Reporter() {
     if (std::getenv("KILN_MALLOC_COUNT_REPORT"))
-      std::fprintf(stderr, "malloc_count: %lld calls, %lld bytes\n", g_calls.load(), g_bytes.load());
+      std::fprintf(stderr, "malloc_count: %lld calls, %lld bytes\n", g_calls.load(),
+                   g_bytes.load());
   }
 } g_reporter;
 }  // namespace

@@ -49,12 +49,16 @@ void expect_same(const test::Builder& plain, const test::Builder& blocked,
     for (int64_t i = 0; i < w.numel(); ++i) {
       const float a = w.data<float>()[i], b = g.data<float>()[i];
       ASSERT_EQ(std::isnan(a), std::isnan(b)) << "element " << i << ": " << a << " vs " << b;
-      if (!std::isnan(a)) ASSERT_NEAR(b, a, tol * std::max(1.0f, std::fabs(a))) << "element " << i;
+      if (!std::isnan(a)) {
+        ASSERT_NEAR(b, a, tol * std::max(1.0f, std::fabs(a))) << "element " << i;
+      }
     }
     const Tensor& yb = (*got)[1].tensor;
     for (int64_t i = 0; i < yb.numel(); ++i) {
       const int64_t channel = i / (yb.dim(2) * yb.dim(3) * 8) % yb.dim(1) * 8 + i % 8;
-      if (channel >= channels) ASSERT_EQ(yb.data<float>()[i], 0.0f) << "padding lane " << i;
+      if (channel >= channels) {
+        ASSERT_EQ(yb.data<float>()[i], 0.0f) << "padding lane " << i;
+      }
     }
   }
 }

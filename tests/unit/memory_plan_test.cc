@@ -1,13 +1,14 @@
 // The memory planner on hand-made allocation traces (offsets worked out by hand, and on random
 // traces the one property that matters: tensors alive at once never share bytes), and the arena
 // allocator catching runs that stray from their plan.
+#include "runtime/memory_plan.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <random>
 
 #include "runtime/arena.h"
-#include "runtime/memory_plan.h"
 
 namespace kiln::runtime {
 namespace {
@@ -81,7 +82,8 @@ TEST(MemoryPlan, RandomTracesNeverShareLiveBytes) {
       for (size_t b = a + 1; b < t.size(); ++b) {
         if (t[b].death < 0) continue;
         const bool together = t[a].birth < t[b].death && t[b].birth < t[a].death;
-        const bool share = p.offsets[a] < p.offsets[b] + p.bytes[b] && p.offsets[b] < p.offsets[a] + p.bytes[a];
+        const bool share =
+            p.offsets[a] < p.offsets[b] + p.bytes[b] && p.offsets[b] < p.offsets[a] + p.bytes[a];
         ASSERT_FALSE(together && share) << "round " << round << ": " << a << " and " << b;
         // Sharing bytes is exactly what the overlapped lists tell the arena to check.
         const auto* begin = p.overlapped.data() + p.overlapped_begin[b];

@@ -24,7 +24,8 @@ inline void resnet_like(Builder& b) {
   // Block 2: 16 -> 24 channels, stride 2, with a 1x1 strided conv on the shortcut.
   b.weight("b2a_w", {24, 16, 3, 3});
   b.weight("b2a_b", {24});
-  b.add("Conv", {"s1", "b2a_w", "b2a_b"}, {"b2a"}, {attr_ints("pads", {1, 1, 1, 1}), attr_ints("strides", {2, 2})});
+  b.add("Conv", {"s1", "b2a_w", "b2a_b"}, {"b2a"},
+        {attr_ints("pads", {1, 1, 1, 1}), attr_ints("strides", {2, 2})});
   b.add("Relu", {"b2a"}, {"b2ar"});
   b.conv("b2ar", "b2b", 24, 24);
   b.weight("sc_w", {24, 16, 1, 1});
@@ -33,7 +34,8 @@ inline void resnet_like(Builder& b) {
   b.add("Add", {"b2b", "sc"}, {"b2s"});
   b.add("Relu", {"b2s"}, {"s2"});
   b.add("MaxPool", {"s2"}, {"mp"},
-        {attr_ints("kernel_shape", {3, 3}), attr_ints("strides", {2, 2}), attr_ints("pads", {1, 1, 1, 1})});
+        {attr_ints("kernel_shape", {3, 3}), attr_ints("strides", {2, 2}),
+         attr_ints("pads", {1, 1, 1, 1})});
   b.add("GlobalAveragePool", {"mp"}, {"gap"});
   b.add("Flatten", {"gap"}, {"flat"}, {attr_i("axis", 1)});
   b.weight("fc_w", {10, 24});

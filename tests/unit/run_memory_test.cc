@@ -42,7 +42,8 @@ std::vector<Value> run(Session& s, const std::vector<Value>& in) {
 }
 
 // Same kinds, types, shapes and bytes.
-void expect_identical(const std::vector<Value>& a, const std::vector<Value>& b, const std::string& what) {
+void expect_identical(const std::vector<Value>& a, const std::vector<Value>& b,
+                      const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
   for (size_t i = 0; i < a.size(); ++i) {
     ASSERT_EQ(a[i].kind, b[i].kind) << what << " output " << i;
@@ -83,7 +84,8 @@ TEST(RunMemory, ResnetLikeFromTheArenaMatchesTheHeap) {
     EXPECT_GT(m.arena_bytes, 0);
     EXPECT_LE(m.peak_live_bytes, m.arena_bytes);
     EXPECT_LT(m.arena_bytes, m.activation_bytes);  // the residual blocks leave room to reuse
-    EXPECT_EQ(m.output_bytes, 128);  // y [2,10] outlives the run: from the heap (rounded to 64 bytes)
+    EXPECT_EQ(m.output_bytes,
+              128);  // y [2,10] outlives the run: from the heap (rounded to 64 bytes)
   }
 }
 
@@ -97,7 +99,8 @@ TEST(RunMemory, ArenaOffRunsFromTheHeap) {
   auto on = session_for(m, 0);
   ASSERT_TRUE(off.is_ok() && on);
   const std::vector<Value> in{Value::of(b.random({2, 8, 12, 12}))};
-  for (int i = 0; i < 3; ++i) expect_identical(run(*on, in), run(**off, in), "run " + std::to_string(i));
+  for (int i = 0; i < 3; ++i)
+    expect_identical(run(*on, in), run(**off, in), "run " + std::to_string(i));
   const MemoryInfo m_off = (*off)->memory_info();
   EXPECT_EQ(m_off.arena_runs + m_off.recorded_runs + m_off.arena_bytes + m_off.activations, 0);
   EXPECT_EQ(on->memory_info().arena_runs, 2);
@@ -144,7 +147,9 @@ TEST(RunMemory, TwoShapesAlternating) {
   EXPECT_EQ(m.stray_runs, 0);
 }
 
-ir::ValueInfo value_info(const std::string& name, DType t) { return {name, ir::TypeInfo::tensor(t), ""}; }
+ir::ValueInfo value_info(const std::string& name, DType t) {
+  return {name, ir::TypeInfo::tensor(t), ""};
+}
 
 ir::Node node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out) {
   ir::Node n;
@@ -186,7 +191,8 @@ ir::Model control_flow_model() {
   if_node.attrs.push_back(graph_attr("then_branch", std::move(then_g)));
   if_node.attrs.push_back(graph_attr("else_branch", std::move(else_g)));
   body.name = "body";
-  body.inputs = {value_info("i", DType::kInt64), value_info("c_in", DType::kBool), value_info("v", DType::kFloat32)};
+  body.inputs = {value_info("i", DType::kInt64), value_info("c_in", DType::kBool),
+                 value_info("v", DType::kFloat32)};
   body.nodes.push_back(node("Identity", {"c_in"}, {"c_out"}));
   body.nodes.push_back(node("Add", {"v", "a"}, {"v2"}));
   body.nodes.push_back(node("Relu", {"v2"}, {"v_scan"}));
@@ -213,8 +219,8 @@ TEST(RunMemory, IfAndLoopBodiesStrayingFromThePlanStayCorrect) {
   ASSERT_TRUE(s);
   // The same input shapes, other branches and trip counts: each case checked against a session
   // of its own, whose one run is from the heap.
-  const std::vector<std::pair<bool, int64_t>> cases = {{true, 3}, {true, 3}, {false, 3}, {true, 3},
-                                                       {true, 5}, {false, 1}, {false, 1}, {true, 3}};
+  const std::vector<std::pair<bool, int64_t>> cases = {
+      {true, 3}, {true, 3}, {false, 3}, {true, 3}, {true, 5}, {false, 1}, {false, 1}, {true, 3}};
   for (const auto& [cond, trips] : cases) {
     auto fresh = session_for(m, 0);
     const std::vector<Value> want = run(*fresh, control_feeds(x, cond, trips));
@@ -243,7 +249,8 @@ TEST(RunMemory, OutputsAliasingInputsAndConstants) {
   const Tensor x = b.random({3, 5});
   const Tensor x_copy = x.clone();
   const std::vector<Value> first = run(*s, {Value::of(x)});
-  for (int i = 0; i < 2; ++i) expect_identical(first, run(*s, {Value::of(x)}), "run " + std::to_string(i));
+  for (int i = 0; i < 2; ++i)
+    expect_identical(first, run(*s, {Value::of(x)}), "run " + std::to_string(i));
   std::vector<Value> into;
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(s->run_into({Value::of(x)}, into).is_ok());
@@ -326,7 +333,8 @@ TEST(RunMemory, FiguresOfAChainWorkedOutByHand) {
 // its weights.
 class AbsorbingAdd : public Kernel {
  public:
-  Status prepare(const std::vector<const Tensor*>& constants, std::vector<bool>& absorbed) override {
+  Status prepare(const std::vector<const Tensor*>& constants,
+                 std::vector<bool>& absorbed) override {
     if (constants.size() == 2 && constants[1]) {
       packed_ = constants[1]->clone();
       absorbed[1] = true;
@@ -347,7 +355,8 @@ class AbsorbingAdd : public Kernel {
 };
 
 const KernelRegistrar kAbsorbingAdd("test.memory", "AbsorbingAdd", "ref",
-                                    [](const ir::Node&, int64_t) -> Result<std::unique_ptr<Kernel>> {
+                                    [](const ir::Node&,
+                                       int64_t) -> Result<std::unique_ptr<Kernel>> {
                                       return std::unique_ptr<Kernel>(new AbsorbingAdd);
                                     });
 
@@ -380,7 +389,8 @@ TEST(RunMemory, WeightsEveryReaderAbsorbedAreDropped) {
     }
   };
   // A model the session loads itself is its own: w goes from it too.
-  const std::string path = (std::filesystem::temp_directory_path() / "kiln_memory_absorb.onnx").string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "kiln_memory_absorb.onnx").string();
   ASSERT_TRUE(onnx_io::save_model(b.m, path).is_ok());
   SessionOptions so;
   so.optimize_level = 0;

@@ -1,6 +1,7 @@
 // The activation and residual tail shared by the ai.kiln epilogue kernels (FusedConv, FusedGemm,
 // FusedMatMul, SqueezeExcite): reading the activation attributes and applying them in double,
-// as the reference activation kernels do. Semantics: docs/ops.md.
+// as the reference activation kernels do, or handing them to the fast GEMM's write-out
+// (gemm_epilogue). Semantics: docs/ops.md.
 #pragma once
 
 #include <algorithm>

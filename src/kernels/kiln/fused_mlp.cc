@@ -1,8 +1,8 @@
 // Kernel of ai.kiln.FusedMLP: Y = act(X·W1 + B1)·W2 + B2, a block of rows at a time so the block's
 // intermediate [rows, H] is still in the core's L2 when the second product reads it. Both products
-// use the shared float GEMM (kernels/ref/gemm_f32.h). Semantics: docs/ops.md.
+// are the fast float GEMM (kernels/cpu/gemm) with the bias and activation in its write-out, and
+// constant weights packed once in prepare. Semantics: docs/ops.md.
 #include <algorithm>
-#include <cstdlib>
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/gemm/gemm.h"
@@ -13,12 +13,11 @@
 namespace kiln {
 namespace {
 
-// Why 64 rows, not the 16-32 that would keep the intermediate in 256 KiB: gemm_f32 copies the
-// weight panels it uses once per call, so every block streams both weights (2 x 9.4 MB for BERT)
-// from L3 or memory. Blocks of gemm_f32's own row block (64) stream them no more often than the
-// two unfused MatMuls do. Measured on a 2-core EPYC (1 MiB L2), BERT's MLP at 128 rows: 20-row
-// blocks took 1.6-1.8x the unfused time, 64-row blocks 0.9-0.95x. The intermediate of 64 rows
-// stays within 1 MiB for H <= 4096; wider layers get fewer rows so it still fits a 1-2 MiB L2.
+// Why 64 rows, not the 16-32 that would keep the intermediate in 256 KiB: every block streams
+// both weights (2 x 9.4 MB for BERT) from L3 or memory, so small blocks read them too often.
+// Measured on a 2-core EPYC (1 MiB L2), BERT's MLP at 128 rows with the weights packed per call:
+// 20-row blocks took 1.6-1.8x the unfused time, 64-row blocks 0.9-0.95x. The intermediate of 64
+// rows stays within 1 MiB for H <= 4096; wider layers get fewer rows so it still fits a 1-2 MiB L2.
 constexpr int64_t kBlockRows = 64;
 constexpr int64_t kIntermediateBytes = 1024 * 1024;
 constexpr int64_t kRowTile = 4;  // blocks are a multiple of 4 rows (the GEMM tiles rows by 6 or 8 itself)
@@ -104,8 +103,7 @@ class FusedMlp : public Kernel {
     const int64_t target = std::clamp<int64_t>(
         kIntermediateBytes / (4 * std::max<int64_t>(op.h, 1)) / kRowTile * kRowTile, kRowTile,
         kBlockRows);
-    const char* mode = std::getenv("KILN_MLP_MODE");  // XXX experiment
-    if ((mode && mode[0] == 'w') || (threads > 1 && (rows + target - 1) / target < threads)) {
+    if (threads > 1 && (rows + target - 1) / target < threads) {
       // Fewer blocks than threads: each thread would stream all of both weights for a few rows,
       // so run all rows as one block and let gemm_f32 split the columns over the threads.
       std::vector<float> h(static_cast<size_t>(rows * op.h));

@@ -270,6 +270,51 @@ double row_cost(int64_t pairs, int64_t len, int P) {
   return cost;
 }
 
+// How a call is cut into tasks.
+struct Split {
+  int P;                     // pairs per tile
+  int64_t pair_groups;       // groups of P pairs (the last may hold fewer)
+  int64_t groups;            // pair groups, then the lone block's
+  int64_t units, unit_len;   // units of output rows (pointwise: pixels) and their length
+  int64_t chunk;             // input blocks per pass over a unit
+  bool weights_stay;         // consecutive tasks share a group (else a unit)
+};
+
+Split split(const Job& j, bool pointwise, bool lone, int64_t threads, const DenseTuning& tuning) {
+  const BlockedConvShape& s = j.s;
+  Split sp{};
+  // Units of output pixels: a unit's input stays in L2 while the thread's groups sweep it.
+  const int64_t px_bytes = std::max<int64_t>(1, s.cb * j.lanes * int64_t{sizeof(float)});
+  const int64_t unit_bytes = tuning.unit_bytes > 0 ? tuning.unit_bytes : 128 * 1024;
+  const int64_t extent = pointwise ? s.ow : s.oh;
+  const int64_t per_unit = pointwise ? std::max<int64_t>(48, unit_bytes / px_bytes)
+                                     : std::max<int64_t>(1, unit_bytes / (s.sh * s.w * px_bytes));
+  sp.units = (extent + per_unit - 1) / per_unit;
+  sp.P = tuning.pairs;
+  if (sp.P <= 0 || sp.P > kMaxPairs) {
+    sp.P = 1;
+    const int64_t len = pointwise ? (extent + sp.units - 1) / sp.units : s.ow;
+    for (int cand = 2; cand <= kMaxPairs && cand <= j.pairs; ++cand)
+      if (row_cost(j.pairs, len, cand) <= row_cost(j.pairs, len, sp.P)) sp.P = cand;
+  }
+  sp.pair_groups = (j.pairs + sp.P - 1) / sp.P;
+  sp.groups = sp.pair_groups + (lone ? 1 : 0);
+  const int64_t taps = s.kh * s.kw;
+  const int64_t chunk_bytes = tuning.chunk_bytes > 0 ? tuning.chunk_bytes : 256 * 1024;
+  sp.chunk = std::max<int64_t>(1, chunk_bytes / (taps * sp.P * kPairTap * int64_t{sizeof(float)}));
+  // Enough tasks for the pool's 4 chunks a thread to balance: split the pixels finer, down to
+  // rows (or 8 pixels).
+  if (threads > 1 && s.n * sp.groups * sp.units < 4 * threads)
+    sp.units = std::min(pointwise ? (s.ow + 7) / 8 : s.oh,
+                        std::max(sp.units, (4 * threads + s.n * sp.groups - 1) / (s.n * sp.groups)));
+  sp.unit_len = (extent + sp.units - 1) / sp.units;
+  sp.units = (extent + sp.unit_len - 1) / sp.unit_len;
+  // The larger operand stays put: with more weights than input (the deep layers), a thread's
+  // consecutive tasks are one group's units, its weights staying in L2; else one unit's groups.
+  sp.weights_stay = s.mb * s.cb * taps * kBlock * kBlock > s.n * s.cb * j.lanes * s.h * s.w;
+  return sp;
+}
+
 }  // namespace
 
 void blocked_conv_dense_avx512(const BlockedConvShape& shape, const float* x, const float* w,
@@ -310,56 +355,22 @@ void blocked_conv_dense_avx512(const BlockedConvShape& shape, const float* x, co
                            : s.sw == 2 ? kTiles<Mode::kStride2>
                                        : kTiles<Mode::kAny>;
 
-  // Units of output pixels: a unit's input stays in L2 while the thread's groups sweep it.
-  const int64_t px_bytes = std::max<int64_t>(1, s.cb * j.lanes * int64_t{sizeof(float)});
-  const int64_t unit_bytes = tuning.unit_bytes > 0 ? tuning.unit_bytes : 128 * 1024;
-  int64_t units = 1, unit_len = s.ow;  // pointwise: pixels; else rows
-  if (pointwise) {
-    units = (s.ow + std::max<int64_t>(48, unit_bytes / px_bytes) - 1) /
-            std::max<int64_t>(48, unit_bytes / px_bytes);
-    unit_len = (s.ow + units - 1) / units;
-  } else {
-    const int64_t rows = std::max<int64_t>(1, unit_bytes / (s.sh * s.w * px_bytes));
-    units = (s.oh + rows - 1) / rows;
-    unit_len = (s.oh + units - 1) / units;
-  }
-  int P = tuning.pairs;
-  if (P <= 0 || P > kMaxPairs) {
-    P = 1;
-    const int64_t len = pointwise ? unit_len : s.ow;
-    for (int cand = 2; cand <= kMaxPairs && cand <= j.pairs; ++cand)
-      if (row_cost(j.pairs, len, cand) <= row_cost(j.pairs, len, P)) P = cand;
-  }
-  // Groups of P pairs, then the lone block's group (p = 0).
-  const int64_t pair_groups = (j.pairs + P - 1) / P, groups = pair_groups + (lone ? 1 : 0);
-  const int64_t taps = s.kh * s.kw;
-  const int64_t chunk_bytes = tuning.chunk_bytes > 0 ? tuning.chunk_bytes : 256 * 1024;
-  const int64_t chunk = std::max<int64_t>(1, chunk_bytes / (taps * P * kPairTap * int64_t{sizeof(float)}));
-  // Enough tasks for the pool's 4 chunks a thread to balance: split the pixels finer, down to
-  // rows (or 8 pixels).
-  const int64_t threads = pool ? pool->threads() : 1, extent = pointwise ? s.ow : s.oh;
-  if (threads > 1 && s.n * groups * units < 4 * threads)
-    units = std::min(pointwise ? (s.ow + 7) / 8 : s.oh,
-                     std::max(units, (4 * threads + s.n * groups - 1) / (s.n * groups)));
-  unit_len = (extent + units - 1) / units;
-  units = (extent + unit_len - 1) / unit_len;
-  // The larger operand stays put: with more weights than input (the deep layers), a thread's
-  // consecutive tasks are one group's units, its weights staying in L2; else one unit's groups.
-  const bool weights_stay =
-      s.mb * s.cb * taps * kBlock * kBlock > s.n * s.cb * j.lanes * s.h * s.w;
+  const int64_t threads = pool ? pool->threads() : 1;
+  const Split sp = split(j, pointwise, lone, threads, tuning);
+  const int64_t extent = pointwise ? s.ow : s.oh, units = sp.units, groups = sp.groups;
 
   auto task = [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t g = weights_stay ? (t / units) % groups : t % groups;
-      const int64_t unit = weights_stay ? t % units : (t / groups) % units, n = t / (groups * units);
-      const int64_t u0 = unit * unit_len, u1 = std::min(u0 + unit_len, extent);
-      const int p = g == pair_groups ? 0 : static_cast<int>(std::min<int64_t>(P, j.pairs - g * P));
+      const int64_t g = sp.weights_stay ? (t / units) % groups : t % groups;
+      const int64_t unit = sp.weights_stay ? t % units : (t / groups) % units;
+      const int64_t u0 = unit * sp.unit_len, u1 = std::min(u0 + sp.unit_len, extent);
+      const int p = g == sp.pair_groups ? 0 : static_cast<int>(std::min<int64_t>(sp.P, j.pairs - g * sp.P));
       Tile tl{};
-      tl.n = n;
-      tl.pair0 = p == 0 ? j.pairs : g * P;  // the lone block sits in pair j.pairs's first half
-      for (int64_t cb0 = 0; cb0 < s.cb || cb0 == 0; cb0 += chunk) {
+      tl.n = t / (groups * units);
+      tl.pair0 = p == 0 ? j.pairs : g * sp.P;  // the lone block sits in pair j.pairs's first half
+      for (int64_t cb0 = 0; cb0 < s.cb || cb0 == 0; cb0 += sp.chunk) {
         tl.cb0 = cb0;
-        tl.cb1 = std::min(s.cb, cb0 + chunk);
+        tl.cb1 = std::min(s.cb, cb0 + sp.chunk);
         tl.first = cb0 == 0;
         tl.last = tl.cb1 == s.cb;
         if (pointwise) {
@@ -375,7 +386,7 @@ void blocked_conv_dense_avx512(const BlockedConvShape& shape, const float* x, co
       }
     }
   };
-  const int64_t flops = 2 * s.n * s.mb * s.oh * s.ow * s.cb * taps * kBlock * kBlock;
+  const int64_t flops = 2 * s.n * s.mb * s.oh * s.ow * s.cb * s.kh * s.kw * kBlock * kBlock;
   parallel_range(pool, s.n * units * groups, flops / 64, task);
 }
 

@@ -101,6 +101,7 @@ class BlockedConvWinograd {
   explicit BlockedConvWinograd(const ir::Node& node);
   Status prepare(const std::vector<const Tensor*>& constants, std::vector<bool>& absorbed);
   bool ready() const { return weights_ != nullptr; }
+  int64_t tile() const { return weights_ ? weights_->tile() : 0; }  // 4, 2, or 0 when not ready
   Status run(const BlockedConvShape& s, const float* x, const BlockedEpilogue& e, float* y,
              ThreadPool* pool) const;
 
