@@ -90,12 +90,26 @@ Outputs infer_blocked_conv(InferContext& ctx) {
 }
 
 Cost cost_blocked_conv(const InferContext& ctx, const std::vector<TypeInfo>& outs) {
-  // Multiply-adds per output element: Cb*8 * KH*KW of W [Mb, Cb, KH, KW, 8, 8]; KH*KW of a
-  // depthwise W [Cb, KH, KW, 8]. Padding lanes count: they are computed.
+  // The convolution's own multiply-adds, as the profiler's % of peak should count them: padding
+  // lanes are computed but are not work (a plain 3-channel X read as a block of 8 would count
+  // 8/3 of conv1's FLOPs). Per output element: C * KH*KW of W [Mb, Cb, KH, KW, 8, 8], with C
+  // the plain X's channels or Cb*8; KH*KW of a depthwise W [Cb, KH, KW, 8]. A Winograd kernel
+  // does fewer: its GFLOP/s are the direct convolution's, as is usual for Winograd.
+  const auto w = ctx.input(1).static_shape();
+  const auto x = ctx.input(0).static_shape();
+  const auto y = outs.empty() ? std::nullopt : outs[0].static_shape();
+  if (!w || !y || y->size() != 5) return Cost{0, io_bytes(ctx, outs), 0};
+  const bool depthwise = w->size() == 4;
   double per = 1;
-  if (auto s = ctx.input(1).static_shape())
-    for (size_t i = 1; i + 1 < s->size(); ++i) per *= static_cast<double>((*s)[i]);
-  return Cost{2 * numel_or_zero(outs[0]) * per + 4 * numel_or_zero(outs[0]), io_bytes(ctx, outs), 0};
+  for (size_t i = depthwise ? 1 : 2; i + (depthwise ? 1 : 2) < w->size(); ++i)
+    per *= static_cast<double>((*w)[i]);
+  if (!depthwise) {
+    const bool plain = x && x->size() == 4;
+    per *= static_cast<double>(plain ? (*x)[1] : (*w)[1] * kBlock);
+  }
+  const int64_t channels = ctx.node.attr_int("channels", (*y)[1] * kBlock);
+  const double outputs = static_cast<double>((*y)[0] * channels * (*y)[2] * (*y)[3]);
+  return Cost{2 * outputs * per + 4 * outputs, io_bytes(ctx, outs), 0};
 }
 
 Outputs infer_blocked_pool(InferContext& ctx) {
