@@ -103,6 +103,8 @@ void register_all() {
       {"bert_fc2_128x768x3072", 128, 768, 3072},  {"bert_3072x768x768", 3072, 768, 768},
       {"rn50_64x3136x576", 64, 3136, 576},
       {"rn50_256x196x2304", 256, 196, 2304},
+      {"vit_fc1_197x3072x768", 197, 3072, 768},   {"vit_fc2_197x768x3072", 197, 768, 3072},
+      {"vit_qkv_197x2304x768", 197, 2304, 768},
   };
   for (const auto& kernel : kiln::gemm::available_f32_kernels())
     for (const Shape& s : shapes)

@@ -216,7 +216,7 @@ TEST(MatMulKernels, FusedGemmPrepacked) {
 // prepacked; and with the weights as inputs.
 TEST(MatMulKernels, FusedMlpPrepackedAndPlain) {
   for (bool constant_w : {true, false})
-    for (int64_t rows : {1, 10, 150})
+    for (int64_t rows : {1, 10, 150, 197, 300})  // 300: several blocks a thread
       for (int threads : {1, 2}) {
         const int64_t k = 40, h = 96, n = 24;
         test::Builder b;

@@ -13,14 +13,18 @@
 namespace kiln {
 namespace {
 
-// Why 64 rows, not the 16-32 that would keep the intermediate in 256 KiB: every block streams
-// both weights (2 x 9.4 MB for BERT) from L3 or memory, so small blocks read them too often.
-// Measured on a 2-core EPYC (1 MiB L2), BERT's MLP at 128 rows with the weights packed per call:
-// 20-row blocks took 1.6-1.8x the unfused time, 64-row blocks 0.9-0.95x. The intermediate of 64
-// rows stays within 1 MiB for H <= 4096; wider layers get fewer rows so it still fits a 1-2 MiB L2.
-constexpr int64_t kBlockRows = 64;
-constexpr int64_t kIntermediateBytes = 1024 * 1024;
-constexpr int64_t kRowTile = 4;  // blocks are a multiple of 4 rows (the GEMM tiles rows by 6 or 8 itself)
+// Why blocks of up to 128 rows, not the 16-32 that would keep the intermediate in 256 KiB: every
+// block streams both weights (2 x 9.4 MB for BERT) from L3 or memory, so small blocks read them
+// too often. Measured on a 2-core EPYC (1 MiB L2): BERT's MLP at 128 rows, weights packed per
+// call, 20-row blocks took 1.6-1.8x the unfused time and 64-row blocks 0.9-0.95x; ViT-B/16's 197
+// rows, prepacked, one 104-row block per thread took 107-112 ms over the 12 layers where four
+// 52-row blocks took 124-127 ms. The intermediate of 128 rows is 1.5 MB for H = 3072: it spills
+// from L2 to L3, which costs far less than another pass over the weights. Rows come in multiples
+// of 8, the AVX-512 tile's height, so only the last block has a partial tile.
+constexpr int64_t kBlockRows = 128;
+constexpr int64_t kIntermediateBytes = 2 * 1024 * 1024;
+constexpr int64_t kRowTile = 8;
+constexpr int64_t kMinThreadRows = 32;  // fewer rows a thread: split the columns instead
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
@@ -103,8 +107,8 @@ class FusedMlp : public Kernel {
     const int64_t target = std::clamp<int64_t>(
         kIntermediateBytes / (4 * std::max<int64_t>(op.h, 1)) / kRowTile * kRowTile, kRowTile,
         kBlockRows);
-    if (threads > 1 && (rows + target - 1) / target < threads) {
-      // Fewer blocks than threads: each thread would stream all of both weights for a few rows,
+    if (threads > 1 && rows < threads * kMinThreadRows) {
+      // Too few rows to share out: each thread would stream all of both weights for a few rows,
       // so run all rows as one block and let gemm_f32 split the columns over the threads.
       std::vector<float> h(static_cast<size_t>(rows * op.h));
       block(op, 0, rows, h.data(), yd, ctx.pool);
