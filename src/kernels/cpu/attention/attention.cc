@@ -144,7 +144,7 @@ void query_block(const AttentionArgs& a, const Plan& p, int64_t bh, int64_t qb) 
   }
 }
 
-void run(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+void run(ThreadPool* pool, int64_t n, FunctionRef<void(int64_t, int64_t)> fn) {
   if (pool && n > 1)
     pool->parallel_for(n, 1, fn);
   else
