@@ -106,8 +106,8 @@ class FusedMlp : public Kernel {
     if (threads > 1 && (rows + target - 1) / target < threads) {
       // Fewer blocks than threads: each thread would stream all of both weights for a few rows,
       // so run all rows as one block and let gemm_f32 split the columns over the threads.
-      std::vector<float> h(static_cast<size_t>(rows * op.h));
-      block(op, 0, rows, h.data(), yd, ctx.pool);
+      hidden_.resize(static_cast<size_t>(rows * op.h));  // grows once: runs allocate nothing
+      block(op, 0, rows, hidden_.data(), yd, ctx.pool);
       return Status::ok();
     }
     // Blocks evened out so every thread gets the same number (no short last block holding one
@@ -144,6 +144,7 @@ class FusedMlp : public Kernel {
 
   gemm::Epilogue act_;
   gemm::PackedMatrix w1_, w2_;
+  std::vector<float> hidden_;  // the one-block path's intermediate, kept across runs
 };
 
 Result<std::unique_ptr<Kernel>> create(const ir::Node& node, int64_t) {
