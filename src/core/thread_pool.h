@@ -38,6 +38,15 @@ class ThreadPool {
   // are done.
   void parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn);
 
+  // Calls fn once on each of the pool's threads, the caller included, and returns true; or, when
+  // the workers are taken (another caller's loop, or a call from inside a task), once on the
+  // calling thread only, and returns false. For sizing thread-local scratch before a loop whose
+  // chunks may land on any thread (core/thread_scratch.h).
+  bool on_every_thread(FunctionRef<void()> fn);
+
+  // Unique to this pool for the process's life (never reused, unlike its address).
+  uint64_t id() const { return id_; }
+
   static int default_threads();
 
   // The process-wide pool of default_threads() threads, created on first use and kept for the
@@ -55,6 +64,7 @@ class ThreadPool {
   static void wake(std::atomic<uint32_t>& word, std::atomic<int>& sleepers, int count);
 
   std::vector<std::thread> workers_;
+  const uint64_t id_;
   int64_t spin_ns_ = 0;  // 0 when the pool has more threads than the machine has cores
 
   // The job: written by the owning caller before claim_ is published, stable until it returns.

@@ -1,13 +1,21 @@
 // Kernel of ai.kiln.EmbedLayerNorm (docs/ops.md): for token (b, s),
 // Y[b,s] = LayerNorm(word[ids[b,s]] + position[s] + segment[segment_ids[b,s]]) * gamma + beta,
 // tokens split over the thread pool, each row vectorised (normalize_row.h).
+#include <array>
 #include <vector>
 
+#include "core/thread_scratch.h"
 #include "kernels/kernel_util.h"
 #include "kernels/kiln/normalize_row.h"
 
 namespace kiln {
 namespace {
+
+// One token's sum of embeddings, one per thread.
+std::vector<float>& token_sum() {
+  thread_local std::vector<float> sum;
+  return sum;
+}
 
 bool present(const KernelContext& ctx, size_t i) {
   return ctx.has_input(i) && ctx.input(i).defined();
@@ -76,8 +84,13 @@ Status embed_layer_norm(KernelContext& ctx) {
   const float* beta = present(ctx, 6) ? ctx.input(6).data<float>() : nullptr;
   const float* seg_table = has_segment ? ctx.input(4).data<float>() : nullptr;
   float* yd = y->data<float>();
+  // Every thread that may take tokens has its row sized first (core/thread_scratch.h).
+  thread_local ScratchReservation<1> reservation;
+  reservation.ensure(ctx.pool, {e}, [](const std::array<int64_t, 1>& n) {
+    token_sum().resize(static_cast<size_t>(n[0]));
+  });
   for_rows(ctx.pool, batch * seq, e, [&](int64_t t0, int64_t t1) {
-    thread_local std::vector<float> sum;
+    std::vector<float>& sum = token_sum();
     sum.resize(static_cast<size_t>(e));
     for (int64_t t = t0; t < t1; ++t) {
       const float* w = word.data<float>() + row_of(ids, t, word.dim(0)) * e;

@@ -1,11 +1,21 @@
 // Kernel of ai.kiln.SkipLayerNorm: S = input + skip (+ bias), broadcast by numpy rules;
 // Y = LayerNorm(S) over axes [axis, rank) with gamma and beta; the optional second output is S.
 // float32 with input and skip alike (BERT, ViT) runs vectorised rows over the thread pool.
+#include <array>
+#include <vector>
+
+#include "core/thread_scratch.h"
 #include "kernels/kernel_util.h"
 #include "kernels/kiln/normalize_row.h"
 
 namespace kiln {
 namespace {
+
+// A row of S when the graph does not want S, one per thread.
+std::vector<float>& row_sum() {
+  thread_local std::vector<float> row;
+  return row;
+}
 
 bool present(const KernelContext& ctx, size_t i) {
   return ctx.has_input(i) && ctx.input(i).defined();
@@ -62,8 +72,14 @@ Result<bool> run_float32(KernelContext& ctx) {
   const float* beta = row[1];
   const float* c = row[2];
   float* yd = y->data<float>();
+  if (!sum_out) {  // every thread that may take rows has its row of S sized first
+    thread_local ScratchReservation<1> reservation;
+    reservation.ensure(ctx.pool, {len}, [](const std::array<int64_t, 1>& n) {
+      row_sum().resize(static_cast<size_t>(n[0]));
+    });
+  }
   for_rows(ctx.pool, outer, len, [&](int64_t r0, int64_t r1) {
-    thread_local std::vector<float> buf;
+    std::vector<float>& buf = row_sum();
     if (!sum_out) buf.resize(static_cast<size_t>(len));
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t o = r * len;

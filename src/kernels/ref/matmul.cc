@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/gemm/gemm.h"
 #include "kernels/kernel_util.h"
 #include "kernels/ref/gemm_f32.h"
 
@@ -62,6 +63,11 @@ Status matmul(KernelContext& ctx, const gemm::PackedMatrix* packed) {
       };
       // Many small matrices (attention heads): parallel over the batch; otherwise inside GEMM.
       if (ctx.pool != nullptr && batches > 1 && p.m * p.n * p.k < (int64_t{1} << 20)) {
+        // Every thread that may take a matrix has its GEMM buffers sized first, so that runs
+        // after the first allocate nothing whichever threads take them.
+        gemm::GemmF32Args g;
+        g.m = p.m, g.n = p.n, g.k = p.k;
+        gemm::reserve_single_thread_scratch(g, ctx.pool);
         ctx.pool->parallel_for(batches, 1, [&](int64_t b0, int64_t b1) {
           for (int64_t i = b0; i < b1; ++i) one(i);
         });
