@@ -121,8 +121,8 @@ class Shape {
     clear();
     if constexpr (std::forward_iterator<It>) {  // one copy, no per-dim capacity checks
       const size_t n = static_cast<size_t>(std::distance(first, last));
-      reserve(n);
-      std::copy(first, last, data());
+      // The grown buffer itself, not data(): g++ cannot tell which data() returns, and warns.
+      std::copy(first, last, n > capacity_ ? grow_to(n) : data());
       size_ = static_cast<uint32_t>(n);
     } else {
       for (; first != last; ++first) push_back(static_cast<int64_t>(*first));
@@ -184,7 +184,7 @@ class Shape {
     size_ = other.size_;
     capacity_ = other.capacity_;
     heap_ = other.heap_;
-    if (!heap_) std::copy(other.inline_, other.inline_ + size_, inline_);
+    if (!heap_) std::copy_n(other.inline_, std::min<size_t>(size_, kInlineRank), inline_);
     other.heap_ = nullptr;
     other.size_ = 0;
     other.capacity_ = kInlineRank;
@@ -194,7 +194,8 @@ class Shape {
     heap_ = nullptr;
     capacity_ = kInlineRank;
   }
-  void grow_to(size_t n) {
+  // Storage for at least n dims (the current ones kept); returns it.
+  int64_t* grow_to(size_t n) {
     if (n > max_size()) throw std::length_error("Shape: rank too large");
     n = std::max(n, size_t{kInlineRank} * 2);
     int64_t* grown = new int64_t[n];
@@ -202,6 +203,7 @@ class Shape {
     delete[] heap_;
     heap_ = grown;
     capacity_ = static_cast<uint32_t>(n);
+    return grown;
   }
   // Makes room for n dims before `pos`; returns the index of the first.
   size_t open_gap(const_iterator pos, size_t n) {
