@@ -8,11 +8,10 @@
 #include <vector>
 
 #include "kiln/dtype.h"
+#include "kiln/shape.h"
 #include "kiln/status.h"
 
 namespace kiln {
-
-using Shape = std::vector<int64_t>;
 
 // The largest single tensor kiln allocates. A model asking for more (a hostile ConstantOfShape,
 // a corrupt dim) gets an error instead of an allocation that would take the machine down.

@@ -71,7 +71,11 @@ std::shared_ptr<ThreadPool> ThreadPool::shared() {
   return pool;
 }
 
-ThreadPool::ThreadPool(int threads) {
+namespace {
+std::atomic<uint64_t> g_next_pool_id{1};
+}
+
+ThreadPool::ThreadPool(int threads) : id_(g_next_pool_id.fetch_add(1)) {
   if (threads <= 0) threads = default_threads();
   // Spinning only pays when every thread can have a core of its own.
   spin_ns_ = threads <= default_threads() ? kSpinNs : 0;
@@ -137,7 +141,7 @@ void ThreadPool::run_chunks(uint32_t gen) {
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain,
-                              const std::function<void(int64_t, int64_t)>& fn) {
+                              FunctionRef<void(int64_t, int64_t)> fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
   const int64_t max_chunks =
@@ -165,6 +169,28 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
     wait_for_change(done_, d, caller_sleeping_);
   fn_ = nullptr;
   busy_.store(false, std::memory_order_release);
+}
+
+bool ThreadPool::on_every_thread(FunctionRef<void()> fn) {
+  const int64_t n = threads();
+  std::atomic<int64_t> started{0};
+  bool everywhere = true;  // written only by the inline case, which runs alone
+  // n chunks of one: parallel_for splits n items of grain 1 into min(n, 4 * threads) chunks.
+  parallel_for(n, 1, [&](int64_t begin, int64_t end) {
+    fn();
+    if (end - begin > 1) {  // run inline, all chunks on this thread
+      everywhere = false;
+      return;
+    }
+    // Held until every chunk is taken, so that no thread takes two: each of the n threads runs
+    // exactly one.
+    started.fetch_add(1);
+    while (started.load(std::memory_order_acquire) < n) {
+      cpu_relax();
+      std::this_thread::yield();
+    }
+  });
+  return everywhere;
 }
 
 void ThreadPool::worker_loop() {

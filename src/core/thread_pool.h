@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/function_ref.h"
+
 namespace kiln {
 
 class ThreadPool {
@@ -34,7 +36,16 @@ class ThreadPool {
 
   // Calls fn(begin, end) over [0, n) split into chunks of at least `grain` items; returns when all
   // are done.
-  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+  void parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn);
+
+  // Calls fn once on each of the pool's threads, the caller included, and returns true; or, when
+  // the workers are taken (another caller's loop, or a call from inside a task), once on the
+  // calling thread only, and returns false. For sizing thread-local scratch before a loop whose
+  // chunks may land on any thread (core/thread_scratch.h).
+  bool on_every_thread(FunctionRef<void()> fn);
+
+  // Unique to this pool for the process's life (never reused, unlike its address).
+  uint64_t id() const { return id_; }
 
   static int default_threads();
 
@@ -53,10 +64,11 @@ class ThreadPool {
   static void wake(std::atomic<uint32_t>& word, std::atomic<int>& sleepers, int count);
 
   std::vector<std::thread> workers_;
+  const uint64_t id_;
   int64_t spin_ns_ = 0;  // 0 when the pool has more threads than the machine has cores
 
   // The job: written by the owning caller before claim_ is published, stable until it returns.
-  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+  const FunctionRef<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0, chunk_ = 0;
   // (job generation << 32) | (chunks << 16) | next chunk. A claim succeeds only for the current
   // generation, so a late worker can never run a chunk of a finished job.

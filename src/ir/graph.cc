@@ -22,38 +22,38 @@ std::optional<Shape> TypeInfo::static_shape() const {
   return s;
 }
 
-const Attribute* Node::attr(const std::string& n) const {
+const Attribute* Node::attr(std::string_view n) const {
   for (const Attribute& a : attrs)
     if (a.name == n) return &a;
   return nullptr;
 }
 
-int64_t Node::attr_int(const std::string& n, int64_t fallback) const {
+int64_t Node::attr_int(std::string_view n, int64_t fallback) const {
   const Attribute* a = attr(n);
   return a ? a->i : fallback;
 }
 
-float Node::attr_float(const std::string& n, float fallback) const {
+float Node::attr_float(std::string_view n, float fallback) const {
   const Attribute* a = attr(n);
   return a ? a->f : fallback;
 }
 
-std::string Node::attr_string(const std::string& n, const std::string& fallback) const {
+std::string Node::attr_string(std::string_view n, const std::string& fallback) const {
   const Attribute* a = attr(n);
   return a ? a->s : fallback;
 }
 
-std::vector<int64_t> Node::attr_ints(const std::string& n) const {
+std::vector<int64_t> Node::attr_ints(std::string_view n) const {
   const Attribute* a = attr(n);
   return a ? a->ints : std::vector<int64_t>{};
 }
 
-std::vector<float> Node::attr_floats(const std::string& n) const {
+std::vector<float> Node::attr_floats(std::string_view n) const {
   const Attribute* a = attr(n);
   return a ? a->floats : std::vector<float>{};
 }
 
-std::vector<std::string> Node::attr_strings(const std::string& n) const {
+std::vector<std::string> Node::attr_strings(std::string_view n) const {
   const Attribute* a = attr(n);
   return a ? a->strings : std::vector<std::string>{};
 }

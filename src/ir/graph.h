@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/tensor.h"
@@ -83,14 +84,14 @@ struct Node {
   std::vector<Attribute> attrs;
   std::string doc;
 
-  const Attribute* attr(const std::string& n) const;
-  bool has_attr(const std::string& n) const { return attr(n) != nullptr; }
-  int64_t attr_int(const std::string& n, int64_t fallback) const;
-  float attr_float(const std::string& n, float fallback) const;
-  std::string attr_string(const std::string& n, const std::string& fallback) const;
-  std::vector<int64_t> attr_ints(const std::string& n) const;  // empty when absent
-  std::vector<float> attr_floats(const std::string& n) const;
-  std::vector<std::string> attr_strings(const std::string& n) const;
+  const Attribute* attr(std::string_view n) const;
+  bool has_attr(std::string_view n) const { return attr(n) != nullptr; }
+  int64_t attr_int(std::string_view n, int64_t fallback) const;
+  float attr_float(std::string_view n, float fallback) const;
+  std::string attr_string(std::string_view n, const std::string& fallback) const;
+  std::vector<int64_t> attr_ints(std::string_view n) const;  // empty when absent
+  std::vector<float> attr_floats(std::string_view n) const;
+  std::vector<std::string> attr_strings(std::string_view n) const;
   // True when input i is present (named and not "").
   bool has_input(size_t i) const { return i < inputs.size() && !inputs[i].empty(); }
   // "node 'name' (OpType)" for error messages.

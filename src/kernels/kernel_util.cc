@@ -26,8 +26,8 @@ Result<Shape> broadcast_shapes(const std::vector<Shape>& shapes) {
   return out;
 }
 
-std::vector<int64_t> strides_of(const Shape& shape) {
-  std::vector<int64_t> s(shape.size());
+Shape strides_of(const Shape& shape) {
+  Shape s(shape.size());
   int64_t acc = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     s[i] = acc;
@@ -36,19 +36,24 @@ std::vector<int64_t> strides_of(const Shape& shape) {
   return s;
 }
 
-std::vector<int64_t> broadcast_strides(const Shape& in_shape, const Shape& out_shape) {
+Shape broadcast_strides(const Shape& in_shape, const Shape& out_shape) {
   const size_t r = out_shape.size(), off = r - in_shape.size();
-  std::vector<int64_t> in_strides = strides_of(in_shape), out(r, 0);
+  const Shape in_strides = strides_of(in_shape);
+  Shape out(r, 0);
   for (size_t i = off; i < r; ++i) out[i] = in_shape[i - off] == 1 ? 0 : in_strides[i - off];
   return out;
 }
 
-std::vector<int64_t> broadcast_offsets(const Shape& in_shape, const Shape& out_shape) {
-  const std::vector<int64_t> bs = broadcast_strides(in_shape, out_shape);
+namespace {
+
+// broadcast_offsets into any vector-like container.
+template <typename Offsets>
+void fill_broadcast_offsets(const Shape& in_shape, const Shape& out_shape, Offsets& offsets) {
+  const Shape bs = broadcast_strides(in_shape, out_shape);
   int64_t n = 1;
   for (int64_t d : out_shape) n *= d;
-  std::vector<int64_t> offsets(n);
-  std::vector<int64_t> idx(out_shape.size(), 0);
+  offsets.resize(n);
+  Shape idx(out_shape.size(), 0);
   int64_t cur = 0;
   for (int64_t i = 0; i < n; ++i) {
     offsets[i] = cur;
@@ -61,6 +66,19 @@ std::vector<int64_t> broadcast_offsets(const Shape& in_shape, const Shape& out_s
       idx[d] = 0;
     }
   }
+}
+
+}  // namespace
+
+std::vector<int64_t> broadcast_offsets(const Shape& in_shape, const Shape& out_shape) {
+  std::vector<int64_t> offsets;
+  fill_broadcast_offsets(in_shape, out_shape, offsets);
+  return offsets;
+}
+
+Shape broadcast_offsets_small(const Shape& in_shape, const Shape& out_shape) {
+  Shape offsets;
+  fill_broadcast_offsets(in_shape, out_shape, offsets);
   return offsets;
 }
 

@@ -58,14 +58,17 @@ Result<Shape> broadcast_shapes(const Shape& a, const Shape& b);
 Result<Shape> broadcast_shapes(const std::vector<Shape>& shapes);
 
 // Row-major strides (in elements).
-std::vector<int64_t> strides_of(const Shape& shape);
+Shape strides_of(const Shape& shape);
 
 // For each element of `out_shape` (row-major), the offset of the matching element of an input
 // of shape `in_shape` broadcast to it. Precomputed once; used by elementwise kernels.
 std::vector<int64_t> broadcast_offsets(const Shape& in_shape, const Shape& out_shape);
+// The same in a Shape, which holds up to 8 offsets without allocating: for a few matrices of a
+// batch, not the elements of a tensor.
+Shape broadcast_offsets_small(const Shape& in_shape, const Shape& out_shape);
 
 // Strides of `in_shape` aligned to the rank of `out_shape`, 0 on broadcast dims.
-std::vector<int64_t> broadcast_strides(const Shape& in_shape, const Shape& out_shape);
+Shape broadcast_strides(const Shape& in_shape, const Shape& out_shape);
 
 // Axis in [-rank, rank) to [0, rank), or an error.
 Result<int64_t> normalize_axis(int64_t axis, int64_t rank);

@@ -1,5 +1,5 @@
 // ThreadPool: every index covered exactly once, concurrent callers on one pool, nested calls,
-// the process-wide shared pool, and an idle pool that sleeps instead of spinning.
+// on_every_thread, the process-wide shared pool, and an idle pool that sleeps instead of spinning.
 #include "core/thread_pool.h"
 
 #include <gtest/gtest.h>
@@ -8,7 +8,9 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <mutex>
 #include <numeric>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -87,6 +89,33 @@ TEST(ThreadPool, NestedCallsRunInline) {
       });
   });
   for (size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i].load(), 1) << i;
+}
+
+// on_every_thread reaches each of the pool's threads exactly once (where kernels size their
+// thread-local scratch); from inside a task, where the workers are taken, only the calling thread.
+TEST(ThreadPool, OnEveryThreadRunsOnceOnEachThread) {
+  for (int threads : {1, 2, 4}) {
+    ThreadPool pool(threads);
+    for (int round = 0; round < 20; ++round) {
+      std::mutex mu;
+      std::set<std::thread::id> ids;
+      int calls = 0;
+      EXPECT_TRUE(pool.on_every_thread([&] {
+        std::lock_guard<std::mutex> lock(mu);
+        ids.insert(std::this_thread::get_id());
+        ++calls;
+      }));
+      EXPECT_EQ(calls, threads);
+      EXPECT_EQ(ids.size(), static_cast<size_t>(threads));
+    }
+    std::atomic<int> inner{0}, reached_all{0};
+    pool.parallel_for(8, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i)
+        if (pool.on_every_thread([&] { inner.fetch_add(1); })) reached_all.fetch_add(1);
+    });
+    EXPECT_EQ(inner.load(), 8);
+    EXPECT_EQ(reached_all.load(), threads == 1 ? 8 : 0);
+  }
 }
 
 TEST(ThreadPool, SharedPoolIsOneInstance) {

@@ -1,33 +1,45 @@
 // Kernel of ai.kiln.EmbedLayerNorm (docs/ops.md): for token (b, s),
 // Y[b,s] = LayerNorm(word[ids[b,s]] + position[s] + segment[segment_ids[b,s]]) * gamma + beta,
 // tokens split over the thread pool, each row vectorised (normalize_row.h).
+#include <array>
 #include <vector>
 
+#include "core/thread_scratch.h"
 #include "kernels/kernel_util.h"
 #include "kernels/kiln/normalize_row.h"
 
 namespace kiln {
 namespace {
 
+// One token's sum of embeddings, one per thread.
+std::vector<float>& token_sum() {
+  thread_local std::vector<float> sum;
+  return sum;
+}
+
 bool present(const KernelContext& ctx, size_t i) {
   return ctx.has_input(i) && ctx.input(i).defined();
 }
 
-// Token ids as int64, each checked against the table's row count (negative ids count from the
-// end, as Gather's do).
-Result<std::vector<int64_t>> rows_of(const KernelContext& ctx, const Tensor& ids, int64_t rows,
-                                     const char* what) {
+// Checks token ids against the table's row count (negative ids count from the end, as Gather's
+// do). The ids are read again where they are used (row_of) rather than copied, so that a run
+// allocates nothing.
+Status check_rows(const KernelContext& ctx, const Tensor& ids, int64_t rows, const char* what) {
   if (ids.dtype() != DType::kInt64 && ids.dtype() != DType::kInt32)
     return ctx.error(std::string(what) + " must be int32 or int64, got " + dtype_name(ids.dtype()));
-  std::vector<int64_t> out(static_cast<size_t>(ids.numel()));
   for (int64_t i = 0; i < ids.numel(); ++i) {
-    int64_t v = ids.dtype() == DType::kInt64 ? ids.data<int64_t>()[i] : ids.data<int32_t>()[i];
+    const int64_t v = ids.dtype() == DType::kInt64 ? ids.data<int64_t>()[i] : ids.data<int32_t>()[i];
     if (v < -rows || v >= rows)
       return ctx.error(std::string(what) + " value " + std::to_string(v) + " is outside [" +
                        std::to_string(-rows) + ", " + std::to_string(rows) + ")");
-    out[static_cast<size_t>(i)] = v < 0 ? v + rows : v;
   }
-  return out;
+  return Status::ok();
+}
+
+// The table row of token i of checked `ids`.
+int64_t row_of(const Tensor& ids, int64_t i, int64_t rows) {
+  const int64_t v = ids.dtype() == DType::kInt64 ? ids.data<int64_t>()[i] : ids.data<int32_t>()[i];
+  return v < 0 ? v + rows : v;
 }
 
 Status embed_layer_norm(KernelContext& ctx) {
@@ -62,11 +74,9 @@ Status embed_layer_norm(KernelContext& ctx) {
     if (present(ctx, i) && (ctx.input(i).dtype() != DType::kFloat32 || ctx.input(i).numel() != e))
       return ctx.error(std::string(i == 5 ? "gamma" : "beta") + " must be float32 with " +
                        std::to_string(e) + " values");
-  KILN_ASSIGN_OR_RETURN(auto word_rows, rows_of(ctx, ids, word.dim(0), "input_ids"));
-  std::vector<int64_t> segment_rows;
+  KILN_RETURN_IF_ERROR(check_rows(ctx, ids, word.dim(0), "input_ids"));
   if (has_segment) {
-    KILN_ASSIGN_OR_RETURN(segment_rows,
-                          rows_of(ctx, ctx.input(1), ctx.input(4).dim(0), "segment_ids"));
+    KILN_RETURN_IF_ERROR(check_rows(ctx, ctx.input(1), ctx.input(4).dim(0), "segment_ids"));
   }
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, DType::kFloat32, {batch, seq, e}));
   const double eps = ctx.node.attr_float("epsilon", 1e-12f);
@@ -74,15 +84,20 @@ Status embed_layer_norm(KernelContext& ctx) {
   const float* beta = present(ctx, 6) ? ctx.input(6).data<float>() : nullptr;
   const float* seg_table = has_segment ? ctx.input(4).data<float>() : nullptr;
   float* yd = y->data<float>();
+  // Every thread that may take tokens has its row sized first (core/thread_scratch.h).
+  thread_local ScratchReservation<1> reservation;
+  reservation.ensure(ctx.pool, {e}, [](const std::array<int64_t, 1>& n) {
+    token_sum().resize(static_cast<size_t>(n[0]));
+  });
   for_rows(ctx.pool, batch * seq, e, [&](int64_t t0, int64_t t1) {
-    thread_local std::vector<float> sum;
+    std::vector<float>& sum = token_sum();
     sum.resize(static_cast<size_t>(e));
     for (int64_t t = t0; t < t1; ++t) {
-      const float* w = word.data<float>() + word_rows[static_cast<size_t>(t)] * e;
+      const float* w = word.data<float>() + row_of(ids, t, word.dim(0)) * e;
       const float* p = pos.data<float>() + (t % seq) * e;
       for (int64_t i = 0; i < e; ++i) sum[static_cast<size_t>(i)] = w[i] + p[i];
       if (has_segment) {
-        const float* s = seg_table + segment_rows[static_cast<size_t>(t)] * e;
+        const float* s = seg_table + row_of(ctx.input(1), t, ctx.input(4).dim(0)) * e;
         for (int64_t i = 0; i < e; ++i) sum[static_cast<size_t>(i)] += s[i];
       }
       normalize_row_f32(sum.data(), e, layer_norm_stats(sum.data(), e, eps), gamma, beta,

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -172,20 +173,26 @@ class StandardOp {
     return op;
   }
 
-  // Output 0 of the op, run on the given inputs (nullptr: omitted).
-  Result<Tensor> run(KernelContext& ctx, std::vector<const Value*> inputs) const {
-    KernelContext inner(ctx.node, kOpset, std::move(inputs), ctx.pool, nullptr);
+  // Output 0 of the op, run on the given inputs (nullptr: omitted). The inner op writes into this
+  // op's own output list, kept across runs so that a run allocates nothing; so one StandardOp runs
+  // one request at a time, as its kernel does.
+  Result<Tensor> run(KernelContext& ctx, std::initializer_list<const Value*> inputs) {
+    KernelContext inner(ctx.node, kOpset, inputs.begin(), inputs.size(), outputs_, ctx.pool,
+                        nullptr);
     inner.outputs.resize(1);
     KILN_RETURN_IF_ERROR(kernel_->run(inner));
     if (inner.outputs.empty() || !inner.outputs[0].is_tensor() ||
         !inner.outputs[0].tensor.defined())
       return ctx.error("the inner op produced no tensor");
-    return inner.outputs[0].tensor;
+    Tensor y = std::move(inner.outputs[0].tensor);
+    inner.outputs[0] = Value();  // holds no tensor between runs
+    return y;
   }
 
  private:
   static constexpr int64_t kOpset = 21;
   std::shared_ptr<Kernel> kernel_;
+  std::vector<Value> outputs_;
 };
 
 }  // namespace kiln::kiln_ops

@@ -15,9 +15,8 @@ class FusedConv : public Kernel {
       return ctx.error("FusedConv needs X and W");
     if (ctx.input(0).dtype() != DType::kFloat32)
       return ctx.error("FusedConv supports float32 only");
-    std::vector<const Value*> in{&ctx.value(0), &ctx.value(1),
-                                 ctx.has_input(2) ? &ctx.value(2) : nullptr};
-    KILN_ASSIGN_OR_RETURN(Tensor y, conv_.run(ctx, std::move(in)));
+    KILN_ASSIGN_OR_RETURN(Tensor y, conv_.run(ctx, {&ctx.value(0), &ctx.value(1),
+                                                     ctx.has_input(2) ? &ctx.value(2) : nullptr}));
     KILN_RETURN_IF_ERROR(kiln_ops::apply_epilogue(ctx, y, 3));
     ctx.set_output(0, std::move(y));
     return Status::ok();

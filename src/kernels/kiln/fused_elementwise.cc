@@ -25,8 +25,7 @@ constexpr int64_t kGrainBlocks = 32;       // 8K elements per task at least
 struct Operand {
   enum class Kind { kScalar, kFull, kBroadcast } kind;
   const float* data;
-  std::vector<int64_t> dims,
-      strides;  // kBroadcast: collapsed output dims, input strides (0: broadcast)
+  Shape dims, strides;  // kBroadcast: collapsed output dims, input strides (0: broadcast)
 };
 
 Operand make_operand(const Tensor& t, const Shape& out, int64_t out_numel) {
@@ -35,7 +34,7 @@ Operand make_operand(const Tensor& t, const Shape& out, int64_t out_numel) {
   // Shapes that broadcast with equal sizes differ only by 1-dims: the layouts are the same.
   if (t.numel() == out_numel) return {Operand::Kind::kFull, p, {}, {}};
   Operand o{Operand::Kind::kBroadcast, p, {}, {}};
-  const std::vector<int64_t> st = broadcast_strides(t.shape(), out);
+  const Shape st = broadcast_strides(t.shape(), out);
   for (size_t d = 0; d < out.size(); ++d) {
     if (out[d] == 1) continue;
     // An outer dim merges into the inner one when stepping it equals stepping past the whole inner
@@ -63,13 +62,8 @@ void gather(const Operand& o, int64_t start, int64_t n, float* dst) {
     return;
   }
   const size_t r = o.dims.size();
-  int64_t small[8];
-  std::vector<int64_t> large;
-  int64_t* idx = small;
-  if (r > 8) {
-    large.resize(r);
-    idx = large.data();
-  }
+  Shape index(r, 0);  // inline up to rank 8: no allocation per block
+  int64_t* idx = index.data();
   int64_t off = 0;
   for (size_t d = r, rem = static_cast<size_t>(start); d-- > 0;) {
     idx[d] = static_cast<int64_t>(rem % static_cast<size_t>(o.dims[d]));
@@ -280,45 +274,63 @@ void run_block(const Chain& c, int64_t start, int64_t n, float* out) {
   std::memcpy(out + start, v, static_cast<size_t>(n) * sizeof(float));
 }
 
-Status fused_elementwise(KernelContext& ctx) {
-  if (ctx.num_inputs() == 0) return ctx.error("FusedElementwise needs at least one input");
-  std::vector<Shape> shapes;
-  for (size_t i = 0; i < ctx.num_inputs(); ++i) {
-    if (!ctx.has_input(i) || !ctx.value(i).is_tensor() || !ctx.input(i).defined())
-      return ctx.error("input " + std::to_string(i) + " is missing or not a tensor");
-    if (ctx.input(i).dtype() != DType::kFloat32)
-      return ctx.error("input " + std::to_string(i) + " must be float32, got " +
-                       dtype_name(ctx.input(i).dtype()));
-    shapes.push_back(ctx.input(i).shape());
-  }
-  auto steps = ir::decode_fused_elementwise(ctx.node, ctx.num_inputs());
-  if (!steps) return ctx.error(steps.status().message());
-  auto shape = broadcast_shapes(shapes);
-  if (!shape) return ctx.error(shape.status().message());
-  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, DType::kFloat32, *shape));
-  const int64_t total = y->numel();
-  if (total == 0) return Status::ok();
-  Chain c{std::move(steps).value(), {}};
-  for (size_t i = 0; i < ctx.num_inputs(); ++i)
-    c.inputs.push_back(make_operand(ctx.input(i), *shape, total));
-  float* out = y->data<float>();
-  const int64_t blocks = (total + kBlock - 1) / kBlock;
-  auto body = [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t start = b * kBlock;
-      run_block(c, start, std::min(kBlock, total - start), out);
+// The chain is decoded from the node's attributes once, and its operand list reused, so that a
+// run allocates nothing.
+class FusedElementwise : public Kernel {
+ public:
+  Status run(KernelContext& ctx) override {
+    if (ctx.num_inputs() == 0) return ctx.error("FusedElementwise needs at least one input");
+    Shape shape;
+    for (size_t i = 0; i < ctx.num_inputs(); ++i) {
+      if (!ctx.has_input(i) || !ctx.value(i).is_tensor() || !ctx.input(i).defined())
+        return ctx.error("input " + std::to_string(i) + " is missing or not a tensor");
+      if (ctx.input(i).dtype() != DType::kFloat32)
+        return ctx.error("input " + std::to_string(i) + " must be float32, got " +
+                         dtype_name(ctx.input(i).dtype()));
+      auto b = broadcast_shapes(shape, ctx.input(i).shape());
+      if (!b) return ctx.error(b.status().message());
+      shape = std::move(b).value();
     }
-  };
-  if (ctx.pool != nullptr && total >= kParallelMin) {
-    ctx.pool->parallel_for(blocks, kGrainBlocks, body);
-  } else {
-    body(0, blocks);
+    if (decoded_inputs_ != ctx.num_inputs()) {
+      auto steps = ir::decode_fused_elementwise(ctx.node, ctx.num_inputs());
+      if (!steps) return ctx.error(steps.status().message());
+      chain_.steps = std::move(steps).value();
+      decoded_inputs_ = ctx.num_inputs();
+    }
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, DType::kFloat32, shape));
+    const int64_t total = y->numel();
+    if (total == 0) return Status::ok();
+    chain_.inputs.resize(ctx.num_inputs());
+    for (size_t i = 0; i < ctx.num_inputs(); ++i)
+      chain_.inputs[i] = make_operand(ctx.input(i), shape, total);
+    const Chain& c = chain_;
+    float* out = y->data<float>();
+    const int64_t blocks = (total + kBlock - 1) / kBlock;
+    auto body = [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t start = b * kBlock;
+        run_block(c, start, std::min(kBlock, total - start), out);
+      }
+    };
+    if (ctx.pool != nullptr && total >= kParallelMin) {
+      ctx.pool->parallel_for(blocks, kGrainBlocks, body);
+    } else {
+      body(0, blocks);
+    }
+    return Status::ok();
   }
-  return Status::ok();
+
+ private:
+  Chain chain_;
+  size_t decoded_inputs_ = 0;  // 0: not decoded yet
+};
+
+Result<std::unique_ptr<Kernel>> create(const ir::Node&, int64_t) {
+  return std::unique_ptr<Kernel>(std::make_unique<FusedElementwise>());
 }
 
-}  // namespace
+const KernelRegistrar kRegistrar("ai.kiln", "FusedElementwise", "ref", create);
 
-KILN_REGISTER_KERNEL("ai.kiln", "FusedElementwise", fused_elementwise);
+}  // namespace
 
 }  // namespace kiln

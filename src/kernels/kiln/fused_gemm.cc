@@ -36,9 +36,8 @@ class FusedGemm : public Kernel {
     if (ctx.input(0).dtype() != DType::kFloat32) return ctx.error("supports float32 only");
     if (!packed_.empty()) return run_packed(ctx);
     const Value* c = ctx.has_input(2) ? &ctx.value(2) : nullptr;
-    std::vector<const Value*> in{&ctx.value(0), &ctx.value(1)};
-    if (!matmul_) in.push_back(c);
-    KILN_ASSIGN_OR_RETURN(Tensor y, op_.run(ctx, std::move(in)));
+    KILN_ASSIGN_OR_RETURN(Tensor y, matmul_ ? op_.run(ctx, {&ctx.value(0), &ctx.value(1)})
+                                            : op_.run(ctx, {&ctx.value(0), &ctx.value(1), c}));
     if (matmul_ && c != nullptr) KILN_RETURN_IF_ERROR(add_bias(ctx, c->tensor, y));
     KILN_RETURN_IF_ERROR(kiln_ops::apply_epilogue(ctx, y, 3));
     ctx.set_output(0, std::move(y));
@@ -91,7 +90,10 @@ class FusedGemm : public Kernel {
         return ctx.error("Gemm C of shape " + shape_str(c->shape()) + " does not broadcast to " +
                          shape_str(out));
       const float* cd = c->data<float>();
-      if (c->numel() == n && (c->rank() == 1 || (c->rank() == 2 && c->dim(0) == 1))) {
+      if (c->numel() == n && (c->rank() == 1 || (c->rank() == 2 && c->dim(0) == 1)) &&
+          beta_ == 1.0f) {
+        bias = cd;  // C itself: nothing to scale, nothing to allocate
+      } else if (c->numel() == n && (c->rank() == 1 || (c->rank() == 2 && c->dim(0) == 1))) {
         scaled.resize(static_cast<size_t>(n));
         for (int64_t j = 0; j < n; ++j) scaled[j] = beta_ * cd[j];
         bias = scaled.data();

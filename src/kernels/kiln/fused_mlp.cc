@@ -3,8 +3,11 @@
 // are the fast float GEMM (kernels/cpu/gemm) with the bias and activation in its write-out, and
 // constant weights packed once in prepare. Semantics: docs/ops.md.
 #include <algorithm>
+#include <array>
+#include <vector>
 
 #include "core/thread_pool.h"
+#include "core/thread_scratch.h"
 #include "kernels/cpu/gemm/gemm.h"
 #include "kernels/kernel_util.h"
 #include "kernels/kiln/epilogue_activation.h"
@@ -45,6 +48,12 @@ void product(int64_t m, int64_t k, int64_t n, const float* x, const float* w,
   g.a = x, g.lda = k, g.b = w, g.ldb = n, g.c = out, g.ldc = n;
   g.bias = bias, g.epilogue = epilogue;
   gemm::gemm_f32_blocked(g, pool);
+}
+
+// A block's intermediate (rows x H), one per thread.
+std::vector<float>& block_hidden() {
+  thread_local std::vector<float> h;
+  return h;
 }
 
 class FusedMlp : public Kernel {
@@ -110,16 +119,28 @@ class FusedMlp : public Kernel {
     if (threads > 1 && rows < threads * kMinThreadRows) {
       // Too few rows to share out: each thread would stream all of both weights for a few rows,
       // so run all rows as one block and let gemm_f32 split the columns over the threads.
-      std::vector<float> h(static_cast<size_t>(rows * op.h));
-      block(op, 0, rows, h.data(), yd, ctx.pool);
+      hidden_.resize(static_cast<size_t>(rows * op.h));  // grows once: runs allocate nothing
+      block(op, 0, rows, hidden_.data(), yd, ctx.pool);
       return Status::ok();
     }
     // Blocks evened out so every thread gets the same number (no short last block holding one
     // thread back).
     const int64_t blocks = round_up((rows + target - 1) / target, threads);
     const int64_t rb = std::min(target, round_up((rows + blocks - 1) / blocks, kRowTile));
+    // Every thread that may take a block has its intermediate and GEMM buffers sized first, so
+    // that runs after the first allocate nothing whichever threads take the blocks.
+    for (const bool fc2 : {false, true}) {
+      gemm::GemmF32Args g;
+      g.m = rb, g.k = fc2 ? op.h : op.k, g.n = fc2 ? op.n : op.h;
+      g.packed_b = fc2 ? op.w2_packed : op.w1_packed;
+      gemm::reserve_single_thread_scratch(g, ctx.pool);
+    }
+    thread_local ScratchReservation<1> reservation;
+    reservation.ensure(ctx.pool, {rb * op.h}, [](const std::array<int64_t, 1>& n) {
+      block_hidden().resize(static_cast<size_t>(n[0]));
+    });
     auto task = [&](int64_t b0, int64_t b1_) {
-      thread_local std::vector<float> h;
+      std::vector<float>& h = block_hidden();
       h.resize(static_cast<size_t>(rb * op.h));
       for (int64_t b = b0; b < b1_; ++b) {
         const int64_t r0 = b * rb;
@@ -148,6 +169,7 @@ class FusedMlp : public Kernel {
 
   gemm::Epilogue act_;
   gemm::PackedMatrix w1_, w2_;
+  std::vector<float> hidden_;  // the one-block path's intermediate, kept across runs
 };
 
 Result<std::unique_ptr<Kernel>> create(const ir::Node& node, int64_t) {

@@ -1,8 +1,10 @@
 // Reference kernels of ai.kiln.Gelu (approximate "none": 0.5x(1+erf(x/sqrt 2)); "tanh":
 // 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))) and ai.kiln.BiasGelu (Gelu(X + bias), numpy broadcast).
+#include <array>
 #include <cmath>
 
 #include "kernels/kernel_util.h"
+#include "kernels/ref/elementwise_util.h"
 
 namespace kiln {
 namespace {
@@ -37,19 +39,22 @@ Status run_gelu(KernelContext& ctx, bool with_bias) {
   }
   KILN_ASSIGN_OR_RETURN(Tensor xf, to_float32(x));
   KILN_ASSIGN_OR_RETURN(Tensor y, Tensor::make(DType::kFloat32, shape));
-  const auto xo = broadcast_offsets(x.shape(), shape);
   Tensor bf;
-  std::vector<int64_t> bo;
   if (with_bias) {
     KILN_ASSIGN_OR_RETURN(bf, to_float32(ctx.input(1)));
-    bo = broadcast_offsets(ctx.input(1).shape(), shape);
   }
-  for (int64_t i = 0; i < y.numel(); ++i) {
+  // Offsets walked with strides (no per-element offset table): a run allocates nothing.
+  const std::array<const Shape*, 2> in = {&x.shape(),
+                                          with_bias ? &ctx.input(1).shape() : &x.shape()};
+  const float* xd = xf.data<float>();
+  const float* bd = with_bias ? bf.data<float>() : nullptr;
+  float* yd = y.data<float>();
+  ew::for_each_broadcast(shape, in, [&](int64_t i, const std::array<int64_t, 2>& o) {
     // The sum is rounded to float first, as the unfused Add would.
-    float v = xf.data<float>()[xo[i]];
-    if (with_bias) v += bf.data<float>()[bo[i]];
-    y.data<float>()[i] = static_cast<float>(f(v));
-  }
+    float v = xd[o[0]];
+    if (bd) v += bd[o[1]];
+    yd[i] = static_cast<float>(f(v));
+  });
   KILN_ASSIGN_OR_RETURN(Tensor out, cast_float_to(y, x.dtype()));
   ctx.set_output(0, std::move(out));
   return Status::ok();

@@ -23,17 +23,18 @@ Status layer_norm(KernelContext& ctx) {
   for (int64_t d : norm_shape) len *= d;
   const int64_t outer = len == 0 ? 0 : x.numel() / len;
   // Scale and B broadcast to one row of len values.
-  std::vector<float> row[2];
+  std::vector<float> storage[2];
+  const float* row[2] = {nullptr, nullptr};
   for (int i = 0; i < (has_b ? 2 : 1); ++i) {
     KILN_ASSIGN_OR_RETURN(row[i], broadcast_row(ctx, ctx.input(1 + i), norm_shape,
-                                                i ? "LayerNorm B" : "LayerNorm Scale"));
+                                                i ? "LayerNorm B" : "LayerNorm Scale", storage[i]));
   }
   if (x.dtype() == DType::kFloat32) {
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, DType::kFloat32, x.shape()));
     const float* xd = x.data<float>();
     float* yd = y->data<float>();
-    const float* gamma = row[0].data();
-    const float* beta = has_b ? row[1].data() : nullptr;
+    const float* gamma = row[0];
+    const float* beta = row[1];
     for_rows(ctx.pool, outer, len, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const float* xr = xd + r * len;
@@ -46,8 +47,7 @@ Status layer_norm(KernelContext& ctx) {
   KILN_ASSIGN_OR_RETURN(Tensor xf, to_float32(x));
   KILN_ASSIGN_OR_RETURN(Tensor y, Tensor::make(DType::kFloat32, x.shape()));
   for (int64_t g = 0; g < outer; ++g)
-    normalize_row(xf.data<float>() + g * len, len, eps, row[0].data(),
-                  has_b ? row[1].data() : nullptr, y.data<float>() + g * len);
+    normalize_row(xf.data<float>() + g * len, len, eps, row[0], row[1], y.data<float>() + g * len);
   KILN_ASSIGN_OR_RETURN(Tensor out, cast_float_to(y, x.dtype()));
   ctx.set_output(0, std::move(out));
   return Status::ok();

@@ -66,7 +66,7 @@ Status MultiHeadAttention::run(KernelContext& ctx) {
           "mask of shape " + shape_str(mt.shape()) +
           " must broadcast to [batch, num_heads, seq, seq] = " + shape_str(scores_shape));
     args.mask = mt.data<float>();
-    const std::vector<int64_t> st = broadcast_strides(mt.shape(), scores_shape);
+    const Shape st = broadcast_strides(mt.shape(), scores_shape);
     std::copy(st.begin(), st.end(), args.mask_strides);
   }
 

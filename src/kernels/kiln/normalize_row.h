@@ -20,18 +20,24 @@
 
 namespace kiln {
 
-// `t` broadcast to one row of the normalised shape, as float32; `what` names it in the error
-// ("LayerNorm Scale").
-inline Result<std::vector<float>> broadcast_row(const KernelContext& ctx, const Tensor& t,
-                                                const Shape& norm_shape, const std::string& what) {
+// `t` broadcast to one row of the normalised shape, as float32: t's own data when it already is
+// that row in float32 (gamma and beta almost always are), so that runs copy and allocate nothing;
+// else `storage` filled with it. `what` names it in the error ("LayerNorm Scale").
+inline Result<const float*> broadcast_row(const KernelContext& ctx, const Tensor& t,
+                                          const Shape& norm_shape, const char* what,
+                                          std::vector<float>& storage) {
   auto bs = broadcast_shapes(t.shape(), norm_shape);
   if (!bs || *bs != norm_shape)
-    return ctx.error(what + " of shape " + shape_str(t.shape()) + " does not broadcast to " +
-                     shape_str(norm_shape));
+    return ctx.error(std::string(what) + " of shape " + shape_str(t.shape()) +
+                     " does not broadcast to " + shape_str(norm_shape));
+  int64_t len = 1;
+  for (int64_t d : norm_shape) len *= d;
+  if (t.dtype() == DType::kFloat32 && t.numel() == len) return t.data<float>();
   KILN_ASSIGN_OR_RETURN(Tensor tf, to_float32(t));
-  std::vector<float> row;
-  for (int64_t o : broadcast_offsets(t.shape(), norm_shape)) row.push_back(tf.data<float>()[o]);
-  return row;
+  storage.clear();
+  for (int64_t o : broadcast_offsets(t.shape(), norm_shape))
+    storage.push_back(tf.data<float>()[o]);
+  return static_cast<const float*>(storage.data());
 }
 
 inline void normalize_row(const float* x, int64_t len, double eps, const float* gamma,
@@ -108,7 +114,7 @@ inline void normalize_row_f32(const float* x, int64_t n, RowStats st, const floa
 // fn(r0, r1) over rows [0, rows) of `len` floats each, split over the pool in chunks of at
 // least ~64 KiB (below that, waking a thread costs more than the rows).
 inline void for_rows(ThreadPool* pool, int64_t rows, int64_t len,
-                     const std::function<void(int64_t, int64_t)>& fn) {
+                     FunctionRef<void(int64_t, int64_t)> fn) {
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(len, 1));
   if (pool && rows > grain)
     pool->parallel_for(rows, grain, fn);

@@ -23,9 +23,11 @@ Status rms_norm(KernelContext& ctx) {
   int64_t len = 1;
   for (int64_t d : norm_shape) len *= d;
   const int64_t outer = len == 0 ? 0 : x.numel() / len;
-  std::vector<float> scale;
+  std::vector<float> storage;
+  const float* scale = nullptr;
   if (has_scale) {
-    KILN_ASSIGN_OR_RETURN(scale, broadcast_row(ctx, ctx.input(1), norm_shape, "RMSNorm Scale"));
+    KILN_ASSIGN_OR_RETURN(scale,
+                          broadcast_row(ctx, ctx.input(1), norm_shape, "RMSNorm Scale", storage));
   }
   if (x.dtype() == DType::kFloat32) {
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, DType::kFloat32, x.shape()));
@@ -37,7 +39,7 @@ Status rms_norm(KernelContext& ctx) {
         const double sq = row_sum_f32(xr, len, 0.0f, true);
         const RowStats st{0.0f,
                           static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(len) + eps))};
-        normalize_row_f32(xr, len, st, has_scale ? scale.data() : nullptr, nullptr, yd + r * len);
+        normalize_row_f32(xr, len, st, scale, nullptr, yd + r * len);
       }
     });
     return Status::ok();

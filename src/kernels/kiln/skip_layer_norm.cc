@@ -1,11 +1,21 @@
 // Kernel of ai.kiln.SkipLayerNorm: S = input + skip (+ bias), broadcast by numpy rules;
 // Y = LayerNorm(S) over axes [axis, rank) with gamma and beta; the optional second output is S.
 // float32 with input and skip alike (BERT, ViT) runs vectorised rows over the thread pool.
+#include <array>
+#include <vector>
+
+#include "core/thread_scratch.h"
 #include "kernels/kernel_util.h"
 #include "kernels/kiln/normalize_row.h"
 
 namespace kiln {
 namespace {
+
+// A row of S when the graph does not want S, one per thread.
+std::vector<float>& row_sum() {
+  thread_local std::vector<float> row;
+  return row;
+}
 
 bool present(const KernelContext& ctx, size_t i) {
   return ctx.has_input(i) && ctx.input(i).defined();
@@ -36,18 +46,19 @@ Result<bool> run_float32(KernelContext& ctx) {
   for (int64_t d : norm_shape) len *= d;
   const int64_t outer = len == 0 ? 0 : in.numel() / len;
   const double eps = ctx.node.attr_float("epsilon", 1e-5f);
-  std::vector<float> row[3];  // gamma, beta, bias
-  KILN_ASSIGN_OR_RETURN(row[0],
-                        broadcast_row(ctx, ctx.input(2), norm_shape, "SkipLayerNorm gamma"));
+  std::vector<float> storage[3];
+  const float* row[3] = {nullptr, nullptr, nullptr};  // gamma, beta, bias
+  KILN_ASSIGN_OR_RETURN(row[0], broadcast_row(ctx, ctx.input(2), norm_shape,
+                                              "SkipLayerNorm gamma", storage[0]));
   if (present(ctx, 3)) {
-    KILN_ASSIGN_OR_RETURN(row[1],
-                          broadcast_row(ctx, ctx.input(3), norm_shape, "SkipLayerNorm beta"));
+    KILN_ASSIGN_OR_RETURN(row[1], broadcast_row(ctx, ctx.input(3), norm_shape,
+                                                "SkipLayerNorm beta", storage[1]));
   }
   if (bias) {
     Shape trimmed(bias->shape().end() - std::min<int64_t>(bias->rank(), norm_rank),
                   bias->shape().end());
-    KILN_ASSIGN_OR_RETURN(
-        row[2], broadcast_row(ctx, bias->reshaped(trimmed), norm_shape, "SkipLayerNorm bias"));
+    KILN_ASSIGN_OR_RETURN(row[2], broadcast_row(ctx, bias->reshaped(trimmed), norm_shape,
+                                                "SkipLayerNorm bias", storage[2]));
   }
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, DType::kFloat32, in.shape()));
   float* sum_out = nullptr;
@@ -57,12 +68,18 @@ Result<bool> run_float32(KernelContext& ctx) {
   }
   const float* a = in.data<float>();
   const float* b = skip.data<float>();
-  const float* gamma = row[0].data();
-  const float* beta = row[1].empty() ? nullptr : row[1].data();
-  const float* c = row[2].empty() ? nullptr : row[2].data();
+  const float* gamma = row[0];
+  const float* beta = row[1];
+  const float* c = row[2];
   float* yd = y->data<float>();
+  if (!sum_out) {  // every thread that may take rows has its row of S sized first
+    thread_local ScratchReservation<1> reservation;
+    reservation.ensure(ctx.pool, {len}, [](const std::array<int64_t, 1>& n) {
+      row_sum().resize(static_cast<size_t>(n[0]));
+    });
+  }
   for_rows(ctx.pool, outer, len, [&](int64_t r0, int64_t r1) {
-    thread_local std::vector<float> buf;
+    std::vector<float>& buf = row_sum();
     if (!sum_out) buf.resize(static_cast<size_t>(len));
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t o = r * len;
@@ -105,15 +122,16 @@ Status skip_layer_norm(KernelContext& ctx) {
   const int64_t outer = len == 0 ? 0 : s.numel() / len;
   const bool has_beta = present(ctx, 3);
   // gamma and beta broadcast to one row of len values.
-  std::vector<float> row[2];
+  std::vector<float> storage[2];
+  const float* row[2] = {nullptr, nullptr};
   for (int i = 0; i < (has_beta ? 2 : 1); ++i) {
     KILN_ASSIGN_OR_RETURN(row[i], broadcast_row(ctx, ctx.input(2 + i), norm_shape,
-                                                i ? "SkipLayerNorm beta" : "SkipLayerNorm gamma"));
+                                                i ? "SkipLayerNorm beta" : "SkipLayerNorm gamma",
+                                                storage[i]));
   }
   KILN_ASSIGN_OR_RETURN(Tensor y, Tensor::make(DType::kFloat32, *s_shape));
   for (int64_t g = 0; g < outer; ++g)
-    normalize_row(s.data<float>() + g * len, len, eps, row[0].data(),
-                  has_beta ? row[1].data() : nullptr, y.data<float>() + g * len);
+    normalize_row(s.data<float>() + g * len, len, eps, row[0], row[1], y.data<float>() + g * len);
   const DType dt = ctx.input(0).dtype();
   KILN_ASSIGN_OR_RETURN(Tensor out, cast_float_to(y, dt));
   ctx.set_output(0, std::move(out));

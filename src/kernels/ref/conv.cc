@@ -38,7 +38,7 @@ Result<ConvSetup> setup_conv(const KernelContext& ctx, const Shape& x, const Sha
   if (s.m % s.group != 0) return Status::error("output channels not divisible by group");
   s.cg = w[1];
   s.mg = s.m / s.group;
-  const std::vector<int64_t> in(x.begin() + 2, x.end()), kernel(w.begin() + 2, w.end());
+  const Shape in(x.begin() + 2, x.end()), kernel(w.begin() + 2, w.end());
   KILN_ASSIGN_OR_RETURN(s.geo, conv_util::read_geometry(ctx.node, in, kernel));
   if (s.geo.kernel != kernel)
     return Status::error("kernel_shape " + shape_str(s.geo.kernel) + " differs from W " +

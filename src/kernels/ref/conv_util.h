@@ -14,25 +14,33 @@ namespace kiln {
 namespace conv_util {
 
 struct Geometry {
-  int64_t dims = 0;                                                // spatial rank
-  std::vector<int64_t> in, kernel, strides, dilations, pads, out;  // pads: begins then ends
+  int64_t dims = 0;                              // spatial rank
+  Shape in, kernel, strides, dilations, pads, out;  // pads: begins then ends
 };
 
-inline std::string vec_str(const std::vector<int64_t>& v) { return shape_str(v); }
+inline std::string vec_str(const Shape& v) { return shape_str(v); }
+
+// `node`'s ints attribute `name` into `to`, or `fallback` when it is absent. Reads the attribute in
+// place (no copy of it), so that kernels re-reading their geometry every run allocate nothing.
+inline void read_ints_or(const ir::Node& node, const char* name, const Shape& fallback, Shape& to) {
+  const ir::Attribute* a = node.attr(name);
+  if (a) {
+    to.assign(a->ints.begin(), a->ints.end());
+  } else {
+    to = fallback;
+  }
+}
 
 // Reads kernel_shape (or `kernel` when the attribute is absent), strides, dilations and pads,
 // checking lengths and signs. Does not compute `out`.
-inline Result<Geometry> read_geometry(const ir::Node& node, const std::vector<int64_t>& in,
-                                      const std::vector<int64_t>& kernel) {
+inline Result<Geometry> read_geometry(const ir::Node& node, const Shape& in, const Shape& kernel) {
   Geometry g;
   g.dims = static_cast<int64_t>(in.size());
   g.in = in;
-  g.kernel = node.has_attr("kernel_shape") ? node.attr_ints("kernel_shape") : kernel;
-  g.strides =
-      node.has_attr("strides") ? node.attr_ints("strides") : std::vector<int64_t>(g.dims, 1);
-  g.dilations =
-      node.has_attr("dilations") ? node.attr_ints("dilations") : std::vector<int64_t>(g.dims, 1);
-  g.pads = node.has_attr("pads") ? node.attr_ints("pads") : std::vector<int64_t>(2 * g.dims, 0);
+  read_ints_or(node, "kernel_shape", kernel, g.kernel);
+  read_ints_or(node, "strides", Shape(g.dims, 1), g.strides);
+  read_ints_or(node, "dilations", Shape(g.dims, 1), g.dilations);
+  read_ints_or(node, "pads", Shape(2 * g.dims, 0), g.pads);
   if (static_cast<int64_t>(g.kernel.size()) != g.dims)
     return Status::error("kernel_shape " + vec_str(g.kernel) + " does not match " +
                          std::to_string(g.dims) + " spatial dims");

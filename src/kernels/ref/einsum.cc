@@ -140,13 +140,13 @@ Status einsum(KernelContext& ctx) {
   // Per operand, the stride of each label (summed for repeated labels, 0 for broadcast dims).
   std::vector<std::vector<int64_t>> strides(nops + 1, std::vector<int64_t>(nl, 0));
   for (size_t i = 0; i < nops; ++i) {
-    const std::vector<int64_t> st = strides_of(ctx.input(i).shape());
+    const Shape st = strides_of(ctx.input(i).shape());
     for (size_t d = 0; d < op_labels[i].size(); ++d) {
       const size_t j = std::find(all.begin(), all.end(), op_labels[i][d]) - all.begin();
       if (ctx.input(i).dim(d) != 1 || dims[j] == 1) strides[i][j] += st[d];
     }
   }
-  const std::vector<int64_t> ost = strides_of(out_shape);
+  const Shape ost = strides_of(out_shape);
   for (size_t j = 0; j < out_labels.size(); ++j) strides[nops][j] = ost[j];
   int64_t total = 1;
   for (int64_t d : dims) total *= d;

@@ -61,12 +61,12 @@ void for_each_broadcast(const Shape& out, const std::array<const Shape*, N>& in,
     f(int64_t{0}, off);
     return;
   }
-  std::array<std::vector<int64_t>, N> st;
+  std::array<Shape, N> st;
   for (size_t k = 0; k < N; ++k) st[k] = broadcast_strides(*in[k], out);
   const int64_t inner = out[r - 1];
   std::array<int64_t, N> inner_st{}, base{};
   for (size_t k = 0; k < N; ++k) inner_st[k] = st[k][r - 1];
-  std::vector<int64_t> idx(r, 0);
+  Shape idx(r, 0);
   for (int64_t i = 0; i < n;) {
     for (int64_t j = 0; j < inner; ++j, ++i) {
       for (size_t k = 0; k < N; ++k) off[k] = base[k] + j * inner_st[k];

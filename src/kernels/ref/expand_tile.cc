@@ -12,14 +12,14 @@ Status expand(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   if (ctx.input(1).rank() != 1)
     return ctx.error("input 'shape' must be 1-D, got shape " + shape_str(ctx.input(1).shape()));
-  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> target, read_ints(ctx, 1, "shape"));
+  KILN_ASSIGN_OR_RETURN(Shape target, read_ints(ctx, 1, "shape"));
   for (int64_t d : target)
     if (d < 0) return ctx.error("shape " + shape_str(target) + " has a negative dim");
   auto out = broadcast_shapes(x.shape(), target);
   if (!out) return ctx.error(out.status().message());
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x.dtype(), *out));
-  const std::vector<int64_t> strides = broadcast_strides(x.shape(), *out);
-  return gather_by_index(x, y, [&](const std::vector<int64_t>& idx) {
+  const Shape strides = broadcast_strides(x.shape(), *out);
+  return gather_by_index(x, y, [&](const Shape& idx) {
     int64_t off = 0;
     for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * strides[d];
     return off;
@@ -55,8 +55,8 @@ Status tile(KernelContext& ctx) {
     out[d] = x.dim(d) * repeats[d];
   }
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x.dtype(), out));
-  const std::vector<int64_t> strides = strides_of(x.shape());
-  return gather_by_index(x, y, [&](const std::vector<int64_t>& idx) {
+  const Shape strides = strides_of(x.shape());
+  return gather_by_index(x, y, [&](const Shape& idx) {
     int64_t off = 0;
     for (size_t d = 0; d < idx.size(); ++d) off += (idx[d] % x.dim(d)) * strides[d];
     return off;

@@ -39,19 +39,40 @@ Status gather(KernelContext& ctx) {
   if (data.rank() == 0) return ctx.error("data must have rank >= 1");
   KILN_ASSIGN_OR_RETURN(int64_t axis, axis_of(ctx, ctx.node.attr_int("axis", 0), data.rank()));
   const int64_t dim = data.dim(axis);
-  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> idx, read_indices(ctx, 1, dim));
+  // The indices are read in place (checked first, wrapped as they are used), so that a run
+  // allocates nothing for them.
+  if (indices.dtype() != DType::kInt64 && indices.dtype() != DType::kInt32)
+    return ctx.error(std::string("input 'indices': expected an int32 or int64 tensor, got ") +
+                     dtype_name(indices.dtype()));
+  const bool wide = indices.dtype() == DType::kInt64;
+  auto index_at = [&](int64_t k) {
+    const int64_t i = wide ? indices.data<int64_t>()[k] : indices.data<int32_t>()[k];
+    return i < 0 ? i + dim : i;
+  };
+  for (int64_t k = 0; k < indices.numel(); ++k) {
+    const int64_t i = wide ? indices.data<int64_t>()[k] : indices.data<int32_t>()[k];
+    if (i < -dim || i >= dim)
+      return ctx.error("index " + std::to_string(i) + " is out of range [" + std::to_string(-dim) +
+                       ", " + std::to_string(dim) + ")");
+  }
   Shape out(data.shape().begin(), data.shape().begin() + axis);
   out.insert(out.end(), indices.shape().begin(), indices.shape().end());
   out.insert(out.end(), data.shape().begin() + axis + 1, data.shape().end());
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, data.dtype(), out));
   const int64_t outer = product(data.shape(), 0, axis),
                 inner = product(data.shape(), axis + 1, data.rank());
-  if (y->numel() == 0) return Status::ok();  // also keeps `runs` no larger than the output
-  std::vector<int64_t> runs;
-  runs.reserve(outer * idx.size());
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t j : idx) runs.push_back((o * dim + j) * inner);
-  return copy_runs(data, runs, inner, y);
+  if (y->numel() == 0 || inner == 0) return Status::ok();
+  return visit_any(data.dtype(), [&](auto tag) -> Status {
+    using T = typename decltype(tag)::type;
+    const T* in = data.data<T>();
+    T* o = y->data<T>();
+    for (int64_t b = 0; b < outer; ++b)
+      for (int64_t k = 0; k < indices.numel(); ++k) {
+        const T* src = in + (b * dim + index_at(k)) * inner;
+        for (int64_t i = 0; i < inner; ++i) *o++ = src[i];
+      }
+    return Status::ok();
+  });
 }
 
 Status gather_elements(KernelContext& ctx) {
@@ -69,9 +90,9 @@ Status gather_elements(KernelContext& ctx) {
                        shape_str(data.shape()) + " on axis " + std::to_string(d));
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> idx, read_indices(ctx, 1, data.dim(axis)));
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, data.dtype(), indices.shape()));
-  const std::vector<int64_t> strides = strides_of(data.shape());
+  const Shape strides = strides_of(data.shape());
   int64_t i = 0;
-  return gather_by_index(data, y, [&](const std::vector<int64_t>& pos) {
+  return gather_by_index(data, y, [&](const Shape& pos) {
     int64_t off = 0;
     for (int64_t d = 0; d < data.rank(); ++d) off += (d == axis ? idx[i] : pos[d]) * strides[d];
     ++i;
@@ -105,7 +126,7 @@ Status gather_nd(KernelContext& ctx) {
   const int64_t batch_stride = product(data.shape(), b, r);
   const int64_t tuples = product(indices.shape(), b, q - 1);
   const int64_t slice = product(data.shape(), b + k, r);
-  const std::vector<int64_t> strides = strides_of(data.shape());
+  const Shape strides = strides_of(data.shape());
   if (y->numel() == 0) return Status::ok();  // also keeps `runs` no larger than the output
   std::vector<int64_t> runs;
   runs.reserve(batches * tuples);

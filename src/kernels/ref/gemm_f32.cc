@@ -110,8 +110,8 @@ Result<MatMulPlan> plan_matmul(const Shape& a_in, const Shape& b_in) {
   KILN_ASSIGN_OR_RETURN(Shape batch, broadcast_shapes(a_batch, b_batch));
   KILN_ASSIGN_OR_RETURN(int64_t nb, shape_numel(batch));
   (void)nb;
-  plan.a_offsets = broadcast_offsets(a_batch, batch);
-  plan.b_offsets = broadcast_offsets(b_batch, batch);
+  plan.a_offsets = broadcast_offsets_small(a_batch, batch);
+  plan.b_offsets = broadcast_offsets_small(b_batch, batch);
   for (int64_t& o : plan.a_offsets) o *= plan.m * plan.k;
   for (int64_t& o : plan.b_offsets) o *= plan.k * plan.n;
   plan.out_shape = batch;

@@ -56,7 +56,7 @@ void gemm_generic(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T
 struct MatMulPlan {
   Shape out_shape;
   int64_t m = 0, n = 0, k = 0;
-  std::vector<int64_t> a_offsets, b_offsets;  // element offset of each batch's A / B matrix
+  Shape a_offsets, b_offsets;  // element offset of each batch's A / B matrix
 };
 Result<MatMulPlan> plan_matmul(const Shape& a, const Shape& b);
 

@@ -163,7 +163,7 @@ Status trilu(KernelContext& ctx) {
   const bool upper = ctx.node.attr_int("upper", 1) != 0;
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x.dtype(), x.shape()));
   int64_t i = 0;
-  return gather_by_index(x, y, [&](const std::vector<int64_t>& idx) -> int64_t {
+  return gather_by_index(x, y, [&](const Shape& idx) -> int64_t {
     const int64_t off = i++;
     const int64_t diag = idx[r - 1] - idx[r - 2];  // column - row
     const bool keep = upper ? diag >= k : diag <= k;

@@ -91,7 +91,7 @@ Status grid_sample(KernelContext& ctx) {
     if (x.dim(2 + d) == 0) return ctx.error("X has an empty spatial dim " + shape_str(x.shape()));
 
   std::vector<int64_t> dims(x.shape().begin() + 2, x.shape().end());
-  const std::vector<int64_t> xstr = strides_of(Shape(dims.begin(), dims.end()));
+  const Shape xstr = strides_of(Shape(dims.begin(), dims.end()));
   int64_t in_plane = 1, out_plane = 1;
   for (int64_t d : dims) in_plane *= d;
   for (int64_t i = 2; i < r; ++i) out_plane *= out_shape[i];

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/gemm/gemm.h"
 #include "kernels/kernel_util.h"
 #include "kernels/ref/gemm_f32.h"
 
@@ -62,6 +63,11 @@ Status matmul(KernelContext& ctx, const gemm::PackedMatrix* packed) {
       };
       // Many small matrices (attention heads): parallel over the batch; otherwise inside GEMM.
       if (ctx.pool != nullptr && batches > 1 && p.m * p.n * p.k < (int64_t{1} << 20)) {
+        // Every thread that may take a matrix has its GEMM buffers sized first, so that runs
+        // after the first allocate nothing whichever threads take them.
+        gemm::GemmF32Args g;
+        g.m = p.m, g.n = p.n, g.k = p.k;
+        gemm::reserve_single_thread_scratch(g, ctx.pool);
         ctx.pool->parallel_for(batches, 1, [&](int64_t b0, int64_t b1) {
           for (int64_t i = b0; i < b1; ++i) one(i);
         });
@@ -101,8 +107,10 @@ class MatMulKernel : public Kernel {
   gemm::PackedMatrix packed_;
 };
 
-// ONNX Gemm; `packed` (or null) is B prepacked (with transB applied).
-Status gemm(KernelContext& ctx, const gemm::PackedMatrix* packed) {
+// ONNX Gemm; `packed` (or null) is B prepacked (with transB applied). `bias_scratch` holds beta * C
+// when C is a bias and beta is not 1; the kernel owns it so that runs reuse its storage.
+Status gemm(KernelContext& ctx, const gemm::PackedMatrix* packed,
+            std::vector<float>& bias_scratch) {
   if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
     return ctx.error("Gemm needs inputs A and B");
   const Tensor& a = ctx.input(0);
@@ -128,7 +136,6 @@ Status gemm(KernelContext& ctx, const gemm::PackedMatrix* packed) {
     if (!bs || *bs != out_shape)
       return ctx.error("Gemm C of shape " + shape_str(c.shape()) + " does not broadcast to " +
                        shape_str(out_shape));
-    c_off = broadcast_offsets(c.shape(), out_shape);
   }
   if (a.dtype() == DType::kFloat32 || is_half(a.dtype())) {
     KILN_ASSIGN_OR_RETURN(Tensor af, to_float32(a));
@@ -143,17 +150,21 @@ Status gemm(KernelContext& ctx, const gemm::PackedMatrix* packed) {
     // over Y beforehand.
     const bool c_is_bias = add_c && packed && cf.numel() == n &&
                            (cf.rank() == 1 || (cf.rank() == 2 && cf.dim(0) == 1));
-    std::vector<float> bias;
-    if (c_is_bias) {
-      bias.resize(static_cast<size_t>(n));
-      for (int64_t j = 0; j < n; ++j) bias[j] = beta * cf.data<float>()[j];
+    const float* bias = nullptr;
+    if (c_is_bias && beta == 1.0f) {
+      bias = cf.data<float>();
+    } else if (c_is_bias) {
+      bias_scratch.resize(static_cast<size_t>(n));
+      for (int64_t j = 0; j < n; ++j) bias_scratch[j] = beta * cf.data<float>()[j];
+      bias = bias_scratch.data();
     } else if (add_c) {
+      c_off = broadcast_offsets(ctx.input(2).shape(), out_shape);
       for (int64_t i = 0; i < m * n; ++i) yd[i] = beta * cf.data<float>()[c_off[i]];
     }
     const float beta_y = add_c && !c_is_bias ? 1.0f : 0.0f;
     if (packed) {
       gemm_f32_prepacked(ta, m, alpha, af.data<float>(), a.dim(1), *packed, beta_y, yd, n,
-                         c_is_bias ? bias.data() : nullptr, nullptr, ctx.pool);
+                         bias, nullptr, ctx.pool);
     } else {
       KILN_ASSIGN_OR_RETURN(Tensor bf, to_float32(b));
       gemm_f32(ta, tb, m, n, k, alpha, af.data<float>(), a.dim(1), bf.data<float>(), b.dim(1),
@@ -168,6 +179,7 @@ Status gemm(KernelContext& ctx, const gemm::PackedMatrix* packed) {
     using T = typename decltype(tag)::type;
     T* yd = y->data<T>();
     if (has_c && beta != 0.0f) {
+      c_off = broadcast_offsets(ctx.input(2).shape(), out_shape);
       const T* cd = ctx.input(2).data<T>();
       for (int64_t i = 0; i < m * n; ++i) yd[i] = static_cast<T>(beta * cd[c_off[i]]);
     }
@@ -183,11 +195,14 @@ class GemmKernel : public Kernel {
   Status prepare(const std::vector<const Tensor*>& constants, std::vector<bool>& absorbed) override {
     return prepack_weight(constants, 1, trans_b_, absorbed, packed_);
   }
-  Status run(KernelContext& ctx) override { return gemm(ctx, packed_.empty() ? nullptr : &packed_); }
+  Status run(KernelContext& ctx) override {
+    return gemm(ctx, packed_.empty() ? nullptr : &packed_, bias_scratch_);
+  }
 
  private:
   bool trans_b_;
   gemm::PackedMatrix packed_;
+  std::vector<float> bias_scratch_;
 };
 
 // Zero point of an 8-bit quantized operand as int32 values: scalar, or one per row/column.

@@ -2,6 +2,7 @@
 // gather.cc, ...): input checks with node-named errors, int-list inputs, multi-index iteration.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -32,17 +33,24 @@ inline Result<bool> optional_input(const KernelContext& ctx, size_t i) {
   return true;
 }
 
-// An int32/int64 input as int64 values.
-inline Result<std::vector<int64_t>> read_ints(const KernelContext& ctx, size_t i,
-                                              const char* what) {
-  auto r = read_int64s(ctx.input(i));
-  if (!r) return ctx.error(std::string("input '") + what + "': " + r.status().message());
-  return r;
+// An int32/int64 input as int64 values (a Shape: inline, no allocation, for up to 8 of them).
+inline Result<Shape> read_ints(const KernelContext& ctx, size_t i, const char* what) {
+  const Tensor& t = ctx.input(i);
+  Shape v;
+  if (t.dtype() == DType::kInt64) {
+    v.assign(t.data<int64_t>(), t.data<int64_t>() + t.numel());
+  } else if (t.dtype() == DType::kInt32) {
+    v.assign(t.data<int32_t>(), t.data<int32_t>() + t.numel());
+  } else {
+    return ctx.error(std::string("input '") + what + "': expected an int32 or int64 tensor, got " +
+                     dtype_name(t.dtype()));
+  }
+  return v;
 }
 
 // A single int32/int64 value of input i.
 inline Result<int64_t> read_int(const KernelContext& ctx, size_t i, const char* what) {
-  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> v, read_ints(ctx, i, what));
+  KILN_ASSIGN_OR_RETURN(Shape v, read_ints(ctx, i, what));
   if (v.size() != 1)
     return ctx.error(std::string("input '") + what + "' must hold one value, got shape " +
                      shape_str(ctx.input(i).shape()));
@@ -56,21 +64,20 @@ inline Result<int64_t> axis_of(const KernelContext& ctx, int64_t axis, int64_t r
 }
 
 // Axes normalised to [0, rank), rejecting out-of-range and repeated ones.
-inline Result<std::vector<int64_t>> axes_of(const KernelContext& ctx,
-                                            const std::vector<int64_t>& axes, int64_t rank) {
-  std::vector<int64_t> out;
-  std::vector<bool> seen(rank, false);
+inline Result<Shape> axes_of(const KernelContext& ctx, const Shape& axes, int64_t rank) {
+  Shape out;
   for (int64_t a : axes) {
     KILN_ASSIGN_OR_RETURN(int64_t n, axis_of(ctx, a, rank));
-    if (seen[n]) return ctx.error("axis " + std::to_string(a) + " is repeated");
-    seen[n] = true;
+    if (std::find(out.begin(), out.end(), n) != out.end())
+      return ctx.error("axis " + std::to_string(a) + " is repeated");
     out.push_back(n);
   }
   return out;
 }
 
 // Advances a row-major multi-index over `shape`; false after the last index.
-inline bool next_index(std::vector<int64_t>& idx, const Shape& shape) {
+template <typename Index>  // Shape or std::vector<int64_t>
+bool next_index(Index& idx, const Shape& shape) {
   for (size_t d = shape.size(); d-- > 0;) {
     if (++idx[d] < shape[d]) return true;
     idx[d] = 0;
@@ -94,7 +101,7 @@ Status gather_by_index(const Tensor& src, Tensor* dst, F&& source_offset) {
     using T = typename decltype(tag)::type;
     const T* in = src.data<T>();
     T* out = dst->data<T>();
-    std::vector<int64_t> idx(dst->rank(), 0);
+    Shape idx(dst->rank(), 0);
     int64_t i = 0;
     do {
       const int64_t s = source_offset(idx);

@@ -90,8 +90,8 @@ Status pad(KernelContext& ctx) {
 
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x.dtype(), out));
   if (mode == Mode::kConstant && y->numel() > 0) KILN_RETURN_IF_ERROR(fill_from(fill, 0, y));
-  const std::vector<int64_t> strides = strides_of(x.shape());
-  return gather_by_index(x, y, [&](const std::vector<int64_t>& idx) -> int64_t {
+  const Shape strides = strides_of(x.shape());
+  return gather_by_index(x, y, [&](const Shape& idx) -> int64_t {
     int64_t off = 0;
     for (int64_t d = 0; d < r; ++d) {
       int64_t i = idx[d] - lead[d];

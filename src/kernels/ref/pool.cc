@@ -120,7 +120,7 @@ Status pool_common(KernelContext& ctx, Mode mode, bool global) {
       return ctx.error("pooling needs X of rank 3 to 5, got " + shape_str(x.shape()));
   }
   if (x.rank() > 5) return ctx.error("pooling supports at most 3 spatial dims");
-  const std::vector<int64_t> in(x.shape().begin() + 2, x.shape().end());
+  const Shape in(x.shape().begin() + 2, x.shape().end());
   PoolArgs a;
   a.mode = mode;
   a.dims = static_cast<int64_t>(in.size());
@@ -197,7 +197,7 @@ Status max_unpool(KernelContext& ctx) {
     return ctx.error("MaxUnpool I must be int64 with X's shape " + shape_str(x.shape()) + ", got " +
                      shape_str(ind.shape()));
   if (x.rank() < 3) return ctx.error("MaxUnpool needs X of rank >= 3");
-  const std::vector<int64_t> in(x.shape().begin() + 2, x.shape().end());
+  const Shape in(x.shape().begin() + 2, x.shape().end());
   if (!ctx.node.has_attr("kernel_shape")) return ctx.error("kernel_shape attribute is required");
   auto gr = conv_util::read_geometry(ctx.node, in, {});
   if (!gr) return ctx.error(gr.status().message());
@@ -223,7 +223,7 @@ Status max_unpool(KernelContext& ctx) {
   }
   KILN_ASSIGN_OR_RETURN(int64_t nat_n, shape_numel(natural));
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x.dtype(), out));
-  const std::vector<int64_t> nat_strides = strides_of(natural), out_strides = strides_of(out);
+  const Shape nat_strides = strides_of(natural), out_strides = strides_of(out);
   const int64_t esz = static_cast<int64_t>(dtype_size(x.dtype()));
   if (esz == 0) return ctx.error("MaxUnpool: unsupported type");
   const int64_t* id = ind.data<int64_t>();

@@ -23,7 +23,7 @@ Status depth_to_space(KernelContext& ctx) {
                      " are not divisible by blocksize^2 = " + std::to_string(b * b));
   const int64_t oc = c / (b * b), h = x.dim(2), w = x.dim(3);
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x.dtype(), {x.dim(0), oc, h * b, w * b}));
-  return gather_by_index(x, y, [&](const std::vector<int64_t>& idx) {
+  return gather_by_index(x, y, [&](const Shape& idx) {
     const int64_t bi = idx[2] % b, bj = idx[3] % b;
     const int64_t ch = crd ? idx[1] * b * b + bi * b + bj : (bi * b + bj) * oc + idx[1];
     return ((idx[0] * c + ch) * h + idx[2] / b) * w + idx[3] / b;
@@ -43,7 +43,7 @@ Status space_to_depth(KernelContext& ctx) {
                      " are not divisible by blocksize " + std::to_string(b));
   KILN_ASSIGN_OR_RETURN(Tensor * y,
                         ctx.make_output(0, x.dtype(), {x.dim(0), c * b * b, h / b, w / b}));
-  return gather_by_index(x, y, [&](const std::vector<int64_t>& idx) {
+  return gather_by_index(x, y, [&](const Shape& idx) {
     const int64_t blk = idx[1] / c, ch = idx[1] % c;
     const int64_t bi = blk / b, bj = blk % b;
     return ((idx[0] * c + ch) * h + idx[2] * b + bi) * w + idx[3] * b + bj;
@@ -69,8 +69,8 @@ Status reverse_sequence(KernelContext& ctx) {
       return ctx.error("sequence length " + std::to_string(l) + " is out of range [0, " +
                        std::to_string(time) + "]");
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x.dtype(), x.shape()));
-  const std::vector<int64_t> strides = strides_of(x.shape());
-  return gather_by_index(x, y, [&](const std::vector<int64_t>& idx) {
+  const Shape strides = strides_of(x.shape());
+  return gather_by_index(x, y, [&](const Shape& idx) {
     int64_t off = 0;
     const int64_t len = lens[idx[batch_axis]];
     for (size_t d = 0; d < idx.size(); ++d) {
@@ -105,8 +105,8 @@ Status center_crop_pad(KernelContext& ctx) {
     shift[a] = d >= s ? (d - s) / 2 : -((s - d) / 2);
   }
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x.dtype(), out));
-  const std::vector<int64_t> strides = strides_of(x.shape());
-  return gather_by_index(x, y, [&](const std::vector<int64_t>& idx) -> int64_t {
+  const Shape strides = strides_of(x.shape());
+  return gather_by_index(x, y, [&](const Shape& idx) -> int64_t {
     int64_t off = 0;
     for (int64_t d = 0; d < r; ++d) {
       const int64_t i = idx[d] + shift[d];

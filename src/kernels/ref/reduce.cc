@@ -49,7 +49,7 @@ std::vector<int64_t> offsets_over(const std::vector<int64_t>& dims,
 Result<ReducePlan> make_plan(const Shape& in_shape, const std::vector<bool>& is_reduced,
                              bool keepdims) {
   ReducePlan p;
-  const std::vector<int64_t> strides = strides_of(in_shape);
+  const Shape strides = strides_of(in_shape);
   std::vector<int64_t> kd, ks, rd, rs;
   for (size_t i = 0; i < in_shape.size(); ++i) {
     if (is_reduced[i]) {

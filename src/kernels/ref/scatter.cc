@@ -113,7 +113,7 @@ Status scatter_elements(KernelContext& ctx) {
       return ctx.error("indices " + shape_str(indices.shape()) + " exceed data " +
                        shape_str(data.shape()) + " on axis " + std::to_string(d));
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> idx, read_ints(ctx, 1, "indices"));
-  const std::vector<int64_t> strides = strides_of(data.shape());
+  const Shape strides = strides_of(data.shape());
   const int64_t dim = data.dim(axis);
   std::vector<int64_t> targets(idx.size()), pos(r, 0);
   for (size_t i = 0; i < idx.size(); ++i) {
@@ -155,7 +155,7 @@ Status scatter_nd(KernelContext& ctx) {
     return ctx.error("updates shape " + shape_str(updates.shape()) + " should be " +
                      shape_str(want));
   KILN_ASSIGN_OR_RETURN(std::vector<int64_t> idx, read_ints(ctx, 1, "indices"));
-  const std::vector<int64_t> strides = strides_of(data.shape());
+  const Shape strides = strides_of(data.shape());
   const int64_t run = product(data.shape(), k, r);
   const int64_t tuples = product(indices.shape(), 0, q - 1);
   std::vector<int64_t> targets(tuples);

@@ -87,8 +87,8 @@ Status compress(KernelContext& ctx) {
   Shape out = view;
   out[axis] = static_cast<int64_t>(kept.size());
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x.dtype(), out));
-  const std::vector<int64_t> strides = strides_of(view);
-  return gather_by_index(x, y, [&](const std::vector<int64_t>& idx) {
+  const Shape strides = strides_of(view);
+  return gather_by_index(x, y, [&](const Shape& idx) {
     int64_t off = 0;
     for (size_t d = 0; d < idx.size(); ++d)
       off += (d == static_cast<size_t>(axis) ? kept[idx[d]] : idx[d]) * strides[d];
@@ -175,8 +175,8 @@ Status unique(KernelContext& ctx) {
   Shape out = view;
   out[axis] = groups;
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x.dtype(), out));
-  const std::vector<int64_t> strides = strides_of(view);
-  KILN_RETURN_IF_ERROR(gather_by_index(x, y, [&](const std::vector<int64_t>& idx) {
+  const Shape strides = strides_of(view);
+  KILN_RETURN_IF_ERROR(gather_by_index(x, y, [&](const Shape& idx) {
     int64_t off = 0;
     for (size_t d = 0; d < idx.size(); ++d)
       off += (d == static_cast<size_t>(axis) ? first[by_pos[idx[d]]] : idx[d]) * strides[d];
@@ -239,7 +239,7 @@ Status top_k(KernelContext& ctx) {
     return Status::ok();
   });
   if (!st) return ctx.error(st.message());
-  return gather_by_index(x, values, [&](const std::vector<int64_t>& idx) {
+  return gather_by_index(x, values, [&](const Shape& idx) {
     int64_t lin = 0;  // row-major position in the output
     for (int64_t d = 0; d < values->rank(); ++d) lin = lin * out[d] + idx[d];
     const int64_t o = lin / (k * inner), i = lin % inner;

@@ -34,10 +34,11 @@ Status size_op(KernelContext& ctx) {
 Status reshape(KernelContext& ctx) {
   KILN_RETURN_IF_ERROR(require_inputs(ctx, ctx.opset < 5 ? 1 : 2));
   const Tensor& x = ctx.input(0);
-  std::vector<int64_t> req;
+  Shape req;
   if (ctx.opset < 5) {
-    if (!ctx.node.has_attr("shape")) return ctx.error("attribute 'shape' is missing");
-    req = ctx.node.attr_ints("shape");
+    const ir::Attribute* shape = ctx.node.attr("shape");
+    if (!shape) return ctx.error("attribute 'shape' is missing");
+    req.assign(shape->ints.begin(), shape->ints.end());
   } else {
     if (ctx.input(1).rank() != 1)
       return ctx.error("input 'shape' must be 1-D, got shape " + shape_str(ctx.input(1).shape()));
@@ -94,14 +95,15 @@ Status flatten(KernelContext& ctx) {
 
 // Axes from the attribute (before opset 13) or from optional input 1 (13 on). `given` is false
 // when neither names any.
-Result<std::vector<int64_t>> axes_attr_or_input(const KernelContext& ctx, bool& given) {
+Result<Shape> axes_attr_or_input(const KernelContext& ctx, bool& given) {
   given = false;
   if (ctx.opset < 13) {
-    given = ctx.node.has_attr("axes");
-    return ctx.node.attr_ints("axes");
+    const ir::Attribute* a = ctx.node.attr("axes");
+    given = a != nullptr;
+    return a ? Shape(a->ints.begin(), a->ints.end()) : Shape{};
   }
   KILN_ASSIGN_OR_RETURN(bool has, optional_input(ctx, 1));
-  if (!has) return std::vector<int64_t>{};
+  if (!has) return Shape{};
   given = true;
   return read_ints(ctx, 1, "axes");
 }
@@ -110,17 +112,17 @@ Status squeeze(KernelContext& ctx) {
   KILN_RETURN_IF_ERROR(require_inputs(ctx, 1));
   const Tensor& x = ctx.input(0);
   bool given = false;
-  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> raw, axes_attr_or_input(ctx, given));
-  std::vector<bool> drop(x.rank(), false);
+  KILN_ASSIGN_OR_RETURN(Shape raw, axes_attr_or_input(ctx, given));
+  Shape drop(x.rank(), 0);  // 1 on the dims to drop
   if (!given) {
     for (int64_t d = 0; d < x.rank(); ++d) drop[d] = x.dim(d) == 1;
   } else {
-    KILN_ASSIGN_OR_RETURN(std::vector<int64_t> axes, axes_of(ctx, raw, x.rank()));
+    KILN_ASSIGN_OR_RETURN(Shape axes, axes_of(ctx, raw, x.rank()));
     for (int64_t a : axes) {
       if (x.dim(a) != 1)
         return ctx.error("cannot squeeze axis " + std::to_string(a) + " of shape " +
                          shape_str(x.shape()) + ": its size is not 1");
-      drop[a] = true;
+      drop[a] = 1;
     }
   }
   Shape out;
@@ -134,12 +136,12 @@ Status unsqueeze(KernelContext& ctx) {
   KILN_RETURN_IF_ERROR(require_inputs(ctx, ctx.opset < 13 ? 1 : 2));
   const Tensor& x = ctx.input(0);
   bool given = false;
-  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> raw, axes_attr_or_input(ctx, given));
+  KILN_ASSIGN_OR_RETURN(Shape raw, axes_attr_or_input(ctx, given));
   if (!given) return ctx.error("axes are missing");
   const int64_t out_rank = x.rank() + static_cast<int64_t>(raw.size());
-  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> axes, axes_of(ctx, raw, out_rank));
-  std::vector<bool> ones(out_rank, false);
-  for (int64_t a : axes) ones[a] = true;
+  KILN_ASSIGN_OR_RETURN(Shape axes, axes_of(ctx, raw, out_rank));
+  Shape ones(out_rank, 0);  // 1 on the inserted dims
+  for (int64_t a : axes) ones[a] = 1;
   Shape out;
   int64_t src = 0;
   for (int64_t d = 0; d < out_rank; ++d) out.push_back(ones[d] ? 1 : x.dim(src++));

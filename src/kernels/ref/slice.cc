@@ -73,8 +73,8 @@ Status slice(KernelContext& ctx) {
     step[a] = st;
   }
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x.dtype(), out));
-  const std::vector<int64_t> strides = strides_of(x.shape());
-  return gather_by_index(x, y, [&](const std::vector<int64_t>& idx) {
+  const Shape strides = strides_of(x.shape());
+  return gather_by_index(x, y, [&](const Shape& idx) {
     int64_t off = 0;
     for (int64_t d = 0; d < r; ++d) off += (first[d] + idx[d] * step[d]) * strides[d];
     return off;

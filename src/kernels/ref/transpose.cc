@@ -10,29 +10,32 @@ Status transpose(KernelContext& ctx) {
   KILN_RETURN_IF_ERROR(require_inputs(ctx, 1));
   const Tensor& x = ctx.input(0);
   const int64_t r = x.rank();
-  std::vector<int64_t> perm = ctx.node.attr_ints("perm");
-  if (!ctx.node.has_attr("perm")) {
+  const ir::Attribute* given = ctx.node.attr("perm");
+  Shape perm;
+  if (given) {
+    perm.assign(given->ints.begin(), given->ints.end());
+  } else {
     for (int64_t i = r; i-- > 0;) perm.push_back(i);
   }
   if (static_cast<int64_t>(perm.size()) != r)
     return ctx.error("perm " + shape_str(perm) + " does not match input rank " + std::to_string(r));
-  std::vector<bool> seen(r, false);
+  Shape seen(r, 0);  // 1 once an axis is taken
   for (int64_t& p : perm) {
     if (p < -r || p >= r || seen[p < 0 ? p + r : p])
       return ctx.error("perm " + shape_str(ctx.node.attr_ints("perm")) +
                        " is not a permutation of rank " + std::to_string(r));
     if (p < 0) p += r;
-    seen[p] = true;
+    seen[p] = 1;
   }
   Shape out(r);
-  const std::vector<int64_t> in_strides = strides_of(x.shape());
-  std::vector<int64_t> strides(r);  // input stride of each output axis
+  const Shape in_strides = strides_of(x.shape());
+  Shape strides(r);  // input stride of each output axis
   for (int64_t i = 0; i < r; ++i) {
     out[i] = x.dim(perm[i]);
     strides[i] = in_strides[perm[i]];
   }
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x.dtype(), out));
-  return gather_by_index(x, y, [&](const std::vector<int64_t>& idx) {
+  return gather_by_index(x, y, [&](const Shape& idx) {
     int64_t off = 0;
     for (int64_t i = 0; i < r; ++i) off += idx[i] * strides[i];
     return off;

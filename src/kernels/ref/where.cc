@@ -14,7 +14,9 @@ Status where_op(KernelContext& ctx) {
   if (cond.dtype() != DType::kBool)
     return ctx.error(std::string("condition must be bool, got ") + dtype_name(cond.dtype()));
   KILN_RETURN_IF_ERROR(ew::check_same_dtype(ctx, 1, 2));
-  auto shape = broadcast_shapes({cond.shape(), x.shape(), y.shape()});
+  // Pairwise, not through a std::vector of the three shapes: no allocation.
+  auto shape = broadcast_shapes(cond.shape(), x.shape());
+  if (shape) shape = broadcast_shapes(*shape, y.shape());
   if (!shape) return ctx.error(shape.status().message());
   KILN_ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, x.dtype(), *shape));
   const std::array<const Shape*, 3> in = {&cond.shape(), &x.shape(), &y.shape()};

@@ -9,6 +9,7 @@
 #include "kernels/cpu/attention/attention.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -16,6 +17,7 @@
 #include <memory>
 
 #include "core/thread_pool.h"
+#include "core/thread_scratch.h"
 #include "kernels/cpu/attention/pack_heads.h"
 #include "kernels/cpu/vec_math_avx2.h"
 
@@ -103,9 +105,19 @@ bool softmax_step(float* st, int64_t cols, int64_t nr, float* m, float* l, float
   return rescale;
 }
 
+// query_block's buffers, one set per thread: Q^T, scores, O^T, softmax statistics.
+struct QueryScratch {
+  Scratch q, s, o, stat;
+};
+QueryScratch& query_scratch() {
+  thread_local QueryScratch scratch;
+  return scratch;
+}
+
 // Queries [qb * nr, +nr) of head bh.
 void query_block(const AttentionArgs& a, const Plan& p, int64_t bh, int64_t qb) {
-  thread_local Scratch q_buf, s_buf, o_buf, stat_buf;
+  QueryScratch& scratch = query_scratch();
+  Scratch &q_buf = scratch.q, &s_buf = scratch.s, &o_buf = scratch.o, &stat_buf = scratch.stat;
   const int64_t b = bh / a.heads, h = bh % a.heads, d = a.head_dim;
   const int64_t mr = p.mr, nr = p.nr;
   const int64_t q0 = qb * nr, nq = std::min(nr, a.seq - q0);
@@ -144,7 +156,7 @@ void query_block(const AttentionArgs& a, const Plan& p, int64_t bh, int64_t qb) 
   }
 }
 
-void run(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+void run(ThreadPool* pool, int64_t n, FunctionRef<void(int64_t, int64_t)> fn) {
   if (pool && n > 1)
     pool->parallel_for(n, 1, fn);
   else
@@ -184,6 +196,13 @@ void attention_f32(const AttentionArgs& a, ThreadPool* pool, const AttentionTuni
                     va + i * p.dim_pad * a.seq);
     }
   });
+  // Every thread that may take a query block has its buffers sized first (thread_scratch.h).
+  thread_local ScratchReservation<4> reservation;
+  reservation.ensure(pool, {d * p.nr, p.key_block * p.nr, p.dim_pad * p.nr, 3 * p.nr},
+                     [](const std::array<int64_t, 4>& n) {
+                       QueryScratch& s = query_scratch();
+                       s.q.get(n[0]), s.s.get(n[1]), s.o.get(n[2]), s.stat.get(n[3]);
+                     });
   run(pool, bh * p.query_blocks, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) query_block(a, p, t / p.query_blocks, t % p.query_blocks);
   });

@@ -6,10 +6,12 @@
 #include "kernels/cpu/gemm/gemm.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <memory>
 
 #include "core/thread_pool.h"
+#include "core/thread_scratch.h"
 #include "kernels/cpu/gemm/pack.h"
 #include "kernels/cpu/gemm/small_m.h"
 
@@ -46,18 +48,44 @@ void merge_edge(const float* tile, int64_t nr, int64_t rows, int64_t cols, float
     }
 }
 
+// run_block's packing buffers, one pair per thread.
+struct BlockScratch {
+  Scratch a, b;
+};
+BlockScratch& block_scratch() {
+  thread_local BlockScratch scratch;
+  return scratch;
+}
+
+struct BlockSizes {
+  int64_t mc_max, nc_max, kc_max;
+  std::array<int64_t, 2> floats() const { return {mc_max * kc_max, nc_max * kc_max}; }
+};
+
+// Cache blocks of the loop nest over a rows x cols rectangle of C (packed A: mc x kc; B, unless
+// prepacked: nc x kc).
+BlockSizes block_sizes(const GemmF32Args& g, const MicroKernel& mk, int64_t rows, int64_t cols) {
+  return {std::min(round_up(mk.mc, mk.mr), round_up(rows, mk.mr)),
+          std::min(round_up(mk.nc, mk.nr), round_up(cols, mk.nr)),
+          g.packed_b ? g.packed_b->kc() : std::min(mk.kc, g.k)};
+}
+
+void grow_block_scratch(const std::array<int64_t, 2>& floats) {
+  block_scratch().a.get(floats[0]);
+  block_scratch().b.get(floats[1]);
+}
+
 // The loop nest over rows [i0, i1) x columns [j0, j1) of C.
 void run_block(const GemmF32Args& g, const MicroKernel& mk, int64_t i0, int64_t i1, int64_t j0,
                int64_t j1) {
-  thread_local Scratch a_buf, b_buf;
+  BlockScratch& scratch = block_scratch();
   const PackedMatrix* packed = g.packed_b;
   const Epilogue* epilogue = g.epilogue && !g.epilogue->empty() ? g.epilogue : nullptr;
   const int64_t mr = mk.mr, nr = mk.nr;
-  const int64_t mc_max = std::min(round_up(mk.mc, mr), round_up(i1 - i0, mr));
-  const int64_t nc_max = std::min(round_up(mk.nc, nr), round_up(j1 - j0, nr));
-  const int64_t kc_max = packed ? packed->kc() : std::min(mk.kc, g.k);
-  float* ap = a_buf.get(mc_max * kc_max);
-  float* bp = packed ? nullptr : b_buf.get(nc_max * kc_max);
+  const BlockSizes bs = block_sizes(g, mk, i1 - i0, j1 - j0);
+  const int64_t mc_max = bs.mc_max, nc_max = bs.nc_max, kc_max = bs.kc_max;
+  float* ap = scratch.a.get(mc_max * kc_max);
+  float* bp = packed ? nullptr : scratch.b.get(nc_max * kc_max);
   alignas(64) float edge[32 * 64];  // one tile: mr * nr <= 2048 for every kernel
   for (int64_t jc = j0; jc < j1; jc += nc_max) {
     const int64_t nc = std::min(nc_max, j1 - jc);
@@ -138,6 +166,11 @@ void gemm_f32_blocked(const GemmF32Args& g, ThreadPool* pool, const MicroKernel*
   // Rectangle edges fall on tile boundaries so only the matrix edge has partial tiles.
   const int64_t rows = round_up((g.m + tm - 1) / tm, mk.mr);
   const int64_t cols = round_up((g.n + tn - 1) / tn, mk.nr);
+  // Every thread that may take a rectangle has its buffers sized first (thread_scratch.h).
+  thread_local ScratchReservation<2> reservation;
+  std::array<int64_t, 2> floats = block_sizes(g, mk, rows, cols).floats();
+  if (g.packed_b) floats[1] = 0;
+  reservation.ensure(pool, floats, grow_block_scratch);
   pool->parallel_for(tm * tn, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t i0 = (t / tn) * rows, j0 = (t % tn) * cols;
@@ -145,6 +178,17 @@ void gemm_f32_blocked(const GemmF32Args& g, ThreadPool* pool, const MicroKernel*
       run_block(g, mk, i0, std::min(g.m, i0 + rows), j0, std::min(g.n, j0 + cols));
     }
   });
+}
+
+void reserve_single_thread_scratch(const GemmF32Args& g, ThreadPool* pool,
+                                   const MicroKernel* kernel) {
+  if (g.m <= 0 || g.n <= 0 || g.k <= 0) return;
+  const MicroKernel& mk = g.packed_b ? g.packed_b->kernel() : kernel ? *kernel : *best_f32_kernel();
+  if (g.packed_b && g.m < mk.mr) return;  // gemm_small_m_packed: no packing buffers
+  thread_local ScratchReservation<2> reservation;
+  std::array<int64_t, 2> floats = block_sizes(g, mk, g.m, g.n).floats();
+  if (g.packed_b) floats[1] = 0;
+  reservation.ensure(pool, floats, grow_block_scratch);
 }
 
 }  // namespace kiln::gemm

@@ -40,4 +40,10 @@ struct GemmF32Args {
 void gemm_f32_blocked(const GemmF32Args& args, ThreadPool* pool,
                       const MicroKernel* kernel = nullptr);
 
+// Has every thread of `pool` size its packing buffers for gemm_f32_blocked(args, nullptr, kernel),
+// so that a parallel loop whose tasks each run such a one-thread GEMM allocates nothing after its
+// first run, whichever threads take the tasks (core/thread_scratch.h).
+void reserve_single_thread_scratch(const GemmF32Args& args, ThreadPool* pool,
+                                   const MicroKernel* kernel = nullptr);
+
 }  // namespace kiln::gemm

@@ -167,7 +167,7 @@ class BlockedConv : public Kernel {
     const int64_t kh = w.dim(s.depthwise ? 1 : 2), kw = w.dim(s.depthwise ? 2 : 3);
     KILN_ASSIGN_OR_RETURN(conv_util::Geometry g,
                           conv_util::read_geometry(node, {x.h, x.w}, {kh, kw}));
-    if (g.kernel != std::vector<int64_t>{kh, kw})
+    if (g.kernel != Shape{kh, kw})
       return Status::error("kernel_shape " + shape_str(g.kernel) + " differs from W " +
                            shape_str(w.shape()));
     KILN_RETURN_IF_ERROR(

@@ -12,9 +12,11 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <memory>
 
+#include "core/thread_scratch.h"
 #include "kernels/kiln/nchwc/activation_avx2.h"
 #include "kernels/kiln/nchwc/blocked_layout.h"
 
@@ -205,9 +207,18 @@ void transform_output(const Job& j, int64_t t0, int64_t count, int64_t mb0, int6
   }
 }
 
+// run_task's buffers, one pair per thread: the transformed input V and the products M.
+struct TaskScratch {
+  Scratch v, m;
+};
+TaskScratch& task_scratch() {
+  thread_local TaskScratch scratch;
+  return scratch;
+}
+
 // Tiles [t0, t0 + count) x output panels [p0, p1): transform, 36 GEMMs, transform back.
 void run_task(const Job& j, int64_t t0, int64_t count, int64_t p0, int64_t p1) {
-  thread_local Scratch v_buf, m_buf;
+  Scratch &v_buf = task_scratch().v, &m_buf = task_scratch().m;
   const BlockedConvShape& s = j.s;
   const WinogradGemmKernel& k = j.w.kernel();
   const int64_t mb0 = p0 * k.nr / kBlock, mb1 = std::min(s.mb, p1 * k.nr / kBlock);
@@ -285,6 +296,15 @@ void blocked_conv_winograd(const BlockedConvShape& s, const float* x, const Wino
   chunk = std::min(chunk, j.tiles);
   const int64_t chunks = (j.tiles + chunk - 1) / chunk;
   const int64_t flops = 2 * w.points() * j.tiles * s.cb * s.mb * kBlock * kBlock;
+  // Every thread that may take a task has V and M sized first for the largest task (chunk tiles,
+  // per_split panels), so that runs after the first allocate nothing (core/thread_scratch.h).
+  thread_local ScratchReservation<2> reservation;
+  reservation.ensure(pool,
+                     {w.points() * s.cb * chunk * kBlock, w.points() * chunk * per_split * k.nr},
+                     [](const std::array<int64_t, 2>& n) {
+                       task_scratch().v.get(n[0]);
+                       task_scratch().m.get(n[1]);
+                     });
   parallel_range(pool, chunks * splits, flops / 64, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t t0 = task / splits * chunk, p0 = task % splits * per_split;

@@ -43,7 +43,7 @@ inline std::pair<int64_t, int64_t> valid_taps(int64_t base, int64_t step, int64_
 
 // Runs fn(begin, end) over [0, n) on the pool when there is one and the work is worth it.
 inline void parallel_range(ThreadPool* pool, int64_t n, int64_t work,
-                           const std::function<void(int64_t, int64_t)>& fn) {
+                           FunctionRef<void(int64_t, int64_t)> fn) {
   if (pool == nullptr || n <= 1 || work < (int64_t{1} << 15))
     fn(0, n);
   else

@@ -130,22 +130,26 @@ class BlockedSqueezeExcite : public Kernel {
 
  private:
   void squeeze_excite(const BlockedDims& d, const PackedLayers& p, const float* x, float* y,
-                      ThreadPool* pool) const;
+                      ThreadPool* pool);
 
   kiln_ops::Activation act_, gate_;
   bool bias_given_[2] = {false, false};  // B1, B2 named by the node
   bool prepared_ = false;
   PackedLayers packed_;
+  // Per-run scratch, kept so that runs after the first allocate nothing (a session runs one
+  // request at a time): band sums, channel means, hidden units.
+  std::vector<float> partial_, mean_, hidden_;
 };
 
 void BlockedSqueezeExcite::squeeze_excite(const BlockedDims& d, const PackedLayers& p,
-                                          const float* x, float* y, ThreadPool* pool) const {
+                                          const float* x, float* y, ThreadPool* pool) {
   const int64_t hw = d.h * d.w, planes = d.n * d.cb;
   // Means: each plane summed in `splits` row bands, so that a few wide planes still spread over
   // the pool; the band sums are added in order afterwards.
   const int64_t threads = pool ? pool->threads() : 1;
   const int64_t splits = std::clamp<int64_t>((4 * threads + planes - 1) / planes, 1, d.h);
-  std::vector<float> partial(planes * splits * kBlock);
+  partial_.resize(static_cast<size_t>(planes * splits * kBlock));  // every value is written
+  float* const partial = partial_.data();
   parallel_range(pool, planes * splits, planes * d.plane(), [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t plane = t / splits, s = t % splits;
@@ -158,26 +162,28 @@ void BlockedSqueezeExcite::squeeze_excite(const BlockedDims& d, const PackedLaye
         for (int k = 0; k < 4; ++k)
           acc[k] = _mm256_add_ps(acc[k], _mm256_loadu_ps(xp + (i + k) * kBlock));
       for (; i < p1; ++i) acc[0] = _mm256_add_ps(acc[0], _mm256_loadu_ps(xp + i * kBlock));
-      _mm256_storeu_ps(partial.data() + t * kBlock,
+      _mm256_storeu_ps(partial + t * kBlock,
                        _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
     }
   });
-  std::vector<float> mean(d.n * p.cb * kBlock);
+  mean_.resize(static_cast<size_t>(d.n * p.cb * kBlock));
+  float* const mean = mean_.data();
   const __m256 inv_hw = _mm256_set1_ps(1.0f / static_cast<float>(hw));
   for (int64_t plane = 0; plane < planes; ++plane) {
     __m256 s = _mm256_setzero_ps();
     for (int64_t k = 0; k < splits; ++k)
-      s = _mm256_add_ps(s, _mm256_loadu_ps(partial.data() + (plane * splits + k) * kBlock));
-    _mm256_storeu_ps(mean.data() + plane * kBlock, _mm256_mul_ps(s, inv_hw));
+      s = _mm256_add_ps(s, _mm256_loadu_ps(partial + (plane * splits + k) * kBlock));
+    _mm256_storeu_ps(mean + plane * kBlock, _mm256_mul_ps(s, inv_hw));
   }
   // The first dense layer, by (image, block of 8 hidden units). Its weights are mostly read from
   // memory (each SE's are used once per run), which is what takes the time at large C * R.
-  std::vector<float> hidden(d.n * p.rb * kBlock);
+  hidden_.resize(static_cast<size_t>(d.n * p.rb * kBlock));
+  float* const hidden = hidden_.data();
   parallel_range(pool, d.n * p.rb, d.n * p.rb * p.c * kBlock, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t n = t / p.rb, b = t % p.rb;
-      _mm256_storeu_ps(hidden.data() + t * kBlock,
-                       dense_block(mean.data() + n * p.cb * kBlock, p.c,
+      _mm256_storeu_ps(hidden + t * kBlock,
+                       dense_block(mean + n * p.cb * kBlock, p.c,
                                    p.w1.data() + b * p.c * kBlock, p.b1.data() + b * kBlock, act_));
     }
   });
@@ -190,7 +196,7 @@ void BlockedSqueezeExcite::squeeze_excite(const BlockedDims& d, const PackedLaye
   parallel_range(pool, rows, rows * row + planes * p.r * kBlock, [&](int64_t r0, int64_t r1) {
     for (int64_t rr = r0; rr < r1;) {
       const int64_t plane = rr / d.h, n = plane / d.cb, b = plane % d.cb;
-      __m256 sv = dense_block(hidden.data() + n * p.rb * kBlock, p.r,
+      __m256 sv = dense_block(hidden + n * p.rb * kBlock, p.r,
                               p.w2.data() + b * p.r * kBlock, p.b2.data() + b * kBlock, gate_);
       if (b + 1 == d.cb) sv = _mm256_and_ps(sv, tail_keep);
       for (const int64_t end = std::min(r1, (plane + 1) * d.h); rr < end; ++rr) {
