@@ -105,6 +105,7 @@ void register_all() {
       {"rn50_256x196x2304", 256, 196, 2304},
       {"vit_fc1_197x3072x768", 197, 3072, 768},   {"vit_fc2_197x768x3072", 197, 768, 3072},
       {"vit_qkv_197x2304x768", 197, 2304, 768},
+      {"mlp_block_64x3072x768", 64, 3072, 768},  {"mlp_block_64x768x3072", 64, 768, 3072},
   };
   for (const auto& kernel : kiln::gemm::available_f32_kernels())
     for (const Shape& s : shapes)

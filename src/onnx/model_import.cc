@@ -215,7 +215,8 @@ struct Importer {
 // tensors as they are read, each freed from its proto at once: the weights are never held twice.
 Result<ir::Model> import_stream(google::protobuf::io::ZeroCopyInputStream* stream, int64_t size,
                                 const std::string& base_dir) {
-  Importer imp{base_dir};
+  Importer imp;
+  imp.base_dir = base_dir;
   onnx::ModelProto proto;
   KILN_RETURN_IF_ERROR(read_model_proto(stream, size, &proto,
                                         [&](onnx::TensorProto& t) { return imp.add_main_initializer(t); }));

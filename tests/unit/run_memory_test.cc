@@ -280,7 +280,9 @@ TEST(RunMemory, ErrorsMidRunLeaveTheArenaUsable) {
   for (bool fail_first : {false, true}) {
     auto s = session_for(b.m, 0);
     ASSERT_TRUE(s);
-    if (fail_first) EXPECT_FALSE(s->run(bad).is_ok());
+    if (fail_first) {
+      EXPECT_FALSE(s->run(bad).is_ok());
+    }
     const std::vector<Value> want = run(*s, good);
     EXPECT_FALSE(s->run(bad).is_ok());
     std::vector<Value> into;
