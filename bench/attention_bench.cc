@@ -26,33 +26,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int64_t kHeads = 12, kHeadDim = 64, kHidden = kHeads * kHeadDim;
 
-// Single-core peak GFLOP/s of the best ISA, measured once.
-double peak_gflops() {
-  static const double peak = [] {
-    const bool wide = kiln::cpu_features().has_avx512();
-    const int64_t iters = 20'000'000;
-    double best = 0;
-    for (int rep = 0; rep < 3; ++rep) {
-      const auto t0 = Clock::now();
-      const float sink =
-          wide ? kiln::bench::fma_loop_avx512(iters) : kiln::bench::fma_loop_avx2(iters);
-      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-      benchmark::DoNotOptimize(sink);
-      const int64_t per = wide ? kiln::bench::kFlopsPerIterAvx512 : kiln::bench::kFlopsPerIterAvx2;
-      best = std::max(best, static_cast<double>(per) * iters / s * 1e-9);
-    }
-    std::printf("measured FP32 peak: %.1f GFLOP/s per core (%s FMA loop)\n", best,
-                wide ? "avx512" : "avx2");
-    return best;
-  }();
-  return peak;
-}
-
-void BM_FmaPeak(benchmark::State& state) {
-  for (auto _ : state) benchmark::DoNotOptimize(peak_gflops());
-  state.counters["GFLOPs"] = peak_gflops();
-}
-
 std::vector<float> random_vec(int64_t n, float lo, float hi) {
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> dist(lo, hi);
@@ -64,7 +37,7 @@ std::vector<float> random_vec(int64_t n, float lo, float hi) {
 void report(benchmark::State& state, double flops, double seconds, int threads) {
   const double gflops = flops * static_cast<double>(state.iterations()) / seconds * 1e-9;
   state.counters["GFLOPs"] = gflops;
-  state.counters["pct_peak"] = 100.0 * gflops / (peak_gflops() * threads);
+  state.counters["pct_peak"] = 100.0 * gflops / (kiln::bench::peak_gflops_per_core() * threads);
 }
 
 // The core on Q|K|V rows as the op's projection lays them out, with BERT's padding mask.
@@ -141,7 +114,7 @@ void BM_Op(benchmark::State& state, int64_t seq, int threads) {
 }
 
 void register_all() {
-  benchmark::RegisterBenchmark("FmaPeak", BM_FmaPeak)->Iterations(1);
+  kiln::bench::register_fma_peak();
   for (int64_t seq : {128, 512})
     for (int threads : {1, 2}) {
       const std::string shape =

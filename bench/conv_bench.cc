@@ -32,33 +32,6 @@ double seconds_now(int threads) {
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
-// Single-core peak GFLOP/s of the best ISA, measured once: the fastest of short runs, in thread
-// CPU time (as the one-thread convs are).
-double peak_gflops() {
-  static const double peak = [] {
-    const bool wide = kiln::cpu_features().has_avx512();
-    const int64_t iters = 2'000'000;
-    double best = 0;
-    for (int rep = 0; rep < 20; ++rep) {
-      const double t0 = seconds_now(1);
-      const float sink = wide ? kiln::bench::fma_loop_avx512(iters) : kiln::bench::fma_loop_avx2(iters);
-      const double s = seconds_now(1) - t0;
-      benchmark::DoNotOptimize(sink);
-      const int64_t per = wide ? kiln::bench::kFlopsPerIterAvx512 : kiln::bench::kFlopsPerIterAvx2;
-      best = std::max(best, static_cast<double>(per) * iters / s * 1e-9);
-    }
-    std::printf("measured FP32 peak: %.1f GFLOP/s per core (%s FMA loop)\n", best,
-                wide ? "avx512" : "avx2");
-    return best;
-  }();
-  return peak;
-}
-
-void BM_FmaPeak(benchmark::State& state) {
-  for (auto _ : state) benchmark::DoNotOptimize(peak_gflops());
-  state.counters["GFLOPs"] = peak_gflops();
-}
-
 struct Layer {
   const char* name;
   int64_t c, m, hw, k, stride, pad;
@@ -154,11 +127,11 @@ void BM_Conv(benchmark::State& state, Layer l, bool avx512, int threads) {
   const double flops = 2.0 * s.n * l.m * s.oh * s.ow * l.c * taps;
   const double gflops = flops / best * 1e-9;
   state.counters["GFLOPs"] = gflops;
-  state.counters["pct_peak"] = 100.0 * gflops / (peak_gflops() * threads);
+  state.counters["pct_peak"] = 100.0 * gflops / (kiln::bench::peak_gflops_per_core() * threads);
 }
 
 const bool kRegistered = [] {
-  benchmark::RegisterBenchmark("FmaPeak", BM_FmaPeak)->Iterations(1);
+  kiln::bench::register_fma_peak();
   for (const Layer& l : kLayers)
     for (bool avx512 : {false, true})
       for (int threads : {1, 2})

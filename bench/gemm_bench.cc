@@ -22,32 +22,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Single-core peak GFLOP/s of the best ISA, measured once.
-double peak_gflops() {
-  static const double peak = [] {
-    const bool wide = kiln::cpu_features().has_avx512();
-    const int64_t iters = 20'000'000;
-    double best = 0;
-    for (int rep = 0; rep < 3; ++rep) {
-      const auto t0 = Clock::now();
-      const float sink = wide ? kiln::bench::fma_loop_avx512(iters) : kiln::bench::fma_loop_avx2(iters);
-      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-      benchmark::DoNotOptimize(sink);
-      const int64_t per = wide ? kiln::bench::kFlopsPerIterAvx512 : kiln::bench::kFlopsPerIterAvx2;
-      best = std::max(best, static_cast<double>(per) * iters / s * 1e-9);
-    }
-    std::printf("measured FP32 peak: %.1f GFLOP/s per core (%s FMA loop)\n", best,
-                wide ? "avx512" : "avx2");
-    return best;
-  }();
-  return peak;
-}
-
-void BM_FmaPeak(benchmark::State& state) {
-  for (auto _ : state) benchmark::DoNotOptimize(peak_gflops());
-  state.counters["GFLOPs"] = peak_gflops();
-}
-
 kiln::gemm::MicroKernel with_blocks_from_env(kiln::gemm::MicroKernel k) {
   if (const char* env = std::getenv("KILN_BENCH_BLOCKS")) {
     long mc = 0, kc = 0, nc = 0, kc_packed = 0;
@@ -89,11 +63,11 @@ void BM_Gemm(benchmark::State& state, kiln::gemm::MicroKernel kernel, int64_t m,
   }
   const double gflops = 2.0 * m * n * k * state.iterations() / seconds * 1e-9;
   state.counters["GFLOPs"] = gflops;
-  state.counters["pct_peak"] = 100.0 * gflops / (peak_gflops() * threads);
+  state.counters["pct_peak"] = 100.0 * gflops / (kiln::bench::peak_gflops_per_core() * threads);
 }
 
 void register_all() {
-  benchmark::RegisterBenchmark("FmaPeak", BM_FmaPeak)->Iterations(1);
+  kiln::bench::register_fma_peak();
   struct Shape {
     const char* name;
     int64_t m, n, k;
