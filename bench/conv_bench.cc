@@ -93,7 +93,7 @@ void BM_Conv(benchmark::State& state, Layer l, bool avx512, int threads) {
   const std::vector<float> x = random(s.n * (l.plain ? l.c : s.cb * 8) * l.hw * l.hw);
   const std::vector<float> w = random(s.mb * s.cb * taps * 64), bias = random(s.mb * 8);
   std::vector<float> y(s.n * s.mb * s.oh * s.ow * 8);
-  nchwc::AlignedBuffer paired;
+  kiln::AlignedBuffer paired;
   nchwc::pair_dense_weights(w.data(), s.mb, s.cb, taps,
                             paired.get(nchwc::paired_weights_floats(s.mb, s.cb, taps)));
   nchwc::BlockedEpilogue e;

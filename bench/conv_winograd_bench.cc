@@ -71,7 +71,7 @@ void BM_Conv3x3(benchmark::State& state, int64_t c, int64_t m, int64_t hw, int t
   std::unique_ptr<kiln::nchwc::WinogradWeights> ww;
   if (path == Path::kWinograd)
     ww = std::make_unique<kiln::nchwc::WinogradWeights>(w.data(), s.mb, s.cb, tile, *kernel);
-  kiln::nchwc::AlignedBuffer paired;
+  kiln::AlignedBuffer paired;
   if (path == Path::kDirectAvx512)
     kiln::nchwc::pair_dense_weights(w.data(), s.mb, s.cb, 9,
                                     paired.get(kiln::nchwc::paired_weights_floats(s.mb, s.cb, 9)));

@@ -123,7 +123,7 @@ void check(const Case& c, const Path& path, ThreadPool* pool, K act, bool bias, 
   nchwc::blocked_conv_reference(s, o.x.data(), o.w.data(), e, want.data());
   if (path.threads == 1) pool = nullptr;
   if (path.avx512) {
-    nchwc::AlignedBuffer paired;
+    AlignedBuffer paired;
     const int64_t taps = s.kh * s.kw;
     nchwc::pair_dense_weights(o.w.data(), s.mb, s.cb, taps,
                               paired.get(nchwc::paired_weights_floats(s.mb, s.cb, taps)));

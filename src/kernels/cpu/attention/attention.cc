@@ -16,6 +16,7 @@
 #include <limits>
 #include <memory>
 
+#include "core/aligned_buffer.h"
 #include "core/thread_pool.h"
 #include "core/thread_scratch.h"
 #include "kernels/cpu/attention/pack_heads.h"
@@ -30,23 +31,6 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
-
-// A 64-byte aligned buffer that only grows (one per thread and use).
-struct Scratch {
-  struct Free {
-    void operator()(float* p) const { std::free(p); }
-  };
-  std::unique_ptr<float[], Free> data;
-  int64_t size = 0;
-  float* get(int64_t n) {
-    if (n > size) {
-      data.reset(
-          static_cast<float*>(std::aligned_alloc(64, round_up(std::max<int64_t>(n, 1) * 4, 64))));
-      size = n;
-    }
-    return data.get();
-  }
-};
 
 struct Plan {
   const gemm::MicroKernel* mk;
@@ -107,7 +91,7 @@ bool softmax_step(float* st, int64_t cols, int64_t nr, float* m, float* l, float
 
 // query_block's buffers, one set per thread: Q^T, scores, O^T, softmax statistics.
 struct QueryScratch {
-  Scratch q, s, o, stat;
+  AlignedBuffer q, s, o, stat;
 };
 QueryScratch& query_scratch() {
   thread_local QueryScratch scratch;
@@ -117,7 +101,7 @@ QueryScratch& query_scratch() {
 // Queries [qb * nr, +nr) of head bh.
 void query_block(const AttentionArgs& a, const Plan& p, int64_t bh, int64_t qb) {
   QueryScratch& scratch = query_scratch();
-  Scratch &q_buf = scratch.q, &s_buf = scratch.s, &o_buf = scratch.o, &stat_buf = scratch.stat;
+  AlignedBuffer &q_buf = scratch.q, &s_buf = scratch.s, &o_buf = scratch.o, &stat_buf = scratch.stat;
   const int64_t b = bh / a.heads, h = bh % a.heads, d = a.head_dim;
   const int64_t mr = p.mr, nr = p.nr;
   const int64_t q0 = qb * nr, nq = std::min(nr, a.seq - q0);
@@ -181,7 +165,7 @@ void attention_f32(const AttentionArgs& a, ThreadPool* pool, const AttentionTuni
   p.seq_pad = round_up(a.seq, p.mr);
   p.dim_pad = round_up(d, p.mr);
 
-  thread_local Scratch k_buf, v_buf;
+  thread_local AlignedBuffer k_buf, v_buf;
   float* ka = k_buf.get(bh * p.seq_pad * d);
   float* va = v_buf.get(bh * p.dim_pad * a.seq);
   p.ka = ka, p.va = va;

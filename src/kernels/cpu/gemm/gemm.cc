@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "core/aligned_buffer.h"
 #include "core/thread_pool.h"
 #include "core/thread_scratch.h"
 #include "kernels/cpu/gemm/pack.h"
@@ -19,22 +20,6 @@ namespace kiln::gemm {
 namespace {
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
-// A 64-byte aligned scratch buffer per thread that only grows.
-struct Scratch {
-  struct Free {
-    void operator()(float* p) const { std::free(p); }
-  };
-  std::unique_ptr<float[], Free> data;
-  int64_t size = 0;
-  float* get(int64_t n) {
-    if (n > size) {
-      data.reset(static_cast<float*>(std::aligned_alloc(64, round_up(n * 4, 64))));
-      size = n;
-    }
-    return data.get();
-  }
-};
 
 // c = tile + beta * c (+ bias) for the valid rows x cols corner of a full tile.
 void merge_edge(const float* tile, int64_t nr, int64_t rows, int64_t cols, float beta,
@@ -50,7 +35,7 @@ void merge_edge(const float* tile, int64_t nr, int64_t rows, int64_t cols, float
 
 // run_block's packing buffers, one pair per thread.
 struct BlockScratch {
-  Scratch a, b;
+  AlignedBuffer a, b;
 };
 BlockScratch& block_scratch() {
   thread_local BlockScratch scratch;

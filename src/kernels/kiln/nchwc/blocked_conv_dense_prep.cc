@@ -9,15 +9,6 @@
 
 namespace kiln::nchwc {
 
-float* AlignedBuffer::get(int64_t floats) {
-  if (floats > size_) {
-    const int64_t bytes = (floats * int64_t{sizeof(float)} + 63) / 64 * 64;
-    data_.reset(static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(bytes))));
-    size_ = floats;
-  }
-  return data_.get();
-}
-
 DenseInput dense_input(const BlockedConvShape& s, const float* x, AlignedBuffer& scratch,
                        ThreadPool* pool) {
   const bool plain = s.plain_channels > 0;

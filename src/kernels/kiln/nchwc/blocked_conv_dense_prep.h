@@ -11,23 +11,10 @@
 #include <cstdlib>
 #include <memory>
 
+#include "core/aligned_buffer.h"
 #include "kernels/kiln/nchwc/blocked_conv.h"
 
 namespace kiln::nchwc {
-
-// A 64-byte aligned float buffer that only grows.
-class AlignedBuffer {
- public:
-  float* get(int64_t floats);  // at least `floats`, contents kept only when it does not grow
-  const float* data() const { return data_.get(); }
-
- private:
-  struct Free {
-    void operator()(float* p) const { std::free(p); }
-  };
-  std::unique_ptr<float[], Free> data_;
-  int64_t size_ = 0;
-};
 
 struct DenseInput {
   BlockedConvShape s;  // the geometry over `x`: pads 0

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "core/aligned_buffer.h"
 #include "core/thread_scratch.h"
 #include "kernels/kiln/nchwc/activation_avx2.h"
 #include "kernels/kiln/nchwc/blocked_layout.h"
@@ -26,22 +27,6 @@ namespace {
 // One task's transformed input and products (bytes): about half of Zen 4's 1 MiB L2 (measured
 // by bench/conv_winograd_bench.cc: 256-768 KiB within noise on resnet50's layers).
 constexpr int64_t kDefaultL2Bytes = 512 * 1024;
-
-// A 64-byte aligned per-thread buffer that only grows.
-struct Scratch {
-  struct Free {
-    void operator()(float* p) const { std::free(p); }
-  };
-  std::unique_ptr<float[], Free> data;
-  int64_t size = 0;
-  float* get(int64_t n) {
-    if (n > size) {
-      data.reset(static_cast<float*>(std::aligned_alloc(64, (n * 4 + 63) / 64 * 64)));
-      size = n;
-    }
-    return data.get();
-  }
-};
 
 // The 1-D transforms of F(m, 3), applied to the columns then the rows of a patch. F(4, 3):
 // o = B^T d over six values (a column or a row of the patch):
@@ -209,7 +194,7 @@ void transform_output(const Job& j, int64_t t0, int64_t count, int64_t mb0, int6
 
 // run_task's buffers, one pair per thread: the transformed input V and the products M.
 struct TaskScratch {
-  Scratch v, m;
+  AlignedBuffer v, m;
 };
 TaskScratch& task_scratch() {
   thread_local TaskScratch scratch;
@@ -218,7 +203,7 @@ TaskScratch& task_scratch() {
 
 // Tiles [t0, t0 + count) x output panels [p0, p1): transform, 36 GEMMs, transform back.
 void run_task(const Job& j, int64_t t0, int64_t count, int64_t p0, int64_t p1) {
-  Scratch &v_buf = task_scratch().v, &m_buf = task_scratch().m;
+  AlignedBuffer &v_buf = task_scratch().v, &m_buf = task_scratch().m;
   const BlockedConvShape& s = j.s;
   const WinogradGemmKernel& k = j.w.kernel();
   const int64_t mb0 = p0 * k.nr / kBlock, mb1 = std::min(s.mb, p1 * k.nr / kBlock);
