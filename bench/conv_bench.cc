@@ -4,6 +4,7 @@
 //   kiln_bench_conv [--benchmark_filter=resnet_3x3]
 //   KILN_BENCH_CONV_TUNING=pairs,chunk_bytes,unit_bytes overrides the AVX-512 kernel's split.
 //   KILN_BENCH_CONV_COLD=1 evicts the caches before each run.
+//   KILN_BENCH_CONV_ACT=silu gives the dense layers a SiLU epilogue instead of Relu.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -126,6 +127,8 @@ void BM_Conv(benchmark::State& state, Layer l, bool avx512, int threads) {
   nchwc::BlockedEpilogue e;
   e.bias = bias.data();
   e.act.kind = kiln::kiln_ops::Activation::Kind::kRelu;
+  if (const char* act = std::getenv("KILN_BENCH_CONV_ACT"); act && std::string(act) == "silu")
+    e.act.kind = kiln::kiln_ops::Activation::Kind::kSilu;  // efficientnet's epilogue
   const nchwc::DenseTuning tuning = tuning_from_env();
   // One pool per thread count for the whole run, as a session keeps its pool.
   static kiln::ThreadPool* const pools[3] = {nullptr, new kiln::ThreadPool(1), new kiln::ThreadPool(2)};
