@@ -41,8 +41,9 @@ struct TileInput {
   int64_t ih0, c0, kh0, taps_h;
 };
 
-// The activation on the tile: Relu and Clip (mobilenet's) in registers, the rest through
-// apply_activation, which GCC leaves out of line with the tile spilled around the call.
+// The activation on the tile: Relu, Clip (mobilenet's) and SiLU (efficientnet's) in registers,
+// the rest through apply_activation, which GCC leaves out of line with the tile spilled around
+// the call.
 template <int R>
 [[gnu::always_inline]] inline void activate(const kiln_ops::Activation& act, __m512 (&acc)[R]) {
   using K = kiln_ops::Activation::Kind;
@@ -53,6 +54,11 @@ template <int R>
     const __m512 hi = _mm512_set1_ps(clip ? static_cast<float>(act.p1) : __builtin_inff());
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) acc[r] = _mm512_min_ps(_mm512_max_ps(acc[r], lo), hi);
+    return;
+  }
+  if (act.kind == K::kSilu) {  // efficientnet's
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[r] = silu_avx512(acc[r]);
     return;
   }
   apply_activation(act, acc, R);
