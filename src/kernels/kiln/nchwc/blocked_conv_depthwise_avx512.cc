@@ -66,10 +66,10 @@ template <int R>
 
 // R zmm (2R pixels, the last possibly a lone one when `odd`) of block cb at y, epilogue
 // included, for a KW-wide kernel (3 or 5). kEdge: some window crosses the left or right edge,
-// or the last zmm is half empty; its taps use masked loads. Inside, a kernel row loads the pairs
-// at even offsets from the first tap's column once (R + KW / 2 loads instead of KW * R) and
-// makes the odd-offset pairs by valignd: per tap an unaligned 64-byte load crosses a cache line
-// every other time, and those loads, not the FMAs, bounded the kernel.
+// or the last zmm is half empty. A kernel row takes R + KW / 2 loads instead of KW * R: per tap
+// an unaligned 64-byte load crosses a cache line every other time, and those loads, not the
+// FMAs, bounded the kernel. Edge tiles run the same loop on masked loads (on 7x7 to 28x28
+// planes every tile is an edge tile).
 template <int R, int KW, bool kEdge>
 void tile(const Job& j, const TileInput& in, const __m512* wz, int64_t cb, bool odd, float* y) {
   const BlockedConvShape& s = j.s;
@@ -80,50 +80,39 @@ void tile(const Job& j, const TileInput& in, const __m512* wz, int64_t cb, bool 
       j.e.bias ? _mm512_broadcast_f32x8(_mm256_loadu_ps(j.e.bias + cb * kBlock)) : _mm512_setzero_ps();
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = bias;
-  // Which pixel halves of each zmm each tap column reads inside the input: the same for every
-  // kernel row, so worked out once.
-  __mmask16 keep[KW][R];
+  // A kernel row loads the pairs at even offsets from the first tap's column once and makes the
+  // odd-offset ones by valignd. Edge tiles load the pixels outside the input as zero (the
+  // padding's value) by masks, the same for every kernel row.
+  constexpr int kLoads = R + KW / 2;
+  __mmask16 keep[kLoads];
   if constexpr (kEdge) {
-#pragma GCC unroll 5
-    for (int kw = 0; kw < KW; ++kw)
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        const int64_t c_lo = in.c0 + kw + 2 * r, c_hi = c_lo + 1;
-        const bool lo_in = c_lo >= 0 && c_lo < s.w;
-        const bool hi_in = c_hi >= 0 && c_hi < s.w && !(odd && r == R - 1);
-        keep[kw][r] = static_cast<__mmask16>((lo_in ? 0x00FF : 0) | (hi_in ? 0xFF00 : 0));
-      }
+#pragma GCC unroll 12
+    for (int i = 0; i < kLoads; ++i) {
+      const int64_t c = in.c0 + 2 * i;
+      keep[i] = static_cast<__mmask16>((c >= 0 && c < s.w ? 0x00FF : 0) |
+                                       (c + 1 >= 0 && c + 1 < s.w ? 0xFF00 : 0));
+    }
   }
   const float* x0 = in.plane + in.ih0 * s.w * kBlock + in.c0 * kBlock;
   for (int64_t kh = 0; kh < in.taps_h; ++kh) {
     const float* xr = x0 + kh * row_step;
     const __m512* wr = wr0 + kh * KW;
-    if constexpr (kEdge) {
-#pragma GCC unroll 5
-      for (int kw = 0; kw < KW; ++kw) {
-        const __m512 wv = wr[kw];
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r)  // masked lanes are never read, even before the row
-          acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(keep[kw][r], xr + (kw + 2 * r) * kBlock),
-                                   wv, acc[r]);
-      }
-    } else {
-      constexpr int kLoads = R + KW / 2;
-      __m512 pairs[kLoads];  // columns 2i and 2i + 1 from the first tap's
+    __m512 pairs[kLoads];  // columns 2i and 2i + 1 from the first tap's
 #pragma GCC unroll 12
-      for (int i = 0; i < kLoads; ++i) pairs[i] = _mm512_loadu_ps(xr + 2 * i * kBlock);
+    for (int i = 0; i < kLoads; ++i)  // masked lanes are never read, even before the row
+      pairs[i] = kEdge ? _mm512_maskz_loadu_ps(keep[i], xr + 2 * i * kBlock)
+                       : _mm512_loadu_ps(xr + 2 * i * kBlock);
 #pragma GCC unroll 5
-      for (int kw = 0; kw < KW; ++kw) {
-        const __m512 wv = wr[kw];
+    for (int kw = 0; kw < KW; ++kw) {
+      const __m512 wv = wr[kw];
 #pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-          const int i = kw / 2 + r;
-          const __m512 v = kw % 2 == 0 ? pairs[i]
-                                       : _mm512_castsi512_ps(_mm512_alignr_epi32(
-                                             _mm512_castps_si512(pairs[i + 1]),
-                                             _mm512_castps_si512(pairs[i]), 8));
-          acc[r] = _mm512_fmadd_ps(v, wv, acc[r]);
-        }
+      for (int r = 0; r < R; ++r) {
+        const int i = kw / 2 + r;
+        const __m512 v = kw % 2 == 0 ? pairs[i]
+                                     : _mm512_castsi512_ps(_mm512_alignr_epi32(
+                                           _mm512_castps_si512(pairs[i + 1]),
+                                           _mm512_castps_si512(pairs[i]), 8));
+        acc[r] = _mm512_fmadd_ps(v, wv, acc[r]);
       }
     }
   }
