@@ -127,6 +127,8 @@ const Case kDepthwise[] = {
     {1, 24, 24, 12, 1, 3, 1, 1, 1, 1, 1, 1, true},     // one column
     {1, 8, 8, 5, 40, 3, 1, 1, 1, 1, 1, 1, true},       // 40 pixels: several tiles a row
     {1, 16, 16, 10, 10, 9, 1, 1, 4, 4, 4, 4, true},    // 81 taps: more than kept in registers
+    {1, 16, 16, 4, 3, 5, 1, 1, 2, 2, 2, 2, true},      // 5x5 on 3 columns: both edges in a tile
+    {1, 8, 8, 6, 30, 5, 1, 1, 0, 0, 0, 0, true},       // 5x5, no padding: inside tiles only
 };
 
 TEST(BlockedConvKernel, DenseMatchesReference) {
