@@ -37,8 +37,9 @@ struct TileInput {
   int64_t ih0, c0, kh0, taps_h;
 };
 
-// The activation on the tile: Relu and Clip (mobilenet's) in registers, the rest through
-// apply_activation, which GCC leaves out of line with the tile spilled around the call.
+// The activation on the tile: Relu, Clip (mobilenet's) and SiLU (efficientnet's) in registers,
+// the rest through apply_activation, which GCC leaves out of line with the tile spilled around
+// the call.
 template <int R>
 [[gnu::always_inline]] inline void activate(const kiln_ops::Activation& act, __m256 (&acc)[R]) {
   using K = kiln_ops::Activation::Kind;
@@ -49,6 +50,11 @@ template <int R>
     const __m256 hi = _mm256_set1_ps(clip ? static_cast<float>(act.p1) : __builtin_inff());
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) acc[r] = _mm256_min_ps(_mm256_max_ps(acc[r], lo), hi);
+    return;
+  }
+  if (act.kind == K::kSilu) {  // efficientnet's
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_mul_ps(acc[r], sigmoid_avx2(acc[r]));
     return;
   }
   apply_activation(act, acc, R);
