@@ -1,9 +1,10 @@
 // ai.kiln.BlockedConv's dense direct kernels (AVX2, AVX-512) on conv layers of resnet50 and
-// mobilenet_v2, per thread count, as GFLOP/s of the fastest run and as % of the peak the FMA loop
+// mobilenet_v2, and its depthwise kernels on mobilenet_v2's and efficientnet_b0's, per thread count, as GFLOP/s of the fastest run and as % of the peak the FMA loop
 // of fma_peak.h measures on this machine (times the threads). Bias + Relu epilogue, batch 1.
 //   kiln_bench_conv [--benchmark_filter=resnet_3x3]
 //   KILN_BENCH_CONV_TUNING=pairs,chunk_bytes,unit_bytes overrides the AVX-512 kernel's split.
 //   KILN_BENCH_CONV_COLD=1 evicts the caches before each run.
+//   KILN_BENCH_CONV_ACT=silu gives the dense layers a SiLU epilogue instead of Relu.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -48,6 +49,7 @@ const Layer kLayers[] = {
     {"resnet_1x1_1024to256_14", 1024, 256, 14, 1, 1, 0},
     {"resnet_3x3_512_7", 512, 512, 7, 3, 1, 1},
     {"resnet_1x1_512to2048_7", 512, 2048, 7, 1, 1, 0},
+    {"mobilenet_stem_3x3s2_3to32_224", 3, 32, 224, 3, 2, 1, true},
     {"mobilenet_1x1_16to96_112", 16, 96, 112, 1, 1, 0},
     {"mobilenet_1x1_96to24_56", 96, 24, 56, 1, 1, 0},
     {"mobilenet_1x1_24to144_56", 24, 144, 56, 1, 1, 0},
@@ -99,6 +101,8 @@ void BM_Conv(benchmark::State& state, Layer l, bool avx512, int threads) {
   nchwc::BlockedEpilogue e;
   e.bias = bias.data();
   e.act.kind = kiln::kiln_ops::Activation::Kind::kRelu;
+  if (const char* act = std::getenv("KILN_BENCH_CONV_ACT"); act && std::string(act) == "silu")
+    e.act.kind = kiln::kiln_ops::Activation::Kind::kSilu;  // efficientnet's epilogue
   const nchwc::DenseTuning tuning = tuning_from_env();
   // One pool per thread count for the whole run, as a session keeps its pool.
   static kiln::ThreadPool* const pools[3] = {nullptr, new kiln::ThreadPool(1), new kiln::ThreadPool(2)};
@@ -130,6 +134,75 @@ void BM_Conv(benchmark::State& state, Layer l, bool avx512, int threads) {
   state.counters["pct_peak"] = 100.0 * gflops / (kiln::bench::peak_gflops_per_core() * threads);
 }
 
+struct DepthwiseLayer {
+  const char* name;
+  int64_t c, hw, k, stride;
+  kiln::kiln_ops::Activation::Kind act;
+};
+
+using Act = kiln::kiln_ops::Activation::Kind;
+const DepthwiseLayer kDepthwiseLayers[] = {
+    {"mobilenet_dw3x3_32_112", 32, 112, 3, 1, Act::kClip},
+    {"mobilenet_dw3x3s2_96_112", 96, 112, 3, 2, Act::kClip},
+    {"mobilenet_dw3x3_144_56", 144, 56, 3, 1, Act::kClip},
+    {"mobilenet_dw3x3_576_14", 576, 14, 3, 1, Act::kClip},
+    {"mobilenet_dw3x3_960_7", 960, 7, 3, 1, Act::kClip},
+    {"efficientnet_dw3x3_32_112_silu", 32, 112, 3, 1, Act::kSilu},
+    {"efficientnet_dw5x5s2_144_56_silu", 144, 56, 5, 2, Act::kSilu},
+    {"efficientnet_dw5x5_480_14_silu", 480, 14, 5, 1, Act::kSilu},
+};
+
+// The depthwise kernel (pad k / 2, bias + the layer's activation), GFLOP/s as BM_Conv's.
+void BM_Depthwise(benchmark::State& state, DepthwiseLayer l, bool avx512, int threads) {
+  if (avx512 && !kiln::cpu_features().has_avx512()) {
+    state.SkipWithError("no AVX-512");
+    return;
+  }
+  nchwc::BlockedConvShape s;
+  s.n = 1;
+  s.cb = s.mb = (l.c + 7) / 8;
+  s.channels = l.c;
+  s.depthwise = true;
+  s.h = s.w = l.hw;
+  s.kh = s.kw = l.k;
+  s.sh = s.sw = l.stride;
+  s.pt = s.pl = l.k / 2;
+  s.oh = s.ow = (l.hw + 2 * s.pt - l.k) / l.stride + 1;
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  auto random = [&](int64_t n) {
+    std::vector<float> v(n);
+    for (float& f : v) f = dist(rng);
+    return v;
+  };
+  const std::vector<float> x = random(s.cb * 8 * l.hw * l.hw), w = random(s.cb * l.k * l.k * 8),
+                           bias = random(s.mb * 8);
+  std::vector<float> y(s.mb * s.oh * s.ow * 8);
+  nchwc::BlockedEpilogue e;
+  e.bias = bias.data();
+  e.act.kind = l.act;
+  e.act.p0 = 0;
+  e.act.p1 = 6;
+  static kiln::ThreadPool* const pools[3] = {nullptr, new kiln::ThreadPool(1), new kiln::ThreadPool(2)};
+  kiln::ThreadPool& pool = *pools[threads];
+  auto run = [&] {
+    (avx512 ? nchwc::blocked_conv_depthwise_avx512 : nchwc::blocked_conv_depthwise_avx2)(
+        s, x.data(), w.data(), e, y.data(), &pool);
+  };
+  run();
+  double best = 1e30;
+  for (auto _ : state) {
+    const double t0 = seconds_now(threads);
+    run();
+    best = std::min(best, seconds_now(threads) - t0);
+    benchmark::ClobberMemory();
+  }
+  const double gflops = 2.0 * l.c * s.oh * s.ow * l.k * l.k / best * 1e-9;
+  state.counters["us"] = best * 1e6;
+  state.counters["GFLOPs"] = gflops;
+  state.counters["pct_peak"] = 100.0 * gflops / (peak_gflops() * threads);
+}
+
 const bool kRegistered = [] {
   kiln::bench::register_fma_peak();
   for (const Layer& l : kLayers)
@@ -138,6 +211,14 @@ const bool kRegistered = [] {
         benchmark::RegisterBenchmark((std::string(l.name) + (avx512 ? "/avx512" : "/avx2") +
                                       "/threads:" + std::to_string(threads)).c_str(),
                                      BM_Conv, l, avx512, threads)
+            ->UseRealTime()
+            ->MinTime(0.2);
+  for (const DepthwiseLayer& l : kDepthwiseLayers)
+    for (bool avx512 : {false, true})
+      for (int threads : {1, 2})
+        benchmark::RegisterBenchmark((std::string(l.name) + (avx512 ? "/avx512" : "/avx2") +
+                                      "/threads:" + std::to_string(threads)).c_str(),
+                                     BM_Depthwise, l, avx512, threads)
             ->UseRealTime()
             ->MinTime(0.2);
   return true;

@@ -1,11 +1,12 @@
-// The AVX2 BlockedConv paths (dense, pointwise, depthwise) against the scalar reference over
-// many shapes: odd sizes, strides, dilations, uneven pads, borders wider than the input, every
-// epilogue; plus the reorder ops and bad operands reported as errors.
+// The AVX2 BlockedConv paths (dense, pointwise, depthwise) and the AVX-512 depthwise one against
+// the scalar reference over many shapes: odd sizes, strides, dilations, uneven pads, borders
+// wider than the input, every epilogue; plus the reorder ops and bad operands reported as errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 
+#include "core/cpu_features.h"
 #include "core/thread_pool.h"
 #include "kernels/kiln/nchwc/blocked_conv.h"
 #include "pass_test_util.h"
@@ -31,11 +32,14 @@ struct Case {
 };
 
 // Runs one case through the fast path (with and without a pool) and the reference.
-void check_case(const Case& c, K act, bool residual, bool residual_first, ThreadPool* pool) {
+// avx512: run the AVX-512 depthwise kernel instead of the AVX2 one.
+void check_case(const Case& c, K act, bool residual, bool residual_first, ThreadPool* pool,
+                bool avx512 = false) {
   SCOPED_TRACE(::testing::Message() << "n" << c.n << " c" << c.c << " m" << c.m << " " << c.h << "x"
                                     << c.w << " k" << c.k << " s" << c.s << " d" << c.d << " pads "
                                     << c.pt << c.pl << c.pb << c.pr << " dw" << c.depthwise
-                                    << " act" << static_cast<int>(act) << " z" << residual);
+                                    << " act" << static_cast<int>(act) << " z" << residual
+                                    << " avx512 " << avx512);
   std::mt19937 rng(static_cast<uint32_t>(c.c * 131 + c.m * 7 + c.h));
   BlockedConvShape s;
   s.n = c.n;
@@ -72,7 +76,8 @@ void check_case(const Case& c, K act, bool residual, bool residual_first, Thread
   std::vector<float> want(ysize, 7.0f), got(ysize, 7.0f);
   nchwc::blocked_conv_reference(s, x.data(), w.data(), e, want.data());
   if (c.depthwise)
-    nchwc::blocked_conv_depthwise_avx2(s, x.data(), w.data(), e, got.data(), pool);
+    (avx512 ? nchwc::blocked_conv_depthwise_avx512 : nchwc::blocked_conv_depthwise_avx2)(
+        s, x.data(), w.data(), e, got.data(), pool);
   else
     nchwc::blocked_conv_dense_avx2(s, x.data(), w.data(), e, got.data(), pool);
   for (size_t i = 0; i < ysize; ++i) {
@@ -116,6 +121,14 @@ const Case kDepthwise[] = {
     {2, 24, 24, 15, 9, 3, 2, 2, 0, 2, 1, 0, true},     // stride 2, dilation 2, uneven pads
     {1, 17, 17, 5, 30, 1, 1, 1, 0, 0, 0, 0, true},     // 1x1
     {1, 9, 9, 28, 28, 3, 1, 1, 1, 1, 1, 1, true},      // 28 pixels: tiles of 7
+    {1, 16, 16, 9, 13, 3, 1, 1, 1, 1, 1, 1, true},     // odd width: a lone last pixel
+    {1, 8, 8, 6, 33, 3, 2, 1, 1, 1, 1, 1, true},       // stride 2, 17 pixels: a lone last one
+    {1, 40, 40, 11, 11, 3, 3, 1, 1, 1, 1, 1, true},    // stride 3
+    {1, 24, 24, 12, 1, 3, 1, 1, 1, 1, 1, 1, true},     // one column
+    {1, 8, 8, 5, 40, 3, 1, 1, 1, 1, 1, 1, true},       // 40 pixels: several tiles a row
+    {1, 16, 16, 10, 10, 9, 1, 1, 4, 4, 4, 4, true},    // 81 taps: more than kept in registers
+    {1, 16, 16, 4, 3, 5, 1, 1, 2, 2, 2, 2, true},      // 5x5 on 3 columns: both edges in a tile
+    {1, 8, 8, 6, 30, 5, 1, 1, 0, 0, 0, 0, true},       // 5x5, no padding: inside tiles only
 };
 
 TEST(BlockedConvKernel, DenseMatchesReference) {
@@ -129,10 +142,14 @@ TEST(BlockedConvKernel, DenseMatchesReference) {
 
 TEST(BlockedConvKernel, DepthwiseMatchesReference) {
   ThreadPool pool(3), pool2(2);
-  for (const Case& c : kDepthwise) {
-    check_case(c, K::kClip, false, false, nullptr);
-    check_case(c, K::kSilu, true, false, &pool);
-    check_case(c, K::kHardSigmoid, true, true, &pool2);
+  for (bool avx512 : {false, true}) {
+    if (avx512 && !cpu_features().has_avx512()) continue;
+    for (const Case& c : kDepthwise) {
+      check_case(c, K::kClip, false, false, nullptr, avx512);
+      check_case(c, K::kSilu, true, false, &pool, avx512);
+      check_case(c, K::kHardSigmoid, true, true, &pool2, avx512);
+      check_case(c, K::kSigmoid, false, false, &pool2, avx512);
+    }
   }
 }
 

@@ -2,7 +2,7 @@
 // or plain with at most 8 channels), weights already reordered by the nchwc-layout pass. Checks
 // the operands, then runs one path: Winograd (blocked_conv_winograd*.cc) for the 3x3s it takes at
 // prepare, the depthwise kernel, or the dense direct kernel (AVX-512 when the CPU has it, on
-// weights paired at prepare; else AVX2). Semantics: docs/ops.md.
+// weights paired at prepare; else AVX2; the depthwise kernel likewise). Semantics: docs/ops.md.
 #include "kernels/kiln/nchwc/blocked_conv.h"
 
 #include <array>
@@ -62,6 +62,8 @@ class DenseDirect {
   }
 
   bool absorbs() const { return paired_ready_; }
+  // Whether the AVX-512 kernels run (the depthwise path follows the same switch).
+  bool avx512() const { return avx512_; }
 
  private:
   bool avx512_ = false, paired_ready_ = false;
@@ -125,7 +127,8 @@ class BlockedConv : public Kernel {
     const float* x = ctx.input(0).data<float>();
     if (winograd_.ready()) return winograd_.run(s, x, e, y->data<float>(), ctx.pool);
     if (s.depthwise) {
-      blocked_conv_depthwise_avx2(s, x, ctx.input(1).data<float>(), e, y->data<float>(), ctx.pool);
+      (dense_.avx512() ? blocked_conv_depthwise_avx512 : blocked_conv_depthwise_avx2)(
+          s, x, ctx.input(1).data<float>(), e, y->data<float>(), ctx.pool);
       return Status::ok();
     }
     const float* w = dense_.absorbs() ? nullptr : ctx.input(1).data<float>();

@@ -67,4 +67,9 @@ void blocked_conv_dense_avx512(const BlockedConvShape& s, const float* x, const 
 void blocked_conv_depthwise_avx2(const BlockedConvShape& s, const float* x, const float* w,
                                  const BlockedEpilogue& e, float* y, ThreadPool* pool);
 
+// The AVX-512 depthwise convolution, a register tile of pixel pairs x one channel block. Only
+// call it when cpu_features().has_avx512().
+void blocked_conv_depthwise_avx512(const BlockedConvShape& s, const float* x, const float* w,
+                                   const BlockedEpilogue& e, float* y, ThreadPool* pool);
+
 }  // namespace kiln::nchwc

@@ -111,7 +111,7 @@ template <int P, int R, class V, class F>
     for (int r = 0; r < R; ++r) f(acc[p][r], p, r);
 }
 
-// The activation on the tile: the piecewise-linear ones in registers, the rest through
+// The activation on the tile: the piecewise-linear ones and SiLU in registers, the rest through
 // apply_activation on a copy (their math outweighs the copy).
 template <class Reg, int P, int R>
 [[gnu::always_inline]] inline void activate(const kiln_ops::Activation& act,
@@ -129,6 +129,12 @@ template <class Reg, int P, int R>
       for_each(acc, [&](V& v, int, int) { v = Reg::min(Reg::max(v, lo), hi); });
       return;
     }
+    case K::kSilu:  // efficientnet's epilogue: its math in registers too, for the zmm tiles
+      if constexpr (sizeof(V) == sizeof(__m512)) {  // a pair tile, not the lone block
+        for_each(acc, [&](V& v, int, int) { v = silu_avx512(v); });
+        return;
+      }
+      [[fallthrough]];
     default: {
       V v[P * R];
       for_each(acc, [&](V& a, int p, int r) { v[p * R + r] = a; });

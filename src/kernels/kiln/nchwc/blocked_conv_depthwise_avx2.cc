@@ -37,6 +37,29 @@ struct TileInput {
   int64_t ih0, c0, kh0, taps_h;
 };
 
+// The activation on the tile: Relu, Clip (mobilenet's) and SiLU (efficientnet's) in registers,
+// the rest through apply_activation, which GCC leaves out of line with the tile spilled around
+// the call.
+template <int R>
+[[gnu::always_inline]] inline void activate(const kiln_ops::Activation& act, __m256 (&acc)[R]) {
+  using K = kiln_ops::Activation::Kind;
+  if (act.kind == K::kNone) return;
+  if (act.kind == K::kRelu || act.kind == K::kClip) {
+    const bool clip = act.kind == K::kClip;
+    const __m256 lo = _mm256_set1_ps(clip ? static_cast<float>(act.p0) : 0.0f);
+    const __m256 hi = _mm256_set1_ps(clip ? static_cast<float>(act.p1) : __builtin_inff());
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_min_ps(_mm256_max_ps(acc[r], lo), hi);
+    return;
+  }
+  if (act.kind == K::kSilu) {  // efficientnet's
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_mul_ps(acc[r], sigmoid_avx2(acc[r]));
+    return;
+  }
+  apply_activation(act, acc, R);
+}
+
 // R output pixels of block cb at y, epilogue included. KW is the kernel width when it is 3 or 5
 // (taps unrolled), else 0 and read from the shape. kEdge: the tile's windows cross the left or
 // right edge of the input, and each tap skips the pixels whose column lies outside (a test per
@@ -53,6 +76,16 @@ void tile(const Job& j, const TileInput& in, int64_t cb, float* y) {
   const __m256 bias = j.e.bias ? _mm256_loadu_ps(j.e.bias + cb * kBlock) : _mm256_setzero_ps();
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc[r] = bias;
+  // Edge tiles: the pixels r in [r0, r1) whose column under tap kw lies inside the input, the
+  // same for every kernel row, so worked out once (two divisions per tap cost more than its FMAs).
+  int64_t first[KW ? KW : 1], end[KW ? KW : 1];
+  auto inside = [&](int64_t kw, int64_t& r0, int64_t& r1) {
+    const int64_t c = in.c0 + kw * s.dw;
+    r0 = c >= 0 ? 0 : (-c + s.sw - 1) / s.sw;
+    r1 = c >= s.w ? 0 : (s.w - 1 - c) / s.sw + 1;
+  };
+  if constexpr (kEdge && KW != 0)
+    for (int64_t kw = 0; kw < KW; ++kw) inside(kw, first[kw], end[kw]);
   const float* x0 = in.plane + in.ih0 * s.w * kBlock;
   for (int64_t kh = 0; kh < in.taps_h; ++kh) {
     const float* xr = x0 + kh * row_step;
@@ -62,8 +95,13 @@ void tile(const Job& j, const TileInput& in, int64_t cb, float* y) {
       const int64_t c = in.c0 + kw * s.dw;  // column of pixel 0 under this tap
       if constexpr (kEdge) {
         // Pixels r with 0 <= c + r * sw < w.
-        const int64_t r0 = c >= 0 ? 0 : (-c + s.sw - 1) / s.sw;
-        const int64_t r1 = c >= s.w ? 0 : (s.w - 1 - c) / s.sw + 1;
+        int64_t r0, r1;
+        if constexpr (KW != 0) {
+          r0 = first[kw];
+          r1 = end[kw];
+        } else {
+          inside(kw, r0, r1);
+        }
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r)
           if (r >= r0 && r < r1)
@@ -81,7 +119,7 @@ void tile(const Job& j, const TileInput& in, int64_t cb, float* y) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) acc[r] = _mm256_add_ps(acc[r], _mm256_loadu_ps(z + r * kBlock));
   }
-  apply_activation(j.e.act, acc, R);
+  activate(j.e.act, acc);
   if (z && !j.e.residual_first) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) acc[r] = _mm256_add_ps(acc[r], _mm256_loadu_ps(z + r * kBlock));
