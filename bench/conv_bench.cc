@@ -200,7 +200,7 @@ void BM_Depthwise(benchmark::State& state, DepthwiseLayer l, bool avx512, int th
   const double gflops = 2.0 * l.c * s.oh * s.ow * l.k * l.k / best * 1e-9;
   state.counters["us"] = best * 1e6;
   state.counters["GFLOPs"] = gflops;
-  state.counters["pct_peak"] = 100.0 * gflops / (peak_gflops() * threads);
+  state.counters["pct_peak"] = 100.0 * gflops / (kiln::bench::peak_gflops_per_core() * threads);
 }
 
 const bool kRegistered = [] {
