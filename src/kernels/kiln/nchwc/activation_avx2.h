@@ -86,4 +86,27 @@ inline void apply_activation(const kiln_ops::Activation& act, __m256* v, int cou
   }
 }
 
+// apply_activation on a tile held in registers: Relu, Clip (mobilenet's) and SiLU
+// (efficientnet's) inline, the rest through apply_activation, which GCC leaves out of line with
+// the tile spilled around the call.
+template <int R>
+[[gnu::always_inline]] inline void activate_tile(const kiln_ops::Activation& act, __m256 (&acc)[R]) {
+  using K = kiln_ops::Activation::Kind;
+  if (act.kind == K::kNone) return;
+  if (act.kind == K::kRelu || act.kind == K::kClip) {
+    const bool clip = act.kind == K::kClip;
+    const __m256 lo = _mm256_set1_ps(clip ? static_cast<float>(act.p0) : 0.0f);
+    const __m256 hi = _mm256_set1_ps(clip ? static_cast<float>(act.p1) : __builtin_inff());
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_min_ps(_mm256_max_ps(acc[r], lo), hi);
+    return;
+  }
+  if (act.kind == K::kSilu) {  // efficientnet's
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_mul_ps(acc[r], sigmoid_avx2(acc[r]));
+    return;
+  }
+  apply_activation(act, acc, R);
+}
+
 }  // namespace kiln::nchwc

@@ -37,29 +37,6 @@ struct TileInput {
   int64_t ih0, c0, kh0, taps_h;
 };
 
-// The activation on the tile: Relu, Clip (mobilenet's) and SiLU (efficientnet's) in registers,
-// the rest through apply_activation, which GCC leaves out of line with the tile spilled around
-// the call.
-template <int R>
-[[gnu::always_inline]] inline void activate(const kiln_ops::Activation& act, __m256 (&acc)[R]) {
-  using K = kiln_ops::Activation::Kind;
-  if (act.kind == K::kNone) return;
-  if (act.kind == K::kRelu || act.kind == K::kClip) {
-    const bool clip = act.kind == K::kClip;
-    const __m256 lo = _mm256_set1_ps(clip ? static_cast<float>(act.p0) : 0.0f);
-    const __m256 hi = _mm256_set1_ps(clip ? static_cast<float>(act.p1) : __builtin_inff());
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_min_ps(_mm256_max_ps(acc[r], lo), hi);
-    return;
-  }
-  if (act.kind == K::kSilu) {  // efficientnet's
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_mul_ps(acc[r], sigmoid_avx2(acc[r]));
-    return;
-  }
-  apply_activation(act, acc, R);
-}
-
 // R output pixels of block cb at y, epilogue included. KW is the kernel width when it is 3 or 5
 // (taps unrolled), else 0 and read from the shape. kEdge: the tile's windows cross the left or
 // right edge of the input, and each tap skips the pixels whose column lies outside (a test per
@@ -119,7 +96,7 @@ void tile(const Job& j, const TileInput& in, int64_t cb, float* y) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) acc[r] = _mm256_add_ps(acc[r], _mm256_loadu_ps(z + r * kBlock));
   }
-  activate(j.e.act, acc);
+  activate_tile(j.e.act, acc);
   if (z && !j.e.residual_first) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) acc[r] = _mm256_add_ps(acc[r], _mm256_loadu_ps(z + r * kBlock));

@@ -41,29 +41,6 @@ struct TileInput {
   int64_t ih0, c0, kh0, taps_h;
 };
 
-// The activation on the tile: Relu, Clip (mobilenet's) and SiLU (efficientnet's) in registers,
-// the rest through apply_activation, which GCC leaves out of line with the tile spilled around
-// the call.
-template <int R>
-[[gnu::always_inline]] inline void activate(const kiln_ops::Activation& act, __m512 (&acc)[R]) {
-  using K = kiln_ops::Activation::Kind;
-  if (act.kind == K::kNone) return;
-  if (act.kind == K::kRelu || act.kind == K::kClip) {
-    const bool clip = act.kind == K::kClip;
-    const __m512 lo = _mm512_set1_ps(clip ? static_cast<float>(act.p0) : 0.0f);
-    const __m512 hi = _mm512_set1_ps(clip ? static_cast<float>(act.p1) : __builtin_inff());
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_min_ps(_mm512_max_ps(acc[r], lo), hi);
-    return;
-  }
-  if (act.kind == K::kSilu) {  // efficientnet's
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) acc[r] = silu_avx512(acc[r]);
-    return;
-  }
-  apply_activation(act, acc, R);
-}
-
 // R zmm (2R pixels, the last possibly a lone one when `odd`) of block cb at y, epilogue
 // included, for a KW-wide kernel (3 or 5). kEdge: some window crosses the left or right edge,
 // or the last zmm is half empty. A kernel row takes R + KW / 2 loads instead of KW * R: per tap
@@ -123,7 +100,7 @@ void tile(const Job& j, const TileInput& in, const __m512* wz, int64_t cb, bool 
     for (int r = 0; r < R; ++r)
       acc[r] = _mm512_add_ps(acc[r], _mm512_maskz_loadu_ps(r == R - 1 ? last : 0xFFFF, z + 2 * r * kBlock));
   }
-  activate(j.e.act, acc);
+  activate_tile(j.e.act, acc);
   if (z && !j.e.residual_first) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
