@@ -49,6 +49,11 @@ class Tensor {
 
   // Zero-initialised storage (empty strings for kString). Fails on bad or oversized shapes.
   static Result<Tensor> make(DType dtype, Shape shape);
+  // Like make, but the numeric storage is left as the allocator hands it over (stale arena bytes),
+  // for a writer that sets every element: zeroing first is a serial pass over memory as large as
+  // the output. With KILN_POISON_UNWRITTEN=1 in the environment it is filled with NaN bytes (0xFF)
+  // instead, so that tests catch an element the writer missed.
+  static Result<Tensor> make_for_overwrite(DType dtype, Shape shape);
   // A view of memory someone else owns; `owner` keeps it alive. With data == nullptr, a tensor
   // with a type and shape but no data (an initializer whose data a kernel absorbed).
   static Tensor wrap(DType dtype, Shape shape, void* data, std::shared_ptr<void> owner);

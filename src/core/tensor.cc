@@ -54,7 +54,18 @@ TensorAllocator* set_thread_tensor_allocator(TensorAllocator* allocator) {
   return previous;
 }
 
+namespace {
+// What a tensor of `bytes` gets: whole 64-byte lines, at least one.
+size_t storage_bytes(size_t bytes) { return std::max<size_t>((bytes + 63) / 64 * 64, 64); }
+}  // namespace
+
 Result<Tensor> Tensor::make(DType dtype, Shape shape) {
+  KILN_ASSIGN_OR_RETURN(Tensor t, make_for_overwrite(dtype, std::move(shape)));
+  if (t.dtype_ != DType::kString) std::memset(t.data_, 0, storage_bytes(t.nbytes()));
+  return t;
+}
+
+Result<Tensor> Tensor::make_for_overwrite(DType dtype, Shape shape) {
   KILN_ASSIGN_OR_RETURN(int64_t n, shape_numel(shape));
   Tensor t;
   t.dtype_ = dtype;
@@ -69,7 +80,7 @@ Result<Tensor> Tensor::make(DType dtype, Shape shape) {
   }
   const size_t elem = dtype_size(dtype);
   if (elem == 0) return Status::error(std::string("cannot allocate a tensor of type ") + dtype_name(dtype));
-  const size_t bytes = std::max<size_t>(((n * elem + 63) / 64) * 64, 64);
+  const size_t bytes = storage_bytes(n * elem);
   if (t_allocator) t.owner_ = t_allocator->allocate(bytes);
   if (!t.owner_) {
     void* p = std::aligned_alloc(64, bytes);
@@ -77,7 +88,11 @@ Result<Tensor> Tensor::make(DType dtype, Shape shape) {
     t.owner_ = std::shared_ptr<void>(p, std::free);
   }
   t.data_ = t.owner_.get();
-  std::memset(t.data_, 0, bytes);
+  static const bool poison = [] {
+    const char* v = std::getenv("KILN_POISON_UNWRITTEN");
+    return v != nullptr && v[0] == '1';
+  }();
+  if (poison) std::memset(t.data_, 0xFF, bytes);
   return t;
 }
 

@@ -3,12 +3,22 @@
 
 namespace kiln {
 
+namespace {
+Result<Tensor*> set_new_output(KernelContext& ctx, size_t i, Result<Tensor> t) {
+  if (!t) return ctx.error(t.status().message());
+  ctx.outputs[i] = Value::of(std::move(t).value());
+  return &ctx.outputs[i].tensor;
+}
+}  // namespace
+
 Result<Tensor*> KernelContext::make_output(size_t i, DType dtype, Shape shape) {
   if (i >= outputs.size()) return error("output index " + std::to_string(i) + " out of range");
-  auto t = Tensor::make(dtype, std::move(shape));
-  if (!t) return error(t.status().message());
-  outputs[i] = Value::of(std::move(t).value());
-  return &outputs[i].tensor;
+  return set_new_output(*this, i, Tensor::make(dtype, std::move(shape)));
+}
+
+Result<Tensor*> KernelContext::make_output_for_overwrite(size_t i, DType dtype, Shape shape) {
+  if (i >= outputs.size()) return error("output index " + std::to_string(i) + " out of range");
+  return set_new_output(*this, i, Tensor::make_for_overwrite(dtype, std::move(shape)));
 }
 
 Status KernelContext::error(const std::string& message) const {

@@ -65,6 +65,8 @@ class KernelContext {
   bool wants_output(size_t i) const { return i < node.outputs.size() && !node.outputs[i].empty(); }
   // Allocates output i as a tensor and returns it for the kernel to fill.
   Result<Tensor*> make_output(size_t i, DType dtype, Shape shape);
+  // The same, not zeroed first (Tensor::make_for_overwrite): for kernels that write every element.
+  Result<Tensor*> make_output_for_overwrite(size_t i, DType dtype, Shape shape);
   // Sets output i; an output the node does not have (an omitted trailing output) is dropped.
   void set_output(size_t i, Tensor t) {
     if (i < outputs.size()) outputs[i] = Value::of(std::move(t));

@@ -297,7 +297,7 @@ class FusedElementwise : public Kernel {
       chain_.steps = std::move(steps).value();
       decoded_inputs_ = ctx.num_inputs();
     }
-    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, DType::kFloat32, shape));
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, shape));
     const int64_t total = y->numel();
     if (total == 0) return Status::ok();
     chain_.inputs.resize(ctx.num_inputs());

@@ -72,7 +72,7 @@ class FusedGemm : public Kernel {
     if (z && (z->dtype() != DType::kFloat32 || z->shape() != out))
       return ctx.error("residual input must be float32 of the result's shape " + shape_str(out) +
                        ", got " + shape_str(z->shape()));
-    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, DType::kFloat32, out));
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, out));
     float* yd = y->data<float>();
     // FusedMatMul's bias: n values, whatever the shape. Gemm's C: a per-column C is the bias too;
     // any other broadcast of it is written into Y first and accumulated onto (beta 1).

@@ -108,7 +108,7 @@ class FusedMlp : public Kernel {
     out.push_back(op.n);
     int64_t rows = 1;
     for (size_t i = 0; i + 1 < x.shape().size(); ++i) rows *= x.shape()[i];
-    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, DType::kFloat32, out));
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, out));
     float* yd = y->data<float>();
     if (rows == 0) return Status::ok();
 

@@ -30,7 +30,7 @@ Status layer_norm(KernelContext& ctx) {
                                                 i ? "LayerNorm B" : "LayerNorm Scale", storage[i]));
   }
   if (x.dtype() == DType::kFloat32) {
-    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, DType::kFloat32, x.shape()));
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, x.shape()));
     const float* xd = x.data<float>();
     float* yd = y->data<float>();
     const float* gamma = row[0];

@@ -71,9 +71,9 @@ Status MultiHeadAttention::run(KernelContext& ctx) {
   }
 
   KILN_ASSIGN_OR_RETURN(Tensor * out,
-                        ctx.make_output(0, DType::kFloat32, Shape{x.dim(0), x.dim(1), hidden}));
+                        ctx.make_output_for_overwrite(0, DType::kFloat32, Shape{x.dim(0), x.dim(1), hidden}));
   if (rows == 0 || hidden == 0) return Status::ok();
-  KILN_ASSIGN_OR_RETURN(Tensor qkv, Tensor::make(DType::kFloat32, {rows, cols}));
+  KILN_ASSIGN_OR_RETURN(Tensor qkv, Tensor::make_for_overwrite(DType::kFloat32, {rows, cols}));
   if (!w_packed_.empty()) {
     gemm_f32_prepacked(false, rows, 1.0f, x.data<float>(), w.dim(0), w_packed_, 0.0f,
                        qkv.data<float>(), cols, bias, nullptr, ctx.pool);

@@ -30,7 +30,7 @@ Status rms_norm(KernelContext& ctx) {
                           broadcast_row(ctx, ctx.input(1), norm_shape, "RMSNorm Scale", storage));
   }
   if (x.dtype() == DType::kFloat32) {
-    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, DType::kFloat32, x.shape()));
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, x.shape()));
     const float* xd = x.data<float>();
     float* yd = y->data<float>();
     for_rows(ctx.pool, outer, len, [&](int64_t r0, int64_t r1) {

@@ -40,7 +40,7 @@ Status matmul(KernelContext& ctx, const gemm::PackedMatrix* packed) {
   const int64_t batches = static_cast<int64_t>(p.a_offsets.size());
   if (a.dtype() == DType::kFloat32 || is_half(a.dtype())) {
     KILN_ASSIGN_OR_RETURN(Tensor af, to_float32(a));
-    KILN_ASSIGN_OR_RETURN(Tensor yf, Tensor::make(DType::kFloat32, p.out_shape));
+    KILN_ASSIGN_OR_RETURN(Tensor yf, Tensor::make_for_overwrite(DType::kFloat32, p.out_shape));
     const float* ad = af.data<float>();
     float* yd = yf.data<float>();
     if (b.rank() <= 2 && a.rank() >= 1) {

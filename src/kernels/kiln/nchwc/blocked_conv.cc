@@ -123,7 +123,7 @@ class BlockedConv : public Kernel {
                          ", got " + shape_str(z.shape()));
       e.z = z.data<float>();
     }
-    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, DType::kFloat32, y_shape));
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, y_shape));
     const float* x = ctx.input(0).data<float>();
     if (winograd_.ready()) return winograd_.run(s, x, e, y->data<float>(), ctx.pool);
     if (s.depthwise) {

@@ -122,7 +122,7 @@ Status pool(KernelContext& ctx, bool max) {
   if (!st) return ctx.error(st.message());
   const int64_t oh = p.g.out[0], ow = p.g.out[1];
   KILN_ASSIGN_OR_RETURN(Tensor * y,
-                        ctx.make_output(0, DType::kFloat32, {d->n, d->cb, oh, ow, kBlock}));
+                        ctx.make_output_for_overwrite(0, DType::kFloat32, {d->n, d->cb, oh, ow, kBlock}));
   const float* xd = ctx.input(0).data<float>();
   float* yd = y->data<float>();
   const int64_t rows = d->n * d->cb * oh;
@@ -144,7 +144,7 @@ Status global_average_pool(KernelContext& ctx) {
   auto d = blocked_dims(ctx.input(0), "X");
   if (!d) return ctx.error(d.status().message());
   KILN_ASSIGN_OR_RETURN(Tensor * y,
-                        ctx.make_output(0, DType::kFloat32, {d->n, d->cb, 1, 1, kBlock}));
+                        ctx.make_output_for_overwrite(0, DType::kFloat32, {d->n, d->cb, 1, 1, kBlock}));
   const float* xd = ctx.input(0).data<float>();
   float* yd = y->data<float>();
   const int64_t hw = d->h * d->w;
