@@ -166,19 +166,23 @@ template <class Reg, int P, int R>
   for_each(acc, [&](V& v, int p, int r) { Reg::store(y + 2 * p * plane + r * kBlock, plane, v); });
 }
 
-// How a tile reads X: blocked with stride 1 or 2 (the pixels' offsets are constants), or anything
-// else: other strides, and plain NCHW with C <= 8 channels (one block of C lanes).
-enum class Mode { kUnit, kStride2, kAny };
+// How a tile reads X: blocked with stride 1 or 2, plain NCHW (C <= 8 channels, one block of C
+// lanes) with stride 2 (the stems of mobilenet and efficientnet), all with the pixels' offsets
+// constants; or anything else.
+enum class Mode { kUnit, kStride2, kPlainStride2, kAny };
 
 // `count` tiles of P pairs (PairReg) or the lone block (BlockReg, P = 1) x R pixels from t.ow0
 // on, one after the other along the row.
 template <class Reg, int P, int R, Mode M>
 void tile(const Job& j, const Tile& t, int64_t count) {
   using V = typename Reg::V;
-  constexpr bool kFixed = M != Mode::kAny;
+  constexpr bool kFixed = M == Mode::kUnit || M == Mode::kStride2;  // blocked X
   const BlockedConvShape& s = j.s;
-  const int64_t pixel = kFixed ? kBlock : j.pixel;
-  const int64_t xstep = M == Mode::kUnit ? kBlock : M == Mode::kStride2 ? 2 * kBlock : s.sw * pixel;
+  const int64_t pixel = kFixed ? kBlock : M == Mode::kPlainStride2 ? 1 : j.pixel;
+  const int64_t xstep = M == Mode::kUnit          ? kBlock
+                        : M == Mode::kStride2      ? 2 * kBlock
+                        : M == Mode::kPlainStride2 ? 2
+                                                   : s.sw * pixel;
   const int64_t lanes = kFixed ? kBlock : j.lanes, lane_step = kFixed ? 1 : j.lane_step;
   const int64_t w_pair = j.w_pair, plane = j.out_plane, in_row = j.in_row, in_plane = j.in_plane;
   const int64_t kh_n = s.kh, kw_n = s.kw, kh_step = s.dh * in_row, kw_step = s.dw * pixel;
@@ -356,7 +360,7 @@ void blocked_conv_dense_avx512(const BlockedConvShape& shape, const float* x, co
     s.h = s.oh = 1;
     j.in_row = s.w * j.pixel;
   }
-  const TileTable& tiles = plain ? kTiles<Mode::kAny>
+  const TileTable& tiles = plain ? (s.sw == 2 ? kTiles<Mode::kPlainStride2> : kTiles<Mode::kAny>)
                            : s.sw == 1 ? kTiles<Mode::kUnit>
                            : s.sw == 2 ? kTiles<Mode::kStride2>
                                        : kTiles<Mode::kAny>;
