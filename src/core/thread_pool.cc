@@ -143,7 +143,8 @@ void ThreadPool::run_chunks(uint32_t gen) {
     // Chunks [next, next + take) of job `gen` are ours and unfinished, so the job's fields stay.
     const int64_t begin = static_cast<int64_t>(next) * chunk_;
     (*fn_)(begin, std::min(n_, begin + static_cast<int64_t>(take) * chunk_));
-    if (done_.fetch_add(static_cast<uint32_t>(take)) + take == chunks) wake(done_, caller_sleeping_, 1);
+    if (done_.fetch_add(static_cast<uint32_t>(take)) + take == chunks)
+      wake(done_, caller_sleeping_, 1);
     w = claim_.load(std::memory_order_acquire);
   }
 }

@@ -4,7 +4,8 @@
 // sleep on a futex, so back-to-back short ops (a transformer layer's dozen kernels) wake them in
 // well under a microsecond while an idle pool costs no CPU. The caller waits for the last chunk the
 // same way. Chunks are claimed lock-free with one compare-and-swap on a packed (job, next chunk)
-// word.
+// word, guided: a claim takes its share of the chunks left, so the last ones go out singly and
+// the threads finish together.
 //
 // Thread safety: parallel_for may be called from any number of threads at once. One call at a time
 // owns the workers; a call that arrives while another owns them runs its loop inline on its own

@@ -1,13 +1,13 @@
 // Tensor storage: make zeroes it; make_for_overwrite leaves it to the writer, and under
 // KILN_POISON_UNWRITTEN=1 (scripts/run_tests.sh sets it for every stage) fills it with NaN so
 // that a kernel which misses an element fails its comparison instead of passing on stale zeros.
-#include <cmath>
-#include <cstdlib>
-#include <cstring>
+#include "kiln/tensor.h"
 
 #include <gtest/gtest.h>
 
-#include "kiln/tensor.h"
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 namespace kiln {
 namespace {

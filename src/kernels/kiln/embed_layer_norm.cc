@@ -78,7 +78,8 @@ Status embed_layer_norm(KernelContext& ctx) {
   if (has_segment) {
     KILN_RETURN_IF_ERROR(check_rows(ctx, ctx.input(1), ctx.input(4).dim(0), "segment_ids"));
   }
-  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, {batch, seq, e}));
+  KILN_ASSIGN_OR_RETURN(Tensor * y,
+                        ctx.make_output_for_overwrite(0, DType::kFloat32, {batch, seq, e}));
   const double eps = ctx.node.attr_float("epsilon", 1e-12f);
   const float* gamma = ctx.input(5).data<float>();
   const float* beta = present(ctx, 6) ? ctx.input(6).data<float>() : nullptr;

@@ -70,8 +70,8 @@ Status MultiHeadAttention::run(KernelContext& ctx) {
     std::copy(st.begin(), st.end(), args.mask_strides);
   }
 
-  KILN_ASSIGN_OR_RETURN(Tensor * out,
-                        ctx.make_output_for_overwrite(0, DType::kFloat32, Shape{x.dim(0), x.dim(1), hidden}));
+  KILN_ASSIGN_OR_RETURN(Tensor * out, ctx.make_output_for_overwrite(
+                                          0, DType::kFloat32, Shape{x.dim(0), x.dim(1), hidden}));
   if (rows == 0 || hidden == 0) return Status::ok();
   KILN_ASSIGN_OR_RETURN(Tensor qkv, Tensor::make_for_overwrite(DType::kFloat32, {rows, cols}));
   if (!w_packed_.empty()) {

@@ -63,7 +63,8 @@ Result<bool> run_float32(KernelContext& ctx) {
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, in.shape()));
   float* sum_out = nullptr;
   if (ctx.wants_output(1)) {
-    KILN_ASSIGN_OR_RETURN(Tensor * s, ctx.make_output_for_overwrite(1, DType::kFloat32, in.shape()));
+    KILN_ASSIGN_OR_RETURN(Tensor * s,
+                          ctx.make_output_for_overwrite(1, DType::kFloat32, in.shape()));
     sum_out = s->data<float>();
   }
   const float* a = in.data<float>();

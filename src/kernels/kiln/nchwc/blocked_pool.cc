@@ -121,8 +121,8 @@ Status pool(KernelContext& ctx, bool max) {
                                         ctx.node.attr_int("ceil_mode", 0) != 0);
   if (!st) return ctx.error(st.message());
   const int64_t oh = p.g.out[0], ow = p.g.out[1];
-  KILN_ASSIGN_OR_RETURN(Tensor * y,
-                        ctx.make_output_for_overwrite(0, DType::kFloat32, {d->n, d->cb, oh, ow, kBlock}));
+  KILN_ASSIGN_OR_RETURN(
+      Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, {d->n, d->cb, oh, ow, kBlock}));
   const float* xd = ctx.input(0).data<float>();
   float* yd = y->data<float>();
   const int64_t rows = d->n * d->cb * oh;
@@ -143,8 +143,8 @@ Status global_average_pool(KernelContext& ctx) {
   if (ctx.num_inputs() < 1 || !ctx.has_input(0)) return ctx.error("pooling needs X");
   auto d = blocked_dims(ctx.input(0), "X");
   if (!d) return ctx.error(d.status().message());
-  KILN_ASSIGN_OR_RETURN(Tensor * y,
-                        ctx.make_output_for_overwrite(0, DType::kFloat32, {d->n, d->cb, 1, 1, kBlock}));
+  KILN_ASSIGN_OR_RETURN(
+      Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, {d->n, d->cb, 1, 1, kBlock}));
   const float* xd = ctx.input(0).data<float>();
   float* yd = y->data<float>();
   const int64_t hw = d->h * d->w;

@@ -123,7 +123,8 @@ class BlockedSqueezeExcite : public Kernel {
     PackedLayers local;
     if (!prepared_) local = PackedLayers::pack(w1, b1, w2, b2);
     const PackedLayers& p = prepared_ ? packed_ : local;
-    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, ctx.input(0).shape()));
+    KILN_ASSIGN_OR_RETURN(Tensor * y,
+                          ctx.make_output_for_overwrite(0, DType::kFloat32, ctx.input(0).shape()));
     squeeze_excite(*d, p, ctx.input(0).data<float>(), y->data<float>(), ctx.pool);
     return Status::ok();
   }

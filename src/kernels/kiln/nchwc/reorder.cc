@@ -61,8 +61,8 @@ Status reorder_to_blocked(KernelContext& ctx) {
   if (x.dtype() != DType::kFloat32 || x.rank() != 4)
     return ctx.error("X must be a float32 NCHW tensor, got " + shape_str(x.shape()));
   const int64_t n = x.dim(0), c = x.dim(1), hw = x.dim(2) * x.dim(3), cb = blocks_of(c);
-  KILN_ASSIGN_OR_RETURN(Tensor * y,
-                        ctx.make_output_for_overwrite(0, DType::kFloat32, {n, cb, x.dim(2), x.dim(3), kBlock}));
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(
+                                        0, DType::kFloat32, {n, cb, x.dim(2), x.dim(3), kBlock}));
   const float* xd = x.data<float>();
   float* yd = y->data<float>();
   parallel_range(ctx.pool, n * cb, n * cb * hw * kBlock, [&](int64_t b0, int64_t b1) {
@@ -84,7 +84,8 @@ Status reorder_from_blocked(KernelContext& ctx) {
     return ctx.error("channels " + std::to_string(c) + " does not fit X's " +
                      std::to_string(d->cb) + " channel blocks");
   const int64_t hw = d->h * d->w;
-  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, {d->n, c, d->h, d->w}));
+  KILN_ASSIGN_OR_RETURN(Tensor * y,
+                        ctx.make_output_for_overwrite(0, DType::kFloat32, {d->n, c, d->h, d->w}));
   const float* xd = ctx.input(0).data<float>();
   float* yd = y->data<float>();
   parallel_range(ctx.pool, d->n * d->cb, d->n * d->cb * hw * kBlock, [&](int64_t b0, int64_t b1) {
