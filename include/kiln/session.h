@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/status.h"
@@ -23,6 +24,9 @@ struct SessionOptions {
   // Runs after the first of each input-shape signature take their tensors from one arena laid out
   // by the memory plan; false takes every tensor from the heap (to compare, or to debug a kernel).
   bool memory_arena = true;
+  // The backend whose kernels run the nodes it takes ("openblas", ...); kiln's own kernels run
+  // the rest, and everything when this is "kiln" (the default). An unknown name is an error.
+  std::string backend = "kiln";
 };
 
 // A graph input or output as users see it: dims of -1 are dynamic, named in dim_names.
@@ -85,6 +89,8 @@ class Session {
   // is null); a model shared with the caller is left as it was.
   const ir::Model& model() const;
   int threads() const;
+  // (node name, backend) of the main graph's nodes in plan order: whose kernel runs each.
+  std::vector<std::pair<std::string, std::string>> node_backends() const;
 
   // Runs with one value per input(), in order; checks kinds, dtypes and static dims first.
   Result<std::vector<Value>> run(const std::vector<Value>& inputs);

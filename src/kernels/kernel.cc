@@ -41,6 +41,12 @@ std::vector<const KernelDef*> KernelRegistry::find(const std::string& domain,
   return out;
 }
 
+const KernelDef* KernelRegistry::own(const std::string& domain, const std::string& op_type) const {
+  for (const KernelDef* d : find(domain, op_type))
+    if (d->backend == kKilnBackend) return d;
+  return nullptr;
+}
+
 std::vector<const KernelDef*> KernelRegistry::all() const {
   std::vector<const KernelDef*> out;
   for (const auto& def : defs_) out.push_back(def.get());
@@ -63,6 +69,12 @@ std::unique_ptr<Kernel> kernel_from_fn(KernelFn fn) { return std::make_unique<Fn
 KernelRegistrar::KernelRegistrar(const char* domain, const char* op_type, const char* name,
                                  KernelFactory f) {
   KernelRegistry::global().add({ir::normalize_domain(domain), op_type, name, std::move(f)});
+}
+
+KernelRegistrar::KernelRegistrar(const char* domain, const char* op_type, const char* name,
+                                 KernelFactory f, const char* backend, KernelAccepts accepts) {
+  KernelRegistry::global().add({ir::normalize_domain(domain), op_type, name, std::move(f), backend,
+                                std::move(accepts)});
 }
 
 KernelRegistrar::KernelRegistrar(const char* domain, const char* op_type, KernelFn fn)

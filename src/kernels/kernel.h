@@ -97,11 +97,24 @@ class Kernel {
 using KernelFn = Status (*)(KernelContext&);
 using KernelFactory = std::function<Result<std::unique_ptr<Kernel>>(const ir::Node&, int64_t opset)>;
 
+// The backend name of kiln's own kernels (KernelDef::backend).
+inline constexpr const char* kKilnBackend = "kiln";
+
+// Whether a backend's kernel can run `node`, its inputs' types known at compile time (null where
+// a type is not known: then a backend that needs it declines).
+using KernelAccepts =
+    std::function<bool(const ir::Node& node, const std::vector<const ir::TypeInfo*>& input_types)>;
+
 struct KernelDef {
   std::string domain;   // "" for the default ONNX domain
   std::string op_type;
-  std::string name;     // "ref", "avx512", "onednn", ...
+  std::string name;     // "ref", "avx512", "openblas_sgemm", ...
   KernelFactory create;
+  // The library the kernel comes from: "kiln" for kiln's own, else a third-party backend's name
+  // (src/backends/). kiln's own kernel of an op runs every node the op's schema accepts;
+  // another backend's says which nodes it takes in `accepts`.
+  std::string backend = kKilnBackend;
+  KernelAccepts accepts;
 };
 
 // All kernels, collected at start-up from the registrars in their files.
@@ -111,6 +124,8 @@ class KernelRegistry {
   void add(KernelDef def);
   // Every kernel for (domain, op_type), in registration order.
   std::vector<const KernelDef*> find(const std::string& domain, const std::string& op_type) const;
+  // kiln's own kernel for (domain, op_type) (backend "kiln"), or null.
+  const KernelDef* own(const std::string& domain, const std::string& op_type) const;
   std::vector<const KernelDef*> all() const;
 
  private:
@@ -122,6 +137,9 @@ std::unique_ptr<Kernel> kernel_from_fn(KernelFn fn);
 
 struct KernelRegistrar {
   KernelRegistrar(const char* domain, const char* op_type, const char* name, KernelFactory f);
+  // A third-party backend's kernel: registered under `backend`, for the nodes `accepts` takes.
+  KernelRegistrar(const char* domain, const char* op_type, const char* name, KernelFactory f,
+                  const char* backend, KernelAccepts accepts);
   KernelRegistrar(const char* domain, const char* op_type, KernelFn fn);  // name "ref"
 };
 

@@ -60,10 +60,10 @@ class ConstantFolding : public Pass {
     }
     for (const auto& o : n.outputs)
       if (o.empty() || is_graph_output(g, o)) return false;  // keep graph outputs computed by nodes
-    auto defs = KernelRegistry::global().find(n.domain, n.op_type);
-    if (defs.empty()) return false;
+    const KernelDef* def = KernelRegistry::global().own(n.domain, n.op_type);
+    if (!def) return false;
     const int64_t opset = std::max<int64_t>(model.opset(n.domain), 1);
-    auto kernel = defs.front()->create(n, opset);
+    auto kernel = def->create(n, opset);
     if (!kernel) return false;
     std::vector<const Value*> inputs;
     for (size_t i = 0; i < values.size(); ++i) inputs.push_back(n.inputs[i].empty() ? nullptr : &values[i]);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <queue>
 
+#include "backends/backend.h"
 #include "core/thread_pool.h"
 
 namespace kiln::runtime {
@@ -56,7 +57,8 @@ int GraphPlan::slot(const std::string& name) {
 }
 
 Result<std::unique_ptr<GraphPlan>> GraphPlan::compile(const ir::Graph& g, const ir::Model& model,
-                                                      const std::set<std::string>& outer, ir::Graph* owned) {
+                                                      const std::set<std::string>& outer, ir::Graph* owned,
+                                                      const std::string& backend) {
   auto plan = std::make_unique<GraphPlan>();
   plan->graph_ = &g;
   std::set<std::string> available;  // values defined before any node runs
@@ -140,11 +142,13 @@ Result<std::unique_ptr<GraphPlan>> GraphPlan::compile(const ir::Graph& g, const 
     step.node = &n;
     step.opset = model.opset(n.domain);
     if (step.opset == 0 && n.domain.empty()) step.opset = 1;
-    auto defs = KernelRegistry::global().find(n.domain, n.op_type);
-    if (defs.empty())
+    std::vector<ir::TypeInfo> type_storage;
+    const KernelDef* def = backends::choose(n, backends::input_types(n, g, type_storage), backend);
+    if (!def)
       return Status::error(n.describe() + ": operator " + (n.domain.empty() ? "" : n.domain + ".") +
                            n.op_type + " is not supported");
-    auto kernel = defs.front()->create(n, step.opset);
+    step.backend = def->backend;
+    auto kernel = def->create(n, step.opset);
     if (!kernel) return kernel.status().with_context(n.describe());
     step.kernel = std::move(kernel).value();
     std::vector<const Tensor*> constants;
@@ -165,7 +169,8 @@ Result<std::unique_ptr<GraphPlan>> GraphPlan::compile(const ir::Graph& g, const 
       for (const auto& sg : a.graphs) bodies.push_back(sg.get());
       for (const ir::Graph* body : bodies) {
         // An owned model's subgraphs are owned too: the same objects, reached through a const path.
-        auto sub = compile(*body, model, inner_outer, owned ? const_cast<ir::Graph*>(body) : nullptr);
+        auto sub = compile(*body, model, inner_outer, owned ? const_cast<ir::Graph*>(body) : nullptr,
+                           backend);
         if (!sub) return sub.status().with_context(n.describe() + ", subgraph '" + a.name + "'");
         for (const auto& name : ir::free_names(*body)) plan->slot(name);  // keep outer values named here
         step.subplans[body] = std::move(sub).value();
@@ -204,6 +209,12 @@ Result<std::unique_ptr<GraphPlan>> GraphPlan::compile(const ir::Graph& g, const 
   plan->scratch_.slots.resize(plan->slot_names_.size());
   plan->scratch_.where.resize(plan->slot_names_.size());
   return plan;
+}
+
+std::vector<std::pair<std::string, std::string>> GraphPlan::node_backends() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const Step& step : steps_) out.emplace_back(step.node->name, step.backend);
+  return out;
 }
 
 GraphPlan::~GraphPlan() = default;

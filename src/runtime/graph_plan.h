@@ -44,11 +44,16 @@ class GraphPlan {
  public:
   // `outer` names the values visible from enclosing graphs (empty for the main graph). `owned` is
   // `graph` itself when the caller owns the model and lets the plan drop the data of initializers
-  // that kernels absorbed from it too (else null: only the plan's references go).
+  // that kernels absorbed from it too (else null: only the plan's references go). Each node runs
+  // `backend`'s kernel where that backend takes the node, else kiln's own (backends/backend.h).
   static Result<std::unique_ptr<GraphPlan>> compile(const ir::Graph& graph, const ir::Model& model,
                                                     const std::set<std::string>& outer,
-                                                    ir::Graph* owned = nullptr);
+                                                    ir::Graph* owned = nullptr,
+                                                    const std::string& backend = "kiln");
   ~GraphPlan();
+
+  // (node name, backend) of this graph's nodes in plan order: whose kernel runs each.
+  std::vector<std::pair<std::string, std::string>> node_backends() const;
 
   // Runs with inputs[i] the value of graph input i (null, or fewer inputs: not fed; an input that
   // has an initializer then takes it). The caller keeps the inputs alive through the run. outputs
@@ -84,6 +89,7 @@ class GraphPlan {
     const ir::Node* node = nullptr;
     int64_t opset = 0;
     std::unique_ptr<Kernel> kernel;
+    std::string backend;       // whose kernel it is (KernelDef::backend)
     std::vector<int> inputs;   // slot per input, -1 when omitted
     std::vector<int> outputs;  // slot per output, -1 when unnamed
     std::vector<int> free_after;

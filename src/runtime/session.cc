@@ -11,7 +11,9 @@
 #include "kiln/optimize.h"
 #include "ir/function_inline.h"
 #include "ir/gradient.h"
+#include "ir/shape_inference.h"
 #include "onnx/model_io.h"
+#include "backends/backend.h"
 #include "runtime/graph_plan.h"
 #include "runtime/run_memory.h"
 #include "runtime/step_cost.h"
@@ -138,6 +140,9 @@ Result<std::unique_ptr<Session>> Session::create_owned(std::shared_ptr<ir::Model
   if (!model->functions.empty()) KILN_RETURN_IF_ERROR(ir::inline_functions(*model));
   if (ir::has_gradient_nodes(model->graph))
     KILN_RETURN_IF_ERROR(ir::expand_gradients(model->graph, model->opset("")));
+  // Another backend takes a node by its inputs' types: give every value one where the model's
+  // types infer (a model that was not optimized at load may carry none).
+  if (options.backend != backends::kKiln) (void)ir::infer_shapes(*model);
   ir::Model* owned = model.get();
   return create_shared(std::move(model), owned, options);
 }
@@ -145,13 +150,20 @@ Result<std::unique_ptr<Session>> Session::create_owned(std::shared_ptr<ir::Model
 // `owned`, when set, is `model` itself, which this session alone holds and may change.
 Result<std::unique_ptr<Session>> Session::create_shared(std::shared_ptr<const ir::Model> model, ir::Model* owned,
                                                         const SessionOptions& options) {
+  const std::set<std::string> known = backends::registered();
+  if (!known.count(options.backend)) {
+    std::string names;
+    for (const std::string& b : known) names += (names.empty() ? "" : ", ") + b;
+    return Status::error("unknown backend '" + options.backend + "' (this build has: " + names + ")");
+  }
   auto impl = std::make_unique<Impl>();
   impl->model = model;
   const ir::Graph& g = model->graph;
   for (const auto& [name, t] : g.initializers) impl->weights.weight_bytes += static_cast<int64_t>(t.nbytes());
   const int64_t heap_before = heap_in_use();
   // A model this session owns loses the data of the weights kernels absorbed, as they go.
-  KILN_ASSIGN_OR_RETURN(impl->plan, runtime::GraphPlan::compile(g, *model, {}, owned ? &owned->graph : nullptr));
+  KILN_ASSIGN_OR_RETURN(impl->plan, runtime::GraphPlan::compile(g, *model, {}, owned ? &owned->graph : nullptr,
+                                                                         options.backend));
   const int64_t heap_after = heap_in_use();
   if (owned)
     for (const auto& r : impl->plan->released())
@@ -178,6 +190,9 @@ const std::vector<IoInfo>& Session::inputs() const { return impl_->inputs; }
 const std::vector<IoInfo>& Session::outputs() const { return impl_->outputs; }
 const ir::Model& Session::model() const { return *impl_->model; }
 int Session::threads() const { return impl_->pool->threads(); }
+std::vector<std::pair<std::string, std::string>> Session::node_backends() const {
+  return impl_->plan->node_backends();
+}
 
 MemoryInfo Session::memory_info() const {
   MemoryInfo info = impl_->weights;

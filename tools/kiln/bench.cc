@@ -24,7 +24,7 @@ double round3(double v) { return std::round(v * 1000.0) / 1000.0; }
 
 void add_bench_command(CLI::App& app, int* exit_code) {
   struct Options {
-    std::string model;
+    std::string model, backend = "kiln";
     bool json = false, no_arena = false;
     int threads = 0, iters = 50, warmup = 5, level = 3;
     int64_t batch = 1, seq = 128;
@@ -38,6 +38,7 @@ void add_bench_command(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(0, 3));
   cmd->add_option("--iters", opt->iters, "Timed runs")->check(CLI::Range(1, 1000000));
   cmd->add_option("--warmup", opt->warmup, "Untimed runs first")->check(CLI::Range(0, 1000000));
+  cmd->add_option("--backend", opt->backend, "Kernels from this backend where it takes a node, kiln's own elsewhere (default kiln; e.g. openblas)");
   cmd->add_flag("--no-arena", opt->no_arena, "Take every tensor from the heap instead of the memory plan's arena");
   cmd->add_option("--batch", opt->batch, "Size of a dynamic first dimension")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--seq", opt->seq, "Size of other dynamic dimensions")->check(CLI::Range(1, 1 << 20));
@@ -50,6 +51,7 @@ void add_bench_command(CLI::App& app, int* exit_code) {
     so.threads = opt->threads;
     so.optimize_level = opt->level;
     so.memory_arena = !opt->no_arena;
+    so.backend = opt->backend;
     auto t0 = std::chrono::steady_clock::now();
     auto session = Session::load(opt->model, so);
     if (!session) return fail(session.status());

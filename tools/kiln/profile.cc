@@ -72,7 +72,7 @@ Status write_trace(const std::string& path, const RunProfile& p) {
 
 void add_profile_command(CLI::App& app, int* exit_code) {
   struct Options {
-    std::string model, trace;
+    std::string model, trace, backend = "kiln";
     InputOptions inputs;
     int threads = 0, iters = 10, warmup = 3, level = 3, top = 20;
     double peak = 0;
@@ -92,6 +92,7 @@ void add_profile_command(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(1, 1000000));
   cmd->add_option("--warmup", opt->warmup, "Unprofiled runs first (default 3)")
       ->check(CLI::Range(0, 1000000));
+  cmd->add_option("--backend", opt->backend, "Kernels from this backend where it takes a node, kiln's own elsewhere (default kiln; e.g. openblas)");
   cmd->add_option("--top", opt->top, "Nodes listed (default 20)")->check(CLI::Range(1, 1000000));
   cmd->add_option("--trace", opt->trace,
                   "Write a Chrome trace (chrome://tracing, Perfetto) of the last run");
@@ -106,6 +107,7 @@ void add_profile_command(CLI::App& app, int* exit_code) {
     SessionOptions so;
     so.threads = opt->threads;
     so.optimize_level = opt->level;
+    so.backend = opt->backend;
     auto session = Session::load(opt->model, so);
     if (!session) return fail(session.status());
     InputOptions io = opt->inputs;

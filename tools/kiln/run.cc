@@ -9,7 +9,7 @@ namespace kiln::cli {
 
 void add_run_command(CLI::App& app, int* exit_code) {
   struct Options {
-    std::string model, out_dir;
+    std::string model, out_dir, backend = "kiln";
     InputOptions inputs;
     bool npy = false;
     int threads = 0, level = 3;
@@ -20,6 +20,7 @@ void add_run_command(CLI::App& app, int* exit_code) {
   add_input_options(cmd, &opt->inputs);
   cmd->add_option("-o,--output", opt->out_dir, "Folder for output_K.pb files")->required();
   cmd->add_flag("--npy", opt->npy, "Write tensor outputs as output_K.npy");
+  cmd->add_option("--backend", opt->backend, "Kernels from this backend where it takes a node, kiln's own elsewhere (default kiln; e.g. openblas)");
   cmd->add_option("--threads", opt->threads, "Threads (default: one per core)")->check(CLI::Range(0, 1024));
   cmd->add_option("-O,--optimize", opt->level, "Optimization at load, 0-3 (default 3; a model saved by `kiln optimize` is run as saved)")
       ->check(CLI::Range(0, 3));
@@ -31,6 +32,7 @@ void add_run_command(CLI::App& app, int* exit_code) {
     SessionOptions so;
     so.threads = opt->threads;
     so.optimize_level = opt->level;
+    so.backend = opt->backend;
     auto session = Session::load(opt->model, so);
     if (!session) return fail(session.status());
     auto inputs = make_inputs(**session, opt->inputs);

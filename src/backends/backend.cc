@@ -1,0 +1,53 @@
+// Which registered kernel runs a node (backend.h).
+#include "backends/backend.h"
+
+namespace kiln::backends {
+
+std::set<std::string> registered() {
+  std::set<std::string> names;
+  for (const KernelDef* d : KernelRegistry::global().all()) names.insert(d->backend);
+  return names;
+}
+
+std::vector<const ir::TypeInfo*> input_types(const ir::Node& node, const ir::Graph& graph,
+                                             std::vector<ir::TypeInfo>& storage) {
+  storage.clear();
+  storage.reserve(node.inputs.size());  // pointers into it stay valid
+  std::vector<const ir::TypeInfo*> types;
+  for (const std::string& in : node.inputs) {
+    auto init = graph.initializers.find(in);
+    const ir::ValueInfo* vi = in.empty() ? nullptr : graph.find_value_info(in);
+    if (init != graph.initializers.end()) {
+      storage.push_back(ir::TypeInfo::tensor(init->second.dtype(), init->second.shape()));
+      types.push_back(&storage.back());
+    } else {
+      types.push_back(vi ? &vi->type : nullptr);
+    }
+  }
+  return types;
+}
+
+std::vector<const KernelDef*> candidates(const ir::Node& node,
+                                         const std::vector<const ir::TypeInfo*>& input_types) {
+  std::vector<const KernelDef*> out, others;
+  for (const KernelDef* d : KernelRegistry::global().find(node.domain, node.op_type)) {
+    if (d->backend == kKiln)
+      out.push_back(d);
+    else if (d->accepts && d->accepts(node, input_types))
+      others.push_back(d);
+  }
+  out.insert(out.end(), others.begin(), others.end());
+  return out;
+}
+
+const KernelDef* choose(const ir::Node& node, const std::vector<const ir::TypeInfo*>& input_types,
+                        const std::string& backend) {
+  const KernelDef* own = nullptr;
+  for (const KernelDef* d : candidates(node, input_types)) {
+    if (d->backend == backend) return d;
+    if (!own && d->backend == kKiln) own = d;
+  }
+  return own;
+}
+
+}  // namespace kiln::backends

@@ -1,0 +1,34 @@
+// Backends: the libraries a node's kernel can come from. kiln's own kernels are the backend
+// "kiln"; a third-party library (src/backends/NAME/, built where its Debian package is
+// installed) registers its kernels under its own name, each saying which nodes it takes
+// (KernelDef::accepts). This is the narrow interface the runtime and the tuner ask.
+#pragma once
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kernels/kernel.h"
+
+namespace kiln::backends {
+
+inline constexpr const char* kKiln = kKilnBackend;
+
+// Every backend that registered a kernel, kiln included.
+std::set<std::string> registered();
+
+// The input types of `node` as `graph` knows them (an initializer's, or its value info's); null
+// where unknown.
+std::vector<const ir::TypeInfo*> input_types(const ir::Node& node, const ir::Graph& graph,
+                                             std::vector<ir::TypeInfo>& storage);
+
+// The kernels that can run `node`: kiln's own first, then each other backend's that accepts it.
+std::vector<const KernelDef*> candidates(const ir::Node& node,
+                                         const std::vector<const ir::TypeInfo*>& input_types);
+
+// The kernel to run `node` with: `backend`'s when it has one that accepts the node, else kiln's
+// own (the fallback a forced backend gets for what it cannot run); null when there is none.
+const KernelDef* choose(const ir::Node& node, const std::vector<const ir::TypeInfo*>& input_types,
+                        const std::string& backend);
+
+}  // namespace kiln::backends
