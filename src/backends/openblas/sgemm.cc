@@ -86,28 +86,21 @@ Status gemm(KernelContext& ctx) {
   KILN_RETURN_IF_ERROR(check_float32(ctx, 3));
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(1);
-  if (a.rank() != 2 || b.rank() != 2)
-    return ctx.error("Gemm needs 2-D A and B, got " + shape_str(a.shape()) + " and " +
-                     shape_str(b.shape()));
-  const bool ta = ctx.node.attr_int("transA", 0) != 0, tb = ctx.node.attr_int("transB", 0) != 0;
-  const float alpha = ctx.node.attr_float("alpha", 1.0f), beta = ctx.node.attr_float("beta", 1.0f);
-  const int64_t m = ta ? a.dim(1) : a.dim(0), k = ta ? a.dim(0) : a.dim(1);
-  const int64_t n = tb ? b.dim(0) : b.dim(1), kb = tb ? b.dim(1) : b.dim(0);
-  if (k != kb)
-    return ctx.error("Gemm's inner dimensions differ: " + shape_str(a.shape()) + " and " +
-                     shape_str(b.shape()));
+  const bool c_given = ctx.has_input(2) && ctx.input(2).defined();
+  auto plan = plan_gemm(ctx.node, a.shape(), b.shape(), c_given ? &ctx.input(2).shape() : nullptr);
+  if (!plan) return ctx.error(plan.status().message());
+  const bool ta = plan->trans_a, tb = plan->trans_b;
+  const float alpha = plan->alpha, beta = plan->beta;
+  const int64_t m = plan->m, n = plan->n, k = plan->k;
   KILN_RETURN_IF_ERROR(check_int_sizes(ctx, {m, n, k, a.dim(1), b.dim(1)}));
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, {m, n}));
   float* yd = y->data<float>();
-  const bool has_c = ctx.has_input(2) && ctx.input(2).defined() && beta != 0.0f;
+  const bool has_c = c_given && beta != 0.0f;
   if (!has_c && k == 0) std::fill(yd, yd + y->numel(), 0.0f);  // the empty sum
-  if (has_c) {  // Y = beta * C broadcast, then accumulated onto
+  if (has_c) {  // Y = beta * C broadcast (plan_gemm checked it), then accumulated onto
     const Tensor& c = ctx.input(2);
     const Shape& cs = c.shape();
     const int64_t cr = cs.size() == 2 ? cs[0] : 1, cc = cs.empty() ? 1 : cs.back();
-    if (cs.size() > 2 || (cr != 1 && cr != m) || (cc != 1 && cc != n))
-      return ctx.error("C " + shape_str(cs) + " does not broadcast to [" + std::to_string(m) +
-                       ", " + std::to_string(n) + "]");
     const float* cd = c.data<float>();
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j)

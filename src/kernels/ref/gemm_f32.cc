@@ -91,6 +91,30 @@ Result<gemm::PackedMatrix> pack_weight(const Tensor& w, bool trans) {
   return packed;
 }
 
+Result<GemmPlan> plan_gemm(const ir::Node& node, const Shape& a, const Shape& b, const Shape* c) {
+  if (a.size() != 2 || b.size() != 2)
+    return Status::error("Gemm needs 2-D A and B, got " + shape_str(a) + " and " + shape_str(b));
+  GemmPlan p;
+  p.trans_a = node.attr_int("transA", 0) != 0;
+  p.trans_b = node.attr_int("transB", 0) != 0;
+  p.alpha = node.attr_float("alpha", 1.0f);
+  p.beta = node.attr_float("beta", 1.0f);
+  p.m = p.trans_a ? a[1] : a[0];
+  p.k = p.trans_a ? a[0] : a[1];
+  p.n = p.trans_b ? b[0] : b[1];
+  const int64_t kb = p.trans_b ? b[1] : b[0];
+  if (p.k != kb)
+    return Status::error("Gemm inner dimensions differ: A " + shape_str(a) + " B " + shape_str(b));
+  if (c) {
+    const Shape out{p.m, p.n};
+    auto bs = broadcast_shapes(*c, out);
+    if (!bs || *bs != out)
+      return Status::error("Gemm C of shape " + shape_str(*c) + " does not broadcast to " +
+                           shape_str(out));
+  }
+  return p;
+}
+
 Result<MatMulPlan> plan_matmul(const Shape& a_in, const Shape& b_in) {
   if (a_in.empty() || b_in.empty())
     return Status::error("MatMul operands must have rank >= 1, got " + shape_str(a_in) + " and " +

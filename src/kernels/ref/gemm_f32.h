@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/gemm/epilogue.h"
 #include "kernels/cpu/gemm/packed_matrix.h"
+#include "ir/graph.h"
 #include "kiln/status.h"
 #include "kiln/tensor.h"
 
@@ -59,5 +60,14 @@ struct MatMulPlan {
   Shape a_offsets, b_offsets;  // element offset of each batch's A / B matrix
 };
 Result<MatMulPlan> plan_matmul(const Shape& a, const Shape& b);
+
+// How an ONNX Gemm node's operands line up: op(A) [m, k] x op(B) [k, n] with the node's transA,
+// transB, alpha and beta; C (null when absent) must broadcast to [m, n].
+struct GemmPlan {
+  bool trans_a = false, trans_b = false;
+  float alpha = 1.0f, beta = 1.0f;
+  int64_t m = 0, n = 0, k = 0;
+};
+Result<GemmPlan> plan_gemm(const ir::Node& node, const Shape& a, const Shape& b, const Shape* c);
 
 }  // namespace kiln

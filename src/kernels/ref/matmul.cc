@@ -115,28 +115,16 @@ Status gemm(KernelContext& ctx, const gemm::PackedMatrix* packed,
     return ctx.error("Gemm needs inputs A and B");
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(1);
-  if (a.rank() != 2 || b.rank() != 2)
-    return ctx.error("Gemm needs 2-D A and B, got " + shape_str(a.shape()) + " and " +
-                     shape_str(b.shape()));
-  if (a.dtype() != b.dtype()) return ctx.error("Gemm A and B types differ");
-  const bool ta = ctx.node.attr_int("transA", 0) != 0, tb = ctx.node.attr_int("transB", 0) != 0;
-  const float alpha = ctx.node.attr_float("alpha", 1.0f), beta = ctx.node.attr_float("beta", 1.0f);
-  const int64_t m = ta ? a.dim(1) : a.dim(0), k = ta ? a.dim(0) : a.dim(1);
-  const int64_t kb = tb ? b.dim(1) : b.dim(0), n = tb ? b.dim(0) : b.dim(1);
-  if (k != kb)
-    return ctx.error("Gemm inner dimensions differ: A " + shape_str(a.shape()) + " B " +
-                     shape_str(b.shape()));
-  const Shape out_shape{m, n};
   const bool has_c = ctx.has_input(2) && ctx.input(2).defined();
+  if (a.dtype() != b.dtype()) return ctx.error("Gemm A and B types differ");
+  if (has_c && ctx.input(2).dtype() != a.dtype()) return ctx.error("Gemm C type differs from A");
+  auto plan = plan_gemm(ctx.node, a.shape(), b.shape(), has_c ? &ctx.input(2).shape() : nullptr);
+  if (!plan) return ctx.error(plan.status().message());
+  const bool ta = plan->trans_a, tb = plan->trans_b;
+  const float alpha = plan->alpha, beta = plan->beta;
+  const int64_t m = plan->m, n = plan->n, k = plan->k;
+  const Shape out_shape{m, n};
   std::vector<int64_t> c_off;
-  if (has_c) {
-    const Tensor& c = ctx.input(2);
-    if (c.dtype() != a.dtype()) return ctx.error("Gemm C type differs from A");
-    auto bs = broadcast_shapes(c.shape(), out_shape);
-    if (!bs || *bs != out_shape)
-      return ctx.error("Gemm C of shape " + shape_str(c.shape()) + " does not broadcast to " +
-                       shape_str(out_shape));
-  }
   if (a.dtype() == DType::kFloat32 || is_half(a.dtype())) {
     KILN_ASSIGN_OR_RETURN(Tensor af, to_float32(a));
     KILN_ASSIGN_OR_RETURN(Tensor yf, Tensor::make(DType::kFloat32, out_shape));
