@@ -1,7 +1,8 @@
 // Backends (backends/backend.h): SessionOptions::backend picks whose kernels run the nodes that
 // backend takes, kiln's own the rest; an unknown name is an error. With the OpenBLAS backend
 // built, its MatMul and Gemm are checked against double loops written here from the ONNX
-// definitions, over sizes down to 1, with batches, transposes and each broadcast of C.
+// definitions (Gemm's in gemm_test_case.h), over sizes down to 1, with batches, transposes and
+// each broadcast of C.
 #include "backends/backend.h"
 
 #include <gtest/gtest.h>
@@ -11,14 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "gemm_test_case.h"
 #include "onnx/model_io.h"
 #include "pass_test_util.h"
 
 namespace kiln {
 namespace {
-
-using test::attr_f;
-using test::attr_i;
 
 struct Ran {
   std::vector<Value> outputs;
@@ -67,16 +66,12 @@ TEST(Backends, UnknownBackendIsAnErrorNamingIt) {
 
 const float* f32(const Tensor& t) { return t.data<float>(); }
 
-// y = op(a) [m, k] x op(w) [k, n] in double, a row-major [m, k] (or [k, m] when ta), w [k, n] (or
-// [n, k] when tw).
-std::vector<double> product(const float* a, bool ta, const float* w, bool tw, int64_t m, int64_t k,
-                            int64_t n) {
+// y = a [m, k] x w [k, n] in double, both row-major.
+std::vector<double> product(const float* a, const float* w, int64_t m, int64_t k, int64_t n) {
   std::vector<double> y(m * n, 0.0);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j)
-      for (int64_t p = 0; p < k; ++p)
-        y[i * n + j] +=
-            double(ta ? a[p * m + i] : a[i * k + p]) * (tw ? w[j * k + p] : w[p * n + j]);
+      for (int64_t p = 0; p < k; ++p) y[i * n + j] += double(a[i * k + p]) * w[p * n + j];
   return y;
 }
 
@@ -107,52 +102,24 @@ TEST(Backends, OpenBlasMatMulMatchesLoops) {
       for (const auto& [node, backend] : r->backends)
         EXPECT_EQ(backend, "openblas") << node << " " << what;
       const std::vector<double> t =
-          product(f32(a), false, f32(b.m.graph.initializers.at("w")), false, 2 * m, k, n);
+          product(f32(a), f32(b.m.graph.initializers.at("w")), 2 * m, k, n);
       std::vector<float> tf(t.begin(), t.end());
-      expect_near(
-          r->outputs[0].tensor,
-          product(tf.data(), false, f32(b.m.graph.initializers.at("v")), false, 2 * m, n, 3), what);
+      expect_near(r->outputs[0].tensor,
+                  product(tf.data(), f32(b.m.graph.initializers.at("v")), 2 * m, n, 3), what);
     }
 }
 
-// Gemm with transA / transB, alpha, beta and each broadcast of C (none, [N], [1, N], [M, 1], [M,
-// N]).
+// Gemm with transA / transB, alpha, beta and each broadcast of C.
 TEST(Backends, OpenBlasGemmMatchesLoops) {
   for (bool ta : {false, true})
     for (bool tb : {false, true})
-      for (const Shape& c_shape : {Shape{}, Shape{40}, Shape{1, 40}, Shape{9, 1}, Shape{9, 40}}) {
-        const int64_t m = 9, k = 33, n = 40;
-        test::Builder b;
-        b.input("a", ta ? Shape{k, m} : Shape{m, k});
-        b.weight("w", tb ? Shape{n, k} : Shape{k, n});
-        std::vector<std::string> in{"a", "w"};
-        if (!c_shape.empty()) b.weight("c", c_shape), in.push_back("c");
-        b.add("Gemm", in, {"y"},
-              {attr_i("transA", ta), attr_i("transB", tb), attr_f("alpha", 0.5f),
-               attr_f("beta", 2.0f)});
-        b.output("y");
-        const Tensor a = b.random(ta ? Shape{k, m} : Shape{m, k});
-        auto r = run_with(b.m, {a}, "openblas", 2);
+      for (const Shape& c_shape : test::GemmCase::c_shapes()) {
+        const test::GemmCase g(ta, tb, c_shape);
+        auto r = run_with(g.b.m, {g.a}, "openblas", 2);
         ASSERT_TRUE(r.is_ok()) << r.status().message();
-        const std::string what =
-            "ta=" + std::to_string(ta) + " tb=" + std::to_string(tb) + " C " + shape_str(c_shape);
         ASSERT_EQ(r->backends.size(), 1u);
-        EXPECT_EQ(r->backends[0].second, "openblas") << what;
-        std::vector<double> want =
-            product(f32(a), ta, f32(b.m.graph.initializers.at("w")), tb, m, k, n);
-        for (int64_t i = 0; i < m; ++i)
-          for (int64_t j = 0; j < n; ++j) {
-            double& y = want[i * n + j];
-            y *= 0.5;
-            if (c_shape.empty()) continue;
-            const float* c = f32(b.m.graph.initializers.at("c"));
-            const int64_t ci = c_shape.size() == 1 ? j
-                               : c_shape[0] == 1   ? j
-                               : c_shape[1] == 1   ? i
-                                                   : i * n + j;
-            y += 2.0 * c[ci];
-          }
-        expect_near(r->outputs[0].tensor, want, what);
+        EXPECT_EQ(r->backends[0].second, "openblas") << g.describe();
+        expect_near(r->outputs[0].tensor, g.expected(), g.describe());
       }
 }
 

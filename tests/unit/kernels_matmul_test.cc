@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "onnx/model_io.h"
+#include "gemm_test_case.h"
 #include "pass_test_util.h"
 
 namespace kiln {
@@ -108,42 +109,12 @@ TEST(MatMulKernels, PrepackedMatMulMatchesLoops) {
 TEST(MatMulKernels, PrepackedGemmMatchesLoops) {
   for (bool ta : {false, true})
     for (bool tb : {false, true})
-      for (const Shape& c_shape : {Shape{}, Shape{40}, Shape{1, 40}, Shape{9, 1}, Shape{9, 40}}) {
-        const int64_t m = 9, k = 33, n = 40;
-        test::Builder b;
-        b.input("a", ta ? Shape{k, m} : Shape{m, k});
-        b.weight("w", tb ? Shape{n, k} : Shape{k, n});
-        std::vector<std::string> in{"a", "w"};
-        if (!c_shape.empty()) b.weight("c", c_shape), in.push_back("c");
-        b.add("Gemm", in, {"y"},
-              {attr_i("transA", ta), attr_i("transB", tb), attr_f("alpha", 0.5f),
-               attr_f("beta", 2.0f)});
-        b.output("y");
-        const Tensor a = b.random(ta ? Shape{k, m} : Shape{m, k});
-        const Loaded r = load_and_run(b.m, {a}, 2);
+      for (const Shape& c_shape : test::GemmCase::c_shapes()) {
+        const test::GemmCase g(ta, tb, c_shape);
+        const Loaded r = load_and_run(g.b.m, {g.a}, 2);
         ASSERT_EQ(r.outputs.size(), 1u);
-        std::vector<float> a_rm(m * k);  // op(A) row-major
-        for (int64_t i = 0; i < m; ++i)
-          for (int64_t p = 0; p < k; ++p)
-            a_rm[i * k + p] = ta ? f32(a)[p * m + i] : f32(a)[i * k + p];
-        std::vector<double> want =
-            product(a_rm.data(), m, k, f32(b.m.graph.initializers.at("w")), n, tb);
-        for (int64_t i = 0; i < m; ++i)
-          for (int64_t j = 0; j < n; ++j) {
-            double& y = want[i * n + j];
-            y *= 0.5;
-            if (c_shape.empty()) continue;
-            const float* c = f32(b.m.graph.initializers.at("c"));
-            const int64_t ci = c_shape.size() == 1 ? j
-                               : c_shape[0] == 1   ? j
-                               : c_shape[1] == 1   ? i
-                                                   : i * n + j;
-            y += 2.0 * c[ci];
-          }
-        expect_near(r.outputs[0].tensor, want, {m, n}, 1e-5,
-                    "ta=" + std::to_string(ta) + " tb=" + std::to_string(tb) + " C " +
-                        shape_str(c_shape));
-        EXPECT_EQ(r.memory.released_weight_bytes, k * n * 4);  // W absorbed; C is read each run
+        expect_near(r.outputs[0].tensor, g.expected(), {g.kM, g.kN}, 1e-5, g.describe());
+        EXPECT_EQ(r.memory.released_weight_bytes, g.kK * g.kN * 4);  // W absorbed; C read each run
       }
 }
 
