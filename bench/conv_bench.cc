@@ -203,24 +203,23 @@ void BM_Depthwise(benchmark::State& state, DepthwiseLayer l, bool avx512, int th
   state.counters["pct_peak"] = 100.0 * gflops / (kiln::bench::peak_gflops_per_core() * threads);
 }
 
+// Each layer of `layers` through `bench`, on AVX2 and AVX-512, 1 and 2 threads.
+template <class Layers, class Bench>
+void register_layers(const Layers& layers, Bench bench) {
+  for (const auto& l : layers)
+    for (bool avx512 : {false, true})
+      for (int threads : {1, 2})
+        benchmark::RegisterBenchmark((std::string(l.name) + (avx512 ? "/avx512" : "/avx2") +
+                                      "/threads:" + std::to_string(threads)).c_str(),
+                                     bench, l, avx512, threads)
+            ->UseRealTime()
+            ->MinTime(0.2);
+}
+
 const bool kRegistered = [] {
   kiln::bench::register_fma_peak();
-  for (const Layer& l : kLayers)
-    for (bool avx512 : {false, true})
-      for (int threads : {1, 2})
-        benchmark::RegisterBenchmark((std::string(l.name) + (avx512 ? "/avx512" : "/avx2") +
-                                      "/threads:" + std::to_string(threads)).c_str(),
-                                     BM_Conv, l, avx512, threads)
-            ->UseRealTime()
-            ->MinTime(0.2);
-  for (const DepthwiseLayer& l : kDepthwiseLayers)
-    for (bool avx512 : {false, true})
-      for (int threads : {1, 2})
-        benchmark::RegisterBenchmark((std::string(l.name) + (avx512 ? "/avx512" : "/avx2") +
-                                      "/threads:" + std::to_string(threads)).c_str(),
-                                     BM_Depthwise, l, avx512, threads)
-            ->UseRealTime()
-            ->MinTime(0.2);
+  register_layers(kLayers, BM_Conv);
+  register_layers(kDepthwiseLayers, BM_Depthwise);
   return true;
 }();
 
