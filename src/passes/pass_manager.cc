@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "ir/topological_order.h"
 #include "passes/graph_edit.h"
 #include "passes/pass.h"
 
@@ -61,6 +62,8 @@ Result<OptimizeReport> optimize(ir::Model& model, const OptimizeOptions& options
   using namespace passes;
   OptimizeReport report;
   report.nodes_before = count_nodes(model.graph);
+  // Passes follow producer-to-consumer chains: a cycle would send them round it forever.
+  KILN_RETURN_IF_ERROR(ir::sort_topologically(model.graph).with_context("the model's graph"));
   if (!options.fixed_dims.empty()) fix_dims(model.graph, options.fixed_dims);
   std::vector<const PassInfo*> enabled;
   for (const PassInfo* p : PassRegistry::global().sorted())

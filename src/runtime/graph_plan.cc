@@ -4,10 +4,10 @@
 #include <malloc.h>
 
 #include <algorithm>
-#include <queue>
 
 #include "backends/backend.h"
 #include "core/thread_pool.h"
+#include "ir/topological_order.h"
 
 namespace kiln::runtime {
 
@@ -24,20 +24,6 @@ const Value* Frame::find(const std::string& name) const {
 }
 
 namespace {
-
-// Inputs of a node plus what its subgraphs read from outside: all must exist before it runs.
-std::vector<std::string> node_dependencies(const ir::Node& n) {
-  std::vector<std::string> deps;
-  for (const auto& i : n.inputs)
-    if (!i.empty()) deps.push_back(i);
-  for (const auto& a : n.attrs) {
-    if (a.g)
-      for (const auto& name : ir::free_names(*a.g)) deps.push_back(name);
-    for (const auto& sg : a.graphs)
-      for (const auto& name : ir::free_names(*sg)) deps.push_back(name);
-  }
-  return deps;
-}
 
 // The initializer called `name` when no caller can replace it (it is not also a graph input).
 const Tensor* fixed_constant(const ir::Graph& g, const std::string& name) {
@@ -70,49 +56,14 @@ Result<std::unique_ptr<GraphPlan>> GraphPlan::compile(const ir::Graph& g, const 
     plan->constants_.emplace_back(plan->slot(name), Value::of(t));
     available.insert(name);
   }
-  // Producer of each value, for the topological sort; a value written twice is an error.
-  std::unordered_map<std::string, size_t> producer;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for (const auto& o : g.nodes[i].outputs) {
-      if (o.empty()) continue;
-      if (available.count(o) || !producer.emplace(o, i).second)
-        return Status::error("value '" + o + "' is produced more than once (second time by " +
-                             g.nodes[i].describe() + ")");
-    }
-  // Kahn's algorithm, keeping the model's order among ready nodes.
-  std::vector<std::vector<size_t>> users(g.nodes.size());
-  std::vector<int> pending(g.nodes.size(), 0);
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    for (const auto& dep : node_dependencies(g.nodes[i])) {
-      auto it = producer.find(dep);
-      if (it != producer.end()) {
-        users[it->second].push_back(i);
-        ++pending[i];
-      } else if (!available.count(dep) && !outer.count(dep)) {
-        return Status::error(g.nodes[i].describe() + " reads '" + dep +
-                             "', which no node, input or initializer of the graph defines");
-      }
-    }
-  }
-  std::priority_queue<size_t, std::vector<size_t>, std::greater<>> ready;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    if (pending[i] == 0) ready.push(i);
-  std::vector<size_t> order;
-  while (!ready.empty()) {
-    size_t i = ready.top();
-    ready.pop();
-    order.push_back(i);
-    for (size_t u : users[i])
-      if (--pending[u] == 0) ready.push(u);
-  }
-  if (order.size() != g.nodes.size()) {
-    for (size_t i = 0; i < g.nodes.size(); ++i)
-      if (pending[i] > 0) return Status::error("the graph has a cycle through " + g.nodes[i].describe());
-  }
+  KILN_ASSIGN_OR_RETURN(std::vector<size_t> order, ir::topological_order(g, outer));
+  std::set<std::string> produced;
+  for (const auto& n : g.nodes) produced.insert(n.outputs.begin(), n.outputs.end());
+  produced.erase("");
 
   std::set<std::string> inner_outer = outer;  // what subgraphs of this graph may read
   for (const auto& name : available) inner_outer.insert(name);
-  for (const auto& [name, i] : producer) inner_outer.insert(name);
+  inner_outer.insert(produced.begin(), produced.end());
 
   // Initializers no caller can replace, with the number of node inputs not yet prepared that read
   // them. Data read at run time (by a kernel that did not absorb it, a subgraph, as a graph output)
@@ -179,7 +130,7 @@ Result<std::unique_ptr<GraphPlan>> GraphPlan::compile(const ir::Graph& g, const 
     plan->steps_.push_back(std::move(step));
   }
   for (const auto& o : g.outputs) {
-    if (!producer.count(o.name) && !available.count(o.name) && !outer.count(o.name))
+    if (!produced.count(o.name) && !available.count(o.name) && !outer.count(o.name))
       return Status::error("graph output '" + o.name + "' is not produced by any node");
     plan->output_slots_.push_back(plan->slot(o.name));
   }
@@ -194,7 +145,7 @@ Result<std::unique_ptr<GraphPlan>> GraphPlan::compile(const ir::Graph& g, const 
   for (size_t s = 0; s < plan->steps_.size(); ++s) {
     for (int in : plan->steps_[s].inputs)
       if (in >= 0) last_use[in] = static_cast<int>(s);
-    for (const auto& dep : node_dependencies(*plan->steps_[s].node))
+    for (const auto& dep : ir::node_dependencies(*plan->steps_[s].node))
       last_use[plan->slot(dep)] = static_cast<int>(s);
   }
   last_use.resize(plan->slot_names_.size(), -1);

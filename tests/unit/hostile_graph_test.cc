@@ -158,6 +158,47 @@ TEST(HostileModel, Cycles) {
   expect_error(load_and_run(self), {"cycle", "node 'self'"});
 }
 
+// The optimizer's passes walk from producers to consumers: a typed cycle of elementwise nodes that
+// no output reads is an error naming the cycle, not a walk round it forever.
+TEST(HostileModel, CyclesAreOptimizerErrors) {
+  onnx::ModelProto m = relu_model();
+  add_node(m.mutable_graph(), "Relu", {"B"}, {"A"}, "a");
+  add_node(m.mutable_graph(), "Neg", {"A"}, {"B"}, "b");
+  for (const char* v : {"A", "B"})
+    set_tensor_type(m.mutable_graph()->add_value_info(), v, onnx::TensorProto::FLOAT, {2, 3});
+  std::string bytes;
+  ASSERT_TRUE(m.SerializeToString(&bytes));
+  for (int level = 1; level <= 3; ++level) {
+    auto model = onnx_io::parse_model(bytes, "");
+    ASSERT_TRUE(model.is_ok()) << model.status().message();
+    OptimizeOptions options;
+    options.level = level;
+    expect_error(optimize(*model, options).status(), {"cycle", "(Relu)"});
+  }
+}
+
+// Nodes listed consumers first are valid ONNX once sorted: the optimizer sorts them, and the
+// optimized model computes what the unsorted one does.
+TEST(HostileModel, OptimizerSortsNodesListedOutOfOrder) {
+  onnx::ModelProto m = base_model();
+  add_node(m.mutable_graph(), "Neg", {"B"}, {"Y"}, "last");
+  add_node(m.mutable_graph(), "Relu", {"A"}, {"B"}, "middle");
+  add_node(m.mutable_graph(), "Abs", {"X"}, {"A"}, "first");
+  std::string bytes;
+  ASSERT_TRUE(m.SerializeToString(&bytes));
+  auto model = onnx_io::parse_model(bytes, "");
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  auto report = optimize(*model, OptimizeOptions{});
+  ASSERT_TRUE(report.is_ok()) << report.status().message();
+  ASSERT_FALSE(model->graph.nodes.empty());
+  EXPECT_EQ(model->graph.nodes.back().outputs[0], "Y");
+  auto s = Session::create(std::make_shared<const ir::Model>(std::move(model).value()));
+  ASSERT_TRUE(s.is_ok()) << s.status().message();
+  auto out = (*s)->run({Value::of(float_tensor({2, 3}, -2.0f))});
+  ASSERT_TRUE(out.is_ok()) << out.status().message();
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(out.value()[0].tensor.data<float>()[i], -2.0f);
+}
+
 TEST(HostileModel, DanglingAndDuplicateNames) {
   onnx::ModelProto m = base_model();
   add_node(m.mutable_graph(), "Add", {"X", "nowhere"}, {"Y"}, "dangling");
