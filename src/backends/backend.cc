@@ -1,7 +1,27 @@
 // Which registered kernel runs a node (backend.h).
 #include "backends/backend.h"
 
+#include <map>
+
 namespace kiln::backends {
+namespace {
+
+std::map<std::string, std::string (*)()>& versions() {
+  static std::map<std::string, std::string (*)()> v;
+  return v;
+}
+
+}  // namespace
+
+VersionRegistrar::VersionRegistrar(const char* backend, std::string (*version)()) {
+  versions()[backend] = version;
+}
+
+std::string version(const std::string& backend) {
+  if (backend == kKiln) return std::string("kiln ") + KILN_VERSION;
+  auto it = versions().find(backend);
+  return it == versions().end() ? "" : it->second();
+}
 
 std::set<std::string> registered() {
   std::set<std::string> names;

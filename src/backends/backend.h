@@ -17,6 +17,17 @@ inline constexpr const char* kKiln = kKilnBackend;
 // Every backend that registered a kernel, kiln included.
 std::set<std::string> registered();
 
+// The version of the library behind `backend` as it reports it at run time ("kiln" for kiln's
+// own kernels; "" for a backend that registered none): part of the tuning cache's key, so that a
+// timing taken with one library version is not reused with another.
+std::string version(const std::string& backend);
+
+// Registers a third-party backend's version function, once, at namespace scope in its source:
+//   static const VersionRegistrar kVersion("openblas", [] { return std::string(...); });
+struct VersionRegistrar {
+  VersionRegistrar(const char* backend, std::string (*version)());
+};
+
 // The input types of `node` as `graph` knows them (an initializer's, or its value info's); null
 // where unknown.
 std::vector<const ir::TypeInfo*> input_types(const ir::Node& node, const ir::Graph& graph,

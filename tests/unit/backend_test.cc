@@ -51,6 +51,13 @@ Result<Ran> run_with(const ir::Model& m, const std::vector<Tensor>& feeds,
 
 TEST(Backends, KilnIsAlwaysThere) { EXPECT_TRUE(backends::registered().count(backends::kKiln)); }
 
+// Every registered backend reports a version (the tuning cache's key holds it); others have none.
+TEST(Backends, VersionsOfRegisteredBackends) {
+  EXPECT_EQ(backends::version(backends::kKiln).rfind("kiln ", 0), 0u);
+  for (const std::string& b : backends::registered()) EXPECT_NE(backends::version(b), "") << b;
+  EXPECT_EQ(backends::version("no-such-backend"), "");
+}
+
 TEST(Backends, UnknownBackendIsAnErrorNamingIt) {
   test::Builder b;
   b.input("a", {2, 3});

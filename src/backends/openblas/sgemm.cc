@@ -10,6 +10,7 @@
 #include <limits>
 #include <string>
 
+#include "backends/backend.h"
 #include "core/thread_pool.h"
 #include "kernels/kernel.h"
 #include "kernels/ref/gemm_f32.h"
@@ -124,6 +125,9 @@ bool accepts_float32(const ir::Node& node, const std::vector<const ir::TypeInfo*
   }
   return true;
 }
+
+const VersionRegistrar kVersion(kName,
+                                [] { return std::string("OpenBLAS ") + openblas_get_config(); });
 
 const KernelRegistrar kMatMul(
     "", "MatMul", "openblas_sgemm",
