@@ -25,7 +25,9 @@ struct SessionOptions {
   // by the memory plan; false takes every tensor from the heap (to compare, or to debug a kernel).
   bool memory_arena = true;
   // The backend whose kernels run the nodes it takes ("openblas", ...); kiln's own kernels run
-  // the rest, and everything when this is "kiln" (the default). An unknown name is an error.
+  // the rest. With "kiln" (the default), the choices a tuned model records in its metadata
+  // (kiln::tune, `kiln optimize --tune`) apply, kiln's own kernels running every other node. An
+  // unknown name is an error.
   std::string backend = "kiln";
 };
 

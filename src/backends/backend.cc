@@ -60,6 +60,18 @@ std::vector<const KernelDef*> candidates(const ir::Node& node,
   return out;
 }
 
+std::string node_key(const ir::Node& node) {
+  for (const std::string& o : node.outputs)
+    if (!o.empty()) return o;
+  return node.name;
+}
+
+const std::string& Assignment::backend_for(const ir::Node& node) const {
+  if (forced != kKiln || chosen.empty()) return forced;
+  auto it = chosen.find(node_key(node));
+  return it == chosen.end() ? forced : it->second;
+}
+
 const KernelDef* choose(const ir::Node& node, const std::vector<const ir::TypeInfo*>& input_types,
                         const std::string& backend) {
   const KernelDef* own = nullptr;

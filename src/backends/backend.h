@@ -4,6 +4,7 @@
 // (KernelDef::accepts). This is the narrow interface the runtime and the tuner ask.
 #pragma once
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -37,8 +38,22 @@ std::vector<const ir::TypeInfo*> input_types(const ir::Node& node, const ir::Gra
 std::vector<const KernelDef*> candidates(const ir::Node& node,
                                          const std::vector<const ir::TypeInfo*>& input_types);
 
+// The backend each node should run with. `forced` ("--backend") applies to every node when it is
+// not kiln; otherwise a node takes the backend `chosen` holds for its key (what tuning picked and
+// the model's metadata recorded), else kiln.
+struct Assignment {
+  std::string forced = kKiln;
+  std::map<std::string, std::string> chosen;  // node_key -> backend
+  const std::string& backend_for(const ir::Node& node) const;
+};
+
+// A node's key in Assignment::chosen and the tuning report: its first named output, which no
+// other node of the graph writes (node names may be empty or repeated).
+std::string node_key(const ir::Node& node);
+
 // The kernel to run `node` with: `backend`'s when it has one that accepts the node, else kiln's
-// own (the fallback a forced backend gets for what it cannot run); null when there is none.
+// own (the fallback a forced or recorded backend gets for what it cannot run); null when there is
+// none.
 const KernelDef* choose(const ir::Node& node, const std::vector<const ir::TypeInfo*>& input_types,
                         const std::string& backend);
 

@@ -5,6 +5,7 @@
 #include <cpuid.h>
 
 #include <cstdint>
+#include <cstring>
 
 namespace kiln {
 namespace {
@@ -13,6 +14,20 @@ uint64_t read_xcr0() {
   uint32_t lo = 0, hi = 0;
   __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
   return (uint64_t{hi} << 32) | lo;
+}
+
+// cpuid leaves 0x80000002..4: 48 bytes of brand string, padded with spaces and NULs.
+std::string brand_string() {
+  if (__get_cpuid_max(0x80000000, nullptr) < 0x80000004) return "";
+  char brand[49] = {};
+  for (unsigned leaf = 0; leaf < 3; ++leaf) {
+    unsigned r[4] = {};
+    __cpuid(0x80000002 + leaf, r[0], r[1], r[2], r[3]);
+    std::memcpy(brand + 16 * leaf, r, sizeof(r));
+  }
+  std::string s(brand);
+  const size_t first = s.find_first_not_of(' '), last = s.find_last_not_of(' ');
+  return first == std::string::npos ? "" : s.substr(first, last - first + 1);
 }
 
 CpuFeatures detect() {
@@ -43,6 +58,7 @@ CpuFeatures detect() {
     __cpuid_count(7, 1, a1, b1, c1, d1);
     f.avx512_bf16 = (a1 >> 5) & 1;
   }
+  f.model = brand_string();
   return f;
 }
 

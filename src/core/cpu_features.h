@@ -10,6 +10,7 @@ struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512_bf16 = false, avx512_vnni = false;
+  std::string model;  // the brand string, e.g. "AMD EPYC 9R14 96-Core Processor"; "" if none
 
   // AVX-512 F/BW/VL/DQ with the OS saving the zmm state: what kiln's AVX-512 kernels need.
   bool has_avx512() const { return avx512f && avx512bw && avx512vl && avx512dq; }

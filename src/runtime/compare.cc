@@ -14,7 +14,9 @@
 #include "core/float_convert.h"
 #include "ir/graph.h"
 #include "ir/shape_inference.h"
+#include "ir/topological_order.h"
 #include "kiln/session.h"
+#include "runtime/intermediate_outputs.h"
 
 namespace kiln {
 namespace {
@@ -150,64 +152,6 @@ std::unordered_map<std::string, std::string> producers(const ir::Graph& g) {
   return by_name;
 }
 
-// Node indices in dependency order (Kahn, keeping the model's order among ready nodes), so that
-// "first" divergence means first in data flow even when the file lists nodes out of order.
-std::vector<size_t> topological_order(const ir::Graph& g) {
-  std::unordered_map<std::string, size_t> producer;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for (const auto& o : g.nodes[i].outputs)
-      if (!o.empty()) producer.emplace(o, i);
-  std::vector<std::vector<size_t>> users(g.nodes.size());
-  std::vector<int> pending(g.nodes.size(), 0);
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    std::set<std::string> deps(g.nodes[i].inputs.begin(), g.nodes[i].inputs.end());
-    for (const auto& a : g.nodes[i].attrs) {
-      if (a.g) deps.merge(ir::free_names(*a.g));
-      for (const auto& sg : a.graphs) deps.merge(ir::free_names(*sg));
-    }
-    for (const auto& d : deps) {
-      auto it = producer.find(d);
-      if (it != producer.end() && it->second != i) {
-        users[it->second].push_back(i);
-        ++pending[i];
-      }
-    }
-  }
-  std::set<size_t> ready;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    if (pending[i] == 0) ready.insert(i);
-  std::vector<size_t> order;
-  while (!ready.empty()) {
-    const size_t i = *ready.begin();
-    ready.erase(ready.begin());
-    order.push_back(i);
-    for (size_t u : users[i])
-      if (--pending[u] == 0) ready.insert(u);
-  }
-  return order;  // a cycle would leave nodes out; the session has already refused such a graph
-}
-
-// A copy of `m` whose main graph also outputs every value its nodes write (after the original
-// outputs), except values that shape inference says are not tensors.
-ir::Model with_intermediate_outputs(const ir::Model& m) {
-  ir::Model typed = m;
-  // Best effort: a value whose type stays unknown is still added, and checked when it arrives.
-  (void)ir::infer_shapes(typed);
-  ir::Model out = m;
-  std::set<std::string> listed;
-  for (const auto& o : out.graph.outputs) listed.insert(o.name);
-  for (const ir::Node& n : m.graph.nodes)
-    for (const auto& name : n.outputs) {
-      if (name.empty() || !listed.insert(name).second) continue;
-      const ir::ValueInfo* vi = typed.graph.find_value_info(name);
-      if (vi && vi->type.kind != ir::TypeInfo::Kind::kTensor &&
-          vi->type.kind != ir::TypeInfo::Kind::kUnknown)
-        continue;
-      out.graph.outputs.push_back(ir::ValueInfo{name, vi ? vi->type : ir::TypeInfo{}, ""});
-    }
-  return out;
-}
-
 // Runs `m` as given; `which` ("model A") prefixes errors.
 Result<std::vector<Value>> run_as_given(ir::Model m, const std::vector<Value>& inputs, int threads,
                                         const std::string& which) {
@@ -251,8 +195,8 @@ Result<CompareReport> compare_models(const ir::Model& a, const ir::Model& b,
 
   // With per_layer, each run holds every intermediate of its model at once (graph outputs are
   // never freed): memory is about the sum of all activations, which a huge model may not afford.
-  ir::Model run_a = options.per_layer ? with_intermediate_outputs(a) : a;
-  ir::Model run_b = options.per_layer ? with_intermediate_outputs(b) : b;
+  ir::Model run_a = options.per_layer ? runtime::with_intermediate_outputs(a) : a;
+  ir::Model run_b = options.per_layer ? runtime::with_intermediate_outputs(b) : b;
   // Value name -> position among the run's outputs.
   std::unordered_map<std::string, size_t> index_a, index_b;
   for (size_t k = 0; k < run_a.graph.outputs.size(); ++k)
@@ -291,7 +235,10 @@ Result<CompareReport> compare_models(const ir::Model& a, const ir::Model& b,
   if (!options.per_layer) return report;
 
   auto not_computed = [](const Value& v) { return v.is_tensor() && !v.tensor.defined(); };
-  for (size_t i : topological_order(ga)) {
+  // Dependency order, so that "first" divergence means first in data flow even when the file lists
+  // nodes out of order (A already ran, so its graph has one).
+  KILN_ASSIGN_OR_RETURN(std::vector<size_t> order_a, ir::topological_order(ga, {}));
+  for (size_t i : order_a) {
     for (const auto& name : ga.nodes[i].outputs) {
       if (name.empty() || !prod_b.count(name)) continue;
       auto ia = index_a.find(name), ib = index_b.find(name);

@@ -43,8 +43,9 @@ int GraphPlan::slot(const std::string& name) {
 }
 
 Result<std::unique_ptr<GraphPlan>> GraphPlan::compile(const ir::Graph& g, const ir::Model& model,
-                                                      const std::set<std::string>& outer, ir::Graph* owned,
-                                                      const std::string& backend) {
+                                                      const std::set<std::string>& outer,
+                                                      ir::Graph* owned,
+                                                      const backends::Assignment& assignment) {
   auto plan = std::make_unique<GraphPlan>();
   plan->graph_ = &g;
   std::set<std::string> available;  // values defined before any node runs
@@ -94,7 +95,8 @@ Result<std::unique_ptr<GraphPlan>> GraphPlan::compile(const ir::Graph& g, const 
     step.opset = model.opset(n.domain);
     if (step.opset == 0 && n.domain.empty()) step.opset = 1;
     std::vector<ir::TypeInfo> type_storage;
-    const KernelDef* def = backends::choose(n, backends::input_types(n, g, type_storage), backend);
+    const KernelDef* def =
+        backends::choose(n, backends::input_types(n, g, type_storage), assignment.backend_for(n));
     if (!def)
       return Status::error(n.describe() + ": operator " + (n.domain.empty() ? "" : n.domain + ".") +
                            n.op_type + " is not supported");
@@ -120,8 +122,8 @@ Result<std::unique_ptr<GraphPlan>> GraphPlan::compile(const ir::Graph& g, const 
       for (const auto& sg : a.graphs) bodies.push_back(sg.get());
       for (const ir::Graph* body : bodies) {
         // An owned model's subgraphs are owned too: the same objects, reached through a const path.
-        auto sub = compile(*body, model, inner_outer, owned ? const_cast<ir::Graph*>(body) : nullptr,
-                           backend);
+        auto sub = compile(*body, model, inner_outer,
+                           owned ? const_cast<ir::Graph*>(body) : nullptr, assignment);
         if (!sub) return sub.status().with_context(n.describe() + ", subgraph '" + a.name + "'");
         for (const auto& name : ir::free_names(*body)) plan->slot(name);  // keep outer values named here
         step.subplans[body] = std::move(sub).value();

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backends/backend.h"
 #include "ir/graph.h"
 #include "kernels/kernel.h"
 
@@ -45,11 +46,12 @@ class GraphPlan {
   // `outer` names the values visible from enclosing graphs (empty for the main graph). `owned` is
   // `graph` itself when the caller owns the model and lets the plan drop the data of initializers
   // that kernels absorbed from it too (else null: only the plan's references go). Each node runs
-  // `backend`'s kernel where that backend takes the node, else kiln's own (backends/backend.h).
+  // the kernel of the backend `assignment` gives it where that backend takes the node, else kiln's
+  // own (backends/backend.h).
   static Result<std::unique_ptr<GraphPlan>> compile(const ir::Graph& graph, const ir::Model& model,
                                                     const std::set<std::string>& outer,
                                                     ir::Graph* owned = nullptr,
-                                                    const std::string& backend = "kiln");
+                                                    const backends::Assignment& assignment = {});
   ~GraphPlan();
 
   // (node name, backend) of this graph's nodes in plan order: whose kernel runs each.

@@ -7,13 +7,14 @@
 #include <chrono>
 #include <cstring>
 
+#include "backends/backend.h"
 #include "core/thread_pool.h"
-#include "kiln/optimize.h"
 #include "ir/function_inline.h"
 #include "ir/gradient.h"
 #include "ir/shape_inference.h"
+#include "kiln/optimize.h"
 #include "onnx/model_io.h"
-#include "backends/backend.h"
+#include "runtime/backend_choices.h"
 #include "runtime/graph_plan.h"
 #include "runtime/run_memory.h"
 #include "runtime/step_cost.h"
@@ -142,7 +143,10 @@ Result<std::unique_ptr<Session>> Session::create_owned(std::shared_ptr<ir::Model
     KILN_RETURN_IF_ERROR(ir::expand_gradients(model->graph, model->opset("")));
   // Another backend takes a node by its inputs' types: give every value one where the model's
   // types infer (a model that was not optimized at load may carry none).
-  if (options.backend != backends::kKiln) (void)ir::infer_shapes(*model);
+  bool other_backends = options.backend != backends::kKiln;
+  for (const auto& [key, value] : model->metadata)
+    other_backends |= key == runtime::kBackendChoicesKey;
+  if (other_backends) (void)ir::infer_shapes(*model);
   ir::Model* owned = model.get();
   return create_shared(std::move(model), owned, options);
 }
@@ -156,14 +160,18 @@ Result<std::unique_ptr<Session>> Session::create_shared(std::shared_ptr<const ir
     for (const std::string& b : known) names += (names.empty() ? "" : ", ") + b;
     return Status::error("unknown backend '" + options.backend + "' (this build has: " + names + ")");
   }
+  backends::Assignment assignment;
+  assignment.forced = options.backend;
+  KILN_ASSIGN_OR_RETURN(assignment.chosen, runtime::recorded_choices(*model));
   auto impl = std::make_unique<Impl>();
   impl->model = model;
   const ir::Graph& g = model->graph;
   for (const auto& [name, t] : g.initializers) impl->weights.weight_bytes += static_cast<int64_t>(t.nbytes());
   const int64_t heap_before = heap_in_use();
   // A model this session owns loses the data of the weights kernels absorbed, as they go.
-  KILN_ASSIGN_OR_RETURN(impl->plan, runtime::GraphPlan::compile(g, *model, {}, owned ? &owned->graph : nullptr,
-                                                                         options.backend));
+  KILN_ASSIGN_OR_RETURN(
+      impl->plan,
+      runtime::GraphPlan::compile(g, *model, {}, owned ? &owned->graph : nullptr, assignment));
   const int64_t heap_after = heap_in_use();
   if (owned)
     for (const auto& r : impl->plan->released())

@@ -6,10 +6,14 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 
+#include "backends/backend.h"
 #include "cli.h"
 #include "io_files.h"
+#include "run_timing.h"
+#include "tuning.h"
 
 namespace kiln::cli {
 namespace {
@@ -20,14 +24,78 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 double round3(double v) { return std::round(v * 1000.0) / 1000.0; }
 
+// kiln first, then the other backends this build has.
+std::vector<std::string> backends_in_build() {
+  std::vector<std::string> out{backends::kKiln};
+  for (const std::string& b : backends::registered())
+    if (b != backends::kKiln) out.push_back(b);
+  return out;
+}
+
+// kiln's own kernels, each registered backend forced in turn, and the tuned mix: the model's p50
+// under each, the configurations alternating round by round so that drifts of a noisy machine hit
+// them all alike; a row's figure is the median of its rounds.
+Status print_backend_table(const std::shared_ptr<ir::Model>& model,
+                           const std::vector<Value>& inputs, SessionOptions so,
+                           const TuneFlags& tune, int iters, int warmup, int rounds) {
+  record_backend_choices(*model, {});
+  struct Row {
+    std::string name;
+    std::unique_ptr<Session> session;
+    std::vector<double> p50s;
+  };
+  std::vector<Row> rows;
+  for (const std::string& b : backends_in_build()) {
+    so.backend = b;
+    KILN_ASSIGN_OR_RETURN(auto s, Session::create(model, so));
+    rows.push_back(Row{b, std::move(s), {}});
+  }
+  auto tuned = std::make_shared<ir::Model>(*model);
+  KILN_ASSIGN_OR_RETURN(TuneReport report,
+                        tune_and_record(*tuned, inputs, tune, rows[0].session->threads()));
+  print_tune_summary(report);
+  so.backend = "kiln";
+  KILN_ASSIGN_OR_RETURN(auto ts, Session::create(tuned, so));
+  rows.push_back(Row{"tuned", std::move(ts), {}});
+  for (int r = 0; r < rounds; ++r)
+    for (Row& row : rows) {
+      KILN_ASSIGN_OR_RETURN(auto times,
+                            time_runs(*row.session, inputs, r == 0 ? warmup : 2, iters));
+      row.p50s.push_back(median_ms(times));
+    }
+  const double own = median_ms(rows[0].p50s);
+  std::printf("%-10s %14s %10s %9s   (median of %d rounds of %d runs)\n", "backend", "nodes taken",
+              "p50 ms", "vs kiln", rounds, iters);
+  for (Row& row : rows) {
+    const auto nodes = row.session->node_backends();
+    const auto taken = std::count_if(nodes.begin(), nodes.end(),
+                                     [](const auto& nb) { return nb.second != "kiln"; });
+    const double p50 = median_ms(row.p50s);
+    std::printf("%-10s %8zd / %-4zu %10.3f %9.3f\n", row.name.c_str(), static_cast<ssize_t>(taken),
+                nodes.size(), p50, p50 / own);
+  }
+  return Status::ok();
+}
+
+// "backends    kiln 50, onednn 3": whose kernels the session's nodes run.
+void print_node_backends(const Session& session) {
+  std::map<std::string, int> count;
+  for (const auto& [node, backend] : session.node_backends()) ++count[backend];
+  std::string line;
+  for (const auto& [backend, n] : count)
+    line += (line.empty() ? "" : ", ") + backend + " " + std::to_string(n);
+  std::printf("backends    %s\n", line.c_str());
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app, int* exit_code) {
   struct Options {
     std::string model, backend = "kiln";
-    bool json = false, no_arena = false;
-    int threads = 0, iters = 50, warmup = 5, level = 3;
+    bool json = false, no_arena = false, backends = false;
+    int threads = 0, iters = 50, warmup = 5, level = 3, rounds = 3;
     int64_t batch = 1, seq = 128;
+    TuneFlags tune;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure latency and throughput");
@@ -39,6 +107,11 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--iters", opt->iters, "Timed runs")->check(CLI::Range(1, 1000000));
   cmd->add_option("--warmup", opt->warmup, "Untimed runs first")->check(CLI::Range(0, 1000000));
   cmd->add_option("--backend", opt->backend, "Kernels from this backend where it takes a node, kiln's own elsewhere (default kiln; e.g. openblas)");
+  add_tune_options(cmd, &opt->tune, /*with_flag=*/true);
+  cmd->add_flag("--backends", opt->backends,
+                "A table of the latency with each backend forced and with the tuned mix");
+  cmd->add_option("--rounds", opt->rounds, "With --backends: alternating rounds (default 3)")
+      ->check(CLI::Range(1, 1000));
   cmd->add_flag("--no-arena", opt->no_arena, "Take every tensor from the heap instead of the memory plan's arena");
   cmd->add_option("--batch", opt->batch, "Size of a dynamic first dimension")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--seq", opt->seq, "Size of other dynamic dimensions")->check(CLI::Range(1, 1 << 20));
@@ -53,31 +126,48 @@ void add_bench_command(CLI::App& app, int* exit_code) {
     so.memory_arena = !opt->no_arena;
     so.backend = opt->backend;
     auto t0 = std::chrono::steady_clock::now();
-    auto session = Session::load(opt->model, so);
-    if (!session) return fail(session.status());
+    std::unique_ptr<Session> session;
+    std::vector<Value> inputs;
+    if (!opt->tune.tune && !opt->backends) {
+      auto s = Session::load(opt->model, so);
+      if (!s) return fail(s.status());
+      session = std::move(s).value();
+    } else {
+      // The tuner replays nodes on their weights: the model stays here, shared with the sessions.
+      auto model = load_for_tuning(opt->model, opt->level);
+      if (!model) return fail(model.status());
+      auto probe = Session::create(*model, so);
+      if (!probe) return fail(probe.status());
+      auto in = make_bench_inputs(**probe, opt->batch, opt->seq);
+      if (!in) return fail(in.status());
+      inputs = std::move(in).value();
+      if (opt->backends) {
+        probe->reset();
+        Status st = print_backend_table(*model, inputs, so, opt->tune, opt->iters, opt->warmup,
+                                        opt->rounds);
+        if (!st.is_ok()) return fail(st);
+        return;
+      }
+      auto report = tune_and_record(**model, inputs, opt->tune, (*probe)->threads());
+      if (!report) return fail(report.status());
+      probe->reset();
+      if (!opt->json) print_tune_summary(*report);
+      auto s = Session::create(*model, so);
+      if (!s) return fail(s.status());
+      session = std::move(s).value();
+    }
     const double load_ms = ms_since(t0);
-    auto inputs = make_bench_inputs(**session, opt->batch, opt->seq);
-    if (!inputs) return fail(inputs.status());
+    if (inputs.empty()) {
+      auto in = make_bench_inputs(*session, opt->batch, opt->seq);
+      if (!in) return fail(in.status());
+      inputs = std::move(in).value();
+    }
     const bool progress = isatty(STDERR_FILENO);
-    // Runs write into the same outputs each time, so that a timed run allocates no tensor.
-    std::vector<Value> outputs;
-    for (int i = 0; i < opt->warmup; ++i) {
-      Status r = (*session)->run_into(*inputs, outputs);
-      if (!r.is_ok()) return fail(r);
-      if (progress) std::fprintf(stderr, "\rwarmup %d/%d", i + 1, opt->warmup);
-    }
-    std::vector<double> times;
-    times.reserve(opt->iters);
-    auto wall0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < opt->iters; ++i) {
-      auto t = std::chrono::steady_clock::now();
-      Status r = (*session)->run_into(*inputs, outputs);
-      times.push_back(ms_since(t));
-      if (!r.is_ok()) return fail(r);
-      if (progress) std::fprintf(stderr, "\rrun %d/%d, last %.2f ms   ", i + 1, opt->iters, times.back());
-    }
-    const double wall_ms = ms_since(wall0);
-    if (progress) std::fprintf(stderr, "\r%*s\r", 40, "");
+    auto timed = time_runs(*session, inputs, opt->warmup, opt->iters, progress);
+    if (!timed) return fail(timed.status());
+    const std::vector<double>& times = *timed;
+    double wall_ms = 0;
+    for (double t : times) wall_ms += t;
     std::vector<double> s = times;
     std::sort(s.begin(), s.end());
     auto pct = [&](double q) { return s[std::min(s.size() - 1, static_cast<size_t>(q / 100 * s.size()))]; };
@@ -85,16 +175,25 @@ void add_bench_command(CLI::App& app, int* exit_code) {
     for (double t : times) mean += t / times.size();
     const double throughput = opt->batch * 1000.0 * times.size() / wall_ms;
     if (opt->json) {
-      nlohmann::ordered_json j = {
-          {"engine", "kiln"}, {"model", opt->model}, {"threads", (*session)->threads()},
-          {"batch", opt->batch}, {"seq", opt->seq}, {"load_ms", std::round(load_ms * 10) / 10},
-          {"p50_ms", round3(pct(50))}, {"p90_ms", round3(pct(90))}, {"p99_ms", round3(pct(99))},
-          {"mean_ms", round3(mean)}, {"min_ms", round3(s.front())}, {"iters", opt->iters},
-          {"throughput_per_s", round3(throughput)}};
+      nlohmann::ordered_json j = {{"engine", "kiln"},
+                                  {"model", opt->model},
+                                  {"threads", session->threads()},
+                                  {"batch", opt->batch},
+                                  {"seq", opt->seq},
+                                  {"load_ms", std::round(load_ms * 10) / 10},
+                                  {"p50_ms", round3(pct(50))},
+                                  {"p90_ms", round3(pct(90))},
+                                  {"p99_ms", round3(pct(99))},
+                                  {"mean_ms", round3(mean)},
+                                  {"min_ms", round3(s.front())},
+                                  {"iters", opt->iters},
+                                  {"throughput_per_s", round3(throughput)}};
       std::cout << j.dump() << std::endl;
       return;
     }
-    std::printf("model       %s\nthreads     %d\nload        %.1f ms\n", opt->model.c_str(), (*session)->threads(), load_ms);
+    std::printf("model       %s\nthreads     %d\nload        %.1f ms\n", opt->model.c_str(),
+                session->threads(), load_ms);
+    print_node_backends(*session);
     std::printf("latency     p50 %.3f  p90 %.3f  p99 %.3f  mean %.3f  min %.3f ms (%d runs)\n", pct(50), pct(90),
                 pct(99), mean, s.front(), opt->iters);
     std::printf("throughput  %.2f samples/s (batch %lld)\n", throughput, static_cast<long long>(opt->batch));

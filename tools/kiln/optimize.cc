@@ -2,6 +2,7 @@
 // of the original and the optimized model on the same inputs.
 #include "kiln/optimize.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -11,7 +12,10 @@
 #include "compare_print.h"
 #include "io_files.h"
 #include "ir/graph.h"
+#include "ir/shape_inference.h"
 #include "onnx/model_io.h"
+#include "run_timing.h"
+#include "tuning.h"
 
 namespace kiln::cli {
 namespace {
@@ -33,6 +37,42 @@ Result<std::map<std::string, int64_t>> parse_dims(const std::string& text) {
   return dims;
 }
 
+// The model's p50 with kiln's own kernels and with the tuned choices, alternating rounds; then
+// the speedup the node timings predicted beside the one measured.
+Status print_tuned_speedup(const ir::Model& tuned, const TuneReport& report,
+                           const std::vector<Value>& inputs, int threads) {
+  double saved_us = 0;
+  for (const NodeTuning& n : report.nodes) {
+    double own = 0, chosen = 0;
+    for (const CandidateTiming& c : n.candidates) {
+      if (!c.rejected.empty()) continue;
+      if (c.backend == "kiln") own = c.median_us;
+      if (c.backend == n.winner) chosen = c.median_us;
+    }
+    if (own > 0 && chosen > 0) saved_us += own - chosen;
+  }
+  auto own_model = std::make_shared<ir::Model>(tuned);
+  record_backend_choices(*own_model, {});
+  SessionOptions so;
+  so.threads = threads;
+  KILN_ASSIGN_OR_RETURN(auto own, Session::create(own_model, so));
+  KILN_ASSIGN_OR_RETURN(auto mix, Session::create(std::make_shared<const ir::Model>(tuned), so));
+  std::vector<double> own_p50, mix_p50;
+  for (int round = 0; round < 5; ++round) {
+    KILN_ASSIGN_OR_RETURN(auto a, time_runs(*own, inputs, round == 0 ? 3 : 1, 10));
+    KILN_ASSIGN_OR_RETURN(auto b, time_runs(*mix, inputs, round == 0 ? 3 : 1, 10));
+    own_p50.push_back(median_ms(a));
+    mix_p50.push_back(median_ms(b));
+  }
+  const double t_own = median_ms(own_p50), t_mix = median_ms(mix_p50);
+  const double predicted = t_own / std::max(t_own - saved_us / 1000, 1e-9);
+  std::printf(
+      "model p50: kiln's own %.3f ms, tuned %.3f ms; speedup predicted %.3fx, measured "
+      "%.3fx\n",
+      t_own, t_mix, predicted, t_own / t_mix);
+  return Status::ok();
+}
+
 }  // namespace
 
 void add_optimize_command(CLI::App& app, int* exit_code) {
@@ -42,6 +82,8 @@ void add_optimize_command(CLI::App& app, int* exit_code) {
     bool portable = false, verbose = false, check = false, per_layer = false,
          no_external_data = false;
     double rtol = 1e-3, atol = 1e-4;
+    TuneFlags tune;
+    int64_t batch = 1, seq = 128;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("optimize", "Simplify and fuse a model, and save it");
@@ -67,7 +109,13 @@ void add_optimize_command(CLI::App& app, int* exit_code) {
                 "With --check: also name the first intermediate tensor that diverges");
   cmd->add_option("--rtol", opt->rtol, "With --check: relative tolerance");
   cmd->add_option("--atol", opt->atol, "With --check: absolute tolerance");
-  cmd->add_option("--threads", opt->threads, "Threads for --check")->check(CLI::Range(0, 1024));
+  cmd->add_option("--threads", opt->threads, "Threads for --check and --tune")
+      ->check(CLI::Range(0, 1024));
+  add_tune_options(cmd, &opt->tune, /*with_flag=*/true);
+  cmd->add_option("--batch", opt->batch, "With --tune: size of a dynamic first dimension")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--seq", opt->seq, "With --tune: size of other dynamic dimensions")
+      ->check(CLI::Range(1, 1 << 20));
   cmd->callback([opt, exit_code, external] {
     auto fail = [&](const Status& st) {
       std::cerr << "kiln optimize: " << st.message() << "\n";
@@ -98,6 +146,25 @@ void add_optimize_command(CLI::App& app, int* exit_code) {
     }
     std::printf("nodes %lld -> %lld\n", static_cast<long long>(report->nodes_before),
                 static_cast<long long>(report->nodes_after));
+    if (opt->tune.tune) {
+      (void)ir::infer_shapes(optimized);
+      SessionOptions so;
+      so.threads = opt->threads;
+      auto probe = Session::create(std::make_shared<const ir::Model>(optimized), so);
+      if (!probe) return fail(probe.status());
+      auto inputs = make_bench_inputs(**probe, opt->batch, opt->seq);
+      if (!inputs) return fail(inputs.status());
+      const int threads = (*probe)->threads();
+      probe->reset();
+      auto tuned = tune_and_record(optimized, *inputs, opt->tune, threads);
+      if (!tuned) return fail(tuned.status());
+      if (!opt->verbose) print_tune_summary(*tuned);
+      if (opt->verbose) {
+        print_tune_report(*tuned);
+        Status st = print_tuned_speedup(optimized, *tuned, *inputs, threads);
+        if (!st.is_ok()) return fail(st);
+      }
+    }
     onnx_io::SaveOptions save;
     if (external->count() > 0) save.external_data = onnx_io::SaveOptions::ExternalData::kAlways;
     if (opt->no_external_data) save.external_data = onnx_io::SaveOptions::ExternalData::kNever;

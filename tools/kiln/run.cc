@@ -4,6 +4,7 @@
 
 #include "cli.h"
 #include "io_files.h"
+#include "tuning.h"
 
 namespace kiln::cli {
 
@@ -13,6 +14,7 @@ void add_run_command(CLI::App& app, int* exit_code) {
     InputOptions inputs;
     bool npy = false;
     int threads = 0, level = 3;
+    TuneFlags tune;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("run", "Run a model once and write its outputs");
@@ -22,6 +24,7 @@ void add_run_command(CLI::App& app, int* exit_code) {
   cmd->add_flag("--npy", opt->npy, "Write tensor outputs as output_K.npy");
   cmd->add_option("--backend", opt->backend, "Kernels from this backend where it takes a node, kiln's own elsewhere (default kiln; e.g. openblas)");
   cmd->add_option("--threads", opt->threads, "Threads (default: one per core)")->check(CLI::Range(0, 1024));
+  add_tune_options(cmd, &opt->tune, /*with_flag=*/true);
   cmd->add_option("-O,--optimize", opt->level, "Optimization at load, 0-3 (default 3; a model saved by `kiln optimize` is run as saved)")
       ->check(CLI::Range(0, 3));
   cmd->callback([opt, exit_code] {
@@ -33,10 +36,28 @@ void add_run_command(CLI::App& app, int* exit_code) {
     so.threads = opt->threads;
     so.optimize_level = opt->level;
     so.backend = opt->backend;
-    auto session = Session::load(opt->model, so);
+    Result<std::unique_ptr<Session>> session = Status::error("");
+    std::shared_ptr<ir::Model> model;  // with --tune: kept for the tuner, which reads the weights
+    if (opt->tune.tune) {
+      auto m = load_for_tuning(opt->model, opt->level);
+      if (!m) return fail(m.status());
+      model = std::move(m).value();
+      session = Session::create(model, so);
+    } else {
+      session = Session::load(opt->model, so);
+    }
     if (!session) return fail(session.status());
     auto inputs = make_inputs(**session, opt->inputs);
     if (!inputs) return fail(inputs.status());
+    if (model) {
+      const int threads = (*session)->threads();
+      session->reset();
+      auto report = tune_and_record(*model, *inputs, opt->tune, threads);
+      if (!report) return fail(report.status());
+      print_tune_summary(*report);
+      session = Session::create(model, so);
+      if (!session) return fail(session.status());
+    }
     auto outs = (*session)->run(*inputs);
     if (!outs) return fail(outs.status());
     std::error_code ec;

@@ -1,0 +1,62 @@
+// Timing-based kernel choice: for each node more than one backend can run, time every candidate
+// kernel on the values the node really sees and keep the fastest that agrees with kiln's own.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kiln/status.h"
+#include "kiln/value.h"
+
+namespace kiln {
+
+namespace ir {
+struct Model;
+}
+
+struct TuneOptions {
+  int threads = 0;              // as SessionOptions::threads: the count the choices are for
+  double node_budget_ms = 400;  // timing of one node, all its candidates together
+  double total_budget_s = 60;   // all nodes; past it, the rest keep kiln's own kernels
+  // A candidate whose outputs differ from kiln's own kernel's beyond atol + rtol·|reference|
+  // (numpy.isclose) is rejected.
+  double rtol = 1e-3, atol = 1e-4;
+  // A JSON file of earlier decisions, read first and written back: "" for none.
+  std::string cache_path;
+};
+
+// One candidate kernel of a node: its median time per run, or why it was not timed or chosen.
+struct CandidateTiming {
+  std::string backend;
+  double median_us = 0;
+  std::string rejected;  // "" when timed and correct
+};
+
+struct NodeTuning {
+  std::string key;                          // backends::node_key: the node's first output
+  std::string op_type;                      // "ai.kiln.BlockedConv"
+  std::string shapes;                       // input shapes, "[1,64,56,56,8] [8,8,3,3,8,8]"
+  std::vector<CandidateTiming> candidates;  // empty when the decision came from the cache
+  std::string winner;
+  bool cached = false;       // decided by the tuning cache, nothing timed
+  bool over_budget = false;  // not timed: the total budget was spent
+};
+
+struct TuneReport {
+  std::vector<NodeTuning> nodes;               // the nodes with more than one candidate
+  std::map<std::string, std::string> choices;  // node key -> backend, where not kiln's own
+  int timed = 0, cache_hits = 0;
+  double seconds = 0;
+};
+
+// Tunes `model` (as it will be run: optimized already) on `inputs`, one value per graph input
+// that is not an initializer. The choices take effect once recorded in the model's metadata
+// (record_backend_choices): sessions made on it, and loads of it once saved, use them.
+Result<TuneReport> tune(const ir::Model& model, const std::vector<Value>& inputs,
+                        const TuneOptions& options = {});
+
+// Records `choices` in the model's metadata ("kiln.backends"): sessions loading it use them.
+void record_backend_choices(ir::Model& model, const std::map<std::string, std::string>& choices);
+
+}  // namespace kiln

@@ -1,0 +1,90 @@
+#include "tuning.h"
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "ir/shape_inference.h"
+#include "kiln/optimize.h"
+#include "onnx/model_io.h"
+
+namespace kiln::cli {
+
+void add_tune_options(CLI::App* cmd, TuneFlags* f, bool with_flag) {
+  if (with_flag)
+    cmd->add_flag("--tune", f->tune,
+                  "Time each backend that can run a node on the real shapes and keep the fastest");
+  cmd->add_option(
+      "--tuning-cache", f->cache,
+      "JSON file of earlier timing decisions, reused where the key matches and updated");
+  cmd->add_option("--tune-node-ms", f->options.node_budget_ms,
+                  "Timing budget of one node, all candidates (default 400)")
+      ->check(CLI::Range(1.0, 1e6));
+  cmd->add_option("--tune-total-s", f->options.total_budget_s,
+                  "Timing budget of the whole model; later nodes keep kiln's kernels (default 60)")
+      ->check(CLI::Range(0.0, 1e6));
+}
+
+Result<std::shared_ptr<ir::Model>> load_for_tuning(const std::string& path, int level) {
+  KILN_ASSIGN_OR_RETURN(ir::Model m, onnx_io::load_model(path));
+  bool optimized_before = false;
+  for (const auto& [key, value] : m.metadata) optimized_before |= key == "kiln.optimization_level";
+  if (level > 0 && !optimized_before) {
+    OptimizeOptions oo;
+    oo.level = level;
+    auto report = optimize(m, oo);
+    if (!report) return report.status().with_context(path);
+  }
+  // Backends take nodes by their inputs' types, as Session::load infers them.
+  (void)ir::infer_shapes(m);
+  return std::make_shared<ir::Model>(std::move(m));
+}
+
+Result<TuneReport> tune_and_record(ir::Model& model, const std::vector<Value>& inputs,
+                                   const TuneFlags& flags, int threads) {
+  TuneOptions to = flags.options;
+  to.threads = threads;
+  to.cache_path = flags.cache;
+  KILN_ASSIGN_OR_RETURN(TuneReport report, tune(model, inputs, to));
+  record_backend_choices(model, report.choices);
+  return report;
+}
+
+void print_tune_summary(const TuneReport& r) {
+  int over = 0;
+  for (const NodeTuning& n : r.nodes) over += n.over_budget ? 1 : 0;
+  std::printf(
+      "tuning      %zu nodes with several backends: %d timed, %d from the cache, %d over "
+      "budget; %zu not kiln's own; %.1f s\n",
+      r.nodes.size(), r.timed, r.cache_hits, over, r.choices.size(), r.seconds);
+}
+
+void print_tune_report(const TuneReport& r) {
+  double own_us = 0, chosen_us = 0;
+  for (const NodeTuning& n : r.nodes) {
+    std::printf("%-28s %-22s %s\n", n.key.substr(0, 28).c_str(), n.op_type.c_str(),
+                n.shapes.c_str());
+    if (n.cached) std::printf("    %-10s (tuning cache)\n", n.winner.c_str());
+    if (n.over_budget) std::printf("    %-10s (not timed: total budget spent)\n", n.winner.c_str());
+    double own = 0, chosen = 0;
+    for (const CandidateTiming& c : n.candidates) {
+      const bool won = c.backend == n.winner;
+      if (c.rejected.empty())
+        std::printf("    %-10s %10.1f us%s\n", c.backend.c_str(), c.median_us,
+                    won ? "  <- chosen" : "");
+      else
+        std::printf("    %-10s rejected: %s\n", c.backend.c_str(), c.rejected.c_str());
+      if (c.backend == "kiln" && c.rejected.empty()) own = c.median_us;
+      if (won) chosen = c.median_us;
+    }
+    if (own > 0 && chosen > 0) {
+      own_us += own;
+      chosen_us += chosen;
+    }
+  }
+  if (own_us > 0)
+    std::printf("timed nodes: kiln's own %.1f us, chosen %.1f us (%.3fx)\n", own_us, chosen_us,
+                own_us / chosen_us);
+  print_tune_summary(r);
+}
+
+}  // namespace kiln::cli
