@@ -18,7 +18,7 @@ inline constexpr const char* kKiln = kKilnBackend;
 // Every backend that registered a kernel, kiln included.
 std::set<std::string> registered();
 
-// The version of the library behind `backend` as it reports it at run time ("kiln" for kiln's
+// The version of the library behind `backend` as it reports it at run time ("kiln 0.1.0" for kiln's
 // own kernels; "" for a backend that registered none): part of the tuning cache's key, so that a
 // timing taken with one library version is not reused with another.
 std::string version(const std::string& backend);
