@@ -1,0 +1,109 @@
+// Shared pieces of the oneDNN backend (onednn_util.h), and the backend's version.
+#include "backends/onednn/onednn_util.h"
+
+#include <omp.h>
+
+#include "backends/backend.h"
+#include "core/thread_pool.h"
+
+namespace kiln::backends::onednn {
+
+const dnnl::engine& engine() {
+  static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+dnnl::stream& stream() {
+  thread_local dnnl::stream s(engine());
+  return s;
+}
+
+void set_threads(const KernelContext& ctx) {
+  const int want = ctx.pool ? ctx.pool->threads() : 1;
+  if (omp_get_max_threads() != want) omp_set_num_threads(want);
+}
+
+bool is_float32(const ir::TypeInfo* t) {
+  return t != nullptr && t->kind == ir::TypeInfo::Kind::kTensor && t->dtype == DType::kFloat32;
+}
+
+bool inputs_float32(const ir::Node& node, const std::vector<const ir::TypeInfo*>& types,
+                    size_t count) {
+  for (size_t i = 0; i < count && i < node.inputs.size(); ++i) {
+    if (node.inputs[i].empty()) continue;
+    if (i >= types.size() || !is_float32(types[i])) return false;
+  }
+  return true;
+}
+
+Status error_of(const KernelContext& ctx, const char* doing, const dnnl::error& e) {
+  return ctx.error(std::string("oneDNN failed ") + doing + ": " + e.what());
+}
+
+bool append_activation(const kiln_ops::Activation& act, dnnl::post_ops& ops) {
+  using K = kiln_ops::Activation::Kind;
+  using A = dnnl::algorithm;
+  const float p0 = static_cast<float>(act.p0), p1 = static_cast<float>(act.p1);
+  switch (act.kind) {
+    case K::kNone:
+      return true;
+    case K::kRelu:
+      ops.append_eltwise(1.0f, A::eltwise_relu, 0.0f, 0.0f);
+      return true;
+    case K::kLeakyRelu:
+      ops.append_eltwise(1.0f, A::eltwise_relu, p0, 0.0f);
+      return true;
+    // clip is min(max(x, alpha), beta), kiln's Clip with its two bounds.
+    case K::kClip:
+      ops.append_eltwise(1.0f, A::eltwise_clip, p0, p1);
+      return true;
+    case K::kSigmoid:
+      ops.append_eltwise(1.0f, A::eltwise_logistic, 0.0f, 0.0f);
+      return true;
+    // oneDNN 2.6 has no hardsigmoid: alpha·x + beta, then clipped to [0, 1].
+    case K::kHardSigmoid:
+      ops.append_eltwise(1.0f, A::eltwise_linear, p0, p1);
+      ops.append_eltwise(1.0f, A::eltwise_clip, 0.0f, 1.0f);
+      return true;
+    // hardswish is x · relu6(x + 3) / 6 = x · max(0, min(1, x/6 + 1/2)).
+    case K::kHardSwish:
+      ops.append_eltwise(1.0f, A::eltwise_hardswish, 0.0f, 0.0f);
+      return true;
+    case K::kSilu:
+      ops.append_eltwise(1.0f, A::eltwise_swish, 1.0f, 0.0f);
+      return true;
+    case K::kGelu:
+      ops.append_eltwise(1.0f, A::eltwise_gelu_erf, 0.0f, 0.0f);
+      return true;
+    case K::kGeluTanh:
+      ops.append_eltwise(1.0f, A::eltwise_gelu_tanh, 0.0f, 0.0f);
+      return true;
+    case K::kTanh:
+      ops.append_eltwise(1.0f, A::eltwise_tanh, 0.0f, 0.0f);
+      return true;
+  }
+  return false;
+}
+
+bool activation_expressible(const ir::Node& node) {
+  auto act = kiln_ops::read_activation(node, "activation", "activation_params");
+  if (!act) return false;
+  dnnl::post_ops ops;
+  return append_activation(*act, ops);
+}
+
+dnnl::memory::dims dims_of(const Shape& s) { return dnnl::memory::dims(s.begin(), s.end()); }
+
+namespace {
+
+// The library's own report (the loaded libdnnl, not the headers kiln was built with).
+std::string version() {
+  const dnnl_version_t* v = dnnl::version();
+  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+         std::to_string(v->patch) + " (" + (v->hash ? v->hash : "") + ")";
+}
+
+const VersionRegistrar kVersion(kName, version);
+
+}  // namespace
+}  // namespace kiln::backends::onednn

@@ -1,0 +1,50 @@
+// What the oneDNN backend's kernels share (Debian's libdnnl-dev, C++ API): the CPU engine, a
+// stream, the thread count, the float32 check of accepts(), dnnl::error as a Status, and
+// kiln's epilogue activations as oneDNN eltwise post-ops.
+#pragma once
+
+#include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+#include <vector>
+
+#include "kernels/kernel.h"
+#include "kernels/kiln/epilogue_activation.h"
+
+namespace kiln::backends::onednn {
+
+inline constexpr const char* kName = "onednn";
+
+// The one CPU engine of the process; primitives and memories are created on it.
+const dnnl::engine& engine();
+
+// A stream on engine() for the calling thread: streams are cheap but not meant to be shared
+// between threads running at once.
+dnnl::stream& stream();
+
+// Debian builds oneDNN on OpenMP (DNNL_CPU_RUNTIME = OMP), which takes its thread count from the
+// calling thread's OpenMP setting, not from kiln's pool: so before each primitive runs, the
+// calling thread's count is set to the session's (ctx.pool->threads()). kiln's workers sit idle
+// meanwhile and yield their cores (core/thread_pool.cc), as with OpenBLAS.
+void set_threads(const KernelContext& ctx);
+
+// Whether `t` is known to be a float32 tensor.
+bool is_float32(const ir::TypeInfo* t);
+
+// Whether inputs [0, count) of `node` that are given have types known to be float32.
+bool inputs_float32(const ir::Node& node, const std::vector<const ir::TypeInfo*>& types,
+                    size_t count);
+
+// `e` (what oneDNN threw) as an error naming the node and what was being done.
+Status error_of(const KernelContext& ctx, const char* doing, const dnnl::error& e);
+
+// Appends `act` to `ops` as eltwise post-ops computing it exactly as docs/ops.md defines it (up
+// to float rounding); false when oneDNN has no such activation (the node is then declined).
+bool append_activation(const kiln_ops::Activation& act, dnnl::post_ops& ops);
+
+// Whether the node's `activation` attribute is one append_activation can express.
+bool activation_expressible(const ir::Node& node);
+
+// The dims of a kiln shape as oneDNN's.
+dnnl::memory::dims dims_of(const Shape& s);
+
+}  // namespace kiln::backends::onednn
