@@ -24,6 +24,17 @@ struct TuneOptions {
   double rtol = 1e-3, atol = 1e-4;
   // A JSON file of earlier decisions, read first and written back: "" for none.
   std::string cache_path;
+  // Another backend must beat kiln's own kernel by this fraction to be chosen for a node: ties
+  // are noise, and a library's kernel brings its own threads, which compete with kiln's.
+  double min_gain = 0.03;
+  // Whole-model check of the per-node choices (below), in alternating rounds of timed runs.
+  int model_rounds = 3;
+};
+
+// One configuration the whole-model check ran: its p50 over the rounds.
+struct ModelTiming {
+  std::string config;  // "kiln" (no choices), "mix" (all choices), "mix: onednn" (onednn's only)
+  double p50_ms = 0;
 };
 
 // One candidate kernel of a node: its median time per run, or why it was not timed or chosen.
@@ -46,6 +57,12 @@ struct NodeTuning {
 struct TuneReport {
   std::vector<NodeTuning> nodes;               // the nodes with more than one candidate
   std::map<std::string, std::string> choices;  // node key -> backend, where not kiln's own
+  // Nodes are timed alone, but in a model a library's threads (OpenMP, OpenBLAS's, pthreadpool)
+  // keep spinning after its kernel and slow kiln's next one. So when some node chose another
+  // backend, the whole model is timed with kiln's kernels only, with all the choices, and with
+  // each backend's choices alone; `choices` keeps the fastest configuration's.
+  std::vector<ModelTiming> model_timings;
+  std::string kept = "kiln";  // the configuration `choices` is
   int timed = 0, cache_hits = 0;
   double seconds = 0;
 };

@@ -7,6 +7,7 @@
 // kernel and is part of its time: a choice that needs a reorder wins only with the reorder paid.
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <unordered_map>
 
@@ -115,6 +116,22 @@ CandidateTiming time_candidate(const KernelDef& def, const ir::Node& node, int64
   return t;
 }
 
+// The fastest candidate that agreed with kiln's own kernel, another backend only when it beats
+// kiln's by `min_gain`; kiln's own kernel (the reference, never rejected) otherwise.
+std::string fastest(const std::vector<CandidateTiming>& candidates, double min_gain) {
+  double own = -1;
+  for (const CandidateTiming& c : candidates)
+    if (c.backend == backends::kKiln && c.rejected.empty()) own = c.median_us;
+  std::string winner = backends::kKiln;
+  double best = own < 0 ? -1 : own * (1 - min_gain);
+  for (const CandidateTiming& c : candidates)
+    if (c.rejected.empty() && c.backend != backends::kKiln && (best < 0 || c.median_us < best)) {
+      best = c.median_us;
+      winner = c.backend;
+    }
+  return winner;
+}
+
 std::string shapes_of(const NodeValues& v) {
   std::string s;
   for (const Value* in : v.inputs)
@@ -143,6 +160,104 @@ Result<std::unordered_map<std::string, Value>> reference_values(const ir::Model&
   return values;
 }
 
+// p50 of timed runs of `session`, enough of them to fill ~200 ms (3 to 20).
+Result<double> model_p50_ms(Session& session, const std::vector<Value>& inputs, int warmup) {
+  std::vector<Value> outputs;
+  for (int i = 0; i < warmup; ++i) KILN_RETURN_IF_ERROR(session.run_into(inputs, outputs));
+  std::vector<double> ms;
+  const auto t0 = Clock::now();
+  while (ms.size() < 20 && (ms.size() < 3 || ms_since(t0) < 200)) {
+    const auto r0 = Clock::now();
+    KILN_RETURN_IF_ERROR(session.run_into(inputs, outputs));
+    ms.push_back(ms_since(r0));
+  }
+  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
+  return ms[ms.size() / 2];
+}
+
+using Choices = std::map<std::string, std::string>;
+
+// The configurations the whole-model check compares: kiln only, all the choices, and, when they
+// name several backends, each backend's alone.
+std::vector<std::pair<std::string, Choices>> model_configs(const Choices& choices) {
+  std::vector<std::pair<std::string, Choices>> configs{{backends::kKiln, {}}, {"mix", choices}};
+  std::map<std::string, Choices> by_backend;
+  for (const auto& [node, backend] : choices) by_backend[backend][node] = backend;
+  if (by_backend.size() > 1)
+    for (auto& [backend, only] : by_backend) configs.emplace_back("mix: " + backend, only);
+  return configs;
+}
+
+// The whole-model check (TuneReport::model_timings): the configurations timed in alternating
+// rounds; the fastest one's choices stay in report.choices.
+Status check_whole_model(const ir::Model& model, const std::vector<Value>& inputs, int threads,
+                         const TuneOptions& options, TuneReport& report) {
+  const auto configs = model_configs(report.choices);
+  SessionOptions so;
+  so.threads = threads;
+  std::vector<std::unique_ptr<Session>> sessions;
+  for (const auto& [name, choices] : configs) {
+    auto m = std::make_shared<ir::Model>(model);
+    runtime::record_choices(*m, choices);
+    KILN_ASSIGN_OR_RETURN(auto s, Session::create(m, so));
+    sessions.push_back(std::move(s));
+  }
+  std::vector<std::vector<double>> p50s(configs.size());
+  for (int round = 0; round < std::max(options.model_rounds, 1); ++round)
+    for (size_t c = 0; c < configs.size(); ++c) {
+      KILN_ASSIGN_OR_RETURN(double ms, model_p50_ms(*sessions[c], inputs, round == 0 ? 2 : 1));
+      p50s[c].push_back(ms);
+    }
+  size_t best = 0;
+  for (size_t c = 0; c < configs.size(); ++c) {
+    auto& v = p50s[c];
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    report.model_timings.push_back(ModelTiming{configs[c].first, v[v.size() / 2]});
+    if (report.model_timings[c].p50_ms < report.model_timings[best].p50_ms) best = c;
+  }
+  report.kept = configs[best].first;
+  report.choices = configs[best].second;
+  return Status::ok();
+}
+
+// The cache key of the whole-model decision: every tuned node's key with its choice (64-bit
+// FNV-1a of them, to keep the file readable).
+std::string model_key(const std::vector<std::string>& node_keys, const Choices& choices) {
+  uint64_t h = 1469598103934665603ull;
+  auto add = [&](const std::string& s) {
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull;
+  };
+  for (const std::string& k : node_keys) add(k);
+  for (const auto& [node, backend] : choices) add(node + "=" + backend);
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+  return std::string("whole model ") + hex;
+}
+
+// Decides between the configurations: from the cache when it knows this set of choices, else by
+// timing them (and remembering the outcome).
+Status decide_whole_model(const ir::Model& model, const std::vector<Value>& inputs, int threads,
+                          const TuneOptions& options, const std::vector<std::string>& node_keys,
+                          runtime::TuningCache& cache, TuneReport& report) {
+  const std::string key = model_key(node_keys, report.choices);
+  if (const std::string* kept = cache.find(key)) {
+    for (const auto& [name, choices] : model_configs(report.choices))
+      if (name == *kept) {
+        report.kept = name;
+        report.choices = choices;
+        ++report.cache_hits;
+        return Status::ok();
+      }
+  }
+  KILN_RETURN_IF_ERROR(check_whole_model(model, inputs, threads, options, report));
+  std::vector<CandidateTiming> timings;
+  for (const ModelTiming& t : report.model_timings)
+    timings.push_back(CandidateTiming{t.config, t.p50_ms * 1000, ""});
+  cache.put(key, report.kept, timings);
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<TuneReport> tune(const ir::Model& model, const std::vector<Value>& inputs,
@@ -164,6 +279,7 @@ Result<TuneReport> tune(const ir::Model& model, const std::vector<Value>& inputs
   }
   if (tunable.empty()) return report;
   KILN_ASSIGN_OR_RETURN(auto values, reference_values(model, inputs, pool->threads()));
+  std::vector<std::string> node_keys;  // each tuned node's cache key
 
   for (const auto& [node, candidates] : tunable) {
     const ir::Node& n = *node;
@@ -204,6 +320,7 @@ Result<TuneReport> tune(const ir::Model& model, const std::vector<Value>& inputs
     std::vector<std::string> names;
     for (const KernelDef* d : candidates) names.push_back(d->backend);
     const std::string key = runtime::tuning_key(n, v.inputs, v.constant, pool->threads(), names);
+    node_keys.push_back(key);
     const std::string* known = cache.find(key);
     if (known && std::find(names.begin(), names.end(), *known) != names.end()) {
       nt.winner = *known;
@@ -217,19 +334,17 @@ Result<TuneReport> tune(const ir::Model& model, const std::vector<Value>& inputs
       const double budget = options.node_budget_ms / static_cast<double>(candidates.size());
       for (const KernelDef* d : candidates)
         nt.candidates.push_back(time_candidate(*d, n, opset, v, pool.get(), budget, options));
-      // kiln's own kernel is the reference: it is the fallback when every other is rejected.
-      double best = -1;
-      for (const CandidateTiming& c : nt.candidates)
-        if (c.rejected.empty() && (best < 0 || c.median_us < best)) {
-          best = c.median_us;
-          nt.winner = c.backend;
-        }
+      nt.winner = fastest(nt.candidates, options.min_gain);
       cache.put(key, nt.winner, nt.candidates);
       ++report.timed;
     }
     if (nt.winner != backends::kKiln) report.choices[nt.key] = nt.winner;
     report.nodes.push_back(std::move(nt));
   }
+  values.clear();
+  if (!report.choices.empty())
+    KILN_RETURN_IF_ERROR(
+        decide_whole_model(model, inputs, pool->threads(), options, node_keys, cache, report));
   KILN_RETURN_IF_ERROR(cache.save());
   report.seconds = ms_since(start) / 1000;
   return report;

@@ -142,7 +142,9 @@ TEST(Tune, CacheIsReusedAndKeyedByThreads) {
   auto second = tune(m, inputs(), o);
   ASSERT_TRUE(second.is_ok()) << second.status().message();
   EXPECT_EQ(second->timed, 0);
-  EXPECT_EQ(second->cache_hits, 2);
+  EXPECT_EQ(second->cache_hits, 3);  // both nodes, and the whole-model decision
+  EXPECT_TRUE(second->model_timings.empty());
+  EXPECT_EQ(second->kept, "mix");
   EXPECT_EQ(second->choices, first->choices);
   // Another thread count is another key: timed again.
   o.threads = 2;

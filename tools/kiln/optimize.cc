@@ -2,7 +2,6 @@
 // of the original and the optimized model on the same inputs.
 #include "kiln/optimize.h"
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -14,7 +13,6 @@
 #include "ir/graph.h"
 #include "ir/shape_inference.h"
 #include "onnx/model_io.h"
-#include "run_timing.h"
 #include "tuning.h"
 
 namespace kiln::cli {
@@ -35,42 +33,6 @@ Result<std::map<std::string, int64_t>> parse_dims(const std::string& text) {
     dims[item.substr(0, eq)] = v;
   }
   return dims;
-}
-
-// The model's p50 with kiln's own kernels and with the tuned choices, alternating rounds; then
-// the speedup the node timings predicted beside the one measured.
-Status print_tuned_speedup(const ir::Model& tuned, const TuneReport& report,
-                           const std::vector<Value>& inputs, int threads) {
-  double saved_us = 0;
-  for (const NodeTuning& n : report.nodes) {
-    double own = 0, chosen = 0;
-    for (const CandidateTiming& c : n.candidates) {
-      if (!c.rejected.empty()) continue;
-      if (c.backend == "kiln") own = c.median_us;
-      if (c.backend == n.winner) chosen = c.median_us;
-    }
-    if (own > 0 && chosen > 0) saved_us += own - chosen;
-  }
-  auto own_model = std::make_shared<ir::Model>(tuned);
-  record_backend_choices(*own_model, {});
-  SessionOptions so;
-  so.threads = threads;
-  KILN_ASSIGN_OR_RETURN(auto own, Session::create(own_model, so));
-  KILN_ASSIGN_OR_RETURN(auto mix, Session::create(std::make_shared<const ir::Model>(tuned), so));
-  std::vector<double> own_p50, mix_p50;
-  for (int round = 0; round < 5; ++round) {
-    KILN_ASSIGN_OR_RETURN(auto a, time_runs(*own, inputs, round == 0 ? 3 : 1, 10));
-    KILN_ASSIGN_OR_RETURN(auto b, time_runs(*mix, inputs, round == 0 ? 3 : 1, 10));
-    own_p50.push_back(median_ms(a));
-    mix_p50.push_back(median_ms(b));
-  }
-  const double t_own = median_ms(own_p50), t_mix = median_ms(mix_p50);
-  const double predicted = t_own / std::max(t_own - saved_us / 1000, 1e-9);
-  std::printf(
-      "model p50: kiln's own %.3f ms, tuned %.3f ms; speedup predicted %.3fx, measured "
-      "%.3fx\n",
-      t_own, t_mix, predicted, t_own / t_mix);
-  return Status::ok();
 }
 
 }  // namespace
@@ -159,11 +121,7 @@ void add_optimize_command(CLI::App& app, int* exit_code) {
       auto tuned = tune_and_record(optimized, *inputs, opt->tune, threads);
       if (!tuned) return fail(tuned.status());
       if (!opt->verbose) print_tune_summary(*tuned);
-      if (opt->verbose) {
-        print_tune_report(*tuned);
-        Status st = print_tuned_speedup(optimized, *tuned, *inputs, threads);
-        if (!st.is_ok()) return fail(st);
-      }
+      if (opt->verbose) print_tune_report(*tuned);
     }
     onnx_io::SaveOptions save;
     if (external->count() > 0) save.external_data = onnx_io::SaveOptions::ExternalData::kAlways;

@@ -1,6 +1,7 @@
 #include "tuning.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 
 #include "ir/shape_inference.h"
@@ -81,9 +82,23 @@ void print_tune_report(const TuneReport& r) {
       chosen_us += chosen;
     }
   }
-  if (own_us > 0)
-    std::printf("timed nodes: kiln's own %.1f us, chosen %.1f us (%.3fx)\n", own_us, chosen_us,
-                own_us / chosen_us);
+  // Predicted: the model's time with kiln's kernels less what the choices saved node by node.
+  double own_model = 0;
+  for (const ModelTiming& t : r.model_timings) {
+    if (t.config == "kiln") own_model = t.p50_ms;
+    std::printf("model p50 %-16s %10.3f ms%s\n", t.config.c_str(), t.p50_ms,
+                t.config == r.kept ? "  <- kept" : "");
+  }
+  if (own_model > 0 && own_us > 0) {
+    double kept_ms = own_model;
+    for (const ModelTiming& t : r.model_timings)
+      if (t.config == r.kept) kept_ms = t.p50_ms;
+    const double predicted = own_model / std::max(own_model - (own_us - chosen_us) / 1000, 1e-9);
+    std::printf(
+        "speedup over kiln's own kernels: predicted %.3fx (from the node timings), "
+        "measured %.3fx (%s)\n",
+        predicted, own_model / kept_ms, r.kept.c_str());
+  }
   print_tune_summary(r);
 }
 
