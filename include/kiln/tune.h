@@ -33,7 +33,9 @@ struct TuneOptions {
 
 // One configuration the whole-model check ran: its p50 over the rounds.
 struct ModelTiming {
-  std::string config;  // "kiln" (no choices), "mix" (all choices), "mix: onednn" (onednn's only)
+  // "kiln" (no choices), "mix" (all choices), "mix: onednn" (onednn's choices only), "all: onednn"
+  // (onednn for every node it runs correctly, as forcing it would)
+  std::string config;
   double p50_ms = 0;
 };
 
@@ -58,9 +60,10 @@ struct TuneReport {
   std::vector<NodeTuning> nodes;               // the nodes with more than one candidate
   std::map<std::string, std::string> choices;  // node key -> backend, where not kiln's own
   // Nodes are timed alone, but in a model a library's threads (OpenMP, OpenBLAS's, pthreadpool)
-  // keep spinning after its kernel and slow kiln's next one. So when some node chose another
-  // backend, the whole model is timed with kiln's kernels only, with all the choices, and with
-  // each backend's choices alone; `choices` keeps the fastest configuration's.
+  // keep spinning after its kernel and slow kiln's next one. So the whole model is then timed in
+  // each configuration (ModelTiming): kiln's kernels only, all the choices, each backend's
+  // choices alone, each backend wherever it can run; `choices` keeps the fastest one's, which is
+  // thus never slower than one backend alone (within the noise of the timing).
   std::vector<ModelTiming> model_timings;
   std::string kept = "kiln";  // the configuration `choices` is
   int timed = 0, cache_hits = 0;

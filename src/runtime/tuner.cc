@@ -177,22 +177,28 @@ Result<double> model_p50_ms(Session& session, const std::vector<Value>& inputs, 
 
 using Choices = std::map<std::string, std::string>;
 
-// The configurations the whole-model check compares: kiln only, all the choices, and, when they
-// name several backends, each backend's alone.
-std::vector<std::pair<std::string, Choices>> model_configs(const Choices& choices) {
-  std::vector<std::pair<std::string, Choices>> configs{{backends::kKiln, {}}, {"mix", choices}};
+// The configurations the whole-model check compares: kiln only; all the choices; when they name
+// several backends, each backend's alone; and each backend wherever it runs a node correctly (as
+// forcing it would), so that the kept configuration is never slower than a single backend.
+std::vector<std::pair<std::string, Choices>> model_configs(
+    const Choices& choices, const std::map<std::string, Choices>& all) {
+  std::vector<std::pair<std::string, Choices>> configs{{backends::kKiln, {}}};
+  if (!choices.empty()) configs.emplace_back("mix", choices);
   std::map<std::string, Choices> by_backend;
   for (const auto& [node, backend] : choices) by_backend[backend][node] = backend;
   if (by_backend.size() > 1)
     for (auto& [backend, only] : by_backend) configs.emplace_back("mix: " + backend, only);
+  for (const auto& [backend, nodes] : all)
+    if (nodes != choices) configs.emplace_back("all: " + backend, nodes);
   return configs;
 }
 
 // The whole-model check (TuneReport::model_timings): the configurations timed in alternating
 // rounds; the fastest one's choices stay in report.choices.
 Status check_whole_model(const ir::Model& model, const std::vector<Value>& inputs, int threads,
-                         const TuneOptions& options, TuneReport& report) {
-  const auto configs = model_configs(report.choices);
+                         const TuneOptions& options, const std::map<std::string, Choices>& all,
+                         TuneReport& report) {
+  const auto configs = model_configs(report.choices, all);
   SessionOptions so;
   so.threads = threads;
   std::vector<std::unique_ptr<Session>> sessions;
@@ -239,10 +245,11 @@ std::string model_key(const std::vector<std::string>& node_keys, const Choices& 
 // timing them (and remembering the outcome).
 Status decide_whole_model(const ir::Model& model, const std::vector<Value>& inputs, int threads,
                           const TuneOptions& options, const std::vector<std::string>& node_keys,
-                          runtime::TuningCache& cache, TuneReport& report) {
+                          const std::map<std::string, Choices>& all, runtime::TuningCache& cache,
+                          TuneReport& report) {
   const std::string key = model_key(node_keys, report.choices);
   if (const std::string* kept = cache.find(key)) {
-    for (const auto& [name, choices] : model_configs(report.choices))
+    for (const auto& [name, choices] : model_configs(report.choices, all))
       if (name == *kept) {
         report.kept = name;
         report.choices = choices;
@@ -250,7 +257,7 @@ Status decide_whole_model(const ir::Model& model, const std::vector<Value>& inpu
         return Status::ok();
       }
   }
-  KILN_RETURN_IF_ERROR(check_whole_model(model, inputs, threads, options, report));
+  KILN_RETURN_IF_ERROR(check_whole_model(model, inputs, threads, options, all, report));
   std::vector<CandidateTiming> timings;
   for (const ModelTiming& t : report.model_timings)
     timings.push_back(CandidateTiming{t.config, t.p50_ms * 1000, ""});
@@ -280,6 +287,7 @@ Result<TuneReport> tune(const ir::Model& model, const std::vector<Value>& inputs
   if (tunable.empty()) return report;
   KILN_ASSIGN_OR_RETURN(auto values, reference_values(model, inputs, pool->threads()));
   std::vector<std::string> node_keys;  // each tuned node's cache key
+  std::map<std::string, Choices> all;  // per backend: every node it runs correctly
 
   for (const auto& [node, candidates] : tunable) {
     const ir::Node& n = *node;
@@ -339,12 +347,18 @@ Result<TuneReport> tune(const ir::Model& model, const std::vector<Value>& inputs
       ++report.timed;
     }
     if (nt.winner != backends::kKiln) report.choices[nt.key] = nt.winner;
+    for (const std::string& b : names) {
+      const bool rejected = std::any_of(
+          nt.candidates.begin(), nt.candidates.end(),
+          [&](const CandidateTiming& c) { return c.backend == b && !c.rejected.empty(); });
+      if (b != backends::kKiln && !rejected && !nt.over_budget) all[b][nt.key] = b;
+    }
     report.nodes.push_back(std::move(nt));
   }
   values.clear();
-  if (!report.choices.empty())
+  if (!report.choices.empty() || !all.empty())
     KILN_RETURN_IF_ERROR(
-        decide_whole_model(model, inputs, pool->threads(), options, node_keys, cache, report));
+        decide_whole_model(model, inputs, pool->threads(), options, node_keys, all, cache, report));
   KILN_RETURN_IF_ERROR(cache.save());
   report.seconds = ms_since(start) / 1000;
   return report;
