@@ -272,9 +272,9 @@ TEST(ModelStream, CorruptLengthDoesNotAllocateWhatItClaims) {
       auto m = onnx_io::load_model((dir / "liar.onnx").string());
       struct rusage after;
       getrusage(RUSAGE_SELF, &after);
-      const bool clean =
-          !m.is_ok() && m.status().message().find("not a valid ONNX model") != std::string::npos &&
-          (after.ru_maxrss - before.ru_maxrss) * 1024 < budget;
+      const bool clean = !m.is_ok() &&
+                         m.status().message().find("not a valid ONNX model") != std::string::npos &&
+                         (after.ru_maxrss - before.ru_maxrss) * 1024 < budget;
       _exit(clean ? 0 : 1);
     } catch (...) {
       _exit(2);
