@@ -18,7 +18,9 @@ VersionRegistrar::VersionRegistrar(const char* backend, std::string (*version)()
 }
 
 std::string version(const std::string& backend) {
-  if (backend == kKiln) return std::string("kiln ") + KILN_VERSION;
+  // kiln's own kernels and their variants ("kiln.direct"): kiln's version.
+  if (backend == kKiln || backend.rfind(std::string(kKiln) + ".", 0) == 0)
+    return std::string("kiln ") + KILN_VERSION;
   auto it = versions().find(backend);
   return it == versions().end() ? "" : it->second();
 }

@@ -8,11 +8,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "gemm_test_case.h"
+#include "kiln/optimize.h"
 #include "onnx/model_io.h"
 #include "pass_test_util.h"
 
@@ -67,6 +69,32 @@ TEST(Backends, UnknownBackendIsAnErrorNamingIt) {
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("unknown backend 'no-such-backend'"), std::string::npos)
       << r.status().message();
+}
+
+// kiln's direct variant of BlockedConv (backend "kiln.direct") takes the 3x3 stride-1 convs that
+// Winograd would run, and only those; its outputs agree with kiln's own (Winograd) kernel's.
+TEST(Backends, KilnDirectVariantTakesWinogradConvs) {
+  test::Builder b;
+  b.input("x", {1, 32, 14, 14});
+  b.conv("x", "c1", 32, 32);
+  b.add("Relu", {"c1"}, {"r"});
+  b.conv("r", "c2", 32, 32, 1);
+  b.output("c2");
+  ASSERT_TRUE(optimize(b.m, OptimizeOptions{}).is_ok());
+  const Tensor x = b.random({1, 32, 14, 14});
+  auto own = run_with(b.m, {x}, backends::kKiln, 1);
+  auto direct = run_with(b.m, {x}, "kiln.direct", 1);
+  ASSERT_TRUE(own.is_ok()) << own.status().message();
+  ASSERT_TRUE(direct.is_ok()) << direct.status().message();
+  std::map<std::string, int> convs;  // BlockedConv nodes per backend
+  for (size_t i = 0; i < direct->backends.size(); ++i)
+    if (b.m.graph.nodes[i].op_type == "BlockedConv") ++convs[direct->backends[i].second];
+  EXPECT_EQ(convs, (std::map<std::string, int>{{"kiln", 1}, {"kiln.direct", 1}}));
+  const Tensor& a = own->outputs[0].tensor;
+  const Tensor& d = direct->outputs[0].tensor;
+  ASSERT_EQ(a.shape(), d.shape());
+  for (int64_t i = 0; i < a.numel(); ++i)
+    ASSERT_NEAR(a.data<float>()[i], d.data<float>()[i], 1e-4 * (1 + std::fabs(a.data<float>()[i])));
 }
 
 #ifdef KILN_WITH_OPENBLAS

@@ -73,8 +73,8 @@ class DenseDirect {
 
 class BlockedConv : public Kernel {
  public:
-  BlockedConv(kiln_ops::Activation act, const ir::Node& node)
-      : act_(act), depthwise_(node.attr_int("group", 1) != 1), winograd_(node) {}
+  BlockedConv(kiln_ops::Activation act, const ir::Node& node, bool winograd_allowed)
+      : act_(act), depthwise_(node.attr_int("group", 1) != 1), winograd_(node, winograd_allowed) {}
 
   Status prepare(const std::vector<const Tensor*>& constants, std::vector<bool>& absorbed) override {
     KILN_RETURN_IF_ERROR(winograd_.prepare(constants, absorbed));  // the 3x3s it pays for
@@ -194,13 +194,27 @@ class BlockedConv : public Kernel {
   DenseDirect dense_;
 };
 
+template <bool winograd_allowed>
 Result<std::unique_ptr<Kernel>> create(const ir::Node& node, int64_t) {
   auto act = kiln_ops::read_activation(node, "activation", "activation_params");
   if (!act) return Status::error(node.describe() + ": " + act.status().message());
-  return std::unique_ptr<Kernel>(std::make_unique<BlockedConv>(*act, node));
+  return std::unique_ptr<Kernel>(std::make_unique<BlockedConv>(*act, node, winograd_allowed));
 }
 
-const KernelRegistrar kRegistrar("ai.kiln", "BlockedConv", "avx2", create);
+const KernelRegistrar kRegistrar("ai.kiln", "BlockedConv", "avx2", create<true>);
+
+// A variant of kiln's own kernel for the tuner (backends/backend.h, runtime/tuner.cc): the direct
+// kernel on the 3x3s Winograd would take, timed against Winograd on the node's real shapes.
+const KernelRegistrar kDirect(
+    "ai.kiln", "BlockedConv", "avx2_direct", create<false>, "kiln.direct",
+    [](const ir::Node& node, const std::vector<const ir::TypeInfo*>& types) {
+      // Dense 3x3 weights [Mb, Cb, 3, 3, 8, 8] (kernel_shape may be absent) on a blocked X.
+      const ir::TypeInfo* x = types.size() > 1 ? types[0] : nullptr;
+      const ir::TypeInfo* w = types.size() > 1 ? types[1] : nullptr;
+      return BlockedConvWinograd::fits_node(node) && x && x->has_shape && x->shape.size() == 5 &&
+             w && w->has_shape && w->shape.size() == 6 && w->shape[2].value == 3 &&
+             w->shape[3].value == 3;
+    });
 
 }  // namespace
 }  // namespace kiln::nchwc

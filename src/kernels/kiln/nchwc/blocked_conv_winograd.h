@@ -95,10 +95,13 @@ bool winograd_fits(const BlockedConvShape& s);
 
 // BlockedConv's Winograd path: decided from the node's attributes and its constant weights at
 // compile time (prepare), when it is measured to beat the direct kernel; then it takes every run
-// and the original weights are absorbed. KILN_DISABLE_WINOGRAD=1 in the environment turns it off.
+// and the original weights are absorbed. KILN_DISABLE_WINOGRAD=1 in the environment turns it off,
+// and so does `allowed` false (the direct variant the tuner times against it).
 class BlockedConvWinograd {
  public:
-  explicit BlockedConvWinograd(const ir::Node& node);
+  BlockedConvWinograd(const ir::Node& node, bool allowed = true);
+  // Whether the node's attributes allow Winograd (and the environment does not turn it off).
+  static bool fits_node(const ir::Node& node);
   Status prepare(const std::vector<const Tensor*>& constants, std::vector<bool>& absorbed);
   bool ready() const { return weights_ != nullptr; }
   int64_t tile() const { return weights_ ? weights_->tile() : 0; }  // 4, 2, or 0 when not ready

@@ -87,18 +87,21 @@ WinogradWeights::WinogradWeights(const float* w, int64_t mb, int64_t cb, int64_t
     }
 }
 
-BlockedConvWinograd::BlockedConvWinograd(const ir::Node& node) {
+bool BlockedConvWinograd::fits_node(const ir::Node& node) {
   const char* off = std::getenv("KILN_DISABLE_WINOGRAD");
-  if (off != nullptr && *off != '\0' && std::string(off) != "0") return;
+  if (off != nullptr && *off != '\0' && std::string(off) != "0") return false;
   auto all_ones = [&](const char* name) {
     for (int64_t v : node.attr_ints(name))
       if (v != 1) return false;
     return true;
   };
   const std::vector<int64_t> kernel = node.attr_ints("kernel_shape");
-  candidate_ = node.attr_int("group", 1) == 1 && all_ones("strides") && all_ones("dilations") &&
-               (kernel.empty() || kernel == std::vector<int64_t>{3, 3});
+  return node.attr_int("group", 1) == 1 && all_ones("strides") && all_ones("dilations") &&
+         (kernel.empty() || kernel == std::vector<int64_t>{3, 3});
 }
+
+BlockedConvWinograd::BlockedConvWinograd(const ir::Node& node, bool allowed)
+    : candidate_(allowed && fits_node(node)) {}
 
 Status BlockedConvWinograd::prepare(const std::vector<const Tensor*>& constants,
                                     std::vector<bool>& absorbed) {
