@@ -24,7 +24,8 @@ struct TuneOptions {
   double rtol = 1e-3, atol = 1e-4;
   // A JSON file of earlier decisions, read first and written back: "" for none.
   std::string cache_path;
-  // Another backend must beat kiln's own kernel by this fraction to be chosen for a node: ties
+  // Another backend must beat kiln's own kernel by this fraction to be chosen for a node, and a
+  // configuration of choices must beat kiln's kernels alone by it in the whole-model check: ties
   // are noise, and a library's kernel brings its own threads, which compete with kiln's.
   double min_gain = 0.03;
   // Whole-model check of the per-node choices (below), in alternating rounds of timed runs.
