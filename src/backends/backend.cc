@@ -31,6 +31,19 @@ std::set<std::string> registered() {
   return names;
 }
 
+bool is_float32(const ir::TypeInfo* t) {
+  return t != nullptr && t->kind == ir::TypeInfo::Kind::kTensor && t->dtype == DType::kFloat32;
+}
+
+bool given_inputs_float32(const ir::Node& node, const std::vector<const ir::TypeInfo*>& types,
+                          size_t count) {
+  for (size_t i = 0; i < count && i < node.inputs.size(); ++i) {
+    if (node.inputs[i].empty()) continue;
+    if (i >= types.size() || !is_float32(types[i])) return false;
+  }
+  return true;
+}
+
 std::vector<const ir::TypeInfo*> input_types(const ir::Node& node, const ir::Graph& graph,
                                              std::vector<ir::TypeInfo>& storage) {
   storage.clear();

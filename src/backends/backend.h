@@ -29,6 +29,14 @@ struct VersionRegistrar {
   VersionRegistrar(const char* backend, std::string (*version)());
 };
 
+// Whether `t` is known to be a float32 tensor.
+bool is_float32(const ir::TypeInfo* t);
+
+// Whether each input of `node` among the first `count` that is given (named) has a type known to
+// be float32: what a float backend's accepts() asks before taking a node.
+bool given_inputs_float32(const ir::Node& node, const std::vector<const ir::TypeInfo*>& types,
+                          size_t count);
+
 // The input types of `node` as `graph` knows them (an initializer's, or its value info's); null
 // where unknown.
 std::vector<const ir::TypeInfo*> input_types(const ir::Node& node, const ir::Graph& graph,

@@ -33,6 +33,12 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
+// The median of `v` (not empty): the upper one of an even count.
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
 // Hands a kernel's outputs the buffers of its previous run, as the session's arena would, so that
 // a candidate's time is not its first touches of fresh heap pages.
 class ReusingAllocator : public TensorAllocator {
@@ -111,8 +117,7 @@ CandidateTiming time_candidate(const KernelDef& def, const ir::Node& node, int64
     t.rejected = st.message();
     return t;
   }
-  std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
-  t.median_us = us[us.size() / 2];
+  t.median_us = median(std::move(us));
   return t;
 }
 
@@ -171,8 +176,7 @@ Result<double> model_p50_ms(Session& session, const std::vector<Value>& inputs, 
     KILN_RETURN_IF_ERROR(session.run_into(inputs, outputs));
     ms.push_back(ms_since(r0));
   }
-  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-  return ms[ms.size() / 2];
+  return median(std::move(ms));
 }
 
 using Choices = std::map<std::string, std::string>;
@@ -216,9 +220,7 @@ Status check_whole_model(const ir::Model& model, const std::vector<Value>& input
     }
   size_t best = 0;
   for (size_t c = 0; c < configs.size(); ++c) {
-    auto& v = p50s[c];
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    report.model_timings.push_back(ModelTiming{configs[c].first, v[v.size() / 2]});
+    report.model_timings.push_back(ModelTiming{configs[c].first, median(std::move(p50s[c]))});
     // Like a node's, another configuration must beat kiln's by min_gain: the rounds are noisy,
     // and kiln's kernels alone bring no other library's threads.
     const double p50 = report.model_timings[c].p50_ms;

@@ -70,14 +70,12 @@ class OneDnnBlockedConv : public Kernel {
         prepare_weights(w);
         weights_ready_ = true;
       }
-      set(DNNL_ARG_SRC, ctx.input(0).data<float>());
-      if (!reordered_) set(DNNL_ARG_WEIGHTS, w);
-      if (s->has_bias) set(DNNL_ARG_BIAS, ctx.input(2).data<float>());
-      if (s->has_z) set(z_arg_, ctx.input(3).data<float>());
-      set(DNNL_ARG_DST, y->data<float>());
-      set_threads(ctx);
-      primitive_.execute(stream(), args_);
-      stream().wait();
+      set_arg_data(args_, DNNL_ARG_SRC, ctx.input(0).data<float>());
+      if (!reordered_) set_arg_data(args_, DNNL_ARG_WEIGHTS, w);
+      if (s->has_bias) set_arg_data(args_, DNNL_ARG_BIAS, ctx.input(2).data<float>());
+      if (s->has_z) set_arg_data(args_, z_arg_, ctx.input(3).data<float>());
+      set_arg_data(args_, DNNL_ARG_DST, y->data<float>());
+      execute(ctx, primitive_, args_);
     } catch (const dnnl::error& e) {
       built_ = false;
       return error_of(ctx, "to run the convolution", e);
@@ -231,7 +229,6 @@ class OneDnnBlockedConv : public Kernel {
     stream().wait();
   }
 
-  void set(int arg, const float* data) { args_.at(arg).set_data_handle(const_cast<float*>(data)); }
 
   // The lanes past `channels` hold act(0) (or act(0) + 0): zero them when that is not 0.
   void zero_padding_lanes(Tensor& y) const {
@@ -256,7 +253,7 @@ class OneDnnBlockedConv : public Kernel {
   memory::desc user_weights_;
   dnnl::convolution_forward primitive_;
   memory weights_;  // W in the primitive's layout, when reordered_
-  std::unordered_map<int, memory> args_;
+  Args args_;
   int z_arg_ = 0;
 };
 
@@ -269,7 +266,7 @@ Result<std::unique_ptr<Kernel>> create(const ir::Node& node, int64_t) {
 // Float32 operands and an activation oneDNN's post-ops express; group 1 or depthwise (the only
 // ones the layout pass makes).
 bool accepts(const ir::Node& node, const std::vector<const ir::TypeInfo*>& types) {
-  return inputs_float32(node, types, 4) && activation_expressible(node) &&
+  return given_inputs_float32(node, types, 4) && activation_expressible(node) &&
          node.attr_int("channels", -1) > 0;
 }
 

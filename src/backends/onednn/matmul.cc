@@ -118,17 +118,15 @@ class OneDnnMatMul : public Kernel {
     if (g.k == 0) return run_own(ctx);  // the empty sum: kiln's kernel has its epilogue
     try {
       if (!built_ || !(g == geometry_)) build(g);
-      set(DNNL_ARG_SRC, ctx.input(0).data<float>());
-      if (!packed_) set(DNNL_ARG_WEIGHTS, ctx.input(1).data<float>());
+      set_arg_data(args_, DNNL_ARG_SRC, ctx.input(0).data<float>());
+      if (!packed_) set_arg_data(args_, DNNL_ARG_WEIGHTS, ctx.input(1).data<float>());
       if (given(g.bias) || given(g.c_post)) {
         const float* c = bias_data(ctx, g);
-        set(given(g.bias) ? DNNL_ARG_BIAS : c_arg_, c);
+        set_arg_data(args_, given(g.bias) ? DNNL_ARG_BIAS : c_arg_, c);
       }
-      if (z) set(z_arg_, z->data<float>());
-      set(DNNL_ARG_DST, y->data<float>());
-      set_threads(ctx);
-      primitive_.execute(stream(), args_);
-      stream().wait();
+      if (z) set_arg_data(args_, z_arg_, z->data<float>());
+      set_arg_data(args_, DNNL_ARG_DST, y->data<float>());
+      execute(ctx, primitive_, args_);
     } catch (const dnnl::error& e) {
       built_ = false;
       return error_of(ctx, "to run the matmul", e);
@@ -274,7 +272,6 @@ class OneDnnMatMul : public Kernel {
     return own_->run(ctx);
   }
 
-  void set(int arg, const float* data) { args_.at(arg).set_data_handle(const_cast<float*>(data)); }
 
   const std::string describe_;  // the node, for errors in prepare
   const int64_t opset_;
@@ -288,7 +285,7 @@ class OneDnnMatMul : public Kernel {
   bool built_ = false;
   Geometry geometry_;
   dnnl::matmul primitive_;
-  std::unordered_map<int, memory> args_;
+  Args args_;
   int c_arg_ = 0, z_arg_ = 0;
   std::vector<float> scaled_c_;
   std::unique_ptr<Kernel> own_;
@@ -309,7 +306,7 @@ Result<std::unique_ptr<Kernel>> create(const ir::Node& node, int64_t opset) {
 template <Op kOp>
 bool accepts(const ir::Node& node, const std::vector<const ir::TypeInfo*>& types) {
   const size_t count = kOp == Op::kMatMul ? 2 : kOp == Op::kGemm ? 3 : 4;
-  return inputs_float32(node, types, count) && (!is_fused(kOp) || activation_expressible(node));
+  return given_inputs_float32(node, types, count) && (!is_fused(kOp) || activation_expressible(node));
 }
 
 const KernelRegistrar kMatMul("", "MatMul", "onednn_matmul", create<Op::kMatMul>, kName,

@@ -23,17 +23,14 @@ void set_threads(const KernelContext& ctx) {
   if (omp_get_max_threads() != want) omp_set_num_threads(want);
 }
 
-bool is_float32(const ir::TypeInfo* t) {
-  return t != nullptr && t->kind == ir::TypeInfo::Kind::kTensor && t->dtype == DType::kFloat32;
+void set_arg_data(Args& args, int arg, const float* data) {
+  args.at(arg).set_data_handle(const_cast<float*>(data));
 }
 
-bool inputs_float32(const ir::Node& node, const std::vector<const ir::TypeInfo*>& types,
-                    size_t count) {
-  for (size_t i = 0; i < count && i < node.inputs.size(); ++i) {
-    if (node.inputs[i].empty()) continue;
-    if (i >= types.size() || !is_float32(types[i])) return false;
-  }
-  return true;
+void execute(const KernelContext& ctx, const dnnl::primitive& p, Args& args) {
+  set_threads(ctx);
+  p.execute(stream(), args);
+  stream().wait();
 }
 
 Status error_of(const KernelContext& ctx, const char* doing, const dnnl::error& e) {

@@ -5,6 +5,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kernels/kernel.h"
@@ -27,12 +28,16 @@ dnnl::stream& stream();
 // meanwhile and yield their cores (core/thread_pool.cc), as with OpenBLAS.
 void set_threads(const KernelContext& ctx);
 
-// Whether `t` is known to be a float32 tensor.
-bool is_float32(const ir::TypeInfo* t);
+// A primitive's arguments, by DNNL_ARG_*: memories built once, pointed at each run's data.
+using Args = std::unordered_map<int, dnnl::memory>;
 
-// Whether inputs [0, count) of `node` that are given have types known to be float32.
-bool inputs_float32(const ir::Node& node, const std::vector<const ir::TypeInfo*>& types,
-                    size_t count);
+// Points argument `arg` at `data` (oneDNN takes non-const handles, also for what it only reads).
+// Not called bind: with a std::unordered_map argument, argument-dependent lookup would find
+// std::bind, a better match for a float*, and silently call that instead.
+void set_arg_data(Args& args, int arg, const float* data);
+
+// Runs `p` on the session's thread count (set_threads) and waits for it.
+void execute(const KernelContext& ctx, const dnnl::primitive& p, Args& args);
 
 // `e` (what oneDNN threw) as an error naming the node and what was being done.
 Status error_of(const KernelContext& ctx, const char* doing, const dnnl::error& e);

@@ -20,10 +20,6 @@ namespace {
 
 constexpr const char* kName = "openblas";
 
-bool is_float32(const ir::TypeInfo* t) {
-  return t != nullptr && t->kind == ir::TypeInfo::Kind::kTensor && t->dtype == DType::kFloat32;
-}
-
 void set_threads(const KernelContext& ctx) {
   const int want = ctx.pool ? ctx.pool->threads() : 1;
   if (openblas_get_num_threads() != want) openblas_set_num_threads(want);
@@ -116,19 +112,10 @@ Status gemm(KernelContext& ctx) {
   return Status::ok();
 }
 
-// Both take a node whose float inputs are known to be float32, with sizes that fit sgemm's ints.
-bool accepts_float32(const ir::Node& node, const std::vector<const ir::TypeInfo*>& types,
-                     size_t count) {
-  for (size_t i = 0; i < count && i < node.inputs.size(); ++i) {
-    if (node.inputs[i].empty()) continue;
-    if (i >= types.size() || !is_float32(types[i])) return false;
-  }
-  return true;
-}
-
 const VersionRegistrar kVersion(kName,
                                 [] { return std::string("OpenBLAS ") + openblas_get_config(); });
 
+// Both take a node whose given inputs are known to be float32 (sizes are checked at run time).
 const KernelRegistrar kMatMul(
     "", "MatMul", "openblas_sgemm",
     [](const ir::Node&, int64_t) -> Result<std::unique_ptr<Kernel>> {
@@ -136,7 +123,7 @@ const KernelRegistrar kMatMul(
     },
     kName,
     [](const ir::Node& n, const std::vector<const ir::TypeInfo*>& t) {
-      return accepts_float32(n, t, 2);
+      return given_inputs_float32(n, t, 2);
     });
 const KernelRegistrar kGemm(
     "", "Gemm", "openblas_sgemm",
@@ -145,7 +132,7 @@ const KernelRegistrar kGemm(
     },
     kName,
     [](const ir::Node& n, const std::vector<const ir::TypeInfo*>& t) {
-      return accepts_float32(n, t, 3);
+      return given_inputs_float32(n, t, 3);
     });
 
 }  // namespace

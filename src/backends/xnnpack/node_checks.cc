@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "backends/backend.h"
 #include "kernels/kiln/epilogue_activation.h"
 
 namespace kiln::backends::xnnpack {
@@ -31,9 +32,8 @@ std::optional<Clamp> epilogue_clamp(const ir::Node& node) {
 
 bool is_float32_input(const ir::Node& node, const std::vector<const ir::TypeInfo*>& types,
                       size_t i) {
-  if (i >= node.inputs.size() || node.inputs[i].empty() || i >= types.size()) return false;
-  const ir::TypeInfo* t = types[i];
-  return t != nullptr && t->kind == ir::TypeInfo::Kind::kTensor && t->dtype == DType::kFloat32;
+  return i < node.inputs.size() && !node.inputs[i].empty() && i < types.size() &&
+         is_float32(types[i]);
 }
 
 bool is_absent(const ir::Node& node, size_t i) {
