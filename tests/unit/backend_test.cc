@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "backend_run.h"
 #include "gemm_test_case.h"
 #include "kiln/optimize.h"
 #include "onnx/model_io.h"
@@ -21,35 +22,7 @@
 namespace kiln {
 namespace {
 
-struct Ran {
-  std::vector<Value> outputs;
-  std::vector<std::pair<std::string, std::string>> backends;
-};
-
-// Saves m, loads it back at -O0 with `backend` and runs it twice (a second run reuses what the
-// first set up).
-Result<Ran> run_with(const ir::Model& m, const std::vector<Tensor>& feeds,
-                     const std::string& backend, int threads) {
-  const std::string path = ::testing::TempDir() + "kiln_backend_" +
-                           ::testing::UnitTest::GetInstance()->current_test_info()->name() +
-                           ".onnx";
-  KILN_RETURN_IF_ERROR(onnx_io::save_model(m, path));
-  SessionOptions options;
-  options.threads = threads;
-  options.optimize_level = 0;
-  options.backend = backend;
-  auto s = Session::load(path, options);
-  std::remove(path.c_str());
-  if (!s) return s.status();
-  std::vector<Value> in;
-  for (const Tensor& t : feeds) in.push_back(Value::of(t));
-  Ran r;
-  for (int rep = 0; rep < 2; ++rep) {
-    KILN_ASSIGN_OR_RETURN(r.outputs, (*s)->run(in));
-  }
-  r.backends = (*s)->node_backends();
-  return r;
-}
+using test::run_with;
 
 TEST(Backends, KilnIsAlwaysThere) { EXPECT_TRUE(backends::registered().count(backends::kKiln)); }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backend_run.h"
 #include "gemm_test_case.h"
 #include "onnx/model_io.h"
 #include "pass_test_util.h"
@@ -24,33 +25,11 @@ using test::attr_i;
 using test::attr_ints;
 using test::attr_s;
 
-struct Ran {
-  std::vector<Value> outputs;
-  std::vector<std::pair<std::string, std::string>> backends;
-};
+using test::Ran;
 
-// Saves m, loads it back at -O0 with the XNNPACK backend and runs it twice (the second run
-// reuses the operators the first set up).
+// Runs m with the XNNPACK backend forced (test::run_with).
 Result<Ran> run_xnnpack(const ir::Model& m, const std::vector<Tensor>& feeds, int threads = 2) {
-  const std::string path = ::testing::TempDir() + "kiln_xnnpack_" +
-                           ::testing::UnitTest::GetInstance()->current_test_info()->name() +
-                           ".onnx";
-  KILN_RETURN_IF_ERROR(onnx_io::save_model(m, path));
-  SessionOptions options;
-  options.threads = threads;
-  options.optimize_level = 0;
-  options.backend = "xnnpack";
-  auto s = Session::load(path, options);
-  std::remove(path.c_str());
-  if (!s) return s.status();
-  std::vector<Value> in;
-  for (const Tensor& t : feeds) in.push_back(Value::of(t));
-  Ran r;
-  for (int rep = 0; rep < 2; ++rep) {
-    KILN_ASSIGN_OR_RETURN(r.outputs, (*s)->run(in));
-  }
-  r.backends = (*s)->node_backends();
-  return r;
+  return test::run_with(m, feeds, "xnnpack", threads);
 }
 
 const float* f32(const Tensor& t) { return t.data<float>(); }
