@@ -43,6 +43,10 @@ struct OptimizeReport {
 // reassociating fusions) and records kiln's version and the passes applied in its metadata.
 Result<OptimizeReport> optimize(ir::Model& model, const OptimizeOptions& options);
 
+// What model loading does: optimizes `model` at `level` (0: not at all), unless it is a model
+// `kiln optimize` saved, which records its level in the metadata.
+Status optimize_unless_saved(ir::Model& model, int level);
+
 // Names of all registered passes with their levels, in pipeline order.
 std::vector<std::pair<std::string, int>> list_passes();
 

@@ -91,7 +91,8 @@ class Session {
   // is null); a model shared with the caller is left as it was.
   const ir::Model& model() const;
   int threads() const;
-  // (node name, backend) of the main graph's nodes in plan order: whose kernel runs each.
+  // (node, backend) of the main graph's nodes in plan order: whose kernel runs each. A node is
+  // named by its first output, as in the backend choices a tuned model records.
   std::vector<std::pair<std::string, std::string>> node_backends() const;
 
   // Runs with one value per input(), in order; checks kinds, dtypes and static dims first.

@@ -33,6 +33,9 @@ namespace {
 // the rounds on a model where they would keep finding work.
 constexpr int kMaxSimplifyRounds = 8;
 
+// The metadata entry that marks a model `kiln optimize` saved, with the level it ran.
+constexpr const char* kOptimizationLevelKey = "kiln.optimization_level";
+
 void fix_dims(ir::Graph& g, const std::map<std::string, int64_t>& dims) {
   auto fix = [&](std::vector<ir::ValueInfo>& list) {
     for (auto& v : list)
@@ -139,10 +142,19 @@ Result<OptimizeReport> optimize(ir::Model& model, const OptimizeOptions& options
     model.metadata.emplace_back(key, value);
   };
   set_meta("kiln.version", "0.1.0");
-  set_meta("kiln.optimization_level",
+  set_meta(kOptimizationLevelKey,
            std::to_string(options.level) + (options.portable ? " portable" : ""));
   set_meta("kiln.passes", applied);
   return report;
+}
+
+Status optimize_unless_saved(ir::Model& model, int level) {
+  for (const auto& kv : model.metadata)
+    if (kv.first == passes::kOptimizationLevelKey) return Status::ok();
+  if (level <= 0) return Status::ok();
+  OptimizeOptions options;
+  options.level = level;
+  return optimize(model, options).status();
 }
 
 }  // namespace kiln

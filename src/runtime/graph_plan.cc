@@ -166,7 +166,7 @@ Result<std::unique_ptr<GraphPlan>> GraphPlan::compile(const ir::Graph& g, const 
 
 std::vector<std::pair<std::string, std::string>> GraphPlan::node_backends() const {
   std::vector<std::pair<std::string, std::string>> out;
-  for (const Step& step : steps_) out.emplace_back(step.node->name, step.backend);
+  for (const Step& step : steps_) out.emplace_back(backends::node_key(*step.node), step.backend);
   return out;
 }
 

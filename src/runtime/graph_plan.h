@@ -54,7 +54,8 @@ class GraphPlan {
                                                     const backends::Assignment& assignment = {});
   ~GraphPlan();
 
-  // (node name, backend) of this graph's nodes in plan order: whose kernel runs each.
+  // (node key: its first output, backend) of this graph's nodes in plan order: whose kernel runs
+  // each.
   std::vector<std::pair<std::string, std::string>> node_backends() const;
 
   // Runs with inputs[i] the value of graph input i (null, or fewer inputs: not fed; an input that

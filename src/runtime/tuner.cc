@@ -165,6 +165,37 @@ Result<std::unordered_map<std::string, Value>> reference_values(const ir::Model&
   return values;
 }
 
+// The reference run's values of `n`'s inputs and outputs into `v`; its constant inputs from the
+// graph, as Values kept in `constant_values` (which `v` points into) and as the tensors prepare()
+// gets. False when the run did not keep an input (one that is not a tensor).
+bool node_values(const ir::Node& n, const ir::Graph& g,
+                 const std::unordered_map<std::string, Value>& values,
+                 std::vector<Value>& constant_values, NodeValues& v) {
+  constant_values.assign(n.inputs.size(), Value());
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    const std::string& in = n.inputs[i];
+    auto init = g.initializers.find(in);
+    const bool fixed = init != g.initializers.end() &&
+                       std::none_of(g.inputs.begin(), g.inputs.end(),
+                                    [&](const ir::ValueInfo& x) { return x.name == in; });
+    v.constant.push_back(fixed);
+    v.constants.push_back(fixed ? &init->second : nullptr);
+    if (fixed) {
+      constant_values[i] = Value::of(init->second);
+      v.inputs.push_back(&constant_values[i]);
+      continue;
+    }
+    auto it = in.empty() ? values.end() : values.find(in);
+    if (!in.empty() && it == values.end()) return false;
+    v.inputs.push_back(it == values.end() ? nullptr : &it->second);
+  }
+  for (const std::string& out : n.outputs) {
+    auto it = values.find(out);
+    v.outputs.push_back(out.empty() || it == values.end() ? nullptr : &it->second);
+  }
+  return true;
+}
+
 // p50 of timed runs of `session`, enough of them to fill ~200 ms (3 to 20).
 Result<double> model_p50_ms(Session& session, const std::vector<Value>& inputs, int warmup) {
   std::vector<Value> outputs;
@@ -303,34 +334,9 @@ Result<TuneReport> tune(const ir::Model& model, const std::vector<Value>& inputs
     nt.op_type = (n.domain.empty() ? "" : n.domain + ".") + n.op_type;
     nt.winner = backends::kKiln;
     NodeValues v;
-    bool complete = true;
-    for (const std::string& in : n.inputs) {
-      auto init = g.initializers.find(in);
-      bool fixed = init != g.initializers.end() &&
-                   std::none_of(g.inputs.begin(), g.inputs.end(),
-                                [&](const ir::ValueInfo& x) { return x.name == in; });
-      auto it = in.empty() || fixed ? values.end() : values.find(in);
-      if (!in.empty() && !fixed && it == values.end()) complete = false;
-      v.inputs.push_back(it == values.end() ? nullptr : &it->second);
-      v.constant.push_back(fixed);
-    }
-    if (!complete) continue;  // a value the reference run did not keep (not a tensor)
-    // Constants as Values the kernels can read, and as the tensors prepare() gets.
-    std::vector<Value> constant_values(n.inputs.size());
-    for (size_t i = 0; i < n.inputs.size(); ++i) {
-      if (!v.constant[i]) {
-        v.constants.push_back(nullptr);
-        continue;
-      }
-      const Tensor& t = g.initializers.at(n.inputs[i]);
-      constant_values[i] = Value::of(t);
-      v.inputs[i] = &constant_values[i];
-      v.constants.push_back(&t);
-    }
-    for (const std::string& out : n.outputs) {
-      auto it = values.find(out);
-      v.outputs.push_back(out.empty() || it == values.end() ? nullptr : &it->second);
-    }
+    std::vector<Value> constant_values;
+    // Skips a node reading a value the reference run did not keep (not a tensor).
+    if (!node_values(n, g, values, constant_values, v)) continue;
     nt.shapes = shapes_of(v);
     std::vector<std::string> names;
     for (const KernelDef* d : candidates) names.push_back(d->backend);

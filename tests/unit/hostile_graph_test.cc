@@ -43,6 +43,22 @@ onnx::ModelProto nested_if_model(int levels) {
   return m;
 }
 
+// `m` serialized, parsed and optimized at `level`; what the optimizer said (an error or not, never
+// a crash) in `status`.
+ir::Model optimized_at(const onnx::ModelProto& m, int level, Status& status) {
+  std::string bytes;
+  EXPECT_TRUE(m.SerializeToString(&bytes));
+  auto model = onnx_io::parse_model(bytes, "");
+  if (!model.is_ok()) {
+    ADD_FAILURE() << model.status().message();
+    return ir::Model{};
+  }
+  OptimizeOptions options;
+  options.level = level;
+  status = optimize(*model, options).status();
+  return std::move(model).value();
+}
+
 TEST(HostileModel, ModeratelyNestedIfRuns) {
   const std::vector<Value> in{Value::of(float_tensor({2, 3}, 2.0f))};
   std::string bytes;
@@ -105,16 +121,10 @@ TEST(HostileModel, OmittedRequiredInputsAreErrorsAtEveryLevel) {
     onnx::ModelProto m = base_model();
     add_node(m.mutable_graph(), op, {"", "X"}, {"Y"}, "omitted");
     if (std::string(op) != "Add") m.mutable_graph()->mutable_node(0)->mutable_input()->RemoveLast();
-    std::string bytes;
-    ASSERT_TRUE(m.SerializeToString(&bytes));
     for (int level = 1; level <= 3; ++level) {
-      auto model = onnx_io::parse_model(bytes, "");
-      ASSERT_TRUE(model.is_ok()) << model.status().message();
-      OptimizeOptions options;
-      options.level = level;
-      auto report = optimize(*model, options);  // an error or not, never a crash
-      (void)report;
-      auto s = Session::create(std::make_shared<const ir::Model>(std::move(model).value()));
+      Status optimized;
+      auto s =
+          Session::create(std::make_shared<const ir::Model>(optimized_at(m, level, optimized)));
       const Status st = s.is_ok() ? (*s)->run({Value::of(float_tensor({2, 3}))}).status() : s.status();
       EXPECT_FALSE(st.is_ok()) << op << " at -O" << level;
     }
@@ -133,15 +143,9 @@ TEST(HostileModel, NodesWithoutOutputsAreNotCosted) {
     for (int i = 0; i < 9; ++i) w->add_float_data(1.0f);
     add_node(m.mutable_graph(), op, {"X", "W"}, {}, "no_outputs");
     add_node(m.mutable_graph(), "Relu", {"X"}, {"Y"}, "relu");
-    std::string bytes;
-    ASSERT_TRUE(m.SerializeToString(&bytes));
     for (int level = 0; level <= 3; ++level) {
-      auto model = onnx_io::parse_model(bytes, "");
-      ASSERT_TRUE(model.is_ok()) << model.status().message();
-      OptimizeOptions options;
-      options.level = level;
-      auto report = optimize(*model, options);  // an error or not, never a crash
-      (void)report;
+      Status optimized;
+      (void)optimized_at(m, level, optimized);
     }
   }
 }
@@ -166,14 +170,10 @@ TEST(HostileModel, CyclesAreOptimizerErrors) {
   add_node(m.mutable_graph(), "Neg", {"A"}, {"B"}, "b");
   for (const char* v : {"A", "B"})
     set_tensor_type(m.mutable_graph()->add_value_info(), v, onnx::TensorProto::FLOAT, {2, 3});
-  std::string bytes;
-  ASSERT_TRUE(m.SerializeToString(&bytes));
   for (int level = 1; level <= 3; ++level) {
-    auto model = onnx_io::parse_model(bytes, "");
-    ASSERT_TRUE(model.is_ok()) << model.status().message();
-    OptimizeOptions options;
-    options.level = level;
-    expect_error(optimize(*model, options).status(), {"cycle", "(Relu)"});
+    Status optimized;
+    (void)optimized_at(m, level, optimized);
+    expect_error(optimized, {"cycle", "(Relu)"});
   }
 }
 

@@ -77,14 +77,18 @@ Status print_backend_table(const std::shared_ptr<ir::Model>& model,
   return Status::ok();
 }
 
-// "backends    kiln 50, onednn 3": whose kernels the session's nodes run.
-void print_node_backends(const Session& session) {
+// "backends    kiln 50, onednn 3": whose kernels the session's nodes run; with `each_node`, then
+// a line per node another backend runs (the choices a tuned model recorded, as loaded).
+void print_node_backends(const Session& session, bool each_node) {
   std::map<std::string, int> count;
   for (const auto& [node, backend] : session.node_backends()) ++count[backend];
   std::string line;
   for (const auto& [backend, n] : count)
     line += (line.empty() ? "" : ", ") + backend + " " + std::to_string(n);
   std::printf("backends    %s\n", line.c_str());
+  if (!each_node) return;
+  for (const auto& [node, backend] : session.node_backends())
+    if (backend != backends::kKiln) std::printf("    %-40s %s\n", node.c_str(), backend.c_str());
 }
 
 }  // namespace
@@ -92,7 +96,7 @@ void print_node_backends(const Session& session) {
 void add_bench_command(CLI::App& app, int* exit_code) {
   struct Options {
     std::string model, backend = "kiln";
-    bool json = false, no_arena = false, backends = false;
+    bool json = false, no_arena = false, backends = false, verbose = false;
     int threads = 0, iters = 50, warmup = 5, level = 3, rounds = 3;
     int64_t batch = 1, seq = 128;
     TuneFlags tune;
@@ -112,6 +116,7 @@ void add_bench_command(CLI::App& app, int* exit_code) {
                 "A table of the latency with each backend forced and with the tuned mix");
   cmd->add_option("--rounds", opt->rounds, "With --backends: alternating rounds (default 3)")
       ->check(CLI::Range(1, 1000));
+  cmd->add_flag("-v,--verbose", opt->verbose, "List the nodes backends other than kiln run");
   cmd->add_flag("--no-arena", opt->no_arena, "Take every tensor from the heap instead of the memory plan's arena");
   cmd->add_option("--batch", opt->batch, "Size of a dynamic first dimension")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--seq", opt->seq, "Size of other dynamic dimensions")->check(CLI::Range(1, 1 << 20));
@@ -193,7 +198,7 @@ void add_bench_command(CLI::App& app, int* exit_code) {
     }
     std::printf("model       %s\nthreads     %d\nload        %.1f ms\n", opt->model.c_str(),
                 session->threads(), load_ms);
-    print_node_backends(*session);
+    print_node_backends(*session, opt->verbose);
     std::printf("latency     p50 %.3f  p90 %.3f  p99 %.3f  mean %.3f  min %.3f ms (%d runs)\n", pct(50), pct(90),
                 pct(99), mean, s.front(), opt->iters);
     std::printf("throughput  %.2f samples/s (batch %lld)\n", throughput, static_cast<long long>(opt->batch));

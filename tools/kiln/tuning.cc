@@ -27,14 +27,7 @@ void add_tune_options(CLI::App* cmd, TuneFlags* f, bool with_flag) {
 
 Result<std::shared_ptr<ir::Model>> load_for_tuning(const std::string& path, int level) {
   KILN_ASSIGN_OR_RETURN(ir::Model m, onnx_io::load_model(path));
-  bool optimized_before = false;
-  for (const auto& [key, value] : m.metadata) optimized_before |= key == "kiln.optimization_level";
-  if (level > 0 && !optimized_before) {
-    OptimizeOptions oo;
-    oo.level = level;
-    auto report = optimize(m, oo);
-    if (!report) return report.status().with_context(path);
-  }
+  if (Status s = optimize_unless_saved(m, level); !s.is_ok()) return s.with_context(path);
   // Backends take nodes by their inputs' types, as Session::load infers them.
   (void)ir::infer_shapes(m);
   return std::make_shared<ir::Model>(std::move(m));
@@ -99,6 +92,10 @@ void print_tune_report(const TuneReport& r) {
         "measured %.3fx (%s)\n",
         predicted, own_model / kept_ms, r.kept.c_str());
   }
+  // What the model records (`kiln bench -v` lists the same nodes when it loads the model).
+  std::printf("kept        %s: %zu nodes on other backends\n", r.kept.c_str(), r.choices.size());
+  for (const auto& [node, backend] : r.choices)
+    std::printf("    %-40s %s\n", node.c_str(), backend.c_str());
   print_tune_summary(r);
 }
 
