@@ -5,7 +5,7 @@ sudo=""
 [ "$(id -u)" -eq 0 ] || sudo=sudo
 pkgs=(cmake ninja-build g++ clang libclang-rt-14-dev libonnx-dev libprotobuf-dev protobuf-compiler
       libcli11-dev nlohmann-json3-dev libfmt-dev libgtest-dev libbenchmark-dev libjpeg-dev libpng-dev libwebp-dev python3 python3-onnx python3-numpy
-      pkg-config libopenblas-dev  # these two: the optional OpenBLAS backend (src/backends/openblas)
+      pkg-config libopenblas-serial-dev  # these two: the optional OpenBLAS backend (its serial build)
       libdnnl-dev  # the optional oneDNN backend (src/backends/onednn)
       libxnnpack-dev libpthreadpool-dev)  # these two: the optional XNNPACK backend (src/backends/xnnpack)
 missing=()

@@ -8,8 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <map>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -129,6 +129,47 @@ TEST(Backends, OpenBlasGemmMatchesLoops) {
         EXPECT_EQ(r->backends[0].second, "openblas") << g.describe();
         expect_near(r->outputs[0].tensor, g.expected(), g.describe());
       }
+}
+
+// The slices kiln's pool runs: rows of a transposed A (Gemm, 40 rows on 2 threads), and a batched
+// MatMul with both operands given, one batch (sliced) and three (a batch a task).
+TEST(Backends, OpenBlasSlicesMatchLoops) {
+  const int64_t m = 40, k = 19, n = 23;
+  {
+    test::Builder b;
+    b.input("at", {k, m});
+    b.weight("w", {k, n});
+    b.add("Gemm", {"at", "w"}, {"y"}, {test::attr_i("transA", 1)});
+    b.output("y");
+    const Tensor at = b.random({k, m});
+    auto r = run_with(b.m, {at}, "openblas", 2);
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    ASSERT_EQ(r->backends.size(), 1u);
+    EXPECT_EQ(r->backends[0].second, "openblas");
+    std::vector<float> a(m * k);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t p = 0; p < k; ++p) a[i * k + p] = f32(at)[p * m + i];
+    expect_near(r->outputs[0].tensor,
+                product(a.data(), f32(b.m.graph.initializers.at("w")), m, k, n), "transA");
+  }
+  for (int64_t batches : {1, 3}) {
+    test::Builder b;
+    b.input("a", {batches, m, k});
+    b.input("w", {batches, k, n});
+    b.add("MatMul", {"a", "w"}, {"y"});
+    b.output("y");
+    const Tensor a = b.random({batches, m, k}), w = b.random({batches, k, n});
+    auto r = run_with(b.m, {a, w}, "openblas", 2);
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    ASSERT_EQ(r->backends.size(), 1u);
+    EXPECT_EQ(r->backends[0].second, "openblas");
+    std::vector<double> want;
+    for (int64_t i = 0; i < batches; ++i) {
+      const std::vector<double> y = product(f32(a) + i * m * k, f32(w) + i * k * n, m, k, n);
+      want.insert(want.end(), y.begin(), y.end());
+    }
+    expect_near(r->outputs[0].tensor, want, "batches=" + std::to_string(batches));
+  }
 }
 
 // A node the backend does not take (an int32 MatMul) runs kiln's own kernel: forcing a backend

@@ -1,8 +1,9 @@
-// The OpenBLAS backend: float32 MatMul and Gemm through cblas_sgemm (Debian's libopenblas-dev,
-// the pthread build). OpenBLAS runs its own threads: each call is given the session's thread
-// count, and kiln's workers, idle meanwhile, yield their cores after a few microseconds
-// (core/thread_pool.cc). It takes only the nodes whose operand types are known float32 at
-// compile time; kiln's own kernels run the rest (backends/backend.h).
+// The OpenBLAS backend: float32 MatMul and Gemm through cblas_sgemm, from Debian's serial build
+// of OpenBLAS (libopenblas-serial-dev; its buffer pool is locked, so calls may run concurrently).
+// kiln's pool runs the calls: a matrix product is cut into one slice a thread (rows of the
+// result, or columns when it has too few rows) and each slice is one single-threaded sgemm. No
+// second thread pool competes with kiln's for the cores. It takes only the nodes whose operand
+// types are known float32 at compile time; kiln's own kernels run the rest (backends/backend.h).
 #include <cblas.h>
 
 #include <algorithm>
@@ -20,9 +21,60 @@ namespace {
 
 constexpr const char* kName = "openblas";
 
-void set_threads(const KernelContext& ctx) {
-  const int want = ctx.pool ? ctx.pool->threads() : 1;
-  if (openblas_get_num_threads() != want) openblas_set_num_threads(want);
+// A row-major C[m, n] = alpha * op(A) op(B) + beta * C; op(A) is [m, k], op(B) [k, n].
+struct Sgemm {
+  bool ta = false, tb = false;
+  int64_t m = 0, n = 0, k = 0;
+  float alpha = 1.0f;
+  const float* a = nullptr;
+  int64_t lda = 0;
+  const float* b = nullptr;
+  int64_t ldb = 0;
+  float beta = 0.0f;
+  float* c = nullptr;
+  int64_t ldc = 0;
+};
+
+void call(const Sgemm& g) {
+  cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans,
+              static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), g.alpha, g.a,
+              static_cast<int>(g.lda), g.b, static_cast<int>(g.ldb), g.beta, g.c,
+              static_cast<int>(g.ldc));
+}
+
+// Rows of C [first, first + count), or columns when `columns`.
+Sgemm slice(const Sgemm& g, bool columns, int64_t first, int64_t count) {
+  Sgemm s = g;
+  if (columns) {
+    s.n = count;
+    s.b += g.tb ? first * g.ldb : first;
+    s.c += first;
+  } else {
+    s.m = count;
+    s.a += g.ta ? first : first * g.lda;
+    s.c += first * g.ldc;
+  }
+  return s;
+}
+
+// Runs `g` as one slice per thread of `pool`. Each slice packs its operands itself, so slices are
+// as few as threads; rows while every thread gets at least kMinRows of them (a slice of rows packs
+// all of B), else columns in multiples of 16 (a whole vector register's worth).
+void run_sliced(const Sgemm& g, ThreadPool* pool) {
+  constexpr int64_t kMinRows = 16, kColumnStep = 16;
+  const int64_t threads = pool ? pool->threads() : 1;
+  const bool columns = g.m < threads * kMinRows;
+  const int64_t step = columns ? kColumnStep : 1, extent = columns ? g.n : g.m;
+  const int64_t steps = (extent + step - 1) / step;
+  const int64_t slices = std::min(threads, steps);
+  if (slices <= 1) return call(g);
+  pool->parallel_for(slices, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t first = steps * i / slices * step;
+      const int64_t last = std::min(extent, steps * (i + 1) / slices * step);
+      call(slice(g, columns, first, last - first));
+    }
+  });
 }
 
 // sgemm's dimensions are C ints.
@@ -59,20 +111,36 @@ Status matmul(KernelContext& ctx) {
   float* yd = y->data<float>();
   if (p.k == 0) std::fill(yd, yd + y->numel(), 0.0f);  // the empty sum
   if (p.m == 0 || p.n == 0 || p.k == 0) return Status::ok();
-  set_threads(ctx);
-  const float* ad = a.data<float>();
-  const float* bd = b.data<float>();
-  if (b.rank() <= 2 && a.rank() >= 1) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(batches * p.m),
-                static_cast<int>(p.n), static_cast<int>(p.k), 1.0f, ad, static_cast<int>(p.k), bd,
-                static_cast<int>(p.n), 0.0f, yd, static_cast<int>(p.n));
+  Sgemm g;
+  g.m = p.m;
+  g.n = p.n;
+  g.k = p.k;
+  g.a = a.data<float>();
+  g.lda = p.k;
+  g.b = b.data<float>();
+  g.ldb = p.n;
+  g.c = yd;
+  g.ldc = p.n;
+  if (b.rank() <= 2 && a.rank() >= 1) {  // the batches are consecutive rows of A
+    g.m = batches * p.m;
+    run_sliced(g, ctx.pool);
     return Status::ok();
   }
-  for (int64_t i = 0; i < batches; ++i)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(p.m),
-                static_cast<int>(p.n), static_cast<int>(p.k), 1.0f, ad + p.a_offsets[i],
-                static_cast<int>(p.k), bd + p.b_offsets[i], static_cast<int>(p.n), 0.0f,
-                yd + i * p.m * p.n, static_cast<int>(p.n));
+  auto batch = [&](int64_t i) {
+    Sgemm gi = g;
+    gi.a += p.a_offsets[i];
+    gi.b += p.b_offsets[i];
+    gi.c += i * p.m * p.n;
+    return gi;
+  };
+  const int threads = ctx.pool ? ctx.pool->threads() : 1;
+  if (!ctx.pool || batches < threads) {
+    for (int64_t i = 0; i < batches; ++i) run_sliced(batch(i), ctx.pool);
+    return Status::ok();
+  }
+  ctx.pool->parallel_for(batches, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) call(batch(i));
+  });
   return Status::ok();
 }
 
@@ -104,11 +172,21 @@ Status gemm(KernelContext& ctx) {
         yd[i * n + j] = beta * cd[(cr == 1 ? 0 : i) * cc + (cc == 1 ? 0 : j)];
   }
   if (m == 0 || n == 0 || k == 0) return Status::ok();
-  set_threads(ctx);
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a.data<float>(),
-              static_cast<int>(a.dim(1)), b.data<float>(), static_cast<int>(b.dim(1)),
-              has_c ? 1.0f : 0.0f, yd, static_cast<int>(n));
+  Sgemm g;
+  g.ta = ta;
+  g.tb = tb;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.alpha = alpha;
+  g.a = a.data<float>();
+  g.lda = a.dim(1);
+  g.b = b.data<float>();
+  g.ldb = b.dim(1);
+  g.beta = has_c ? 1.0f : 0.0f;
+  g.c = yd;
+  g.ldc = n;
+  run_sliced(g, ctx.pool);
   return Status::ok();
 }
 
