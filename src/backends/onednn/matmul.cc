@@ -3,11 +3,17 @@
 // Gemm's transB and alpha folded in); each run is then one matmul whose bias and post-ops add
 // C (or FusedMatMul's bias), the activation and the residual Z in the order docs/ops.md gives.
 // A B computed at run time is read in place (batched B broadcast by oneDNN).
+//
+// A 2-D product (every Gemm, and MatMul with a 2-D B) is cut into one slice of rows a thread,
+// each a single-threaded primitive that kiln's pool runs: OpenMP then never starts threads of its
+// own, which spin after each call and slow kiln's next kernel. Batched products run whole, on
+// OpenMP.
 #include <algorithm>
 #include <unordered_map>
 
 #include "backends/backend.h"
 #include "backends/onednn/onednn_util.h"
+#include "core/thread_pool.h"
 #include "kernels/ref/gemm_f32.h"
 
 namespace kiln::backends::onednn {
@@ -34,6 +40,15 @@ memory::desc plain_desc(const memory::dims& dims, bool trans) {
   }
   return memory::desc(dims, kF32, strides);
 }
+
+// `d`, a plain 2-D desc, cut to its first `rows` rows (its strides kept: a view into the whole).
+memory::desc first_rows(const memory::desc& d, int64_t rows) {
+  const auto& strides = d.data.format_desc.blocking.strides;
+  return memory::desc({rows, d.dims()[1]}, kF32, memory::dims{strides[0], strides[1]});
+}
+
+// Elements from one row of plain 2-D `d` to the next.
+int64_t row_stride(const memory::desc& d) { return d.data.format_desc.blocking.strides[0]; }
 
 // One run's operands as oneDNN sees them.
 struct Geometry {
@@ -116,19 +131,35 @@ class OneDnnMatMul : public Kernel {
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, g.out));
     if (y->numel() == 0) return Status::ok();
     if (g.k == 0) return run_own(ctx);  // the empty sum: kiln's kernel has its epilogue
+    const int threads = ctx.pool ? ctx.pool->threads() : 1;
     try {
-      if (!built_ || !(g == geometry_)) build(g);
-      set_arg_data(args_, DNNL_ARG_SRC, ctx.input(0).data<float>());
-      if (!packed_) set_arg_data(args_, DNNL_ARG_WEIGHTS, ctx.input(1).data<float>());
-      if (given(g.bias) || given(g.c_post)) {
-        const float* c = bias_data(ctx, g);
-        set_arg_data(args_, given(g.bias) ? DNNL_ARG_BIAS : c_arg_, c);
+      if (parts_.empty() || !(g == geometry_) || threads != threads_) build(g, threads);
+      const float* c = given(g.bias) || given(g.c_post) ? bias_data(ctx, g) : nullptr;
+      // A slice's rows start `first` rows into A, Y, Z and a per-row C.
+      const bool c_rows = given(g.c_post) && g.c_post.dims()[0] > 1;
+      for (Part& part : parts_) {
+        auto at = [&](const float* data, const memory::desc& d) {
+          return sliced_ ? data + part.first * row_stride(d) : data;
+        };
+        set_arg_data(part.args, DNNL_ARG_SRC, at(ctx.input(0).data<float>(), g.src));
+        if (!packed_) set_arg_data(part.args, DNNL_ARG_WEIGHTS, ctx.input(1).data<float>());
+        if (given(g.bias)) set_arg_data(part.args, DNNL_ARG_BIAS, c);
+        if (given(g.c_post)) set_arg_data(part.args, part.c_arg, c_rows ? at(c, g.c_post) : c);
+        if (z) set_arg_data(part.args, part.z_arg, at(z->data<float>(), g.dst));
+        set_arg_data(part.args, DNNL_ARG_DST, at(y->data<float>(), g.dst));
       }
-      if (z) set_arg_data(args_, z_arg_, z->data<float>());
-      set_arg_data(args_, DNNL_ARG_DST, y->data<float>());
-      execute(ctx, primitive_, args_);
+      if (!sliced_) {
+        execute(ctx, parts_[0].primitive, parts_[0].args);
+      } else if (parts_.size() == 1 || !ctx.pool) {
+        for (Part& part : parts_) execute_on_this_thread(part.primitive, part.args);
+      } else {
+        ctx.pool->parallel_for(static_cast<int64_t>(parts_.size()), 1, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i)
+            execute_on_this_thread(parts_[i].primitive, parts_[i].args);
+        });
+      }
     } catch (const dnnl::error& e) {
-      built_ = false;
+      parts_.clear();
       return error_of(ctx, "to run the matmul", e);
     }
     return Status::ok();
@@ -202,8 +233,42 @@ class OneDnnMatMul : public Kernel {
     return g;
   }
 
-  void build(const Geometry& g) {
-    built_ = false;
+  // The primitive of one part: the whole product, or a slice of its rows.
+  struct Part {
+    int64_t first = 0;  // the part's first row
+    dnnl::matmul primitive;
+    Args args;
+    int c_arg = 0, z_arg = 0;
+  };
+
+  // The parts of geometry `g` on `threads` threads: row slices of a 2-D product (at least
+  // kMinRows rows each), or the whole of a batched one.
+  void build(const Geometry& g, int threads) {
+    constexpr int64_t kMinRows = 4;
+    parts_.clear();
+    sliced_ = g.src.dims().size() == 2;
+    if (!sliced_) {
+      parts_.push_back(build_part(g));
+    } else {
+      const SingleThreaded one_thread;
+      const int64_t rows = g.dst.dims()[0];
+      const int64_t slices = std::clamp<int64_t>((rows + kMinRows - 1) / kMinRows, 1, threads);
+      for (int64_t i = 0; i < slices; ++i) {
+        const int64_t first = rows * i / slices, count = rows * (i + 1) / slices - first;
+        Geometry part = g;
+        part.src = first_rows(g.src, count);
+        part.dst = first_rows(g.dst, count);
+        if (given(g.c_post) && g.c_post.dims()[0] > 1) part.c_post = first_rows(g.c_post, count);
+        parts_.push_back(build_part(part));
+        parts_.back().first = first;
+      }
+    }
+    geometry_ = g;
+    threads_ = threads;
+  }
+
+  Part build_part(const Geometry& g) {
+    Part part;
     dnnl::post_ops ops;
     int c_index = -1, z_index = -1;
     if (given(g.c_post))
@@ -227,7 +292,7 @@ class OneDnnMatMul : public Kernel {
     } catch (const dnnl::error&) {
       if (!packed_) throw;
     }
-    args_.clear();
+    Args& args = part.args;
     if (!took) {
       const memory::desc any(g.weights.dims(), kF32, tag::any);
       pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(g.src, any, g.bias, g.dst), attr,
@@ -235,20 +300,19 @@ class OneDnnMatMul : public Kernel {
       memory repacked(pd.weights_desc(), engine());
       dnnl::reorder(packed_, repacked).execute(stream(), packed_, repacked);
       stream().wait();
-      args_[DNNL_ARG_WEIGHTS] = repacked;
+      args[DNNL_ARG_WEIGHTS] = repacked;
     } else {
-      args_[DNNL_ARG_WEIGHTS] = packed_ ? packed_ : memory(g.weights, engine(), DNNL_MEMORY_NONE);
+      args[DNNL_ARG_WEIGHTS] = packed_ ? packed_ : memory(g.weights, engine(), DNNL_MEMORY_NONE);
     }
-    primitive_ = dnnl::matmul(pd);
-    args_[DNNL_ARG_SRC] = memory(g.src, engine(), DNNL_MEMORY_NONE);
-    args_[DNNL_ARG_DST] = memory(g.dst, engine(), DNNL_MEMORY_NONE);
-    if (given(g.bias)) args_[DNNL_ARG_BIAS] = memory(g.bias, engine(), DNNL_MEMORY_NONE);
-    c_arg_ = DNNL_ARG_ATTR_MULTIPLE_POST_OP(c_index) | DNNL_ARG_SRC_1;
-    if (given(g.c_post)) args_[c_arg_] = memory(g.c_post, engine(), DNNL_MEMORY_NONE);
-    z_arg_ = DNNL_ARG_ATTR_MULTIPLE_POST_OP(z_index) | DNNL_ARG_SRC_1;
-    if (g.has_z) args_[z_arg_] = memory(g.dst, engine(), DNNL_MEMORY_NONE);
-    geometry_ = g;
-    built_ = true;
+    part.primitive = dnnl::matmul(pd);
+    args[DNNL_ARG_SRC] = memory(g.src, engine(), DNNL_MEMORY_NONE);
+    args[DNNL_ARG_DST] = memory(g.dst, engine(), DNNL_MEMORY_NONE);
+    if (given(g.bias)) args[DNNL_ARG_BIAS] = memory(g.bias, engine(), DNNL_MEMORY_NONE);
+    part.c_arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(c_index) | DNNL_ARG_SRC_1;
+    if (given(g.c_post)) args[part.c_arg] = memory(g.c_post, engine(), DNNL_MEMORY_NONE);
+    part.z_arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(z_index) | DNNL_ARG_SRC_1;
+    if (g.has_z) args[part.z_arg] = memory(g.dst, engine(), DNNL_MEMORY_NONE);
+    return part;
   }
 
   // Gemm's beta · C (C itself when beta is 1), FusedMatMul's bias as given.
@@ -272,7 +336,6 @@ class OneDnnMatMul : public Kernel {
     return own_->run(ctx);
   }
 
-
   const std::string describe_;  // the node, for errors in prepare
   const int64_t opset_;
   const Op op_;
@@ -281,12 +344,11 @@ class OneDnnMatMul : public Kernel {
   const float alpha_, beta_;
   memory packed_;  // op(B) · alpha in oneDNN's layout, when B is a constant 2-D (or 1-D) tensor
   Shape packed_dims_;
-  // The primitive of the last geometry; rebuilt when it changes.
-  bool built_ = false;
+  // The parts of the last geometry and thread count; rebuilt when either changes.
   Geometry geometry_;
-  dnnl::matmul primitive_;
-  Args args_;
-  int c_arg_ = 0, z_arg_ = 0;
+  int threads_ = 0;
+  bool sliced_ = false;  // parts_ are row slices, run on kiln's pool
+  std::vector<Part> parts_;
   std::vector<float> scaled_c_;
   std::unique_ptr<Kernel> own_;
 };
@@ -306,7 +368,8 @@ Result<std::unique_ptr<Kernel>> create(const ir::Node& node, int64_t opset) {
 template <Op kOp>
 bool accepts(const ir::Node& node, const std::vector<const ir::TypeInfo*>& types) {
   const size_t count = kOp == Op::kMatMul ? 2 : kOp == Op::kGemm ? 3 : 4;
-  return given_inputs_float32(node, types, count) && (!is_fused(kOp) || activation_expressible(node));
+  return given_inputs_float32(node, types, count) &&
+         (!is_fused(kOp) || activation_expressible(node));
 }
 
 const KernelRegistrar kMatMul("", "MatMul", "onednn_matmul", create<Op::kMatMul>, kName,

@@ -33,6 +33,16 @@ void execute(const KernelContext& ctx, const dnnl::primitive& p, Args& args) {
   stream().wait();
 }
 
+void execute_on_this_thread(const dnnl::primitive& p, Args& args) {
+  // Restored after: primitives created later on this thread get the count they expect.
+  const SingleThreaded one_thread;
+  p.execute(stream(), args);
+  stream().wait();
+}
+
+SingleThreaded::SingleThreaded() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
+SingleThreaded::~SingleThreaded() { omp_set_num_threads(saved_); }
+
 Status error_of(const KernelContext& ctx, const char* doing, const dnnl::error& e) {
   return ctx.error(std::string("oneDNN failed ") + doing + ": " + e.what());
 }

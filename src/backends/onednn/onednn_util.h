@@ -39,6 +39,24 @@ void set_arg_data(Args& args, int arg, const float* data);
 // Runs `p` on the session's thread count (set_threads) and waits for it.
 void execute(const KernelContext& ctx, const dnnl::primitive& p, Args& args);
 
+// Runs `p` on the calling thread alone and waits for it: for the slices kiln's pool runs, so that
+// OpenMP starts no threads of its own (they would spin after the call, taking a core from kiln's
+// next kernel). `p` must have been created in a SingleThreaded scope.
+void execute_on_this_thread(const dnnl::primitive& p, Args& args);
+
+// While it lives, the calling thread's OpenMP count is 1. oneDNN fixes a primitive's thread count
+// when the primitive is created, so slices' primitives are created inside one.
+class SingleThreaded {
+ public:
+  SingleThreaded();
+  ~SingleThreaded();
+  SingleThreaded(const SingleThreaded&) = delete;
+  SingleThreaded& operator=(const SingleThreaded&) = delete;
+
+ private:
+  int saved_;
+};
+
 // `e` (what oneDNN threw) as an error naming the node and what was being done.
 Status error_of(const KernelContext& ctx, const char* doing, const dnnl::error& e);
 
