@@ -4,6 +4,12 @@
 // binds the rows of A (its leading dims flattened) and the output. Gemm's alpha and beta are folded
 // into the packed weights and bias; the ai.kiln epilogue is taken only where it is XNNPACK's
 // output clamp (none, Relu, Clip). Semantics: docs/ops.md.
+//
+// The product is cut by output columns into one operator a core (each packs only its columns of
+// B, so the weights are not duplicated), which kiln's pool runs single-threaded: XNNPACK's
+// pthreadpool is not used, whose threads spin for milliseconds after each call and took a core
+// from kiln's next kernel.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -13,6 +19,7 @@
 #include "backends/backend.h"
 #include "backends/xnnpack/library.h"
 #include "backends/xnnpack/node_checks.h"
+#include "core/thread_pool.h"
 #include "kernels/kernel.h"
 
 namespace kiln::backends::xnnpack {
@@ -65,8 +72,8 @@ Result<std::vector<float>> bias_values(const FcSpec& spec, const Tensor& c, int6
   return out;
 }
 
-// Not reentrant, as the Session running it is not (session.h): the operator (and scratch) binds
-// one run's buffers at a time.
+// Not reentrant, as the Session running it is not (session.h): the operators bind one run's
+// buffers at a time.
 class FullyConnected : public Kernel {
  public:
   explicit FullyConnected(FcSpec spec) : spec_(spec) {}
@@ -110,12 +117,27 @@ class FullyConnected : public Kernel {
     if (rows == 0) return Status::ok();
     // The input and output pointers change every run, so setup cannot be skipped; XNNPACK's
     // setup only records them and the tiling for `rows`.
-    pthreadpool_t pool = threadpool_for(ctx);
-    Status s = check(xnn_setup_fully_connected_nc_f32(op_.get(), static_cast<size_t>(rows),
-                                                      a.data<float>(), y->data<float>(), pool),
-                     "xnn_setup_fully_connected_nc_f32");
-    if (s.is_ok()) s = check(xnn_run_operator(op_.get(), pool), "xnn_run_operator");
-    return s.is_ok() ? s : ctx.error(s.message());
+    std::vector<Status> failed(slices_.size());
+    auto run_slice = [&](size_t i) {
+      const Slice& slice = slices_[i];
+      Status s =
+          check(xnn_setup_fully_connected_nc_f32(slice.op.get(), static_cast<size_t>(rows),
+                                                 a.data<float>(), y->data<float>() + slice.first,
+                                                 /*threadpool=*/nullptr),
+                "xnn_setup_fully_connected_nc_f32");
+      if (s.is_ok()) s = check(xnn_run_operator(slice.op.get(), nullptr), "xnn_run_operator");
+      failed[i] = s;
+    };
+    if (slices_.size() == 1 || !ctx.pool) {
+      for (size_t i = 0; i < slices_.size(); ++i) run_slice(i);
+    } else {
+      ctx.pool->parallel_for(static_cast<int64_t>(slices_.size()), 1, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) run_slice(static_cast<size_t>(i));
+      });
+    }
+    for (const Status& s : failed)
+      if (!s.is_ok()) return ctx.error(s.message());
+    return Status::ok();
   }
 
  private:
@@ -138,21 +160,46 @@ class FullyConnected : public Kernel {
     if (c != nullptr && spec_.beta != 0.0f) {
       KILN_ASSIGN_OR_RETURN(bias, bias_values(spec_, *c, n));
     }
-    xnn_operator_t op = nullptr;
-    KILN_RETURN_IF_ERROR(
-        check(xnn_create_fully_connected_nc_f32(
-                  static_cast<size_t>(k), static_cast<size_t>(n), /*input_stride=*/k,
-                  /*output_stride=*/n, w, bias.empty() ? nullptr : bias.data(), spec_.clamp.min,
-                  spec_.clamp.max, spec_.trans_b ? 0 : XNN_FLAG_TRANSPOSE_WEIGHTS, &op),
-              "xnn_create_fully_connected_nc_f32"));
-    op_.reset(op);
+    // One slice of columns a core, in multiples of 16 (XNNPACK's widest output tile). The
+    // session's thread count is not known yet; a session with fewer threads runs them in turn.
+    constexpr int64_t kStep = 16;
+    const int64_t steps = (n + kStep - 1) / kStep;
+    const int64_t count = std::clamp<int64_t>(ThreadPool::default_threads(), 1, steps);
+    slices_.clear();
+    std::vector<float> columns;  // a slice's columns of a [K, N] B, made contiguous
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t first = std::min(n, steps * i / count * kStep);
+      const int64_t last = std::min(n, steps * (i + 1) / count * kStep);
+      const float* kernel = w + first * k;  // B [N, K]: the slice's rows
+      if (!spec_.trans_b) {
+        columns.resize(static_cast<size_t>(k * (last - first)));
+        for (int64_t r = 0; r < k; ++r)
+          std::copy(w + r * n + first, w + r * n + last, columns.begin() + r * (last - first));
+        kernel = columns.data();
+      }
+      xnn_operator_t op = nullptr;
+      KILN_RETURN_IF_ERROR(
+          check(xnn_create_fully_connected_nc_f32(
+                    static_cast<size_t>(k), static_cast<size_t>(last - first), /*input_stride=*/k,
+                    /*output_stride=*/n, kernel, bias.empty() ? nullptr : bias.data() + first,
+                    spec_.clamp.min, spec_.clamp.max,
+                    spec_.trans_b ? 0 : XNN_FLAG_TRANSPOSE_WEIGHTS, &op),
+                "xnn_create_fully_connected_nc_f32"));
+      slices_.push_back(Slice{Operator(op), first});
+    }
     k_ = k, n_ = n;
     return Status::ok();
   }
 
+  // The operator of output columns [first, first + its output channels).
+  struct Slice {
+    Operator op;
+    int64_t first = 0;
+  };
+
   const FcSpec spec_;
-  bool fixed_ = false;  // op_ was created from fixed initializers in prepare()
-  Operator op_;
+  bool fixed_ = false;  // slices_ were created from fixed initializers in prepare()
+  std::vector<Slice> slices_;
   int64_t k_ = 0, n_ = 0;
 };
 
