@@ -13,6 +13,7 @@
 
 #include "backends/backend.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/gemm/gemm.h"
 #include "kernels/kernel.h"
 #include "kernels/ref/gemm_f32.h"
 
@@ -21,25 +22,14 @@ namespace {
 
 constexpr const char* kName = "openblas";
 
-// A row-major C[m, n] = alpha * op(A) op(B) + beta * C; op(A) is [m, k], op(B) [k, n].
-struct Sgemm {
-  bool ta = false, tb = false;
-  int64_t m = 0, n = 0, k = 0;
-  float alpha = 1.0f;
-  const float* a = nullptr;
-  int64_t lda = 0;
-  const float* b = nullptr;
-  int64_t ldb = 0;
-  float beta = 0.0f;
-  float* c = nullptr;
-  int64_t ldc = 0;
-};
+// kiln's GEMM arguments, which say the same as sgemm's (its bias, packed_b and epilogue unused).
+using Sgemm = gemm::GemmF32Args;
 
 void call(const Sgemm& g) {
-  cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans,
-              static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), g.alpha, g.a,
-              static_cast<int>(g.lda), g.b, static_cast<int>(g.ldb), g.beta, g.c,
-              static_cast<int>(g.ldc));
+  cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans,
+              g.trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(g.m), static_cast<int>(g.n),
+              static_cast<int>(g.k), g.alpha, g.a, static_cast<int>(g.lda), g.b,
+              static_cast<int>(g.ldb), g.beta, g.c, static_cast<int>(g.ldc));
 }
 
 // Rows of C [first, first + count), or columns when `columns`.
@@ -47,11 +37,11 @@ Sgemm slice(const Sgemm& g, bool columns, int64_t first, int64_t count) {
   Sgemm s = g;
   if (columns) {
     s.n = count;
-    s.b += g.tb ? first * g.ldb : first;
+    s.b += g.trans_b ? first * g.ldb : first;
     s.c += first;
   } else {
     s.m = count;
-    s.a += g.ta ? first : first * g.lda;
+    s.a += g.trans_a ? first : first * g.lda;
     s.c += first * g.ldc;
   }
   return s;
@@ -173,8 +163,8 @@ Status gemm(KernelContext& ctx) {
   }
   if (m == 0 || n == 0 || k == 0) return Status::ok();
   Sgemm g;
-  g.ta = ta;
-  g.tb = tb;
+  g.trans_a = ta;
+  g.trans_b = tb;
   g.m = m;
   g.n = n;
   g.k = k;
