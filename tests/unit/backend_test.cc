@@ -131,8 +131,9 @@ TEST(Backends, OpenBlasGemmMatchesLoops) {
       }
 }
 
-// The slices kiln's pool runs: rows of a transposed A (Gemm, 40 rows on 2 threads), and a batched
-// MatMul with both operands given, one batch (sliced) and three (a batch a task).
+// The slices kiln's pool runs: rows of a transposed A (Gemm, 40 rows on 2 threads), one row (a
+// matrix-vector product, in column slices), and a batched MatMul with both operands given, one
+// batch (sliced) and three (a batch a task).
 TEST(Backends, OpenBlasSlicesMatchLoops) {
   const int64_t m = 40, k = 19, n = 23;
   {
@@ -152,6 +153,26 @@ TEST(Backends, OpenBlasSlicesMatchLoops) {
     expect_near(r->outputs[0].tensor,
                 product(a.data(), f32(b.m.graph.initializers.at("w")), m, k, n), "transA");
   }
+  // One row (a matrix-vector product), with A and B each stored either way.
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      test::Builder b;
+      b.input("a", ta ? Shape{k, 1} : Shape{1, k});
+      b.weight("w", tb ? Shape{n, k} : Shape{k, n});
+      b.add("Gemm", {"a", "w"}, {"y"}, {test::attr_i("transA", ta), test::attr_i("transB", tb)});
+      b.output("y");
+      const Tensor a = b.random(ta ? Shape{k, 1} : Shape{1, k});
+      auto r = run_with(b.m, {a}, "openblas", 2);
+      ASSERT_TRUE(r.is_ok()) << r.status().message();
+      ASSERT_EQ(r->backends.size(), 1u);
+      EXPECT_EQ(r->backends[0].second, "openblas");
+      const float* w = f32(b.m.graph.initializers.at("w"));
+      std::vector<float> wk(k * n);  // W as [k, n]
+      for (int64_t p = 0; p < k; ++p)
+        for (int64_t j = 0; j < n; ++j) wk[p * n + j] = tb ? w[j * k + p] : w[p * n + j];
+      expect_near(r->outputs[0].tensor, product(f32(a), wk.data(), 1, k, n),
+                  "one row, transA=" + std::to_string(ta) + " transB=" + std::to_string(tb));
+    }
   for (int64_t batches : {1, 3}) {
     test::Builder b;
     b.input("a", {batches, m, k});
