@@ -4,11 +4,16 @@
 //   AfterGap/G    the same after G us of serial work on the caller (workers idle meanwhile):
 //                 the wake-up latency a worker adds after the previous op;
 //   Work5us       2 chunks of 5 us each: 5 us when the worker takes one, 10 us when it is late.
+//   LinePingPong  two plain threads bouncing one cache line, no pool: the machine's own round
+//                 trip between cores, the floor under every hand-off. On the 2-vCPU VM it is
+//                 50-70 ns, and ~330 ns in phases where the host places the vCPUs apart (then
+//                 every value one thread writes and the other reads costs that much more).
 //   kiln_bench_thread_pool [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
 #include <atomic>
 #include <chrono>
+#include <thread>
 
 #include "core/thread_pool.h"
 
@@ -49,6 +54,27 @@ void BM_Work5us(benchmark::State& state) {
     pool.parallel_for(2, 1, [&](int64_t, int64_t) { spin_for(std::chrono::microseconds(5)); });
 }
 BENCHMARK(BM_Work5us)->UseRealTime();
+
+void BM_LinePingPong(benchmark::State& state) {
+  std::atomic<int> turn{0};  // 1: the other thread's move; 0: ours; -1: stop
+  std::thread other([&] {
+    for (;;) {
+      int t;
+      while ((t = turn.load(std::memory_order_acquire)) == 0) {
+      }
+      if (t < 0) return;
+      turn.store(0, std::memory_order_release);
+    }
+  });
+  for (auto _ : state) {
+    turn.store(1, std::memory_order_release);
+    while (turn.load(std::memory_order_acquire) != 0) {
+    }
+  }
+  turn.store(-1, std::memory_order_release);
+  other.join();
+}
+BENCHMARK(BM_LinePingPong)->UseRealTime();
 
 }  // namespace
 
