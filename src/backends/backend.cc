@@ -1,7 +1,10 @@
 // Which registered kernel runs a node (backend.h).
 #include "backends/backend.h"
 
+#include <algorithm>
 #include <map>
+
+#include "core/thread_pool.h"
 
 namespace kiln::backends {
 namespace {
@@ -42,6 +45,22 @@ bool given_inputs_float32(const ir::Node& node, const std::vector<const ir::Type
     if (i >= types.size() || !is_float32(types[i])) return false;
   }
   return true;
+}
+
+std::pair<int64_t, int64_t> part_range(int64_t extent, int64_t step, int64_t count, int64_t i) {
+  const int64_t steps = (extent + step - 1) / step;
+  return {std::min(extent, steps * i / count * step),
+          std::min(extent, steps * (i + 1) / count * step)};
+}
+
+void run_parts(ThreadPool* pool, int64_t count, FunctionRef<void(int64_t)> fn) {
+  if (pool == nullptr) {
+    for (int64_t i = 0; i < count; ++i) fn(i);
+    return;
+  }
+  pool->parallel_for(count, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) fn(i);
+  });
 }
 
 std::vector<const ir::TypeInfo*> input_types(const ir::Node& node, const ir::Graph& graph,

@@ -4,11 +4,14 @@
 // (KernelDef::accepts). This is the narrow interface the runtime and the tuner ask.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/function_ref.h"
 #include "kernels/kernel.h"
 
 namespace kiln::backends {
@@ -36,6 +39,15 @@ bool is_float32(const ir::TypeInfo* t);
 // be float32: what a float backend's accepts() asks before taking a node.
 bool given_inputs_float32(const ir::Node& node, const std::vector<const ir::TypeInfo*>& types,
                           size_t count);
+
+// Part i of `count` near-equal parts of [0, extent), each bound a multiple of `step` but the
+// last end: [first, last). How a library's kernel cuts a product into one slice a thread of
+// kiln's pool, so that the library starts no threads of its own.
+std::pair<int64_t, int64_t> part_range(int64_t extent, int64_t step, int64_t count, int64_t i);
+
+// Runs fn(i) for each i in [0, count) on `pool`'s threads, or in turn on this one when `pool` is
+// null.
+void run_parts(ThreadPool* pool, int64_t count, FunctionRef<void(int64_t)> fn);
 
 // The input types of `node` as `graph` knows them (an initializer's, or its value info's); null
 // where unknown.

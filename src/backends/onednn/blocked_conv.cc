@@ -229,7 +229,6 @@ class OneDnnBlockedConv : public Kernel {
     stream().wait();
   }
 
-
   // The lanes past `channels` hold act(0) (or act(0) + 0): zero them when that is not 0.
   void zero_padding_lanes(Tensor& y) const {
     const int64_t first = channels_ % kBlock;

@@ -150,13 +150,9 @@ class OneDnnMatMul : public Kernel {
       }
       if (!sliced_) {
         execute(ctx, parts_[0].primitive, parts_[0].args);
-      } else if (parts_.size() == 1 || !ctx.pool) {
-        for (Part& part : parts_) execute_on_this_thread(part.primitive, part.args);
       } else {
-        ctx.pool->parallel_for(static_cast<int64_t>(parts_.size()), 1, [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i)
-            execute_on_this_thread(parts_[i].primitive, parts_[i].args);
-        });
+        run_parts(ctx.pool, static_cast<int64_t>(parts_.size()),
+                  [&](int64_t i) { execute_on_this_thread(parts_[i].primitive, parts_[i].args); });
       }
     } catch (const dnnl::error& e) {
       parts_.clear();
@@ -254,7 +250,8 @@ class OneDnnMatMul : public Kernel {
       const int64_t rows = g.dst.dims()[0];
       const int64_t slices = std::clamp<int64_t>((rows + kMinRows - 1) / kMinRows, 1, threads);
       for (int64_t i = 0; i < slices; ++i) {
-        const int64_t first = rows * i / slices, count = rows * (i + 1) / slices - first;
+        const auto [first, last] = part_range(rows, 1, slices, i);
+        const int64_t count = last - first;
         Geometry part = g;
         part.src = first_rows(g.src, count);
         part.dst = first_rows(g.dst, count);

@@ -67,15 +67,11 @@ void run_sliced(const Sgemm& g, ThreadPool* pool) {
   const int64_t threads = pool ? pool->threads() : 1;
   const bool columns = g.m < threads * kMinRows;
   const int64_t step = columns ? kColumnStep : 1, extent = columns ? g.n : g.m;
-  const int64_t steps = (extent + step - 1) / step;
-  const int64_t slices = std::min(threads, steps);
+  const int64_t slices = std::min(threads, (extent + step - 1) / step);
   if (slices <= 1) return call(g);
-  pool->parallel_for(slices, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t first = steps * i / slices * step;
-      const int64_t last = std::min(extent, steps * (i + 1) / slices * step);
-      call(slice(g, columns, first, last - first));
-    }
+  run_parts(pool, slices, [&](int64_t i) {
+    const auto [first, last] = part_range(extent, step, slices, i);
+    call(slice(g, columns, first, last - first));
   });
 }
 
@@ -136,13 +132,11 @@ Status matmul(KernelContext& ctx) {
     return gi;
   };
   const int threads = ctx.pool ? ctx.pool->threads() : 1;
-  if (!ctx.pool || batches < threads) {
+  if (batches < threads) {
     for (int64_t i = 0; i < batches; ++i) run_sliced(batch(i), ctx.pool);
     return Status::ok();
   }
-  ctx.pool->parallel_for(batches, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) call(batch(i));
-  });
+  run_parts(ctx.pool, batches, [&](int64_t i) { call(batch(i)); });
   return Status::ok();
 }
 

@@ -128,13 +128,8 @@ class FullyConnected : public Kernel {
       if (s.is_ok()) s = check(xnn_run_operator(slice.op.get(), nullptr), "xnn_run_operator");
       failed[i] = s;
     };
-    if (slices_.size() == 1 || !ctx.pool) {
-      for (size_t i = 0; i < slices_.size(); ++i) run_slice(i);
-    } else {
-      ctx.pool->parallel_for(static_cast<int64_t>(slices_.size()), 1, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) run_slice(static_cast<size_t>(i));
-      });
-    }
+    run_parts(ctx.pool, static_cast<int64_t>(slices_.size()),
+              [&](int64_t i) { run_slice(static_cast<size_t>(i)); });
     for (const Status& s : failed)
       if (!s.is_ok()) return ctx.error(s.message());
     return Status::ok();
@@ -168,8 +163,7 @@ class FullyConnected : public Kernel {
     slices_.clear();
     std::vector<float> columns;  // a slice's columns of a [K, N] B, made contiguous
     for (int64_t i = 0; i < count; ++i) {
-      const int64_t first = std::min(n, steps * i / count * kStep);
-      const int64_t last = std::min(n, steps * (i + 1) / count * kStep);
+      const auto [first, last] = part_range(n, kStep, count, i);
       const float* kernel = w + first * k;  // B [N, K]: the slice's rows
       if (!spec_.trans_b) {
         columns.resize(static_cast<size_t>(k * (last - first)));
