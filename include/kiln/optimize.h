@@ -44,8 +44,8 @@ struct OptimizeReport {
 Result<OptimizeReport> optimize(ir::Model& model, const OptimizeOptions& options);
 
 // What model loading does: optimizes `model` at `level` (0: not at all), unless it is a model
-// `kiln optimize` saved, which records its level in the metadata.
-Status optimize_unless_saved(ir::Model& model, int level);
+// `kiln optimize` saved, which records its level in the metadata. True when it optimized.
+Result<bool> optimize_unless_saved(ir::Model& model, int level);
 
 // Names of all registered passes with their levels, in pipeline order.
 std::vector<std::pair<std::string, int>> list_passes();

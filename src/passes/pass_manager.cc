@@ -148,13 +148,14 @@ Result<OptimizeReport> optimize(ir::Model& model, const OptimizeOptions& options
   return report;
 }
 
-Status optimize_unless_saved(ir::Model& model, int level) {
+Result<bool> optimize_unless_saved(ir::Model& model, int level) {
   for (const auto& kv : model.metadata)
-    if (kv.first == passes::kOptimizationLevelKey) return Status::ok();
-  if (level <= 0) return Status::ok();
+    if (kv.first == passes::kOptimizationLevelKey) return false;
+  if (level <= 0) return false;
   OptimizeOptions options;
   options.level = level;
-  return optimize(model, options).status();
+  KILN_RETURN_IF_ERROR(optimize(model, options).status());
+  return true;
 }
 
 }  // namespace kiln

@@ -111,11 +111,13 @@ void return_free_memory() {
 
 Result<std::unique_ptr<Session>> Session::load(const std::string& path, const SessionOptions& options) {
   KILN_ASSIGN_OR_RETURN(ir::Model m, onnx_io::load_model(path));
-  if (Status s = optimize_unless_saved(m, options.optimize_level); !s.is_ok())
-    return s.with_context(path + ": optimizing at load (optimize_level 0 skips it)");
+  auto optimized = optimize_unless_saved(m, options.optimize_level);
+  if (!optimized)
+    return optimized.status().with_context(path +
+                                           ": optimizing at load (optimize_level 0 skips it)");
   // The weights the passes replaced were freed mid-heap; hand those pages back before compiling
   // allocates packed weights, or they add to the peak (70 MB on vit_b_16).
-  return_free_memory();
+  if (*optimized) return_free_memory();
   auto s = create_owned(std::make_shared<ir::Model>(std::move(m)), options);
   if (!s) return s.status().with_context(path);
   return s;

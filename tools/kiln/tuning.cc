@@ -27,7 +27,8 @@ void add_tune_options(CLI::App* cmd, TuneFlags* f, bool with_flag) {
 
 Result<std::shared_ptr<ir::Model>> load_for_tuning(const std::string& path, int level) {
   KILN_ASSIGN_OR_RETURN(ir::Model m, onnx_io::load_model(path));
-  if (Status s = optimize_unless_saved(m, level); !s.is_ok()) return s.with_context(path);
+  if (auto optimized = optimize_unless_saved(m, level); !optimized)
+    return optimized.status().with_context(path);
   // Backends take nodes by their inputs' types, as Session::load infers them.
   (void)ir::infer_shapes(m);
   return std::make_shared<ir::Model>(std::move(m));
