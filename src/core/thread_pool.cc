@@ -1,8 +1,8 @@
 // The pool's waits spin briefly, then sleep on a futex (Linux; std::atomic::wait elsewhere).
-// Memory order: a job's fields are written before claim_ is stored (release) and read only after
-// a successful claim (acquire). Every sleeper counts itself in a `sleepers` counter before its
-// last look at the word it sleeps on, and every waker changes the word before it reads the
-// counter, all seq_cst: so either the sleeper sees the change or the waker sees the sleeper.
+// Memory order: a job's fields are written before the threads' ranges are stored (release) and read
+// only after a successful claim (acquire). Every sleeper counts itself in a `sleepers` counter
+// before its last look at the word it sleeps on, and every waker changes the word before it reads
+// the counter, all seq_cst: so either the sleeper sees the change or the waker sees the sleeper.
 #include "core/thread_pool.h"
 
 #include <algorithm>
@@ -30,7 +30,7 @@ constexpr int64_t kPauseOnlyNs = 5'000;        // the first part of the spin, wi
 constexpr int64_t kContendedYieldNs = 20'000;  // a yield this long: another thread wants the core
 // Chunks a loop is cut into per thread, at most: claimed guided (run_chunks), most of them only
 // at the end. With 4, the caller of mobilenet_v2's 55 loops a run waited 0.18-0.25 ms at their
-// ends for the worker's last chunk; with 64, 0.13-0.15 ms.
+// ends for the worker's last chunk; with 64, 0.13-0.15 ms (measured with one shared counter).
 constexpr int64_t kChunksPerThread = 64;
 
 inline void cpu_relax() {
@@ -59,8 +59,8 @@ void futex_wake(std::atomic<uint32_t>& word, int count) {
 #endif
 }
 
-constexpr uint64_t pack(uint32_t gen, uint64_t chunks, uint64_t next) {
-  return (uint64_t{gen} << 32) | (chunks << 16) | next;
+constexpr uint64_t pack(uint32_t gen, uint64_t begin, uint64_t end) {
+  return (uint64_t{gen} << 32) | (begin << 16) | end;
 }
 
 }  // namespace
@@ -83,7 +83,8 @@ ThreadPool::ThreadPool(int threads) : id_(g_next_pool_id.fetch_add(1)) {
   if (threads <= 0) threads = default_threads();
   // Spinning only pays when every thread can have a core of its own.
   spin_ns_ = threads <= default_threads() ? kSpinNs : 0;
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  ranges_ = std::make_unique<Range[]>(static_cast<size_t>(threads));
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -128,29 +129,45 @@ void ThreadPool::wake(std::atomic<uint32_t>& word, std::atomic<int>& sleepers, i
   if (sleepers.load() > 0) futex_wake(word, count);
 }
 
-void ThreadPool::run_chunks(uint32_t gen) {
-  const uint64_t share = 2 * static_cast<uint64_t>(threads());
-  uint64_t w = claim_.load(std::memory_order_acquire);
+bool ThreadPool::claim(std::atomic<uint64_t>& range, uint32_t gen, bool from_front, int64_t& first,
+                       int64_t& count) {
+  uint64_t w = range.load(std::memory_order_acquire);
   for (;;) {
-    const uint64_t next = w & 0xffff, chunks = (w >> 16) & 0xffff;
-    if (static_cast<uint32_t>(w >> 32) != gen || next >= chunks) return;
-    // Guided: a claim takes its share of what is left, so claims are few while much is left and
-    // single chunks at the end, where they even out the threads' finishing times.
-    const uint64_t take = std::max<uint64_t>(1, (chunks - next) / share);
-    if (!claim_.compare_exchange_weak(w, w + take, std::memory_order_acq_rel,
-                                      std::memory_order_acquire))
-      continue;
-    // Chunks [next, next + take) of job `gen` are ours and unfinished, so the job's fields stay.
-    const int64_t begin = static_cast<int64_t>(next) * chunk_;
-    (*fn_)(begin, std::min(n_, begin + static_cast<int64_t>(take) * chunk_));
-    if (done_.fetch_add(static_cast<uint32_t>(take)) + take == chunks)
-      wake(done_, caller_sleeping_, 1);
-    w = claim_.load(std::memory_order_acquire);
+    const uint64_t begin = (w >> 16) & 0xffff, end = w & 0xffff;
+    if (static_cast<uint32_t>(w >> 32) != gen || begin >= end) return false;
+    // Guided: half of what is left, so claims are few while much is left and single chunks at
+    // the end, where they even out the threads' finishing times.
+    const uint64_t take = std::max<uint64_t>(1, (end - begin) / 2);
+    const uint64_t claimed = from_front ? w + (take << 16) : w - take;
+    if (range.compare_exchange_weak(w, claimed, std::memory_order_acq_rel,
+                                    std::memory_order_acquire)) {
+      first = static_cast<int64_t>(from_front ? begin : end - take);
+      count = static_cast<int64_t>(take);
+      return true;
+    }
   }
 }
 
-void ThreadPool::parallel_for(int64_t n, int64_t grain,
-                              FunctionRef<void(int64_t, int64_t)> fn) {
+void ThreadPool::run_chunks(int self, uint32_t gen) {
+  const int n_threads = threads();
+  int64_t finished = 0, first = 0, count = 0, chunks = 0;
+  // Own share first, from its front; then the others' from their backs, so that a thread keeps
+  // to the same part of every loop (and of the data the last loop wrote) unless it runs ahead.
+  for (int k = 0; k < n_threads; ++k) {
+    std::atomic<uint64_t>& range = ranges_[(self + k) % n_threads].word;
+    while (claim(range, gen, k == 0, first, count)) {
+      // Chunks [first, first + count) of job `gen` are ours and unfinished: the job's fields stay.
+      const int64_t begin = first * chunk_;
+      (*fn_)(begin, std::min(n_, begin + count * chunk_));
+      finished += count;
+      chunks = chunks_;  // read while the job is unfinished: it may be the next job's after
+    }
+  }
+  if (finished > 0 && done_.fetch_add(static_cast<uint32_t>(finished)) + finished == chunks)
+    wake(done_, caller_sleeping_, 1);
+}
+
+void ThreadPool::parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
   const int64_t max_chunks =
@@ -166,12 +183,17 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   fn_ = &fn;
   n_ = n;
   done_.store(0);
+  chunks_ = chunks;
   const uint32_t gen = ++gen_;
-  claim_.store(pack(gen, chunks, 0), std::memory_order_release);
+  // Thread t's share is the t-th of T equal parts, the same part of every loop.
+  const uint64_t t_count = static_cast<uint64_t>(threads());
+  for (uint64_t t = 0; t < t_count; ++t)
+    ranges_[t].word.store(pack(gen, chunks * t / t_count, chunks * (t + 1) / t_count),
+                          std::memory_order_release);
   job_seq_.fetch_add(1);
   wake(job_seq_, workers_sleeping_, static_cast<int>(chunks) - 1);
   t_in_pool_task = true;
-  run_chunks(gen);
+  run_chunks(0, gen);
   t_in_pool_task = false;
   for (uint32_t d = done_.load(std::memory_order_acquire); d != chunks;
        d = done_.load(std::memory_order_acquire))
@@ -184,7 +206,8 @@ bool ThreadPool::on_every_thread(FunctionRef<void()> fn) {
   const int64_t n = threads();
   std::atomic<int64_t> started{0};
   bool everywhere = true;  // written only by the inline case, which runs alone
-  // n chunks of one: parallel_for splits n items of grain 1 into min(n, 4 * threads) chunks.
+  // n chunks of one: parallel_for splits n items of grain 1 into n chunks, one in each thread's
+  // share.
   parallel_for(n, 1, [&](int64_t begin, int64_t end) {
     fn();
     if (end - begin > 1) {  // run inline, all chunks on this thread
@@ -202,7 +225,7 @@ bool ThreadPool::on_every_thread(FunctionRef<void()> fn) {
   return everywhere;
 }
 
-void ThreadPool::worker_loop() {
+void ThreadPool::worker_loop(int self) {
   // Not job_seq_'s value now: a job, or the destructor, may have bumped it before this thread ran.
   uint32_t seen = 0;
   for (;;) {
@@ -210,7 +233,8 @@ void ThreadPool::worker_loop() {
     seen = job_seq_.load(std::memory_order_acquire);
     if (stop_.load()) return;
     t_in_pool_task = true;
-    run_chunks(static_cast<uint32_t>(claim_.load(std::memory_order_acquire) >> 32));
+    run_chunks(self,
+               static_cast<uint32_t>(ranges_[self].word.load(std::memory_order_acquire) >> 32));
     t_in_pool_task = false;
   }
 }

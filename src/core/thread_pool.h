@@ -3,9 +3,15 @@
 // Waiting: idle workers spin for a short while (kSpin, ~60 us) watching for the next job, then
 // sleep on a futex, so back-to-back short ops (a transformer layer's dozen kernels) wake them in
 // well under a microsecond while an idle pool costs no CPU. The caller waits for the last chunk the
-// same way. Chunks are claimed lock-free with one compare-and-swap on a packed (job, next chunk)
-// word, guided: a claim takes its share of the chunks left, so the last ones go out singly and
-// the threads finish together.
+// same way.
+//
+// Work: a loop is cut into chunks, and thread t (the caller is 0) owns the t-th of T equal shares,
+// the same share of every loop, so that a thread mostly reads what it wrote in the loop before
+// and claims from a cache line of its own. A thread claims from its own share's front with one
+// compare-and-swap, guided (half of what is left, so the last claims are single chunks), then
+// from the back of the others' shares until none is left: the threads finish together even when
+// one is slowed. On a VM whose vCPUs the host sometimes places apart (a cache line's round trip
+// 330 ns instead of 60), mobilenet_v2 ran 10-15% faster this way than with one shared counter.
 //
 // Thread safety: parallel_for may be called from any number of threads at once. One call at a time
 // owns the workers; a call that arrives while another owns them runs its loop inline on its own
@@ -55,9 +61,12 @@ class ThreadPool {
   static std::shared_ptr<ThreadPool> shared();
 
  private:
-  void worker_loop();
-  // Runs chunks of job `gen` until none is left to claim.
-  void run_chunks(uint32_t gen);
+  void worker_loop(int self);
+  // Runs chunks of job `gen` on thread `self` (0: the caller) until none is left to claim.
+  void run_chunks(int self, uint32_t gen);
+  // Takes chunks of job `gen` off the front or the back of `range`; false when it has none left.
+  static bool claim(std::atomic<uint64_t>& range, uint32_t gen, bool from_front, int64_t& first,
+                    int64_t& count);
   // Blocks until `word` differs from `seen`: spins up to spin_ns_, then sleeps on it. The waker
   // must call wake() after changing it.
   void wait_for_change(const std::atomic<uint32_t>& word, uint32_t seen,
@@ -68,12 +77,17 @@ class ThreadPool {
   const uint64_t id_;
   int64_t spin_ns_ = 0;  // 0 when the pool has more threads than the machine has cores
 
-  // The job: written by the owning caller before claim_ is published, stable until it returns.
+  // The job: written by the owning caller before ranges_ are published, stable until it returns.
   const FunctionRef<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0, chunk_ = 0;
-  // (job generation << 32) | (chunks << 16) | next chunk. A claim succeeds only for the current
-  // generation, so a late worker can never run a chunk of a finished job.
-  alignas(64) std::atomic<uint64_t> claim_{0};
+  uint32_t chunks_ = 0;
+  // Each thread's unclaimed chunks of the job: (job generation << 32) | (begin << 16) | end. A
+  // claim succeeds only for the current generation, so a late worker can never run a chunk of a
+  // finished job. One cache line each: the owner's claims stay on its own core.
+  struct alignas(64) Range {
+    std::atomic<uint64_t> word{0};
+  };
+  std::unique_ptr<Range[]> ranges_;
   alignas(64) std::atomic<uint32_t> done_{0};  // chunks finished of the current job
   std::atomic<int> caller_sleeping_{0};
   alignas(64) std::atomic<uint32_t> job_seq_{0};  // bumped per job (and at stop): workers' futex

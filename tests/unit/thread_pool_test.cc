@@ -79,6 +79,25 @@ TEST(ThreadPool, ConcurrentCallersOnOnePool) {
   EXPECT_EQ(got2, want2);
 }
 
+// Each thread starts on its own share of a loop; a thread that finishes early takes what is left
+// of the others'. Here the caller stalls in its first chunk, so the worker must run the caller's
+// unclaimed chunks as well as its own: well over half of the loop.
+TEST(ThreadPool, IdleThreadTakesAStalledThreadsChunks) {
+  ThreadPool pool(2);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<int64_t> by_worker{0};
+  std::atomic<bool> stalled{false};
+  const int64_t n = 1024;
+  pool.parallel_for(n, 1, [&](int64_t b, int64_t e) {
+    if (std::this_thread::get_id() != caller) {
+      by_worker.fetch_add(e - b);
+    } else if (!stalled.exchange(true)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
+  });
+  EXPECT_GT(by_worker.load(), n / 2 + n / 8);
+}
+
 TEST(ThreadPool, NestedCallsRunInline) {
   ThreadPool pool(3);
   std::vector<std::atomic<int>> hits(40 * 30);
