@@ -17,7 +17,9 @@ struct Model;
 }
 
 struct SessionOptions {
-  int threads = 0;  // 0: the process-wide pool, one thread per core, shared by such sessions
+  // 0 (or one a core): the process-wide pool, one thread a core, shared by such sessions; another
+  // count: a pool of the session's own
+  int threads = 0;
   // Session::load runs kiln::optimize at this level first (see kiln/optimize.h), unless the model
   // was saved by `kiln optimize` already. 0 runs the model exactly as written.
   int optimize_level = 3;

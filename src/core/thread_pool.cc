@@ -75,6 +75,11 @@ std::shared_ptr<ThreadPool> ThreadPool::shared() {
   return pool;
 }
 
+std::shared_ptr<ThreadPool> ThreadPool::with_threads(int threads) {
+  return threads <= 0 || threads == default_threads() ? shared()
+                                                      : std::make_shared<ThreadPool>(threads);
+}
+
 namespace {
 std::atomic<uint64_t> g_next_pool_id{1};
 }

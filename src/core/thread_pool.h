@@ -60,6 +60,13 @@ class ThreadPool {
   // process's life; sessions made without an explicit thread count share it.
   static std::shared_ptr<ThreadPool> shared();
 
+  // A pool of `threads` threads: the shared one when that is its count (or `threads` <= 0), else a
+  // new one. Sessions asking for one thread a core thus share the same workers: each session
+  // with a pool of its own brought its own worker threads, and in a process that alternates
+  // sessions (kiln bench --backends, the tuner's whole-model check) the same model's time then
+  // varied 5-10% from session to session on this 2-vCPU VM, 1-2% on the shared pool.
+  static std::shared_ptr<ThreadPool> with_threads(int threads);
+
  private:
   void worker_loop(int self);
   // Runs chunks of job `gen` on thread `self` (0: the caller) until none is left to claim.

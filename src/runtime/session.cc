@@ -176,8 +176,7 @@ Result<std::unique_ptr<Session>> Session::create_shared(std::shared_ptr<const ir
   impl->weights.plan_bytes = std::max<int64_t>(heap_after - heap_before + impl->weights.released_weight_bytes, 0);
   if (impl->weights.released_weight_bytes > 0) return_free_memory();
   impl->memory.set_enabled(options.memory_arena);
-  impl->pool = options.threads > 0 ? std::make_shared<ThreadPool>(options.threads)
-                                    : ThreadPool::shared();
+  impl->pool = ThreadPool::with_threads(options.threads);
   for (size_t i = 0; i < g.inputs.size(); ++i) {
     auto it = g.initializers.find(g.inputs[i].name);
     impl->defaults.push_back(it == g.initializers.end() ? Value() : Value::of(it->second));

@@ -144,6 +144,16 @@ TEST(ThreadPool, SharedPoolIsOneInstance) {
   expect_each_index_once(*a, 1000, 1);
 }
 
+// A session asking for one thread a core gets the shared pool; another count, a pool of its own.
+TEST(ThreadPool, WithThreadsSharesThePoolOfOneThreadACore) {
+  const int cores = ThreadPool::default_threads();
+  EXPECT_EQ(ThreadPool::with_threads(0).get(), ThreadPool::shared().get());
+  EXPECT_EQ(ThreadPool::with_threads(cores).get(), ThreadPool::shared().get());
+  auto own = ThreadPool::with_threads(cores + 1);
+  EXPECT_NE(own.get(), ThreadPool::shared().get());
+  EXPECT_EQ(own->threads(), cores + 1);
+}
+
 // Two sessions made with the default options share the process-wide pool and run at the same
 // time from two threads; each gets what it gets alone.
 TEST(ThreadPool, SessionsShareThePoolConcurrently) {
