@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend_run.h"
+#include "core/cpu_features.h"
 #include "gemm_test_case.h"
 #include "kiln/optimize.h"
 #include "onnx/model_io.h"
@@ -68,6 +69,50 @@ TEST(Backends, KilnDirectVariantTakesWinogradConvs) {
   ASSERT_EQ(a.shape(), d.shape());
   for (int64_t i = 0; i < a.numel(); ++i)
     ASSERT_NEAR(a.data<float>()[i], d.data<float>()[i], 1e-4 * (1 + std::fabs(a.data<float>()[i])));
+}
+
+// kiln's narrow-tile variant (backend "kiln.tile6x16": the AVX2 6x16 register tile where the
+// best is AVX-512's) takes MatMul, Gemm (transB), and FusedMatMul (MatMul + Add + Relu optimized)
+// against a 2-D weight; over sizes that leave partial tiles of rows and columns its outputs agree
+// with kiln's own kernel's.
+TEST(Backends, KilnNarrowTileVariantAgreesWithOwnKernel) {
+  if (!cpu_features().has_avx512()) GTEST_SKIP() << "the narrow tile is the best one here";
+  for (const char* op : {"MatMul", "Gemm", "FusedMatMul"})
+    for (int64_t m : {1, 7, 50})
+      for (int64_t k : {5, 64})
+        for (int64_t n : {3, 33, 100}) {
+          const std::string op_type = op;
+          test::Builder b;
+          b.input("x", {m, k});
+          b.weight("bias", {n});
+          if (op_type == "Gemm") {
+            b.weight("w", {n, k});
+            b.add("Gemm", {"x", "w", "bias"}, {"y"}, {test::attr_i("transB", 1)});
+          } else {
+            b.weight("w", {k, n});
+            b.add("MatMul", {"x", "w"}, {op_type == "MatMul" ? "y" : "p"});
+            if (op_type == "FusedMatMul") {
+              b.add("Add", {"p", "bias"}, {"s"});
+              b.add("Relu", {"s"}, {"y"});
+            }
+          }
+          b.output("y");
+          if (op_type == "FusedMatMul") ASSERT_TRUE(optimize(b.m, OptimizeOptions{}).is_ok());
+          ASSERT_EQ(b.m.graph.nodes.size(), 1u) << op_type;
+          const Tensor x = b.random({m, k});
+          auto own = run_with(b.m, {x}, backends::kKiln, 2);
+          auto narrow = run_with(b.m, {x}, "kiln.tile6x16", 2);
+          ASSERT_TRUE(own.is_ok()) << own.status().message();
+          ASSERT_TRUE(narrow.is_ok()) << narrow.status().message();
+          EXPECT_EQ(narrow->backends.at(0).second, "kiln.tile6x16") << op_type;
+          const Tensor& a = own->outputs[0].tensor;
+          const Tensor& t = narrow->outputs[0].tensor;
+          ASSERT_EQ(a.shape(), t.shape());
+          for (int64_t i = 0; i < a.numel(); ++i)
+            ASSERT_NEAR(a.data<float>()[i], t.data<float>()[i],
+                        1e-4 * (1 + std::fabs(a.data<float>()[i])))
+                << op_type << " " << m << "x" << k << "x" << n << " at " << i;
+        }
 }
 
 #ifdef KILN_WITH_OPENBLAS

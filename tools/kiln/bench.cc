@@ -64,14 +64,14 @@ Status print_backend_table(const std::shared_ptr<ir::Model>& model,
       row.p50s.push_back(median_ms(times));
     }
   const double own = median_ms(rows[0].p50s);
-  std::printf("%-10s %14s %10s %9s   (median of %d rounds of %d runs)\n", "backend", "nodes taken",
+  std::printf("%-14s %14s %10s %9s   (median of %d rounds of %d runs)\n", "backend", "nodes taken",
               "p50 ms", "vs kiln", rounds, iters);
   for (Row& row : rows) {
     const auto nodes = row.session->node_backends();
     const auto taken = std::count_if(nodes.begin(), nodes.end(),
                                      [](const auto& nb) { return nb.second != "kiln"; });
     const double p50 = median_ms(row.p50s);
-    std::printf("%-10s %8zd / %-4zu %10.3f %9.3f\n", row.name.c_str(), static_cast<ssize_t>(taken),
+    std::printf("%-14s %8zd / %-4zu %10.3f %9.3f\n", row.name.c_str(), static_cast<ssize_t>(taken),
                 nodes.size(), p50, p50 / own);
   }
   return Status::ok();

@@ -13,19 +13,24 @@ namespace {
 
 class FusedGemm : public Kernel {
  public:
-  FusedGemm(kiln_ops::StandardOp op, bool matmul, kiln_ops::Activation act, const ir::Node& node)
-      : op_(std::move(op)), matmul_(matmul), act_(act),
+  FusedGemm(kiln_ops::StandardOp op, bool matmul, kiln_ops::Activation act, const ir::Node& node,
+            const gemm::MicroKernel* tile)
+      : op_(std::move(op)),
+        matmul_(matmul),
+        act_(act),
+        tile_(tile),
         residual_first_(node.attr_int("residual_before_activation", 0) != 0),
         trans_a_(!matmul && node.attr_int("transA", 0) != 0),
         trans_b_(!matmul && node.attr_int("transB", 0) != 0),
         alpha_(matmul ? 1.0f : node.attr_float("alpha", 1.0f)),
         beta_(matmul ? 1.0f : node.attr_float("beta", 1.0f)) {}
 
-  Status prepare(const std::vector<const Tensor*>& constants, std::vector<bool>& absorbed) override {
+  Status prepare(const std::vector<const Tensor*>& constants,
+                 std::vector<bool>& absorbed) override {
     if (constants.size() < 2 || constants[1] == nullptr) return Status::ok();
     const Tensor& b = *constants[1];
     if (b.rank() != 2 || b.dtype() != DType::kFloat32) return Status::ok();
-    KILN_ASSIGN_OR_RETURN(packed_, pack_weight(b, trans_b_));
+    KILN_ASSIGN_OR_RETURN(packed_, pack_weight(b, trans_b_, tile_));
     absorbed[1] = true;  // every run that can succeed takes the packed path
     return Status::ok();
   }
@@ -61,8 +66,8 @@ class FusedGemm : public Kernel {
       out.push_back(n);
     } else {
       if (a.rank() != 2 || (trans_a_ ? a.dim(0) : a.dim(1)) != k)
-        return ctx.error("Gemm needs a 2-D A with " + std::to_string(k) + " columns of op(A), got " +
-                         shape_str(a.shape()));
+        return ctx.error("Gemm needs a 2-D A with " + std::to_string(k) +
+                         " columns of op(A), got " + shape_str(a.shape()));
       m = trans_a_ ? a.dim(1) : a.dim(0);
       out = {m, n};
     }
@@ -127,22 +132,30 @@ class FusedGemm : public Kernel {
   kiln_ops::StandardOp op_;
   bool matmul_;
   kiln_ops::Activation act_;
+  const gemm::MicroKernel* tile_;  // the packed product's micro-kernel; null: the best
   bool residual_first_, trans_a_, trans_b_;
   float alpha_, beta_;
   gemm::PackedMatrix packed_;
 };
 
-template <bool kMatMul>
+template <bool kMatMul, bool kNarrowTile>
 Result<std::unique_ptr<Kernel>> create(const ir::Node& node, int64_t) {
   auto act = kiln_ops::read_activation(node, "activation", "activation_params");
   if (!act) return Status::error(node.describe() + ": " + act.status().message());
   KILN_ASSIGN_OR_RETURN(kiln_ops::StandardOp op,
                         kiln_ops::StandardOp::create(kMatMul ? "MatMul" : "Gemm", node));
-  return std::unique_ptr<Kernel>(std::make_unique<FusedGemm>(std::move(op), kMatMul, *act, node));
+  return std::unique_ptr<Kernel>(std::make_unique<FusedGemm>(
+      std::move(op), kMatMul, *act, node, kNarrowTile ? narrow_tile() : nullptr));
 }
 
-const KernelRegistrar kGemm("ai.kiln", "FusedGemm", "ref", create<false>);
-const KernelRegistrar kMatMul("ai.kiln", "FusedMatMul", "ref", create<true>);
+const KernelRegistrar kGemm("ai.kiln", "FusedGemm", "ref", create<false, false>);
+const KernelRegistrar kMatMul("ai.kiln", "FusedMatMul", "ref", create<true, false>);
+
+// kiln's narrow-tile variant for the tuner (ref/gemm_f32.h).
+const KernelRegistrar kGemmNarrow("ai.kiln", "FusedGemm", "tile_6x16", create<false, true>,
+                                  kNarrowTileBackend, takes_narrow_tile);
+const KernelRegistrar kMatMulNarrow("ai.kiln", "FusedMatMul", "tile_6x16", create<true, true>,
+                                    kNarrowTileBackend, takes_narrow_tile);
 
 }  // namespace
 }  // namespace kiln

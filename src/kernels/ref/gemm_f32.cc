@@ -79,16 +79,29 @@ void gemm_f32_prepacked(bool trans_a, int64_t m, float alpha, const float* a, in
   gemm::gemm_f32_blocked(args, pool);
 }
 
-Result<gemm::PackedMatrix> pack_weight(const Tensor& w, bool trans) {
+Result<gemm::PackedMatrix> pack_weight(const Tensor& w, bool trans,
+                                       const gemm::MicroKernel* kernel) {
   if (w.rank() != 2) return Status::error("a weight to prepack must be 2-D, got " + shape_str(w.shape()));
   if (w.dtype() != DType::kFloat32 && w.dtype() != DType::kFloat16 && w.dtype() != DType::kBFloat16)
     return Status::error(std::string("cannot prepack a ") + dtype_name(w.dtype()) + " weight");
   if (w.raw_data() == nullptr && w.numel() > 0) return Status::error("the weight has no data");
   KILN_ASSIGN_OR_RETURN(Tensor wf, to_float32(w));
   const int64_t k = trans ? w.dim(1) : w.dim(0), n = trans ? w.dim(0) : w.dim(1);
-  gemm::PackedMatrix packed = gemm::PackedMatrix::pack_b(wf.data<float>(), w.dim(1), trans, k, n);
+  gemm::PackedMatrix packed =
+      gemm::PackedMatrix::pack_b(wf.data<float>(), w.dim(1), trans, k, n, kernel);
   if (packed.empty()) return Status::error("out of memory packing a weight of " + shape_str(w.shape()));
   return packed;
+}
+
+const gemm::MicroKernel* narrow_tile() {
+  const gemm::MicroKernel* k = gemm::find_f32_kernel("f32_gemm_6x16_avx2");
+  return k != gemm::best_f32_kernel() ? k : nullptr;
+}
+
+bool takes_narrow_tile(const ir::Node&, const std::vector<const ir::TypeInfo*>& types) {
+  const ir::TypeInfo* b = types.size() > 1 ? types[1] : nullptr;
+  return narrow_tile() != nullptr && b && b->kind == ir::TypeInfo::Kind::kTensor &&
+         b->dtype == DType::kFloat32 && b->has_shape && b->shape.size() == 2;
 }
 
 Result<GemmPlan> plan_gemm(const ir::Node& node, const Shape& a, const Shape& b, const Shape* c) {

@@ -16,11 +16,12 @@ bool is_half(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
 
 // B as a 2-D float weight prepacked at compile time, when it is a constant (else empty).
 Status prepack_weight(const std::vector<const Tensor*>& constants, size_t index, bool trans,
-                      std::vector<bool>& absorbed, gemm::PackedMatrix& packed) {
+                      const gemm::MicroKernel* tile, std::vector<bool>& absorbed,
+                      gemm::PackedMatrix& packed) {
   if (constants.size() <= index || constants[index] == nullptr) return Status::ok();
   const Tensor& w = *constants[index];
   if (w.rank() != 2 || !(w.dtype() == DType::kFloat32 || is_half(w.dtype()))) return Status::ok();
-  KILN_ASSIGN_OR_RETURN(packed, pack_weight(w, trans));
+  KILN_ASSIGN_OR_RETURN(packed, pack_weight(w, trans, tile));
   absorbed[index] = true;  // every run that can succeed reads the packed copy
   return Status::ok();
 }
@@ -96,14 +97,17 @@ Status matmul(KernelContext& ctx, const gemm::PackedMatrix* packed) {
 
 class MatMulKernel : public Kernel {
  public:
-  Status prepare(const std::vector<const Tensor*>& constants, std::vector<bool>& absorbed) override {
-    return prepack_weight(constants, 1, false, absorbed, packed_);
+  explicit MatMulKernel(const gemm::MicroKernel* tile) : tile_(tile) {}
+  Status prepare(const std::vector<const Tensor*>& constants,
+                 std::vector<bool>& absorbed) override {
+    return prepack_weight(constants, 1, false, tile_, absorbed, packed_);
   }
   Status run(KernelContext& ctx) override {
     return matmul(ctx, packed_.empty() ? nullptr : &packed_);
   }
 
  private:
+  const gemm::MicroKernel* tile_;  // the packed product's micro-kernel; null: the best
   gemm::PackedMatrix packed_;
 };
 
@@ -151,8 +155,8 @@ Status gemm(KernelContext& ctx, const gemm::PackedMatrix* packed,
     }
     const float beta_y = add_c && !c_is_bias ? 1.0f : 0.0f;
     if (packed) {
-      gemm_f32_prepacked(ta, m, alpha, af.data<float>(), a.dim(1), *packed, beta_y, yd, n,
-                         bias, nullptr, ctx.pool);
+      gemm_f32_prepacked(ta, m, alpha, af.data<float>(), a.dim(1), *packed, beta_y, yd, n, bias,
+                         nullptr, ctx.pool);
     } else {
       KILN_ASSIGN_OR_RETURN(Tensor bf, to_float32(b));
       gemm_f32(ta, tb, m, n, k, alpha, af.data<float>(), a.dim(1), bf.data<float>(), b.dim(1),
@@ -179,9 +183,10 @@ Status gemm(KernelContext& ctx, const gemm::PackedMatrix* packed,
 
 class GemmKernel : public Kernel {
  public:
-  explicit GemmKernel(bool trans_b) : trans_b_(trans_b) {}
-  Status prepare(const std::vector<const Tensor*>& constants, std::vector<bool>& absorbed) override {
-    return prepack_weight(constants, 1, trans_b_, absorbed, packed_);
+  GemmKernel(bool trans_b, const gemm::MicroKernel* tile) : trans_b_(trans_b), tile_(tile) {}
+  Status prepare(const std::vector<const Tensor*>& constants,
+                 std::vector<bool>& absorbed) override {
+    return prepack_weight(constants, 1, trans_b_, tile_, absorbed, packed_);
   }
   Status run(KernelContext& ctx) override {
     return gemm(ctx, packed_.empty() ? nullptr : &packed_, bias_scratch_);
@@ -189,6 +194,7 @@ class GemmKernel : public Kernel {
 
  private:
   bool trans_b_;
+  const gemm::MicroKernel* tile_;  // the packed product's micro-kernel; null: the best
   gemm::PackedMatrix packed_;
   std::vector<float> bias_scratch_;
 };
@@ -253,13 +259,24 @@ Status matmul_integer(KernelContext& ctx) {
 
 }  // namespace
 
-const KernelRegistrar kMatMul("", "MatMul", "ref", [](const ir::Node&, int64_t) {
-  return Result<std::unique_ptr<Kernel>>(std::make_unique<MatMulKernel>());
-});
-const KernelRegistrar kGemm("", "Gemm", "ref", [](const ir::Node& node, int64_t) {
-  return Result<std::unique_ptr<Kernel>>(
-      std::make_unique<GemmKernel>(node.attr_int("transB", 0) != 0));
-});
+template <bool kNarrowTile>
+Result<std::unique_ptr<Kernel>> create_matmul(const ir::Node&, int64_t) {
+  return std::unique_ptr<Kernel>(
+      std::make_unique<MatMulKernel>(kNarrowTile ? narrow_tile() : nullptr));
+}
+template <bool kNarrowTile>
+Result<std::unique_ptr<Kernel>> create_gemm(const ir::Node& node, int64_t) {
+  return std::unique_ptr<Kernel>(std::make_unique<GemmKernel>(
+      node.attr_int("transB", 0) != 0, kNarrowTile ? narrow_tile() : nullptr));
+}
+
+const KernelRegistrar kMatMul("", "MatMul", "ref", create_matmul<false>);
+const KernelRegistrar kGemm("", "Gemm", "ref", create_gemm<false>);
+// kiln's narrow-tile variant for the tuner (gemm_f32.h).
+const KernelRegistrar kMatMulNarrow("", "MatMul", "tile_6x16", create_matmul<true>,
+                                    kNarrowTileBackend, takes_narrow_tile);
+const KernelRegistrar kGemmNarrow("", "Gemm", "tile_6x16", create_gemm<true>, kNarrowTileBackend,
+                                  takes_narrow_tile);
 KILN_REGISTER_KERNEL("", "MatMulInteger", matmul_integer);
 
 }  // namespace kiln
