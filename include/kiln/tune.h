@@ -28,16 +28,17 @@ struct TuneOptions {
   // configuration of choices must beat kiln's kernels alone by it in the whole-model check: ties
   // are noise, and a library's kernel brings its own threads, which compete with kiln's.
   double min_gain = 0.03;
-  // Whole-model check of the per-node choices (below), in alternating rounds of timed runs.
-  int model_rounds = 3;
+  // Whole-model check of the per-node choices (below): timed runs of each configuration, at
+  // least, one of each in turn (more, up to 31, for a model that runs under 1.5 s / this).
+  int model_rounds = 9;
 };
 
-// One configuration the whole-model check ran: its p50 over the rounds.
+// One configuration the whole-model check ran, and its time.
 struct ModelTiming {
   // "kiln" (no choices), "mix" (all choices), "mix: onednn" (onednn's choices only), "all: onednn"
   // (onednn for every node it runs correctly, as forcing it would)
   std::string config;
-  double p50_ms = 0;
+  double ms = 0;  // the lower quartile of its runs
 };
 
 // One candidate kernel of a node: its median time per run, or why it was not timed or chosen.
@@ -67,7 +68,8 @@ struct TuneReport {
   // thus never slower than one backend alone (within the noise of the timing).
   std::vector<ModelTiming> model_timings;
   std::string kept = "kiln";  // the configuration `choices` is
-  int timed = 0, cache_hits = 0;
+  bool kept_from_cache = false;   // the whole-model decision came from the tuning cache
+  int timed = 0, cache_hits = 0;  // nodes timed, nodes decided by the cache
   double seconds = 0;
 };
 

@@ -8,16 +8,15 @@
 namespace kiln::runtime {
 
 ir::Model with_intermediate_outputs(const ir::Model& m) {
-  ir::Model typed = m;
+  ir::Model out = m;  // shares m's weights (Tensor copies share storage)
   // Best effort: a value whose type stays unknown is still added, and checked when it arrives.
-  (void)ir::infer_shapes(typed);
-  ir::Model out = m;
+  (void)ir::infer_shapes(out);
   std::set<std::string> listed;
   for (const auto& o : out.graph.outputs) listed.insert(o.name);
   for (const ir::Node& n : m.graph.nodes)
     for (const auto& name : n.outputs) {
       if (name.empty() || !listed.insert(name).second) continue;
-      const ir::ValueInfo* vi = typed.graph.find_value_info(name);
+      const ir::ValueInfo* vi = out.graph.find_value_info(name);
       if (vi && vi->type.kind != ir::TypeInfo::Kind::kTensor &&
           vi->type.kind != ir::TypeInfo::Kind::kUnknown)
         continue;

@@ -142,7 +142,8 @@ TEST(Tune, CacheIsReusedAndKeyedByThreads) {
   auto second = tune(m, inputs(), o);
   ASSERT_TRUE(second.is_ok()) << second.status().message();
   EXPECT_EQ(second->timed, 0);
-  EXPECT_EQ(second->cache_hits, 3);  // both nodes, and the whole-model decision
+  EXPECT_EQ(second->cache_hits, 2);  // both nodes
+  EXPECT_TRUE(second->kept_from_cache);
   EXPECT_TRUE(second->model_timings.empty());
   EXPECT_EQ(second->kept, "mix");
   EXPECT_EQ(second->choices, first->choices);

@@ -49,8 +49,12 @@ void print_tune_summary(const TuneReport& r) {
   for (const NodeTuning& n : r.nodes) over += n.over_budget ? 1 : 0;
   std::printf(
       "tuning      %zu nodes with several backends: %d timed, %d from the cache, %d over "
-      "budget; %zu not kiln's own; %.1f s\n",
-      r.nodes.size(), r.timed, r.cache_hits, over, r.choices.size(), r.seconds);
+      "budget; %zu not kiln's own (%s, %s); %.1f s\n",
+      r.nodes.size(), r.timed, r.cache_hits, over, r.choices.size(), r.kept.c_str(),
+      r.kept_from_cache         ? "from the cache"
+      : r.model_timings.empty() ? "nothing to compare"
+                                : "timed",
+      r.seconds);
 }
 
 void print_tune_report(const TuneReport& r) {
@@ -79,14 +83,14 @@ void print_tune_report(const TuneReport& r) {
   // Predicted: the model's time with kiln's kernels less what the choices saved node by node.
   double own_model = 0;
   for (const ModelTiming& t : r.model_timings) {
-    if (t.config == "kiln") own_model = t.p50_ms;
-    std::printf("model p50 %-16s %10.3f ms%s\n", t.config.c_str(), t.p50_ms,
+    if (t.config == "kiln") own_model = t.ms;
+    std::printf("model p25 %-20s %10.3f ms%s\n", t.config.c_str(), t.ms,
                 t.config == r.kept ? "  <- kept" : "");
   }
   if (own_model > 0 && own_us > 0) {
     double kept_ms = own_model;
     for (const ModelTiming& t : r.model_timings)
-      if (t.config == r.kept) kept_ms = t.p50_ms;
+      if (t.config == r.kept) kept_ms = t.ms;
     const double predicted = own_model / std::max(own_model - (own_us - chosen_us) / 1000, 1e-9);
     std::printf(
         "speedup over kiln's own kernels: predicted %.3fx (from the node timings), "
