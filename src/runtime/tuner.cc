@@ -11,6 +11,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <unordered_map>
 
 #include "backends/backend.h"
@@ -30,6 +31,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kMinRuns = 3;   // timed runs of a candidate, at least (after one warm-up run)
 constexpr int kMaxRuns = 15;  // and at most
+constexpr int kQuietMs = 20;  // pause before a candidate (time_candidate)
 // The whole-model check runs each configuration about this long (TuneOptions::model_rounds to 31
 // runs).
 constexpr double kModelCheckMs = 1500;
@@ -87,6 +89,11 @@ CandidateTiming time_candidate(const KernelDef& def, const ir::Node& node, int64
     t.rejected = st.message();
     return t;
   }
+  // Lets the threads of the candidate timed before go to sleep first (libgomp's spin for a
+  // while after each parallel region): a kernel timed while they spin shares the cores with
+  // them. Without this pause, every kiln BlockedConv of mobilenet_v2, timed right after the
+  // previous node's oneDNN candidate, took ~2x its time in the model.
+  std::this_thread::sleep_for(std::chrono::milliseconds(kQuietMs));
   ReusingAllocator allocator;
   TensorAllocator* previous = set_thread_tensor_allocator(&allocator);
   std::vector<Value> outputs;
