@@ -28,8 +28,8 @@ struct TuneOptions {
   // configuration of choices must beat kiln's kernels alone by it in the whole-model check: ties
   // are noise, and a library's kernel brings its own threads, which compete with kiln's.
   double min_gain = 0.03;
-  // Whole-model check of the per-node choices (below): timed runs of each configuration, at
-  // least, one of each in turn (more, up to 31, for a model that runs under 1.5 s / this).
+  // Whole-model check of the per-node choices (below): each configuration runs at least this
+  // many times, one run of each in turn; a faster model runs more, up to 31 (about 1.5 s of each).
   int model_rounds = 9;
 };
 
