@@ -40,10 +40,11 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-// The median of `v` (not empty): the upper one of an even count.
-double median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
+// The value at v.size() / divisor of `v` sorted (`v` not empty): divisor 2 gives the median (the
+// upper one of an even count), 4 the lower quartile.
+double ranked(std::vector<double> v, size_t divisor) {
+  std::nth_element(v.begin(), v.begin() + v.size() / divisor, v.end());
+  return v[v.size() / divisor];
 }
 
 // Hands a kernel's outputs the buffers of its previous run, as the session's arena would, so that
@@ -129,7 +130,7 @@ CandidateTiming time_candidate(const KernelDef& def, const ir::Node& node, int64
     t.rejected = st.message();
     return t;
   }
-  t.median_us = median(std::move(us));
+  t.median_us = ranked(std::move(us), 2);
   return t;
 }
 
@@ -208,15 +209,6 @@ bool node_values(const ir::Node& n, const ir::Graph& g,
   return true;
 }
 
-// The lower quartile of `v` (not empty). Noise on this machine only adds time (another
-// configuration's library threads still spinning, the VM's slow phases), so the fast runs say
-// most about the configuration itself; the quartile, not the minimum, so that one lucky run does
-// not decide.
-double quartile(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + v.size() / 4, v.end());
-  return v[v.size() / 4];
-}
-
 // Milliseconds of one run of `session`.
 Result<double> run_ms(Session& session, const std::vector<Value>& inputs,
                       std::vector<Value>& outputs) {
@@ -287,7 +279,10 @@ Status check_whole_model(const ir::Model& model, const std::vector<Value>& input
   }
   size_t best = 0;
   for (size_t c = 0; c < configs.size(); ++c) {
-    report.model_timings.push_back(ModelTiming{configs[c].first, quartile(std::move(runs[c]))});
+    // The lower quartile: noise on this machine only adds time (another configuration's library
+    // threads still spinning, the VM's slow phases), so the fast runs say most about the
+    // configuration itself; the quartile, not the minimum, so that one lucky run does not decide.
+    report.model_timings.push_back(ModelTiming{configs[c].first, ranked(std::move(runs[c]), 4)});
     // Like a node's, another configuration must beat kiln's by min_gain: the rounds are noisy,
     // and kiln's kernels alone bring no other library's threads.
     const double ms = report.model_timings[c].ms;
