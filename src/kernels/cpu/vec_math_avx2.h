@@ -1,5 +1,5 @@
-// Vector float math on 8 lanes (AVX2 + FMA, kiln's baseline ISA): exp and erf accurate to a
-// few ulp, horizontal sum / max, tail masks. Inline, for the softmax, norm and epilogue loops.
+// Vector float math on 8 lanes (AVX2 + FMA, kiln's baseline ISA): exp, sigmoid, tanh and erf
+// accurate to a few ulp, horizontal sum / max, tail masks. Inline, for the softmax, norm and epilogue loops.
 // NaN propagates through exp and erf (their min/max take x as the second operand, which is the
 // one x86 returns when either is NaN).
 #pragma once
@@ -36,6 +36,28 @@ inline __m256 exp_avx2(__m256 x) {
   __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, e1), e2);
   y = _mm256_andnot_ps(underflow, y);
   return _mm256_blendv_ps(y, _mm256_set1_ps(__builtin_inff()), overflow);
+}
+
+// 1 / (1 + exp(-x)).
+inline __m256 sigmoid_avx2(__m256 x) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  return _mm256_div_ps(one, _mm256_add_ps(one, exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+}
+
+// tanh(x): Cephes' odd polynomial below |x| = 0.625, where 2 sigmoid(2x) - 1 would cancel;
+// 2 sigmoid(2x) - 1 above. A few ulp either way.
+inline __m256 tanh_avx2(__m256 x) {
+  const __m256 one = _mm256_set1_ps(1.0f), two = _mm256_set1_ps(2.0f);
+  const __m256 big = _mm256_fmsub_ps(two, sigmoid_avx2(_mm256_mul_ps(two, x)), one);
+  const __m256 z = _mm256_mul_ps(x, x);
+  __m256 p = _mm256_set1_ps(-5.70498872745e-3f);
+  p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(2.06390887954e-2f));
+  p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-5.37397155531e-2f));
+  p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(1.33314422036e-1f));
+  p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-3.33332819422e-1f));
+  const __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, z), x, x);
+  const __m256 abs = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
+  return _mm256_blendv_ps(big, small, _mm256_cmp_ps(abs, _mm256_set1_ps(0.625f), _CMP_LT_OQ));
 }
 
 // erf(x): the odd/even rational approximation Eigen and TensorFlow use (Abramowitz & Stegun

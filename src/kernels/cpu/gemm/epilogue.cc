@@ -11,26 +11,6 @@ namespace {
 
 using Act = Epilogue::Activation;
 
-inline __m256 sigmoid(__m256 x) {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  return _mm256_div_ps(one, _mm256_add_ps(one, vec::exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), x))));
-}
-
-// tanh(x): Cephes' odd polynomial below |x| = 0.625, where 2 sigmoid(2x) - 1 would cancel;
-// 2 sigmoid(2x) - 1 above. A few ulp either way.
-inline __m256 tanh(__m256 x) {
-  const __m256 one = _mm256_set1_ps(1.0f), two = _mm256_set1_ps(2.0f);
-  const __m256 big = _mm256_fmsub_ps(two, sigmoid(_mm256_mul_ps(two, x)), one);
-  const __m256 z = _mm256_mul_ps(x, x);
-  __m256 p = _mm256_set1_ps(-5.70498872745e-3f);
-  p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(2.06390887954e-2f));
-  p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-5.37397155531e-2f));
-  p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(1.33314422036e-1f));
-  p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-3.33332819422e-1f));
-  const __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, z), x, x);
-  const __m256 abs = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
-  return _mm256_blendv_ps(big, small, _mm256_cmp_ps(abs, _mm256_set1_ps(0.625f), _CMP_LT_OQ));
-}
 
 // c = f(c (+ z)) (+ z) over the block, 8 columns at a time.
 template <typename F>
@@ -77,7 +57,7 @@ void apply_epilogue(const Epilogue& e, float* c, int64_t ldc, int64_t i0, int64_
         return _mm256_blendv_ps(_mm256_mul_ps(x, p0), x, _mm256_cmp_ps(x, zero, _CMP_GE_OQ));
       });
     case Act::kSigmoid:
-      return run([](__m256 x) { return sigmoid(x); });
+      return run([](__m256 x) { return vec::sigmoid_avx2(x); });
     case Act::kHardSigmoid:
       return run([&](__m256 x) {
         return _mm256_max_ps(zero, _mm256_min_ps(one, _mm256_fmadd_ps(p0, x, p1)));
@@ -89,7 +69,7 @@ void apply_epilogue(const Epilogue& e, float* c, int64_t ldc, int64_t i0, int64_
       });
     }
     case Act::kSilu:
-      return run([](__m256 x) { return _mm256_mul_ps(x, sigmoid(x)); });
+      return run([](__m256 x) { return _mm256_mul_ps(x, vec::sigmoid_avx2(x)); });
     case Act::kGelu: {
       const __m256 rsqrt2 = _mm256_set1_ps(0.70710678118654752f);
       return run([&](__m256 x) {
@@ -104,11 +84,11 @@ void apply_epilogue(const Epilogue& e, float* c, int64_t ldc, int64_t i0, int64_
       return run([&](__m256 x) {
         const __m256 x2 = _mm256_mul_ps(x, x);
         const __m256 u2 = _mm256_mul_ps(_mm256_mul_ps(k2, x), _mm256_fmadd_ps(c3, x2, one));
-        return _mm256_mul_ps(x, sigmoid(u2));
+        return _mm256_mul_ps(x, vec::sigmoid_avx2(u2));
       });
     }
     case Act::kTanh:
-      return run([](__m256 x) { return tanh(x); });
+      return run([](__m256 x) { return vec::tanh_avx2(x); });
   }
 }
 
