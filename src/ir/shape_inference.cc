@@ -25,7 +25,8 @@ struct Scope {
   }
 };
 
-// Combines what a model declares with what inference found; known facts must agree.
+// Combines what a model declares with what inference found: element types must agree; a declared
+// shape fills what inference left open.
 Result<TypeInfo> merge_types(const TypeInfo& declared, const TypeInfo& inferred, const std::string& what) {
   if (inferred.kind == TypeInfo::Kind::kUnknown) return declared;
   if (declared.kind == TypeInfo::Kind::kUnknown) return inferred;
@@ -46,19 +47,20 @@ Result<TypeInfo> merge_types(const TypeInfo& declared, const TypeInfo& inferred,
     }
   }
   if (declared.has_shape) {
+    // A declared shape that contradicts inference (another rank, another fixed size) is dropped
+    // for the inferred one, as ONNX Runtime's lenient merge does: exporters write wrong output
+    // shapes (ddddocr's CRNN declares [1,seqlen] for a [20,1,8210] output), and one such hint
+    // must not cost the whole graph its shapes.
+    bool agree = !inferred.has_shape || declared.shape.size() == inferred.shape.size();
+    for (size_t i = 0; agree && inferred.has_shape && i < t.shape.size(); ++i)
+      agree = !(declared.shape[i].known() && t.shape[i].known() && declared.shape[i].value != t.shape[i].value);
     if (!inferred.has_shape) {
       t.has_shape = true;
       t.shape = declared.shape;
-    } else if (declared.shape.size() != inferred.shape.size()) {
-      return Status::error(what + ": inferred shape " + dims_str(inferred.shape) + ", declared " +
-                           dims_str(declared.shape));
-    } else {
+    } else if (agree) {
       for (size_t i = 0; i < t.shape.size(); ++i) {
         const Dim& d = declared.shape[i];
         Dim& o = t.shape[i];
-        if (d.known() && o.known() && d.value != o.value)
-          return Status::error(what + ": inferred shape " + dims_str(inferred.shape) + ", declared " +
-                               dims_str(declared.shape));
         if (!o.known() && (d.known() || (o.symbol.empty() && !d.symbol.empty()))) o = d;
       }
     }

@@ -350,5 +350,28 @@ TEST(ShapeInference, UnknownStaysUnknown) {
   EXPECT_EQ(str(type_of(m, "r")), "[?,8]");
 }
 
+// A declared shape that contradicts inference yields to it (exporters write wrong output shapes);
+// one that agrees fills the dims inference left open; a contradicting element type stays an error.
+TEST(ShapeInference, WrongDeclaredShapeYieldsToInference) {
+  Model m;
+  m.opsets[""] = 17;
+  m.graph.inputs.push_back({"x", tensor_type(DType::kFloat32, {known_dim(20), known_dim(1), Dim{}}), ""});
+  m.graph.nodes.push_back(make_node("Relu", {"x"}, {"y"}));
+  m.graph.nodes.push_back(make_node("Relu", {"x"}, {"z"}));
+  m.graph.nodes.push_back(make_node("Relu", {"x"}, {"w"}));
+  m.graph.outputs.push_back({"y", tensor_type(DType::kFloat32, {known_dim(1), sym("seqlen")}), ""});
+  m.graph.outputs.push_back({"z", tensor_type(DType::kFloat32, {known_dim(20), known_dim(2), known_dim(5)}), ""});
+  m.graph.outputs.push_back({"w", tensor_type(DType::kFloat32, {known_dim(20), known_dim(1), known_dim(8210)}), ""});
+  ASSERT_TRUE(infer_shapes(m).is_ok());
+  EXPECT_EQ(str(m.graph.outputs[0].type), "[20,1,?]");
+  EXPECT_EQ(str(m.graph.outputs[1].type), "[20,1,?]");
+  EXPECT_EQ(str(m.graph.outputs[2].type), "[20,1,8210]");
+
+  m.graph.outputs[0].type = tensor_type(DType::kInt64, {known_dim(20), known_dim(1), Dim{}});
+  Status st = infer_shapes(m);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("declared int64"), std::string::npos) << st.message();
+}
+
 }  // namespace
 }  // namespace kiln::ir
