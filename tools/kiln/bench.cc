@@ -98,7 +98,7 @@ void add_bench_command(CLI::App& app, int* exit_code) {
     std::string model, backend = "kiln";
     bool json = false, no_arena = false, backends = false, verbose = false;
     int threads = 0, iters = 50, warmup = 5, level = 3, rounds = 3;
-    int64_t batch = 1, seq = 128;
+    InputShapes shape;
     TuneFlags tune;
   };
   auto opt = std::make_shared<Options>();
@@ -118,8 +118,7 @@ void add_bench_command(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(1, 1000));
   cmd->add_flag("-v,--verbose", opt->verbose, "List the nodes backends other than kiln run");
   cmd->add_flag("--no-arena", opt->no_arena, "Take every tensor from the heap instead of the memory plan's arena");
-  cmd->add_option("--batch", opt->batch, "Size of a dynamic first dimension")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--seq", opt->seq, "Size of other dynamic dimensions")->check(CLI::Range(1, 1 << 20));
+  add_shape_options(cmd, &opt->shape);
   cmd->callback([opt, exit_code] {
     auto fail = [&](const Status& st) {
       std::cerr << "kiln bench: " << st.message() << "\n";
@@ -143,7 +142,7 @@ void add_bench_command(CLI::App& app, int* exit_code) {
       if (!model) return fail(model.status());
       auto probe = Session::create(*model, so);
       if (!probe) return fail(probe.status());
-      auto in = make_bench_inputs(**probe, opt->batch, opt->seq);
+      auto in = make_bench_inputs(**probe, opt->shape);
       if (!in) return fail(in.status());
       inputs = std::move(in).value();
       if (opt->backends) {
@@ -163,7 +162,7 @@ void add_bench_command(CLI::App& app, int* exit_code) {
     }
     const double load_ms = ms_since(t0);
     if (inputs.empty()) {
-      auto in = make_bench_inputs(*session, opt->batch, opt->seq);
+      auto in = make_bench_inputs(*session, opt->shape);
       if (!in) return fail(in.status());
       inputs = std::move(in).value();
     }
@@ -178,13 +177,14 @@ void add_bench_command(CLI::App& app, int* exit_code) {
     auto pct = [&](double q) { return s[std::min(s.size() - 1, static_cast<size_t>(q / 100 * s.size()))]; };
     double mean = 0;
     for (double t : times) mean += t / times.size();
-    const double throughput = opt->batch * 1000.0 * times.size() / wall_ms;
+    const double throughput = opt->shape.batch * 1000.0 * times.size() / wall_ms;
     if (opt->json) {
       nlohmann::ordered_json j = {{"engine", "kiln"},
                                   {"model", opt->model},
                                   {"threads", session->threads()},
-                                  {"batch", opt->batch},
-                                  {"seq", opt->seq},
+                                  {"batch", opt->shape.batch},
+                                  {"seq", opt->shape.seq},
+                                  {"shapes", opt->shape.shapes},
                                   {"load_ms", std::round(load_ms * 10) / 10},
                                   {"p50_ms", round3(pct(50))},
                                   {"p90_ms", round3(pct(90))},
@@ -201,7 +201,7 @@ void add_bench_command(CLI::App& app, int* exit_code) {
     print_node_backends(*session, opt->verbose);
     std::printf("latency     p50 %.3f  p90 %.3f  p99 %.3f  mean %.3f  min %.3f ms (%d runs)\n", pct(50), pct(90),
                 pct(99), mean, s.front(), opt->iters);
-    std::printf("throughput  %.2f samples/s (batch %lld)\n", throughput, static_cast<long long>(opt->batch));
+    std::printf("throughput  %.2f samples/s (batch %lld)\n", throughput, static_cast<long long>(opt->shape.batch));
   });
 }
 

@@ -115,9 +115,11 @@ void add_compare_command(CLI::App& app, int* exit_code) {
     if (!report) return fail(report.status());
 
     std::printf("A %s\nB %s\n", opt->model_a.c_str(), opt->model_b.c_str());
+    std::string named;
+    for (const std::string& s : in.shape.shapes) named += ", " + s;
     if (in.random)
-      std::printf("inputs: benchmark rule (batch %lld, seq %lld)\n",
-                  static_cast<long long>(in.batch), static_cast<long long>(in.seq));
+      std::printf("inputs: benchmark rule (batch %lld, seq %lld%s)\n", static_cast<long long>(in.shape.batch),
+                  static_cast<long long>(in.shape.seq), named.c_str());
     else
       std::printf("inputs: %zu files\n", in.files.size());
     const size_t failed = print_compare_report(*report, opt->compare, opt->verbose);

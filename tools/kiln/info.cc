@@ -60,7 +60,7 @@ Result<nlohmann::ordered_json> memory_json(const std::string& path, int level, i
   SessionOptions so;
   so.optimize_level = level;
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, Session::load(path, so));
-  KILN_ASSIGN_OR_RETURN(std::vector<Value> inputs, make_bench_inputs(*session, batch, seq));
+  KILN_ASSIGN_OR_RETURN(std::vector<Value> inputs, make_bench_inputs(*session, InputShapes{batch, seq, {}}));
   std::vector<Value> outputs;
   for (int i = 0; i < 2; ++i) KILN_RETURN_IF_ERROR(session->run_into(inputs, outputs));
   const MemoryInfo m = session->memory_info();

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
+#include <map>
 #include <filesystem>
 
 #include <CLI/CLI.hpp>
@@ -21,9 +23,51 @@ bool name_has(const std::string& name, const char* word) {
   return lower.find(word) != std::string::npos;
 }
 
-Result<Tensor> bench_tensor(const IoInfo& io, int64_t batch, int64_t seq) {
-  Shape shape;
-  for (size_t i = 0; i < io.dims.size(); ++i) shape.push_back(io.dims[i] >= 0 ? io.dims[i] : (i == 0 ? batch : seq));
+// "NAME=D0,D1,..." into the name and the dims.
+Result<std::pair<std::string, Shape>> parse_shape(const std::string& item) {
+  const size_t eq = item.rfind('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
+    return Status::error("--shape expects NAME=D0,D1,..., got '" + item + "'");
+  Shape dims;
+  const std::string list = item.substr(eq + 1);
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    const std::string d = list.substr(start, comma - start);
+    int64_t v = -1;
+    const char* end = d.data() + d.size();
+    if (d.empty() || std::from_chars(d.data(), end, v).ptr != end || v < 0 || v > (int64_t{1} << 40))
+      return Status::error("--shape " + item + ": '" + d + "' is not a dimension size");
+    dims.push_back(v);
+    start = comma + 1;
+  }
+  return std::make_pair(item.substr(0, eq), dims);
+}
+
+// The shape of input `io`: its --shape, checked against the model's rank and fixed dims, or its
+// own dims with the dynamic ones from batch and seq.
+Result<Shape> input_shape(const IoInfo& io, const std::map<std::string, Shape>& named, const InputShapes& o) {
+  auto it = named.find(io.name);
+  if (it == named.end()) {
+    Shape shape;
+    for (size_t i = 0; i < io.dims.size(); ++i) shape.push_back(io.dims[i] >= 0 ? io.dims[i] : (i == 0 ? o.batch : o.seq));
+    return shape;
+  }
+  const Shape& s = it->second;
+  std::string model_dims = "[";
+  for (size_t i = 0; i < io.dims.size(); ++i) model_dims += (i ? "," : "") + (io.dims[i] >= 0 ? std::to_string(io.dims[i]) : "?");
+  model_dims += "]";
+  if (s.size() != io.dims.size())
+    return Status::error("--shape " + io.name + "=" + shape_str(s) + ": the input has rank " +
+                         std::to_string(io.dims.size()) + " " + model_dims);
+  for (size_t i = 0; i < s.size(); ++i)
+    if (io.dims[i] >= 0 && io.dims[i] != s[i])
+      return Status::error("--shape " + io.name + "=" + shape_str(s) + ": dim " + std::to_string(i) +
+                           " of the input is fixed at " + std::to_string(io.dims[i]) + " " + model_dims);
+  return s;
+}
+
+Result<Tensor> bench_tensor(const IoInfo& io, const Shape& shape) {
   const DType t = io.dtype;
   KILN_ASSIGN_OR_RETURN(Tensor x, Tensor::make(t, shape));
   if (dtype_is_integer(t) || t == DType::kBool) {
@@ -45,29 +89,47 @@ Result<Tensor> bench_tensor(const IoInfo& io, int64_t batch, int64_t seq) {
 
 }  // namespace
 
-Result<std::vector<Value>> make_bench_inputs(const Session& session, int64_t batch, int64_t seq) {
+Result<std::vector<Value>> make_bench_inputs(const Session& session, const InputShapes& o) {
+  std::map<std::string, Shape> named;
+  for (const std::string& item : o.shapes) {
+    KILN_ASSIGN_OR_RETURN(auto name_dims, parse_shape(item));
+    const auto& ios = session.inputs();
+    if (std::none_of(ios.begin(), ios.end(), [&](const IoInfo& io) { return io.name == name_dims.first; })) {
+      std::string names;
+      for (const IoInfo& io : ios) names += (names.empty() ? "" : ", ") + io.name;
+      return Status::error("--shape " + item + ": the model has no input '" + name_dims.first + "' (inputs: " + names + ")");
+    }
+    named[name_dims.first] = name_dims.second;
+  }
   std::vector<Value> values;
   for (const IoInfo& io : session.inputs()) {
     if (io.kind != Value::Kind::kTensor)
       return Status::error("input '" + io.name + "' is not a tensor and cannot be generated; pass it with -i");
-    auto t = bench_tensor(io, batch, seq);
+    KILN_ASSIGN_OR_RETURN(Shape shape, input_shape(io, named, o));
+    auto t = bench_tensor(io, shape);
     if (!t) return t.status();
     values.push_back(Value::of(std::move(t).value()));
   }
   return values;
 }
 
+void add_shape_options(CLI::App* cmd, InputShapes* s, const std::string& when) {
+  cmd->add_option("--batch", s->batch, when + "size of a dynamic first dimension")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--seq", s->seq, when + "size of other dynamic dimensions")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--shape", s->shapes, when + "an input's whole shape, NAME=D0,D1,... (repeatable)")
+      ->allow_extra_args(false);
+}
+
 void add_input_options(CLI::App* cmd, InputOptions* o) {
   cmd->add_option("-i,--input", o->files, "Input files (.pb or .npy), in the order of the model's inputs");
   cmd->add_flag("--random", o->random, "Generate inputs by the benchmark rule instead of reading files");
-  cmd->add_option("--batch", o->batch, "With --random: size of a dynamic first dimension")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--seq", o->seq, "With --random: size of other dynamic dimensions")->check(CLI::Range(1, 1 << 20));
+  add_shape_options(cmd, &o->shape, "With --random: ");
 }
 
 Result<std::vector<Value>> make_inputs(const Session& session, const InputOptions& o) {
   if (o.random) {
     if (!o.files.empty()) return Status::error("give either -i files or --random, not both");
-    return make_bench_inputs(session, o.batch, o.seq);
+    return make_bench_inputs(session, o.shape);
   }
   const auto& ios = session.inputs();
   if (o.files.size() != ios.size())

@@ -45,7 +45,7 @@ void add_optimize_command(CLI::App& app, int* exit_code) {
          no_external_data = false;
     double rtol = 1e-3, atol = 1e-4;
     TuneFlags tune;
-    int64_t batch = 1, seq = 128;
+    InputShapes shape;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("optimize", "Simplify and fuse a model, and save it");
@@ -74,10 +74,7 @@ void add_optimize_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--threads", opt->threads, "Threads for --check and --tune")
       ->check(CLI::Range(0, 1024));
   add_tune_options(cmd, &opt->tune, /*with_flag=*/true);
-  cmd->add_option("--batch", opt->batch, "With --tune: size of a dynamic first dimension")
-      ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--seq", opt->seq, "With --tune: size of other dynamic dimensions")
-      ->check(CLI::Range(1, 1 << 20));
+  add_shape_options(cmd, &opt->shape, "With --tune or --check: ");
   cmd->callback([opt, exit_code, external] {
     auto fail = [&](const Status& st) {
       std::cerr << "kiln optimize: " << st.message() << "\n";
@@ -114,7 +111,7 @@ void add_optimize_command(CLI::App& app, int* exit_code) {
       so.threads = opt->threads;
       auto probe = Session::create(std::make_shared<const ir::Model>(optimized), so);
       if (!probe) return fail(probe.status());
-      auto inputs = make_bench_inputs(**probe, opt->batch, opt->seq);
+      auto inputs = make_bench_inputs(**probe, opt->shape);
       if (!inputs) return fail(inputs.status());
       const int threads = (*probe)->threads();
       probe->reset();
@@ -143,7 +140,7 @@ void add_optimize_command(CLI::App& app, int* exit_code) {
     so.threads = opt->threads;
     auto a = Session::create(std::make_shared<const ir::Model>(*model), so);  // lists the inputs
     if (!a) return fail(a.status().with_context("original model"));
-    auto inputs = make_bench_inputs(**a, 1, 128);
+    auto inputs = make_bench_inputs(**a, opt->shape);
     if (!inputs) return fail(inputs.status());
     CompareOptions co;
     co.rtol = opt->rtol;
