@@ -1,5 +1,7 @@
 // Reference kernels for Expand (numpy broadcast to a shape) and Tile (repeat along each axis),
-// for any element type.
+// for any element type. Expand is the strided view of its input with stride 0 on the broadcast
+// dims (copy_strided).
+#include "kernels/cpu/strided_copy.h"
 #include "kernels/ref/movement_util.h"
 
 namespace kiln {
@@ -17,13 +19,8 @@ Status expand(KernelContext& ctx) {
     if (d < 0) return ctx.error("shape " + shape_str(target) + " has a negative dim");
   auto out = broadcast_shapes(x.shape(), target);
   if (!out) return ctx.error(out.status().message());
-  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x.dtype(), *out));
-  const Shape strides = broadcast_strides(x.shape(), *out);
-  return gather_by_index(x, y, [&](const Shape& idx) {
-    int64_t off = 0;
-    for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * strides[d];
-    return off;
-  });
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, x.dtype(), *out));
+  return copy_strided(x, 0, broadcast_strides(x.shape(), *out), y, ctx.pool);
 }
 
 Status tile(KernelContext& ctx) {

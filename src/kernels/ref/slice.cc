@@ -1,7 +1,9 @@
 // Reference kernel for Slice: strided windows along chosen axes, with negative steps and the
 // ONNX clamping rules; starts/ends/axes are attributes before opset 10 and inputs from 10 on.
+// The window is a strided view of the input, copied by copy_strided.
 #include <algorithm>
 
+#include "kernels/cpu/strided_copy.h"
 #include "kernels/ref/movement_util.h"
 
 namespace kiln {
@@ -72,13 +74,15 @@ Status slice(KernelContext& ctx) {
     first[a] = b;
     step[a] = st;
   }
-  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x.dtype(), out));
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, x.dtype(), out));
   const Shape strides = strides_of(x.shape());
-  return gather_by_index(x, y, [&](const Shape& idx) {
-    int64_t off = 0;
-    for (int64_t d = 0; d < r; ++d) off += (first[d] + idx[d] * step[d]) * strides[d];
-    return off;
-  });
+  int64_t offset = 0;
+  Shape view(r);
+  for (int64_t d = 0; d < r; ++d) {
+    offset += first[d] * strides[d];
+    view[d] = step[d] * strides[d];
+  }
+  return copy_strided(x, offset, view, y, ctx.pool);
 }
 
 }  // namespace

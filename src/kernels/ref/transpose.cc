@@ -1,4 +1,6 @@
-// Reference kernel for Transpose: permutes the axes of a tensor of any element type.
+// Kernel for Transpose: permutes the axes of a tensor of any element type, as the strided view
+// of the input whose strides are the input's permuted (copy_strided).
+#include "kernels/cpu/strided_copy.h"
 #include "kernels/ref/movement_util.h"
 
 namespace kiln {
@@ -34,12 +36,8 @@ Status transpose(KernelContext& ctx) {
     out[i] = x.dim(perm[i]);
     strides[i] = in_strides[perm[i]];
   }
-  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, x.dtype(), out));
-  return gather_by_index(x, y, [&](const Shape& idx) {
-    int64_t off = 0;
-    for (int64_t i = 0; i < r; ++i) off += idx[i] * strides[i];
-    return off;
-  });
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, x.dtype(), out));
+  return copy_strided(x, 0, strides, y, ctx.pool);
 }
 
 }  // namespace

@@ -1,0 +1,115 @@
+// copy_strided (kernels/cpu/strided_copy.h), the engine of Slice, Transpose and Expand, against a
+// plain loop over every output index: permutations (the tiled transpose), slices with steps of
+// either sign, broadcasts (stride 0), size-1 dims, element types of 1, 8 and string size, one
+// and two threads, small views and views large enough to be split over the pool.
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <random>
+#include <string>
+
+#include "core/thread_pool.h"
+#include "kernels/cpu/strided_copy.h"
+#include "kernels/kernel_util.h"
+
+namespace kiln {
+namespace {
+
+// What the view must hold at output element `i` of `shape`.
+int64_t source_of(int64_t i, const Shape& shape, int64_t offset, const Shape& strides) {
+  int64_t off = offset;
+  for (size_t d = shape.size(); d-- > 0;) {
+    off += (i % shape[d]) * strides[d];
+    i /= shape[d];
+  }
+  return off;
+}
+
+template <typename T>
+void check_view(const Tensor& src, int64_t offset, const Shape& out, const Shape& strides, ThreadPool* pool,
+                const std::string& what) {
+  Tensor dst = Tensor::make(src.dtype(), out).value();
+  ASSERT_TRUE(copy_strided(src, offset, strides, &dst, pool).is_ok()) << what;
+  for (int64_t i = 0; i < dst.numel(); ++i)
+    ASSERT_EQ(dst.data<T>()[i], src.data<T>()[source_of(i, out, offset, strides)]) << what << " element " << i;
+}
+
+template <typename T>
+Tensor iota(DType dt, const Shape& shape) {
+  Tensor t = Tensor::make(dt, shape).value();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if constexpr (std::is_same_v<T, std::string>) t.data<T>()[i] = "s" + std::to_string(i);
+    else t.data<T>()[i] = static_cast<T>(i * 7 + 3);
+  }
+  return t;
+}
+
+template <typename T>
+void check_type(DType dt) {
+  std::mt19937 rng(11);
+  ThreadPool two(2);
+  for (int trial = 0; trial < 60; ++trial) {
+    const bool big = trial % 10 == 9;
+    const int rank = 1 + trial % 5;
+    Shape in(rank);
+    const int64_t big_dim[] = {0, 100000, 400, 60, 20, 12};  // ~100-250K elements
+    for (int d = 0; d < rank; ++d) in[d] = big ? big_dim[rank] - static_cast<int64_t>(rng() % 3) : static_cast<int64_t>(1 + rng() % 6);
+    const Tensor src = iota<T>(dt, in);
+    const Shape st = strides_of(in);
+    ThreadPool* pool = trial % 2 ? &two : nullptr;
+    const std::string what = std::string(dtype_name(dt)) + " trial " + std::to_string(trial) + " input " + shape_str(in);
+
+    // A transpose: a random permutation of the input's strides.
+    std::vector<int> perm(rank);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    Shape out(rank), strides(rank);
+    for (int d = 0; d < rank; ++d) {
+      out[d] = in[perm[d]];
+      strides[d] = st[perm[d]];
+    }
+    check_view<T>(src, 0, out, strides, pool, what + " transpose");
+
+    // A slice: each axis from a start with a step of 1..3 either way.
+    int64_t offset = 0;
+    for (int d = 0; d < rank; ++d) {
+      const int64_t step = static_cast<int64_t>(1 + rng() % 3) * (rng() % 2 ? -1 : 1);
+      const int64_t pick = static_cast<int64_t>(rng() % in[d]);
+      const int64_t start = step > 0 ? pick : in[d] - 1 - pick;
+      const int64_t room = step > 0 ? in[d] - start : start + 1;
+      out[d] = (room + std::abs(step) - 1) / std::abs(step);
+      offset += start * st[d];
+      strides[d] = step * st[d];
+    }
+    check_view<T>(src, offset, out, strides, pool, what + " slice");
+
+    // A broadcast: each dim of size 1 in the source grows, stride 0.
+    for (int d = 0; d < rank; ++d) {
+      const bool grow = rng() % 2;
+      out[d] = grow ? static_cast<int64_t>(1 + rng() % 5) : in[d];
+      strides[d] = grow ? 0 : st[d];
+    }
+    check_view<T>(src, 0, out, strides, pool, what + " broadcast");
+  }
+}
+
+TEST(StridedCopy, MatchesIndexLoop) {
+  check_type<float>(DType::kFloat32);
+  check_type<int8_t>(DType::kInt8);
+  check_type<int64_t>(DType::kInt64);
+  check_type<std::string>(DType::kString);
+}
+
+// The tiled path: a 2-D transpose whose sides are not multiples of the tile.
+TEST(StridedCopy, TransposeTiles) {
+  ThreadPool two(2);
+  for (Shape in : {Shape{37, 53}, Shape{3, 300, 17}, Shape{1, 64, 1, 8}}) {
+    const Tensor src = iota<float>(DType::kFloat32, in);
+    const Shape st = strides_of(in);
+    Shape out(in.rbegin(), in.rend()), strides(st.rbegin(), st.rend());
+    check_view<float>(src, 0, out, strides, &two, "reversed " + shape_str(in));
+  }
+}
+
+}  // namespace
+}  // namespace kiln
