@@ -292,3 +292,51 @@ TEST(NoopRemoval, IdentityAndInferenceDropoutGo) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// A quantized embedding table (int8 rows, one scale per row) dequantized by Cast and Mul, then
+// gathered: the Gather moves onto the int8 table and the row scales, so only the picked rows are
+// dequantized. A bias spanning only the last dim is read as it is; one spanning the gathered
+// axis with extent 1 blocks the rewrite (it would need its own reshape).
+TEST(GatherElementwise, GatherMovesOntoTheQuantizedTable) {
+  test::Builder b(17);
+  Tensor q = Tensor::make(DType::kInt8, {50, 6}).value();
+  for (int64_t i = 0; i < q.numel(); ++i) q.data<int8_t>()[i] = static_cast<int8_t>((i * 37) % 255 - 127);
+  b.m.graph.initializers["q"] = q;
+  b.weight("scale", {50, 1});
+  b.weight("bias", {6});
+  b.input_dims("ids", {test::num(2), test::num(3)}, DType::kInt64);
+  b.add("Cast", {"q"}, {"qf"}, {test::attr_i("to", 1)});
+  b.add("Mul", {"qf", "scale"}, {"table"});
+  b.add("Add", {"table", "bias"}, {"table_b"});
+  b.add("Gather", {"table_b", "ids"}, {"rows"});
+  b.output("rows");
+  ir::Model after = b.m;
+  auto n = test::run_pass(after, "gather-elementwise");
+  ASSERT_TRUE(n.is_ok()) << n.status().message();
+  EXPECT_EQ(*n, 3);
+  EXPECT_EQ(test::op_types(after), (std::vector<std::string>{"Gather", "Cast", "Gather", "Mul", "Add"}));
+  EXPECT_EQ(after.graph.nodes[0].inputs[0], "q");
+  EXPECT_EQ(after.graph.nodes[2].inputs[0], "scale");
+  Tensor ids = Tensor::make(DType::kInt64, {2, 3}).value();
+  const int64_t picks[] = {0, 49, 7, -1, 7, 23};
+  std::copy(std::begin(picks), std::end(picks), ids.data<int64_t>());
+  test::expect_same_outputs(b.m, after, {ids}, 0.0f);
+
+  test::Builder blocked(17);
+  blocked.weight("t", {50, 6});
+  blocked.weight("row_one", {1, 6});
+  blocked.input_dims("ids", {test::num(3)}, DType::kInt64);
+  blocked.add("Relu", {"t"}, {"r"});
+  blocked.add("Mul", {"r", "row_one"}, {"m"});
+  blocked.add("Gather", {"m", "ids"}, {"rows"});
+  blocked.output("rows");
+  auto none = test::run_pass(blocked.m, "gather-elementwise");
+  ASSERT_TRUE(none.is_ok());
+  EXPECT_EQ(*none, 0);
+}
+
+}  // namespace
+}  // namespace kiln
