@@ -1,10 +1,16 @@
 // Reference Softmax, LogSoftmax and Hardmax. Opset < 13 coerces the input to 2-D at `axis`
 // (default 1) and normalises over everything after it; opset >= 13 works along one axis (default
-// -1).
+// -1). Contiguous float32 rows (the axis is the last, or legacy's coerced 2-D) run on 8 lanes in
+// float; everything else runs the double loop.
+#include <immintrin.h>
+
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/vec_math_avx2.h"
 #include "kernels/kernel_util.h"
 
 namespace kiln {
@@ -38,12 +44,50 @@ void apply(const T* x, T* y, int64_t len, int64_t stride, Kind kind) {
   }
 }
 
+// Softmax or LogSoftmax of one contiguous float32 row on 8 lanes: max, exp(x - max) summed in
+// float (vec::exp_avx2, a few ulp), then one scaling pass; the tail lanes masked.
+void apply_row_f32(const float* x, float* y, int64_t len, Kind kind) {
+  auto mask = [&](int64_t i) { return vec::tail_mask_avx2(static_cast<int>(std::min<int64_t>(8, len - i))); };
+  const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 mx = ninf;
+  for (int64_t i = 0; i < len; i += 8)  // masked-off lanes read as -inf
+    mx = _mm256_max_ps(mx, _mm256_blendv_ps(ninf, _mm256_maskload_ps(x + i, mask(i)), _mm256_castsi256_ps(mask(i))));
+  const __m256 m = _mm256_set1_ps(vec::hmax_avx2(mx));
+  __m256 sum = _mm256_setzero_ps();
+  for (int64_t i = 0; i < len; i += 8) {
+    const __m256i k = mask(i);
+    const __m256 e = _mm256_and_ps(vec::exp_avx2(_mm256_sub_ps(_mm256_maskload_ps(x + i, k), m)), _mm256_castsi256_ps(k));
+    sum = _mm256_add_ps(sum, e);
+    if (kind == Kind::kSoftmax) _mm256_maskstore_ps(y + i, k, e);
+  }
+  const float total = vec::hsum_avx2(sum);
+  if (kind == Kind::kSoftmax) {
+    const __m256 inv = _mm256_set1_ps(1.0f / total);
+    for (int64_t i = 0; i < len; i += 8) {
+      const __m256i k = mask(i);
+      _mm256_maskstore_ps(y + i, k, _mm256_mul_ps(_mm256_maskload_ps(y + i, k), inv));
+    }
+  } else {
+    const __m256 shift = _mm256_add_ps(m, _mm256_set1_ps(std::log(total)));
+    for (int64_t i = 0; i < len; i += 8) {
+      const __m256i k = mask(i);
+      _mm256_maskstore_ps(y + i, k, _mm256_sub_ps(_mm256_maskload_ps(x + i, k), shift));
+    }
+  }
+}
+
 template <typename T>
 void run(KernelContext& ctx, const T* x, T* y, int64_t outer, int64_t len, int64_t inner,
          Kind kind) {
   auto body = [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const int64_t o = r / inner, i = r % inner;
+      if constexpr (std::is_same_v<T, float>) {
+        if (inner == 1 && kind != Kind::kHardmax) {
+          apply_row_f32(x + o * len, y + o * len, len, kind);
+          continue;
+        }
+      }
       apply<T>(x + o * len * inner + i, y + o * len * inner + i, len, inner, kind);
     }
   };
@@ -87,6 +131,11 @@ Status softmax_common(KernelContext& ctx, Kind kind) {
   if (dt == DType::kFloat64) {
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, dt, x.shape()));
     run<double>(ctx, x.data<double>(), y->data<double>(), outer, len, inner, kind);
+    return Status::ok();
+  }
+  if (dt == DType::kFloat32) {
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, dt, x.shape()));
+    run<float>(ctx, x.data<float>(), y->data<float>(), outer, len, inner, kind);
     return Status::ok();
   }
   KILN_ASSIGN_OR_RETURN(Tensor xf, to_float32(x));
