@@ -340,3 +340,70 @@ TEST(GatherElementwise, GatherMovesOntoTheQuantizedTable) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// ONNX Runtime's DynamicQuantizeLSTM (int8 W [D, input, 4H] with per-column scales, uint8... here
+// int8 R [D, H, 4H] with per-direction scales) lowers to a standard LSTM that computes exactly
+// what an LSTM on the dequantized, transposed weights computes.
+TEST(ContribLstm, DynamicQuantizeLstmBecomesLstmOnDequantizedWeights) {
+  const int64_t dirs = 2, hidden = 5, input = 3, gates = 4 * hidden;
+  auto int8s = [](const Shape& shape, int seed) {
+    Tensor t = Tensor::make(DType::kInt8, shape).value();
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<int8_t>()[i] = static_cast<int8_t>((i * 31 + seed) % 201 - 100);
+    return t;
+  };
+  const Tensor wq = int8s({dirs, input, gates}, 3), rq = int8s({dirs, hidden, gates}, 11);
+  const Tensor w_zero = int8s({dirs, gates}, 5), r_zero = int8s({dirs}, 7);
+  test::Builder b(14);
+  b.m.opsets["com.microsoft"] = 1;
+  b.input("x", {4, 1, input});
+  b.m.graph.initializers["wq"] = wq;
+  b.m.graph.initializers["rq"] = rq;
+  b.weight("bias", {dirs, 2 * gates});
+  b.weight("w_scale", {dirs, gates});
+  b.weight("r_scale", {dirs});
+  b.m.graph.initializers["w_zero"] = w_zero;
+  b.m.graph.initializers["r_zero"] = r_zero;
+  const std::vector<ir::Attribute> attrs = {test::attr_i("hidden_size", hidden), test::attr_s("direction", "bidirectional")};
+  b.add("DynamicQuantizeLSTM", {"x", "wq", "rq", "bias", "", "", "", "", "w_scale", "w_zero", "r_scale", "r_zero"},
+        {"y", "y_h"}, attrs)
+      .domain = "com.microsoft";
+  b.output("y");
+  b.output("y_h");
+
+  // The same layer written by hand as a standard LSTM.
+  test::Builder want(14);
+  want.input("x", {4, 1, input});
+  Tensor w = Tensor::make(DType::kFloat32, {dirs, gates, input}).value();
+  Tensor r = Tensor::make(DType::kFloat32, {dirs, gates, hidden}).value();
+  const float* ws = b.m.graph.initializers["w_scale"].data<float>();
+  const float* rs = b.m.graph.initializers["r_scale"].data<float>();
+  for (int64_t d = 0; d < dirs; ++d)
+    for (int64_t j = 0; j < gates; ++j) {
+      for (int64_t i = 0; i < input; ++i)
+        w.data<float>()[(d * gates + j) * input + i] =
+            (wq.data<int8_t>()[(d * input + i) * gates + j] - w_zero.data<int8_t>()[d * gates + j]) * ws[d * gates + j];
+      for (int64_t i = 0; i < hidden; ++i)
+        r.data<float>()[(d * gates + j) * hidden + i] =
+            (rq.data<int8_t>()[(d * hidden + i) * gates + j] - r_zero.data<int8_t>()[d]) * rs[d];
+    }
+  want.m.graph.initializers["w"] = w;
+  want.m.graph.initializers["r"] = r;
+  want.m.graph.initializers["bias"] = b.m.graph.initializers["bias"];
+  want.add("LSTM", {"x", "w", "r", "bias"}, {"y", "y_h"}, attrs);
+  want.output("y");
+  want.output("y_h");
+
+  ir::Model after = b.m;
+  auto n = test::run_pass(after, "contrib-lstm");
+  ASSERT_TRUE(n.is_ok()) << n.status().message();
+  EXPECT_EQ(*n, 1);
+  ASSERT_EQ(test::op_types(after), std::vector<std::string>{"LSTM"});
+  EXPECT_TRUE(after.graph.nodes[0].domain.empty());
+  test::expect_same_outputs(want.m, after, {want.random({4, 1, input})}, 0.0f);
+}
+
+}  // namespace
+}  // namespace kiln
