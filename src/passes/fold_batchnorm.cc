@@ -1,5 +1,9 @@
 // Folds an inference BatchNormalization into the Conv or Gemm before it: the per-channel scale
 // gamma/sqrt(var+eps) goes into the weights, the shift into the bias. Exact in real arithmetic.
+// One that follows no such op (DenseNet's BN-ReLU-Conv, a BN after a Concat or an input)
+// becomes the same scale and shift as Mul and Add by per-channel constants, which the
+// elementwise fusions then merge with what is around it.
+#include <algorithm>
 #include <cmath>
 
 #include "ir/shape_inference.h"
@@ -47,6 +51,11 @@ class FoldBatchNorm : public Pass {
   Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
     int64_t folded = 0;
     const int64_t opset = model.opset("");
+    // Ranks before any edit: once a fold has renamed a producer's output to the BN's, the graph
+    // defines that value twice until the BN goes, and inference would fail.
+    if (std::any_of(model.graph.nodes.begin(), model.graph.nodes.end(),
+                    [](const ir::Node& n) { return n.op_type == "BatchNormalization"; }))
+      infer_ranks(model);
     for_each_graph(model.graph, [&](ir::Graph& g) {
       const auto uses = use_counts(g);
       std::map<std::string, size_t> producer;
@@ -70,7 +79,7 @@ class FoldBatchNorm : public Pass {
           ok = fold_conv(g, p, *affine);
         else if (p.op_type == "Gemm")
           ok = fold_gemm(g, p, *affine);
-        else if (p.op_type == "MatMul" && opset >= 11 && is_rank2(model, g, p))
+        else if (p.op_type == "MatMul" && opset >= 11 && rank_of(model, g, p.inputs[0]) == 2)
           ok = matmul_to_gemm(g, p, *affine);
         if (!ok) continue;
         p.outputs[0] = bn.outputs[0];
@@ -78,8 +87,20 @@ class FoldBatchNorm : public Pass {
         ++folded;
       }
       std::vector<ir::Node> kept;
-      for (size_t k = 0; k < g.nodes.size(); ++k)
-        if (!drop[k]) kept.push_back(std::move(g.nodes[k]));
+      for (size_t k = 0; k < g.nodes.size(); ++k) {
+        if (drop[k]) continue;
+        ir::Node& bn = g.nodes[k];
+        if (bn.op_type == "BatchNormalization" && bn.domain.empty() && bn.has_input(0)) {
+          const std::optional<int64_t> rank = rank_of(model, g, bn.inputs[0]);
+          auto affine = rank && *rank >= 2 ? bn_affine(g, bn, opset) : std::nullopt;
+          if (affine) {
+            for (ir::Node& step : scale_shift(g, bn, *affine, *rank)) kept.push_back(std::move(step));
+            ++folded;
+            continue;
+          }
+        }
+        kept.push_back(std::move(g.nodes[k]));
+      }
       g.nodes = std::move(kept);
     });
     return folded;
@@ -126,23 +147,47 @@ class FoldBatchNorm : public Pass {
     return true;
   }
 
-  // Whether the first input of `n` (in the top-level graph) is known to be 2-D.
-  bool is_rank2(const ir::Model& model, const ir::Graph& g, const ir::Node& n) {
-    if (&g != &model.graph || !n.has_input(0)) return false;
-    if (!inferred_) {
-      inferred_ = true;
-      ir::Model copy = model;
-      if (ir::infer_shapes(copy).is_ok())
-        for (const auto* list : {&copy.graph.inputs, &copy.graph.value_info})
-          for (const auto& vi : *list)
-            if (vi.type.kind == ir::TypeInfo::Kind::kTensor && vi.type.has_shape)
-              ranks_[vi.name] = static_cast<int64_t>(vi.type.shape.size());
-    }
-    auto it = ranks_.find(n.inputs[0]);
-    return it != ranks_.end() && it->second == 2;
+  // y = x * scale + shift with both shaped [C, 1, ...] to broadcast over x's rank `rank` dims
+  // (N, C, spatial...): the BN as two nodes.
+  static std::vector<ir::Node> scale_shift(ir::Graph& g, const ir::Node& bn, const Affine& a, int64_t rank) {
+    Shape shape(static_cast<size_t>(rank - 1), 1);
+    shape[0] = static_cast<int64_t>(a.scale.size());
+    auto constant = [&](const std::vector<double>& v, const char* what) {
+      Tensor t = Tensor::make(DType::kFloat32, shape).value();
+      for (size_t i = 0; i < v.size(); ++i) t.data<float>()[i] = static_cast<float>(v[i]);
+      const std::string name = fresh_name(g, bn.inputs[1] + what);
+      g.initializers[name] = std::move(t);
+      return name;
+    };
+    ir::Node mul, add;
+    mul.op_type = "Mul";
+    mul.name = fresh_name(g, bn.name + "_scale");
+    mul.inputs = {bn.inputs[0], constant(a.scale, "_bn_scale")};
+    mul.outputs = {fresh_name(g, bn.outputs[0] + "_scaled")};
+    add.op_type = "Add";
+    add.name = fresh_name(g, bn.name + "_shift");
+    add.inputs = {mul.outputs[0], constant(a.shift, "_bn_shift")};
+    add.outputs = {bn.outputs[0]};
+    return {std::move(mul), std::move(add)};
   }
 
-  bool inferred_ = false;
+  // The rank of every top-level value shape inference knows.
+  void infer_ranks(const ir::Model& model) {
+    ir::Model copy = model;
+    if (!ir::infer_shapes(copy).is_ok()) return;
+    for (const auto* list : {&copy.graph.inputs, &copy.graph.value_info})
+      for (const auto& vi : *list)
+        if (vi.type.kind == ir::TypeInfo::Kind::kTensor && vi.type.has_shape)
+          ranks_[vi.name] = static_cast<int64_t>(vi.type.shape.size());
+  }
+
+  // The rank of `value` in the top-level graph, when inference knew it.
+  std::optional<int64_t> rank_of(const ir::Model& model, const ir::Graph& g, const std::string& value) const {
+    auto it = &g == &model.graph ? ranks_.find(value) : ranks_.end();
+    if (it == ranks_.end()) return std::nullopt;
+    return it->second;
+  }
+
   std::map<std::string, int64_t> ranks_;
 
   // Gemm Y = alpha*A*op(B) + beta*C with Y [M, N]: column n scales by scale[n].

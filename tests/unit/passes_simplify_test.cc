@@ -407,3 +407,34 @@ TEST(ContribLstm, DynamicQuantizeLstmBecomesLstmOnDequantizedWeights) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// A BatchNormalization after no Conv or Gemm (DenseNet's BN-ReLU after a Concat) becomes Mul and
+// Add by per-channel constants shaped to broadcast over N, C, H, W; the values stay the same.
+// Two BNs in one graph, one folding into its Conv, the other not, are both rewritten in one run.
+TEST(FoldBatchNorm, UnfoldableBatchNormBecomesScaleShift) {
+  test::Builder b(17);
+  b.input("x", {2, 3, 5, 4});
+  b.conv("x", "c", 3, 4, 3);
+  for (const char* bn : {"bn1"}) {
+    b.weight(std::string(bn) + "_g", {7});
+    b.weight(std::string(bn) + "_b", {7});
+    b.weight(std::string(bn) + "_m", {7});
+    b.m.graph.initializers[std::string(bn) + "_v"] = b.random({7}, 0.5f, 2.0f);
+  }
+  b.weight("bn0_g", {4});
+  b.weight("bn0_b", {4});
+  b.weight("bn0_m", {4});
+  b.m.graph.initializers["bn0_v"] = b.random({4}, 0.5f, 2.0f);
+  b.add("BatchNormalization", {"c", "bn0_g", "bn0_b", "bn0_m", "bn0_v"}, {"cb"});
+  b.add("Concat", {"x", "cb"}, {"cat"}, {test::attr_i("axis", 1)});
+  b.add("BatchNormalization", {"cat", "bn1_g", "bn1_b", "bn1_m", "bn1_v"}, {"n1"}, {test::attr_f("epsilon", 1e-3f)});
+  b.add("Relu", {"n1"}, {"y"});
+  b.output("y");
+  test::check_pass(b, "fold-batchnorm", {"Conv", "Concat", "Mul", "Add", "Relu"}, {{2, 3, 5, 4}});
+}
+
+}  // namespace
+}  // namespace kiln

@@ -117,7 +117,9 @@ float min_f(float a, float b) {
   if (std::isnan(a) || std::isnan(b)) return std::isnan(a) ? a : b;
   return b < a ? b : a;
 }
+// x^2 as one multiply, exactly as the reference rounds pow(x, 2) (binary.cc).
 float pow_f(float a, float b) {
+  if (b == 2.0f) return a * a;
   return static_cast<float>(std::pow(static_cast<double>(a), static_cast<double>(b)));
 }
 
