@@ -1,8 +1,10 @@
 // Reference Conv (1-3 spatial dims, groups, dilations, strides, pads, auto_pad) via im2col + the
-// shared GEMM, and the integer variants ConvInteger and QLinearConv (int32 accumulation).
+// shared GEMM, and the integer variants ConvInteger and QLinearConv (int32 accumulation). Float32
+// depthwise convs run kernels/cpu/conv's direct kernel.
 #include <cmath>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/conv/depthwise_conv.h"
 #include "kernels/kernel_util.h"
 #include "kernels/ref/conv_util.h"
 #include "kernels/ref/gemm_f32.h"
@@ -138,6 +140,12 @@ Status conv(KernelContext& ctx) {
   if (dt == DType::kFloat64) {
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, dt, s.y_shape));
     return conv_typed<double>(ctx, s, x, w, bias, *y);
+  }
+  if (dt == DType::kFloat32 && depthwise_conv_fits(s.group, s.cg, s.g3)) {
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, dt, s.y_shape));
+    depthwise_conv_f32(x.data<float>(), w.data<float>(), bias ? bias->data<float>() : nullptr, y->data<float>(), s.n,
+                       s.group, s.m, s.g3, ctx.pool);
+    return Status::ok();
   }
   KILN_ASSIGN_OR_RETURN(Tensor xf, to_float32(x));
   KILN_ASSIGN_OR_RETURN(Tensor wf, to_float32(w));

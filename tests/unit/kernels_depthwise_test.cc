@@ -1,0 +1,103 @@
+// The direct depthwise conv (kernels/cpu/conv/depthwise_conv.h) that Conv runs for float32
+// depthwise nodes, against a plain loop in double: kernel sizes 1-7 (kh != kw too), strides (1,1),
+// (2,1), (1,2), (3,3), dilations, asymmetric pads, channel multiplier 2, batch 2, 1-D convs, rows
+// shorter and longer than 64 outputs, with and without bias, at 1 and 2 threads.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "kiln/session.h"
+#include "pass_test_util.h"
+
+namespace kiln {
+namespace {
+
+struct Dw {
+  int64_t n, c, mult, h, w, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr;
+  bool bias, one_d;
+};
+
+void check(const Dw& d, int threads) {
+  test::Builder b(17);
+  const int64_t m = d.c * d.mult;
+  const Shape xs = d.one_d ? Shape{d.n, d.c, d.w} : Shape{d.n, d.c, d.h, d.w};
+  const Shape ws = d.one_d ? Shape{m, 1, d.kw} : Shape{m, 1, d.kh, d.kw};
+  b.input("x", xs);
+  b.weight("w", ws);
+  if (d.bias) b.weight("b", {m});
+  std::vector<ir::Attribute> attrs = {test::attr_i("group", d.c)};
+  if (d.one_d) {
+    attrs.push_back(test::attr_ints("strides", {d.sw}));
+    attrs.push_back(test::attr_ints("dilations", {d.dw}));
+    attrs.push_back(test::attr_ints("pads", {d.pl, d.pr}));
+  } else {
+    attrs.push_back(test::attr_ints("strides", {d.sh, d.sw}));
+    attrs.push_back(test::attr_ints("dilations", {d.dh, d.dw}));
+    attrs.push_back(test::attr_ints("pads", {d.pt, d.pl, d.pb, d.pr}));
+  }
+  b.add("Conv", d.bias ? std::vector<std::string>{"x", "w", "b"} : std::vector<std::string>{"x", "w"}, {"y"}, attrs);
+  b.output("y");
+  const Tensor x = b.random(xs);
+  SessionOptions opts;
+  opts.threads = threads;
+  opts.optimize_level = 0;
+  auto s = Session::create(std::make_shared<const ir::Model>(b.m), opts);
+  ASSERT_TRUE(s.is_ok()) << s.status().message();
+  auto out = (*s)->run({Value::of(x)});
+  ASSERT_TRUE(out.is_ok()) << out.status().message();
+  const Tensor& y = (*out)[0].tensor;
+  const int64_t h = d.one_d ? 1 : d.h, kh = d.one_d ? 1 : d.kh;
+  const int64_t oh = d.one_d ? 1 : (h + d.pt + d.pb - d.dh * (kh - 1) - 1) / d.sh + 1;
+  const int64_t ow = (d.w + d.pl + d.pr - d.dw * (d.kw - 1) - 1) / d.sw + 1;
+  ASSERT_EQ(y.numel(), d.n * m * oh * ow);
+  const float* xv = x.data<float>();
+  const float* wv = b.m.graph.initializers["w"].data<float>();
+  const float* bv = d.bias ? b.m.graph.initializers["b"].data<float>() : nullptr;
+  for (int64_t ni = 0; ni < d.n; ++ni)
+    for (int64_t oc = 0; oc < m; ++oc)
+      for (int64_t r = 0; r < oh; ++r)
+        for (int64_t q = 0; q < ow; ++q) {
+          double acc = bv ? bv[oc] : 0.0;
+          for (int64_t i = 0; i < kh; ++i)
+            for (int64_t j = 0; j < d.kw; ++j) {
+              const int64_t row = d.one_d ? 0 : r * d.sh - d.pt + i * d.dh, col = q * d.sw - d.pl + j * d.dw;
+              if (row < 0 || row >= h || col < 0 || col >= d.w) continue;
+              acc += static_cast<double>(wv[(oc * kh + i) * d.kw + j]) * xv[((ni * d.c + oc / d.mult) * h + row) * d.w + col];
+            }
+          const float got = y.data<float>()[((ni * m + oc) * oh + r) * ow + q];
+          ASSERT_NEAR(got, acc, 1e-5 * std::max(1.0, std::fabs(acc)))
+              << "n" << ni << " oc" << oc << " r" << r << " q" << q << " k" << d.kh << "x" << d.kw << " s" << d.sh << d.sw
+              << " d" << d.dh << d.dw << " threads " << threads;
+        }
+}
+
+TEST(DepthwiseConv, AgreesWithPlainLoop) {
+  std::mt19937 rng(5);
+  auto pick = [&](int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(rng() % (hi - lo + 1)); };
+  const int64_t strides[][2] = {{1, 1}, {2, 1}, {1, 2}, {2, 2}, {3, 3}};
+  for (int trial = 0; trial < 40; ++trial) {
+    Dw d;
+    d.n = trial % 7 == 0 ? 2 : 1;
+    d.c = pick(2, 9);
+    d.mult = trial % 5 == 0 ? 2 : 1;
+    d.h = pick(1, 23);
+    d.w = trial % 6 == 0 ? pick(65, 140) : pick(1, 40);
+    d.kh = pick(1, 7);
+    d.kw = trial % 3 == 0 ? d.kh : pick(1, 7);
+    d.sh = strides[trial % 5][0];
+    d.sw = strides[trial % 5][1];
+    d.dh = trial % 4 == 1 ? 2 : 1;
+    d.dw = trial % 4 == 2 ? 2 : 1;
+    d.pt = pick(0, 3), d.pl = pick(0, 3), d.pb = pick(0, 3), d.pr = pick(0, 3);
+    d.bias = trial % 2 == 0;
+    d.one_d = trial % 8 == 3;
+    // Keep at least one output: the padded input must hold the dilated kernel.
+    if ((d.one_d ? 1 : d.h + d.pt + d.pb) < d.dh * (d.kh - 1) + 1 && !d.one_d) d.h = d.dh * (d.kh - 1) + 1;
+    if (d.w + d.pl + d.pr < d.dw * (d.kw - 1) + 1) d.w = d.dw * (d.kw - 1) + 1;
+    for (int threads : {1, 2}) check(d, threads);
+  }
+}
+
+}  // namespace
+}  // namespace kiln
