@@ -105,6 +105,31 @@ TEST(NormKernels, LayerNormOverTwoAxes) {
   expect_close(y[0].tensor, norm_rows(as_double(x), 20, 1e-5f, gamma.data(), nullptr), "axis 1");
 }
 
+// The standard LayerNormalization (opset 17, which the fusion keeps standard) takes the same fast
+// rows when only Y is wanted, and the reference when Mean and InvStdDev are too; both agree with
+// the formula.
+TEST(NormKernels, StandardLayerNormalization) {
+  for (bool stats : {false, true})
+    for (const Shape& shape : kShapes) {
+      const int64_t len = shape.back();
+      test::Builder b(17);
+      b.input("x", shape);
+      b.weight("scale", {len});
+      b.weight("bias", {len});
+      std::vector<std::string> outs = {"y"};
+      if (stats) outs = {"y", "mean", "inv"};
+      b.add("LayerNormalization", {"x", "scale", "bias"}, outs, {attr_f("epsilon", 1e-3f)});
+      for (const auto& o : outs) b.output(o);
+      const Tensor x = b.random(shape, 2, 4);
+      const auto y = run(b, {x}, 2);
+      ASSERT_EQ(y.size(), outs.size());
+      expect_close(y[0].tensor,
+                   norm_rows(as_double(x), len, 1e-3f, b.m.graph.initializers["scale"].data<float>(),
+                             b.m.graph.initializers["bias"].data<float>()),
+                   "LayerNormalization " + shape_str(shape) + (stats ? " with statistics" : ""));
+    }
+}
+
 TEST(NormKernels, SkipLayerNorm) {
   for (const Shape& shape : kShapes)
     for (int variant = 0; variant < 3; ++variant)  // 0: bias and S; 1: neither; 2: skip broadcast

@@ -5,9 +5,8 @@
 #include "kernels/kiln/normalize_row.h"
 
 namespace kiln {
-namespace {
 
-Status layer_norm(KernelContext& ctx) {
+Status layer_norm_y(KernelContext& ctx) {
   if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
     return ctx.error("LayerNorm needs X and Scale");
   const Tensor& x = ctx.input(0);
@@ -53,8 +52,6 @@ Status layer_norm(KernelContext& ctx) {
   return Status::ok();
 }
 
-}  // namespace
-
-KILN_REGISTER_KERNEL("ai.kiln", "LayerNorm", layer_norm);
+KILN_REGISTER_KERNEL("ai.kiln", "LayerNorm", layer_norm_y);
 
 }  // namespace kiln

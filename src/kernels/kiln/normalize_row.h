@@ -122,4 +122,9 @@ inline void for_rows(ThreadPool* pool, int64_t rows, int64_t len,
     fn(0, rows);
 }
 
+// ONNX LayerNormalization's Y (axis, epsilon; inputs X, Scale, optional B): the kernel of
+// ai.kiln.LayerNorm (kiln/layer_norm.cc), which the standard op's kernel also calls when only Y
+// is wanted, so that opset-17 models, whose LayerNorms stay standard, get the fast rows too.
+Status layer_norm_y(KernelContext& ctx);
+
 }  // namespace kiln

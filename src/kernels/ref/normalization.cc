@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/kernel_util.h"
+#include "kernels/kiln/normalize_row.h"
 
 namespace kiln {
 namespace {
@@ -191,6 +192,7 @@ Status instance_norm(KernelContext& ctx) {
 Status layer_norm(KernelContext& ctx) {
   KILN_RETURN_IF_ERROR(check_inputs(ctx, 2, "LayerNormalization"));
   const Tensor& x = ctx.input(0);
+  if (x.dtype() == DType::kFloat32 && !ctx.wants_output(1) && !ctx.wants_output(2)) return layer_norm_y(ctx);
   KILN_ASSIGN_OR_RETURN(int64_t axis, normalize_axis(ctx.node.attr_int("axis", -1), x.rank()));
   const double eps = ctx.node.attr_float("epsilon", 1e-5f);
   const Shape norm_shape(x.shape().begin() + axis, x.shape().end());
