@@ -130,12 +130,14 @@ TEST(NchwcLayout, ActivationsWithOddChannels) {
     b.add("Mul", {"c", "c"}, {"cc"});  // x * Sigmoid(x) would be Silu; a plain square here
     b.output("cc");
     // Elu is no epilogue activation: it splits the convs into two regions of one conv each,
-    // which do not pay for their reorders and stay plain.
+    // each doing 99 or 90 multiply-adds per element it reads (channels out x 9 taps): enough to
+    // pay for their own reorders around the plain Elu.
     const bool fused = std::string(act) != "Elu";
     const std::vector<std::string> want =
         fused ? std::vector<std::string>{"ReorderToBlocked", "BlockedConv", "BlockedConv", "Mul",
                                          "ReorderFromBlocked"}
-              : std::vector<std::string>{"Conv", "Elu", "Conv", "Mul"};
+              : std::vector<std::string>{"ReorderToBlocked", "BlockedConv", "ReorderFromBlocked", "Elu",
+                                         "ReorderToBlocked", "BlockedConv", "Mul", "ReorderFromBlocked"};
     check_o3(b, want, {{1, 10, 7, 6}}, -3, 3);
   }
 }
@@ -193,7 +195,7 @@ TEST(NchwcLayout, RegionExitsToGraphOutputAndPlainOp) {
   b.output("a");  // read outside the region as a graph output ...
   b.conv("a", "c", 16, 24);
   b.add("Softmax", {"c"}, {"sm"}, {attr_i("axis", 1)});  // ... and by a plain op
-  b.conv("sm", "d", 24, 8, 1);  // a lone conv: its region would not pay, it stays plain
+  b.conv("sm", "d", 24, 8, 1);  // a lone conv of 8 multiply-adds an element: stays plain
   b.output("d");
   const ir::Model m = check_o3(b,
                                {"ReorderToBlocked", "BlockedConv", "ReorderFromBlocked",
@@ -261,6 +263,34 @@ TEST(NchwcLayout, LonePatchEmbeddingStaysPlain) {
   b.add("Reshape", {"p", "shape"}, {"t"});
   b.output("t");
   test::check_pass(b, "nchwc-layout", {"Conv", "Reshape"}, {{1, 3, 32, 32}});
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// A lone conv between plain ops runs blocked when it does enough work per element it reads (a
+// 1x1 with 64 channels out, as YOLOv8's after each Concat), and stays plain when it is a patchify
+// conv (kernel = stride, ViT's patch embedding), whatever its width.
+TEST(NchwcLayout, LoneConvsThatPayAlone) {
+  test::Builder b;
+  b.input("x", {1, 16, 8, 8});
+  b.input("y", {1, 16, 8, 8});
+  b.add("Concat", {"x", "y"}, {"xy"}, {test::attr_i("axis", 1)});
+  b.conv("xy", "wide", 32, 64, 1);
+  b.add("Softmax", {"wide"}, {"sm"}, {test::attr_i("axis", 1)});
+  b.weight("pw", {64, 64, 4, 4});
+  b.add("Conv", {"sm", "pw"}, {"patches"}, {test::attr_ints("strides", {4, 4})});
+  b.output("patches");
+  ir::Model m = b.m;
+  OptimizeOptions o;
+  o.level = 3;
+  ASSERT_TRUE(optimize(m, o).is_ok());
+  EXPECT_EQ(test::op_types(m), (std::vector<std::string>{"Concat", "ReorderToBlocked", "BlockedConv", "ReorderFromBlocked",
+                                                         "Softmax", "Conv"}));
+  test::expect_same_outputs(b.m, m, {b.random({1, 16, 8, 8}), b.random({1, 16, 8, 8})}, 1e-4f);
 }
 
 }  // namespace

@@ -62,9 +62,29 @@ bool blockable_pool(const ir::Node& n) {
   return n.attr_ints("kernel_shape").size() == 2;
 }
 
-// Fewest convs a region needs to pay for its reorders. A lone conv between plain ops (ViT's
-// 16x16 patch embedding) gains little or nothing from the blocked kernel and adds a reorder.
+// Fewest convs a region needs to pay for its reorders, unless its one conv does enough work per
+// element the reorders move: kMinLoneConvWork multiply-adds (output channels x kernel taps) per
+// input element. A lone conv between plain ops with less (a few channels out), or a patchify conv
+// whose kernel equals its stride (ViT's 16x16 patch embedding, already one GEMM on a reshape),
+// gains little or nothing from the blocked kernel and adds two reorders; YOLOv8's lone 1x1 convs
+// after a Concat (64-128 channels out) ran 4-6x slower plain.
 constexpr int kMinRegionConvs = 2;
+constexpr int64_t kMinLoneConvWork = 32;
+
+bool pays_alone(const ir::Node& conv, const GraphIndex& idx) {
+  const Tensor* w = idx.constant(conv.inputs[1]);
+  if (!w || w->rank() < 3) return false;
+  const std::vector<int64_t> strides = conv.attr_ints("strides");
+  int64_t taps = 1;
+  bool patchify = strides.size() + 2 == static_cast<size_t>(w->rank());
+  for (int64_t d = 2; d < w->rank(); ++d) {
+    taps *= w->dim(d);
+    if (patchify) patchify = w->dim(d) == strides[d - 2];
+  }
+  if (patchify && taps > 1) return false;
+  const int64_t per_element = conv.attr_int("group", 1) == 1 ? w->dim(0) * taps : taps;
+  return per_element >= kMinLoneConvWork;
+}
 
 // Drops the regions (sets of planned nodes joined by blocked values) with too few convs.
 void drop_small_regions(const GraphIndex& idx, std::map<const ir::Node*, Kind>& plan) {
@@ -79,9 +99,16 @@ void drop_small_regions(const GraphIndex& idx, std::map<const ir::Node*, Kind>& 
       if (p && plan.count(p)) parent[root(n)] = root(p);
     }
   std::map<const ir::Node*, int> convs;
+  std::map<const ir::Node*, bool> pays;  // a region's one conv pays for its reorders alone
   for (const auto& [n, kind] : plan)
-    convs[root(n)] += kind == Kind::kConv || kind == Kind::kDepthwiseConv;
-  std::erase_if(plan, [&](const auto& entry) { return convs[root(entry.first)] < kMinRegionConvs; });
+    if (kind == Kind::kConv || kind == Kind::kDepthwiseConv) {
+      convs[root(n)] += 1;
+      pays[root(n)] = pays_alone(*n, idx);
+    }
+  std::erase_if(plan, [&](const auto& entry) {
+    const ir::Node* r = root(entry.first);
+    return convs[r] < kMinRegionConvs && !(convs[r] == 1 && pays[r]);
+  });
 }
 
 // Decides which nodes run blocked, in graph order: a pool or Add/Mul only when what it reads is
