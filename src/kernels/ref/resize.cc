@@ -1,10 +1,12 @@
 // Reference kernels for Resize (opset 10 to 19+: nearest/linear/cubic, every coordinate transform,
 // antialias, axes, keep_aspect_ratio_policy) and Upsample. Separable: one axis at a time, in
-// double.
+// double; float32 nearest and linear resizes of the last two axes (images) run in float, both
+// axes at once.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "core/thread_pool.h"
 #include "kernels/kernel_util.h"
 
 namespace kiln {
@@ -121,6 +123,49 @@ AxisPlan plan_axis(const ResizeParams& p, int64_t in_len, int64_t out_len, doubl
   return a;
 }
 
+// float32 nearest or linear over the last two axes only (an image's H and W; every other axis
+// kept): each output row combines at most two input rows, each output element at most two of
+// their elements, with the axis plans' weights in float. Rows split over the pool.
+bool resize_2d_f32_fits(const ResizeParams& p, const Tensor& x, const Shape& out_shape) {
+  if (x.dtype() != DType::kFloat32 || x.rank() < 2 || p.antialias || p.coord == "tf_crop_and_resize") return false;
+  if (p.mode != "nearest" && p.mode != "linear") return false;
+  for (int64_t i = 0; i + 2 < x.rank(); ++i)
+    if (out_shape[i] != x.dim(i)) return false;
+  return true;
+}
+
+Status resize_2d_f32(KernelContext& ctx, const ResizeParams& p, const Tensor& x, const Shape& out_shape,
+                     const std::vector<double>& scales, Tensor* y) {
+  const int64_t r = x.rank(), h = x.dim(r - 2), w = x.dim(r - 1), oh = out_shape[r - 2], ow = out_shape[r - 1];
+  if (y->numel() == 0) return Status::ok();
+  const AxisPlan py = plan_axis(p, h, oh, scales[r - 2], 0.0, 1.0);
+  const AxisPlan px = plan_axis(p, w, ow, scales[r - 1], 0.0, 1.0);
+  const std::vector<float> wx(px.w.begin(), px.w.end());
+  const int64_t planes = x.numel() / (h * w), tx = px.taps;
+  const float* xd = x.data<float>();
+  float* yd = y->data<float>();
+  auto rows = [&](int64_t r0, int64_t r1) {
+    for (int64_t row = r0; row < r1; ++row) {
+      const int64_t plane = row / oh, oy = row % oh;
+      float* out = yd + row * ow;
+      std::fill(out, out + ow, 0.0f);
+      for (int64_t ky = 0; ky < py.taps; ++ky) {
+        const float wy = static_cast<float>(py.w[oy * py.taps + ky]);
+        if (wy == 0) continue;
+        const float* src = xd + (plane * h + py.idx[oy * py.taps + ky]) * w;
+        for (int64_t ox = 0; ox < ow; ++ox) {
+          float v = 0;
+          for (int64_t kx = 0; kx < tx; ++kx) v += wx[ox * tx + kx] * src[px.idx[ox * tx + kx]];
+          out[ox] += wy * v;
+        }
+      }
+    }
+  };
+  if (ctx.pool != nullptr && y->numel() > (1 << 15)) ctx.pool->parallel_for(planes * oh, 4, rows);
+  else rows(0, planes * oh);
+  return Status::ok();
+}
+
 // Resizes `x` (any numeric or float type) to `out_shape` with per-axis scales and roi.
 Status resize_core(KernelContext& ctx, const ResizeParams& p, const Tensor& x,
                    const Shape& out_shape, const std::vector<double>& scales,
@@ -135,6 +180,10 @@ Status resize_core(KernelContext& ctx, const ResizeParams& p, const Tensor& x,
     if (x.dim(i) == 0 && out_shape[i] > 0)
       return ctx.error("cannot resize an empty axis to a non-empty one");
     if (!(scales[i] > 0) && out_shape[i] > 0) return ctx.error("scales must be positive");
+  }
+  if (resize_2d_f32_fits(p, x, out_shape)) {
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, dt, out_shape));
+    return resize_2d_f32(ctx, p, x, out_shape, scales, y);
   }
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, dt, out_shape));
   KILN_ASSIGN_OR_RETURN(Tensor cur, Tensor::make(DType::kFloat64, x.shape()));
