@@ -295,3 +295,36 @@ TEST(NchwcLayout, LoneConvsThatPayAlone) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// tf2onnx's floor after each conv, Max(LeakyRelu(x), -0.4) with the bound shaped [1,1,1,1]:
+// clip-canonical makes it a Clip, the LeakyRelu joins the conv's epilogue and the Clip (f(0) = 0)
+// stays inside the blocked region, so the two convs make one region with no reorder between.
+// A Clip whose range excludes 0 would turn padding lanes non-zero: it splits the region.
+TEST(NchwcLayout, ZeroPreservingClipStaysBlocked) {
+  for (float floor : {-0.4f, 0.3f}) {
+    test::Builder b(13);
+    b.input("x", {1, 8, 9, 9});
+    b.conv("x", "a", 8, 16);
+    b.add("LeakyRelu", {"a"}, {"al"}, {test::attr_f("alpha", 0.2f)});
+    b.floats("floor", {1, 1, 1, 1}, {floor});
+    b.add("Max", {"al", "floor"}, {"m"});
+    b.conv("m", "c", 16, 16);
+    b.output("c");
+    ir::Model m = b.m;
+    OptimizeOptions o;
+    o.level = 3;
+    ASSERT_TRUE(optimize(m, o).is_ok());
+    const std::vector<std::string> want =
+        floor < 0 ? std::vector<std::string>{"ReorderToBlocked", "BlockedConv", "Clip", "BlockedConv", "ReorderFromBlocked"}
+                  : std::vector<std::string>{"ReorderToBlocked", "BlockedConv", "ReorderFromBlocked", "Clip",
+                                             "ReorderToBlocked", "BlockedConv", "ReorderFromBlocked"};
+    EXPECT_EQ(test::op_types(m), want) << "floor " << floor;
+    test::expect_same_outputs(b.m, m, {b.random({1, 8, 9, 9}, -3, 3)}, 1e-4f);
+  }
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,8 +1,9 @@
 // -O3 layout pass "nchwc-layout": runs convolutions in the blocked NCHWc layout (the scheme of
 // ONNX Runtime's NchwcTransformer). Conv/FusedConv with constant weights become
-// ai.kiln.BlockedConv (weights reordered here, once); pools, SqueezeExcite and same-shape
-// Add/Mul reading blocked values stay blocked, so a chain of them forms one region with a ReorderToBlocked where
-// a plain value enters and a ReorderFromBlocked where a plain reader or graph output leaves.
+// ai.kiln.BlockedConv (weights reordered here, once); pools, SqueezeExcite, same-shape Add/Mul
+// and zero-preserving activations reading blocked values stay blocked, so a chain of them forms
+// one region with a ReorderToBlocked where a plain value enters and a ReorderFromBlocked where a
+// plain reader or graph output leaves.
 #include <functional>
 #include <map>
 #include <optional>
@@ -21,7 +22,7 @@ namespace {
 using epilogue::Types;
 using namespace nchwc;
 
-enum class Kind { kConv, kDepthwiseConv, kPool, kSqueezeExcite, kElementwise };
+enum class Kind { kConv, kDepthwiseConv, kPool, kSqueezeExcite, kElementwise, kUnary };
 
 bool is_conv(const ir::Node& n) {
   return (n.domain.empty() && n.op_type == "Conv") ||
@@ -51,6 +52,27 @@ std::optional<Kind> blockable_conv(const ir::Node& n, const GraphIndex& idx, con
   if (group == 1) return Kind::kConv;
   if (group == c && m == c) return Kind::kDepthwiseConv;
   return std::nullopt;
+}
+
+// A unary activation with f(0) = 0, so the zero padding lanes of a blocked value stay zero:
+// it runs on the blocked buffer as it is (elementwise, whatever the layout), between convs of one
+// region instead of splitting it (tf2onnx's Max(LeakyRelu(x), -0.4) after every conv, which
+// clip-canonical makes a Clip).
+bool zero_preserving_unary(const ir::Node& n, const GraphIndex& idx) {
+  if (!n.domain.empty() || n.outputs.size() != 1 || n.inputs.empty() || n.inputs[0].empty()) return false;
+  const std::string& op = n.op_type;
+  if (op == "Relu" || op == "Tanh" || op == "HardSwish" || op == "LeakyRelu") return n.inputs.size() == 1;
+  if (op != "Clip") return false;
+  if (n.has_attr("min") || n.has_attr("max"))
+    return n.inputs.size() == 1 && n.attr_float("min", -1.0f) <= 0 && n.attr_float("max", 1.0f) >= 0;
+  for (size_t i = 1; i < n.inputs.size(); ++i) {
+    if (n.inputs[i].empty()) continue;
+    const Tensor* t = idx.constant(n.inputs[i]);
+    if (!t || t->numel() != 1 || t->dtype() != DType::kFloat32) return false;
+    const float v = t->data<float>()[0];
+    if (i == 1 ? !(v <= 0) : !(v >= 0)) return false;
+  }
+  return n.inputs.size() <= 3;
 }
 
 bool blockable_pool(const ir::Node& n) {
@@ -129,6 +151,8 @@ std::map<const ir::Node*, Kind> plan_regions(const ir::Graph& g, const GraphInde
                n.inputs.size() == 2 && n.outputs.size() == 1 && blocked.count(n.inputs[0]) &&
                blocked.count(n.inputs[1]) && types.same_float_shape(n.inputs[0], n.inputs[1])) {
       kind = Kind::kElementwise;  // zero padding lanes stay zero under + and *
+    } else if (zero_preserving_unary(n, idx) && blocked.count(n.inputs[0])) {
+      kind = Kind::kUnary;
     }
     if (!kind) continue;
     plan[&n] = *kind;
@@ -229,6 +253,9 @@ class NchwcLayout : public Pass {
         b.domain = "ai.kiln";
         b.outputs.resize(1);
         b.inputs[0] = blocked_input(n.inputs[0]);
+        channels[plain] = channels.at(n.inputs[0]);
+      } else if (p->second == Kind::kUnary) {
+        b.inputs[0] = blocked_input(n.inputs[0]);  // Clip's bounds stay the scalars they are
         channels[plain] = channels.at(n.inputs[0]);
       } else {
         b.inputs = {blocked_input(n.inputs[0]), blocked_input(n.inputs[1])};
