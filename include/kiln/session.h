@@ -53,6 +53,14 @@ struct NodeTiming {
   std::string input_shapes;  // "[1,3,224,224] [64,3,7,7]", "-" for an omitted input
 };
 
+// A node kiln runs on a plain reference loop: no fast kernel takes its op with these types and
+// attributes (`kiln info --kernels` lists them, `kiln profile` marks them).
+struct ReferenceNode {
+  std::string node, op_type, domain;
+  std::string input_types;  // "float32[1,3,224,224] float32[64,3,7,7]", as shape inference knows them
+  std::string attributes;   // "group=32 kernel_shape=[3,3]"
+};
+
 // A profiled run: one timing per node of the main graph in execution order (the nodes of If/Loop/
 // Scan bodies count in the time of the node that runs them), and the wall time of the whole run.
 struct RunProfile {
@@ -96,6 +104,9 @@ class Session {
   // (node, backend) of the main graph's nodes in plan order: whose kernel runs each. A node is
   // named by its first output, as in the backend choices a tuned model records.
   std::vector<std::pair<std::string, std::string>> node_backends() const;
+  // The main graph's nodes that run on a plain reference loop, in plan order (infers the model's
+  // shapes: a call costs what inference does).
+  std::vector<ReferenceNode> reference_nodes() const;
 
   // Runs with one value per input(), in order; checks kinds, dtypes and static dims first.
   Result<std::vector<Value>> run(const std::vector<Value>& inputs);

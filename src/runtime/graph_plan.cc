@@ -6,7 +6,9 @@
 #include <algorithm>
 
 #include "backends/backend.h"
+#include "kernels/fast_path.h"
 #include "core/thread_pool.h"
+#include "ir/op_schema.h"
 #include "ir/topological_order.h"
 
 namespace kiln::runtime {
@@ -26,6 +28,45 @@ const Value* Frame::find(const std::string& name) const {
 namespace {
 
 // The initializer called `name` when no caller can replace it (it is not also a graph input).
+// "float32[1,3,224,224] -": each input's type, "-" for an omitted or unknown one.
+std::string types_str(const std::vector<const ir::TypeInfo*>& types) {
+  std::string s;
+  for (const ir::TypeInfo* t : types) {
+    if (!s.empty()) s += ' ';
+    if (!t || t->kind == ir::TypeInfo::Kind::kUnknown) s += '-';
+    else s += std::string(dtype_name(t->dtype)) + (t->has_shape ? ir::dims_str(t->shape) : "[?]");
+  }
+  return s;
+}
+
+// "group=32 kernel_shape=[3,3] mode=linear": a node's attributes as a user would write them.
+std::string attributes_str(const ir::Node& n) {
+  using T = ir::Attribute::Type;
+  std::string s;
+  for (const ir::Attribute& a : n.attrs) {
+    std::string v;
+    auto list = [&](const auto& xs) {
+      std::string l = "[";
+      for (size_t i = 0; i < xs.size(); ++i) l += (i ? "," : "") + std::to_string(xs[i]);
+      return l + "]";
+    };
+    switch (a.type) {
+      case T::kInt: v = std::to_string(a.i); break;
+      case T::kFloat: v = std::to_string(a.f); break;
+      case T::kString: v = a.s; break;
+      case T::kInts: v = list(a.ints); break;
+      case T::kFloats: v = list(a.floats); break;
+      case T::kStrings:
+        for (const auto& x : a.strings) v += (v.empty() ? "" : ",") + x;
+        v = "[" + v + "]";
+        break;
+      default: v = "<" + std::to_string(static_cast<int>(a.type)) + ">"; break;
+    }
+    s += (s.empty() ? "" : " ") + a.name + "=" + v;
+  }
+  return s;
+}
+
 const Tensor* fixed_constant(const ir::Graph& g, const std::string& name) {
   auto it = g.initializers.find(name);
   if (name.empty() || it == g.initializers.end()) return nullptr;
@@ -162,6 +203,20 @@ Result<std::unique_ptr<GraphPlan>> GraphPlan::compile(const ir::Graph& g, const 
   plan->scratch_.slots.resize(plan->slot_names_.size());
   plan->scratch_.where.resize(plan->slot_names_.size());
   return plan;
+}
+
+std::vector<ReferenceNode> GraphPlan::reference_nodes(const ir::Graph& typed, const ir::Model& model) const {
+  std::vector<ReferenceNode> out;
+  for (const Step& step : steps_) {
+    const ir::Node& n = *step.node;
+    std::vector<ir::TypeInfo> storage;
+    const std::vector<const ir::TypeInfo*> types = backends::input_types(n, typed, storage);
+    std::vector<const Tensor*> constants;
+    for (const auto& in : n.inputs) constants.push_back(fixed_constant(typed, in));
+    if (runs_fast_path(step.backend, FastPathQuery{n, model.opset(n.domain), types, constants})) continue;
+    out.push_back({n.name, n.op_type, n.domain, types_str(types), attributes_str(n)});
+  }
+  return out;
 }
 
 std::vector<std::pair<std::string, std::string>> GraphPlan::node_backends() const {

@@ -15,6 +15,7 @@
 #include "backends/backend.h"
 #include "ir/graph.h"
 #include "kernels/kernel.h"
+#include "kiln/session.h"
 
 namespace kiln {
 class ThreadPool;
@@ -57,6 +58,10 @@ class GraphPlan {
   // (node key: its first output, backend) of this graph's nodes in plan order: whose kernel runs
   // each.
   std::vector<std::pair<std::string, std::string>> node_backends() const;
+
+  // This graph's nodes whose kernel runs the plain reference loop (kernels/fast_path.h), judged
+  // on `typed`: the same graph with its value types inferred.
+  std::vector<ReferenceNode> reference_nodes(const ir::Graph& typed, const ir::Model& model) const;
 
   // Runs with inputs[i] the value of graph input i (null, or fewer inputs: not fed; an input that
   // has an initializer then takes it). The caller keeps the inputs alive through the run. outputs

@@ -193,6 +193,13 @@ const std::vector<IoInfo>& Session::inputs() const { return impl_->inputs; }
 const std::vector<IoInfo>& Session::outputs() const { return impl_->outputs; }
 const ir::Model& Session::model() const { return *impl_->model; }
 int Session::threads() const { return impl_->pool->threads(); }
+std::vector<ReferenceNode> Session::reference_nodes() const {
+  // Judged on inferred types: a model run as loaded may carry none for its inner values.
+  ir::Model typed = *impl_->model;
+  (void)ir::infer_shapes(typed);
+  return impl_->plan->reference_nodes(typed.graph, typed);
+}
+
 std::vector<std::pair<std::string, std::string>> Session::node_backends() const {
   return impl_->plan->node_backends();
 }

@@ -106,6 +106,7 @@ void add_info_command(CLI::App& app, int* exit_code) {
   auto json = std::make_shared<bool>(false);
   auto batch = std::make_shared<int64_t>(1), seq = std::make_shared<int64_t>(128);
   auto memory = std::make_shared<bool>(false);
+  auto kernels = std::make_shared<bool>(false);
   auto level = std::make_shared<int>(SessionOptions{}.optimize_level);  // what `kiln bench` loads with
   CLI::App* cmd = app.add_subcommand("info", "Describe a model");
   cmd->add_option("model", *model_path, "ONNX model")->required();
@@ -114,8 +115,11 @@ void add_info_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--seq", *seq, "Other dynamic dimensions for the FLOPs estimate (and --memory)")->check(CLI::Range(1, 1 << 20));
   cmd->add_flag("--memory", *memory,
                 "Run the model twice as `kiln bench` would and report weights, prepacked weights and peak activation memory");
-  cmd->add_option("-O,--optimize", *level, "With --memory: optimization at load, 0-3 (default: as kiln bench)")->check(CLI::Range(0, 3));
-  cmd->callback([model_path, json, batch, seq, memory, level, exit_code] {
+  cmd->add_flag("--kernels", *kernels,
+                "Load the model as `kiln bench` would and list the nodes that run on plain reference loops (no fast "
+                "kernel for their op, types or attributes)");
+  cmd->add_option("-O,--optimize", *level, "With --memory or --kernels: optimization at load, 0-3 (default: as kiln bench)")->check(CLI::Range(0, 3));
+  cmd->callback([model_path, json, batch, seq, memory, kernels, level, exit_code] {
     auto model = onnx_io::load_model(*model_path);
     if (!model) {
       std::cerr << "kiln info: " << model.status().message() << "\n";
@@ -163,6 +167,24 @@ void add_info_command(CLI::App& app, int* exit_code) {
       }
       j["memory"] = std::move(m).value();
     }
+    std::vector<ReferenceNode> slow;
+    if (*kernels) {
+      SessionOptions so;
+      so.optimize_level = *level;
+      auto session = Session::load(*model_path, so);
+      if (!session) {
+        std::cerr << "kiln info: --kernels: " << session.status().message() << "\n";
+        *exit_code = 1;
+        return;
+      }
+      slow = (*session)->reference_nodes();
+      j["reference_kernels"] = nlohmann::ordered_json::array();
+      for (const ReferenceNode& r : slow)
+        j["reference_kernels"].push_back({{"node", r.node},
+                                          {"op", (r.domain.empty() ? "" : r.domain + ".") + r.op_type},
+                                          {"inputs", r.input_types},
+                                          {"attributes", r.attributes}});
+    }
     if (*json) {
       std::cout << j.dump(2) << "\n";
       return;
@@ -186,6 +208,13 @@ void add_info_command(CLI::App& app, int* exit_code) {
     std::cout << "operators:\n";
     for (const auto& [op, n] : hist) std::cout << "  " << op << " " << n << "\n";
     if (j.contains("memory")) print_memory(j["memory"]);
+    if (*kernels) {
+      std::cout << "reference kernels (-O" << *level << "): " << slow.size() << " nodes run plain reference loops"
+                << (slow.empty() ? "" : ":") << "\n";
+      for (const ReferenceNode& r : slow)
+        std::cout << "  " << (r.domain.empty() ? "" : r.domain + ".") << r.op_type << "  " << r.node << "  "
+                  << r.input_types << (r.attributes.empty() ? "" : "  " + r.attributes) << "\n";
+    }
   });
 }
 

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
@@ -129,6 +130,8 @@ void add_profile_command(CLI::App& app, int* exit_code) {
       if (p.nodes.size() != runs.front().nodes.size())
         return fail(Status::error("the number of nodes run changed between runs"));
     }
+    std::set<std::string> reference;  // nodes on plain reference loops
+    for (const ReferenceNode& r : (*session)->reference_nodes()) reference.insert(r.node);
     std::vector<NodeStats> nodes;
     for (const NodeTiming& t : runs.front().nodes) nodes.push_back({&t});
     double wall_us = 0;
@@ -154,7 +157,8 @@ void add_profile_command(CLI::App& app, int* exit_code) {
     std::stable_sort(order.begin(), order.end(),
                      [](auto* a, auto* b) { return a->total_us > b->total_us; });
     const size_t top = std::min<size_t>(opt->top, order.size());
-    std::printf("\ntop %zu of %zu nodes by mean time\n", top, order.size());
+    std::printf("\ntop %zu of %zu nodes by mean time (ref: the node ran a plain reference loop)\n", top,
+                order.size());
     std::printf("  %-40s %-24s %9s %6s %8s %6s\n", "node", "op", "ms", "%", "GFLOP/s", "%peak");
     for (size_t k = 0; k < top; ++k) {
       const NodeStats& n = *order[k];
@@ -165,9 +169,10 @@ void add_profile_command(CLI::App& app, int* exit_code) {
         std::snprintf(b, sizeof b, "%.0f", 100.0 * f / n.total_us / 1e3 / peak);
         pct_peak = b;
       }
-      std::printf("  %-40s %-24s %9.3f %6.1f %8s %6s\n", fit(n.first->node, 40).c_str(),
+      std::printf("  %-40s %-24s %9.3f %6.1f %8s %6s%s\n", fit(n.first->node, 40).c_str(),
                   fit(qualified_op(*n.first), 24).c_str(), n.total_us / 1e3,
-                  100 * n.total_us / sum_us, gflops_str(f, n.total_us).c_str(), pct_peak.c_str());
+                  100 * n.total_us / sum_us, gflops_str(f, n.total_us).c_str(), pct_peak.c_str(),
+                  reference.count(n.first->node) ? "  ref" : "");
     }
 
     struct OpTotal {
@@ -189,6 +194,19 @@ void add_profile_command(CLI::App& app, int* exit_code) {
       std::printf("  %-32s %6d %9.3f %6.1f %8s\n", fit(op, 32).c_str(), o.count, o.us / 1e3,
                   100 * o.us / sum_us, gflops_str(o.flops, o.us).c_str());
 
+    int ref_nodes = 0;
+    double ref_us = 0;
+    std::map<std::string, int> ref_ops;
+    for (const NodeStats& n : nodes)
+      if (reference.count(n.first->node)) {
+        ++ref_nodes;
+        ref_us += n.total_us;
+        ++ref_ops[qualified_op(*n.first)];
+      }
+    std::string ref_list;
+    for (const auto& [op, count] : ref_ops) ref_list += (ref_list.empty() ? "" : ", ") + op + " " + std::to_string(count);
+    std::printf("\nreference %d nodes on plain reference loops, %.3f ms (%.1f%% of node time)%s%s\n", ref_nodes,
+                ref_us / 1e3, 100 * ref_us / sum_us, ref_list.empty() ? "" : ": ", ref_list.c_str());
     std::printf("\ntotal    %.3f ms per run (mean); nodes %.3f ms; overhead %.3f ms (%.1f%%)\n",
                 wall_us / 1e3, node_us / 1e3, (wall_us - node_us) / 1e3,
                 wall_us > 0 ? 100 * (wall_us - node_us) / wall_us : 0.0);

@@ -4,6 +4,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kernels/fast_path.h"
 #include "kernels/ref/elementwise_util.h"
 
 namespace kiln {
@@ -387,5 +388,11 @@ KILN_REGISTER_KERNEL("", "Greater", greater_op);
 KILN_REGISTER_KERNEL("", "GreaterOrEqual", greater_equal_op);
 KILN_REGISTER_KERNEL("", "Less", less_op);
 KILN_REGISTER_KERNEL("", "LessOrEqual", less_equal_op);
+
+// x^2 in float32 (pow_op's one multiply); any other power runs pow in double.
+KILN_REGISTER_FAST_PATH("", "Pow", [](const FastPathQuery& q) {
+  const Tensor* e = q.constants.size() > 1 ? q.constants[1] : nullptr;
+  return q.input_is(0, DType::kFloat32) && e && e->numel() == 1 && load_as_double(e->dtype(), e->raw_data(), 0) == 2.0;
+});
 
 }  // namespace kiln

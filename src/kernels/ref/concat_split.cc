@@ -1,5 +1,6 @@
 // Reference kernels for Concat and Split: joining tensors along an axis and cutting one apart,
 // for any element type.
+#include "kernels/fast_path.h"
 #include "kernels/ref/movement_util.h"
 
 namespace kiln {
@@ -125,5 +126,9 @@ Status split(KernelContext& ctx) {
 
 KILN_REGISTER_KERNEL("", "Concat", concat);
 KILN_REGISTER_KERNEL("", "Split", split);
+
+// Both copy contiguous blocks.
+KILN_REGISTER_FAST_PATH("", "Concat", always_fast);
+KILN_REGISTER_FAST_PATH("", "Split", always_fast);
 
 }  // namespace kiln

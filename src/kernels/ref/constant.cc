@@ -1,4 +1,5 @@
 // Constant: a tensor from whichever value attribute the node carries.
+#include "kernels/fast_path.h"
 #include "kernels/kernel.h"
 
 namespace kiln {
@@ -47,5 +48,7 @@ Status constant(KernelContext& ctx) {
 }  // namespace
 
 KILN_REGISTER_KERNEL("", "Constant", constant);
+
+KILN_REGISTER_FAST_PATH("", "Constant", always_fast);
 
 }  // namespace kiln

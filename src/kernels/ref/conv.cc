@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/thread_pool.h"
+#include "kernels/fast_path.h"
 #include "kernels/cpu/conv/depthwise_conv.h"
 #include "kernels/kernel_util.h"
 #include "kernels/ref/conv_util.h"
@@ -266,5 +267,19 @@ Status qlinear_conv(KernelContext& ctx) {
 KILN_REGISTER_KERNEL("", "Conv", conv);
 KILN_REGISTER_KERNEL("", "ConvInteger", conv_integer);
 KILN_REGISTER_KERNEL("", "QLinearConv", qlinear_conv);
+
+// float32 Conv: group 1 by im2col and the GEMM, depthwise (one input channel a group, 1-D or 2-D)
+// by the direct kernel; other grouped convs run a GEMM of a few rows per group, the slow path.
+// ai.kiln.FusedConv runs this kernel and then its epilogue, so it shares the rule.
+static bool conv_fast(const FastPathQuery& q) {
+  if (!q.input_is(0, DType::kFloat32)) return false;
+  const int64_t group = q.node.attr_int("group", 1);
+  if (group == 1) return true;
+  const ir::TypeInfo* w = q.types.size() > 1 ? q.types[1] : nullptr;
+  return w && w->has_shape && w->shape.size() >= 3 && w->shape.size() <= 4 && w->shape[1].known() &&
+         w->shape[1].value == 1;
+}
+KILN_REGISTER_FAST_PATH("", "Conv", conv_fast);
+KILN_REGISTER_FAST_PATH("ai.kiln", "FusedConv", conv_fast);
 
 }  // namespace kiln

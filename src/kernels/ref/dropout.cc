@@ -3,6 +3,7 @@
 // and scales the rest by 1 / (1 - ratio), using a generator seeded from the `seed` attribute.
 #include <random>
 
+#include "kernels/fast_path.h"
 #include "kernels/kernel_util.h"
 
 namespace kiln {
@@ -67,5 +68,7 @@ Status dropout(KernelContext& ctx) {
 }  // namespace
 
 KILN_REGISTER_KERNEL("", "Dropout", dropout);
+
+KILN_REGISTER_FAST_PATH("", "Dropout", always_fast);  // inference: the identity
 
 }  // namespace kiln

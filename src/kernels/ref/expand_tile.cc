@@ -1,6 +1,7 @@
 // Reference kernels for Expand (numpy broadcast to a shape) and Tile (repeat along each axis),
 // for any element type. Expand is the strided view of its input with stride 0 on the broadcast
 // dims (copy_strided).
+#include "kernels/fast_path.h"
 #include "kernels/cpu/strided_copy.h"
 #include "kernels/ref/movement_util.h"
 
@@ -64,5 +65,7 @@ Status tile(KernelContext& ctx) {
 
 KILN_REGISTER_KERNEL("", "Expand", expand);
 KILN_REGISTER_KERNEL("", "Tile", tile);
+
+KILN_REGISTER_FAST_PATH("", "Expand", always_fast);  // copy_strided
 
 }  // namespace kiln

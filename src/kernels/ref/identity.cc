@@ -1,4 +1,5 @@
 // Identity: passes its input through (tensor, sequence or optional), sharing storage.
+#include "kernels/fast_path.h"
 #include "kernels/kernel.h"
 
 namespace kiln {
@@ -13,5 +14,7 @@ Status identity(KernelContext& ctx) {
 }  // namespace
 
 KILN_REGISTER_KERNEL("", "Identity", identity);
+
+KILN_REGISTER_FAST_PATH("", "Identity", always_fast);
 
 }  // namespace kiln

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/thread_pool.h"
+#include "kernels/fast_path.h"
 #include "kernels/cpu/gemm/gemm.h"
 #include "kernels/kernel_util.h"
 #include "kernels/ref/gemm_f32.h"
@@ -278,5 +279,9 @@ const KernelRegistrar kMatMulNarrow("", "MatMul", "tile_6x16", create_matmul<tru
 const KernelRegistrar kGemmNarrow("", "Gemm", "tile_6x16", create_gemm<true>, kNarrowTileBackend,
                                   takes_narrow_tile);
 KILN_REGISTER_KERNEL("", "MatMulInteger", matmul_integer);
+
+// float32 products run the packed GEMM (a constant B packed once).
+KILN_REGISTER_FAST_PATH("", "MatMul", [](const FastPathQuery& q) { return q.input_is(0, DType::kFloat32); });
+KILN_REGISTER_FAST_PATH("", "Gemm", [](const FastPathQuery& q) { return q.input_is(0, DType::kFloat32); });
 
 }  // namespace kiln

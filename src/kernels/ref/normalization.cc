@@ -3,6 +3,7 @@
 // MeanVarianceNormalization. Statistics are accumulated in double.
 #include <cmath>
 
+#include "kernels/fast_path.h"
 #include "kernels/kernel_util.h"
 #include "kernels/kiln/normalize_row.h"
 
@@ -345,5 +346,9 @@ KILN_REGISTER_KERNEL("", "LayerNormalization", layer_norm);
 KILN_REGISTER_KERNEL("", "GroupNormalization", group_norm);
 KILN_REGISTER_KERNEL("", "LRN", lrn);
 KILN_REGISTER_KERNEL("", "MeanVarianceNormalization", mvn);
+
+KILN_REGISTER_FAST_PATH("", "LayerNormalization", [](const FastPathQuery& q) {
+  return q.input_is(0, DType::kFloat32) && !q.wants_output(1) && !q.wants_output(2);
+});
 
 }  // namespace kiln

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "core/thread_pool.h"
+#include "kernels/fast_path.h"
 #include "kernels/kernel_util.h"
 
 namespace kiln {
@@ -404,5 +405,18 @@ Status upsample(KernelContext& ctx) {
 
 KILN_REGISTER_KERNEL("", "Resize", resize);
 KILN_REGISTER_KERNEL("", "Upsample", upsample);
+
+// float32 nearest and linear without antialias (resize_2d_f32_fits also needs the resized axes to
+// be the last two, which the scales tell only at run time).
+KILN_REGISTER_FAST_PATH("", "Resize", [](const FastPathQuery& q) {
+  const std::string mode = q.node.attr_string("mode", "nearest");
+  return q.input_is(0, DType::kFloat32) && (mode == "nearest" || mode == "linear") &&
+         q.node.attr_int("antialias", 0) == 0 &&
+         q.node.attr_string("coordinate_transformation_mode", "half_pixel") != "tf_crop_and_resize";
+});
+KILN_REGISTER_FAST_PATH("", "Upsample", [](const FastPathQuery& q) {
+  const std::string mode = q.node.attr_string("mode", "nearest");
+  return q.input_is(0, DType::kFloat32) && (mode == "nearest" || mode == "linear" || mode == "bilinear");
+});
 
 }  // namespace kiln

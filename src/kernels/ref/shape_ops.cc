@@ -2,6 +2,7 @@
 // Squeeze, Unsqueeze. Outputs share the input's storage where the data is unchanged.
 #include <algorithm>
 
+#include "kernels/fast_path.h"
 #include "kernels/ref/movement_util.h"
 
 namespace kiln {
@@ -157,5 +158,13 @@ KILN_REGISTER_KERNEL("", "Reshape", reshape);
 KILN_REGISTER_KERNEL("", "Flatten", flatten);
 KILN_REGISTER_KERNEL("", "Squeeze", squeeze);
 KILN_REGISTER_KERNEL("", "Unsqueeze", unsqueeze);
+
+// Shape ops move no data (Reshape, Flatten, Squeeze and Unsqueeze share or copy the buffer).
+KILN_REGISTER_FAST_PATH("", "Shape", always_fast);
+KILN_REGISTER_FAST_PATH("", "Size", always_fast);
+KILN_REGISTER_FAST_PATH("", "Reshape", always_fast);
+KILN_REGISTER_FAST_PATH("", "Flatten", always_fast);
+KILN_REGISTER_FAST_PATH("", "Squeeze", always_fast);
+KILN_REGISTER_FAST_PATH("", "Unsqueeze", always_fast);
 
 }  // namespace kiln

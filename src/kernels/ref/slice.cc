@@ -3,6 +3,7 @@
 // The window is a strided view of the input, copied by copy_strided.
 #include <algorithm>
 
+#include "kernels/fast_path.h"
 #include "kernels/cpu/strided_copy.h"
 #include "kernels/ref/movement_util.h"
 
@@ -88,5 +89,7 @@ Status slice(KernelContext& ctx) {
 }  // namespace
 
 KILN_REGISTER_KERNEL("", "Slice", slice);
+
+KILN_REGISTER_FAST_PATH("", "Slice", always_fast);  // copy_strided
 
 }  // namespace kiln

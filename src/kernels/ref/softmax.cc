@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "core/thread_pool.h"
+#include "kernels/fast_path.h"
 #include "kernels/cpu/vec_math_avx2.h"
 #include "kernels/kernel_util.h"
 
@@ -155,5 +156,15 @@ Status hardmax(KernelContext& ctx) { return softmax_common(ctx, Kind::kHardmax);
 KILN_REGISTER_KERNEL("", "Softmax", softmax);
 KILN_REGISTER_KERNEL("", "LogSoftmax", log_softmax);
 KILN_REGISTER_KERNEL("", "Hardmax", hardmax);
+
+// float32 along contiguous rows: opset < 13 coerces to 2-D; from 13 the axis must be the last.
+static bool softmax_fast(const FastPathQuery& q) {
+  if (!q.input_is(0, DType::kFloat32)) return false;
+  if (q.opset < 13) return true;
+  const int64_t axis = q.node.attr_int("axis", -1), rank = q.rank(0);
+  return axis == -1 || (rank > 0 && axis == rank - 1);
+}
+KILN_REGISTER_FAST_PATH("", "Softmax", softmax_fast);
+KILN_REGISTER_FAST_PATH("", "LogSoftmax", softmax_fast);
 
 }  // namespace kiln

@@ -1,5 +1,6 @@
 // Kernel for Transpose: permutes the axes of a tensor of any element type, as the strided view
 // of the input whose strides are the input's permuted (copy_strided).
+#include "kernels/fast_path.h"
 #include "kernels/cpu/strided_copy.h"
 #include "kernels/ref/movement_util.h"
 
@@ -43,5 +44,7 @@ Status transpose(KernelContext& ctx) {
 }  // namespace
 
 KILN_REGISTER_KERNEL("", "Transpose", transpose);
+
+KILN_REGISTER_FAST_PATH("", "Transpose", always_fast);  // copy_strided
 
 }  // namespace kiln

@@ -8,11 +8,13 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <limits>
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/fast_path.h"
 #include "kernels/cpu/gemm/gemm.h"
 #include "kernels/cpu/vec_math_avx2.h"
 #include "kernels/kernel_util.h"
@@ -28,14 +30,13 @@ struct DirectionWeights {
   gemm::PackedMatrix w, r, r_h;
 };
 
-// Whether every activation is the cell's default, the ones the fused gates compute.
+// The cells' default activations, the ones the fused gates compute, by activations a direction.
+const char* const kDefaultActs[3][3] = {{"tanh"}, {"sigmoid", "tanh"}, {"sigmoid", "tanh", "tanh"}};
+
+// Whether every activation is the cell's default.
 bool default_activations(const RecurrentSpec& s) {
-  static const char* const kLstm[] = {"sigmoid", "tanh", "tanh"};
-  static const char* const kGru[] = {"sigmoid", "tanh"};
-  static const char* const kRnn[] = {"tanh"};
-  const char* const* want = s.cell == RecurrentCell::kLstm ? kLstm : s.cell == RecurrentCell::kGru ? kGru : kRnn;
   for (size_t i = 0; i < s.acts.size(); ++i)
-    if (s.acts[i].name != want[i % s.acts_per_dir()]) return false;
+    if (s.acts[i].name != kDefaultActs[s.acts_per_dir() - 1][i % s.acts_per_dir()]) return false;
   return true;
 }
 
@@ -340,4 +341,19 @@ const KernelRegistrar kGru("", "GRU", "f32_fused_gates", create<RecurrentCell::k
 const KernelRegistrar kLstm("", "LSTM", "f32_fused_gates", create<RecurrentCell::kLstm>);
 
 }  // namespace
+// float32 with the cells' default activations; the rest runs the double reference.
+static bool recurrent_fast(const FastPathQuery& q, int acts_per_dir) {
+  if (!q.input_is(0, DType::kFloat32)) return false;
+  const std::vector<std::string> names = q.node.attr_strings("activations");
+  for (size_t i = 0; i < names.size(); ++i) {
+    std::string n = names[i];
+    for (char& c : n) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (n != kDefaultActs[acts_per_dir - 1][i % acts_per_dir]) return false;
+  }
+  return true;
+}
+KILN_REGISTER_FAST_PATH("", "RNN", [](const FastPathQuery& q) { return recurrent_fast(q, 1); });
+KILN_REGISTER_FAST_PATH("", "GRU", [](const FastPathQuery& q) { return recurrent_fast(q, 2); });
+KILN_REGISTER_FAST_PATH("", "LSTM", [](const FastPathQuery& q) { return recurrent_fast(q, 3); });
+
 }  // namespace kiln
