@@ -121,9 +121,10 @@ TEST(Profile, FmaPeakIsPlausibleAndScalesWithThreads) {
 namespace kiln {
 namespace {
 
-// Which nodes run plain reference loops (kernels/fast_path.h): a float32 MatMul, a group-1 and a
-// depthwise Conv and a last-axis Softmax do not; a grouped conv, a Softmax over a middle axis and
-// a Cast do, listed with their input types (inferred: the model declares none) and attributes.
+// Which nodes run plain reference loops (kernels/fast_path.h): a group-1, a depthwise and a
+// grouped Conv (2 channels a group) and a last-axis Softmax do not; a MaxPool on the plain
+// layout, a Softmax over a middle axis and a Cast do, listed with their input types (inferred:
+// the model declares none) and attributes.
 TEST(Profile, ReferenceKernelsAreNamed) {
   test::Builder b(17);
   b.input("x", {1, 8, 6, 6});
@@ -132,7 +133,8 @@ TEST(Profile, ReferenceKernelsAreNamed) {
   b.add("Conv", {"dense", "dw_w"}, {"dw"}, {test::attr_i("group", 8), test::attr_ints("pads", {1, 1, 1, 1})});
   b.weight("g_w", {8, 2, 3, 3});
   b.add("Conv", {"dw", "g_w"}, {"grouped"}, {test::attr_i("group", 4), test::attr_ints("pads", {1, 1, 1, 1})});
-  b.add("Softmax", {"grouped"}, {"sm_mid"}, {test::attr_i("axis", 1)});
+  b.add("MaxPool", {"grouped"}, {"pooled"}, {test::attr_ints("kernel_shape", {2, 2})});
+  b.add("Softmax", {"pooled"}, {"sm_mid"}, {test::attr_i("axis", 1)});
   b.add("Softmax", {"sm_mid"}, {"sm_last"}, {test::attr_i("axis", -1)});
   b.add("Cast", {"sm_last"}, {"c"}, {test::attr_i("to", 11)});
   b.output("c");
@@ -142,12 +144,12 @@ TEST(Profile, ReferenceKernelsAreNamed) {
   ASSERT_TRUE(s.is_ok()) << s.status().message();
   std::vector<std::string> slow;
   for (const ReferenceNode& r : (*s)->reference_nodes()) slow.push_back(r.op_type + ":" + r.node);
-  const std::vector<std::string> want = {"Conv:Conv2", "Softmax:Softmax3", "Cast:Cast5"};
+  const std::vector<std::string> want = {"MaxPool:MaxPool3", "Softmax:Softmax4", "Cast:Cast6"};
   EXPECT_EQ(slow, want);
   const auto refs = (*s)->reference_nodes();
   ASSERT_EQ(refs.size(), 3u);
-  EXPECT_EQ(refs[0].input_types, "float32[1,8,6,6] float32[8,2,3,3]");
-  EXPECT_EQ(refs[0].attributes, "group=4 pads=[1,1,1,1]");
+  EXPECT_EQ(refs[0].input_types, "float32[1,8,6,6]");
+  EXPECT_EQ(refs[0].attributes, "kernel_shape=[2,2]");
 }
 
 }  // namespace

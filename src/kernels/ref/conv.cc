@@ -1,11 +1,11 @@
 // Reference Conv (1-3 spatial dims, groups, dilations, strides, pads, auto_pad) via im2col + the
 // shared GEMM, and the integer variants ConvInteger and QLinearConv (int32 accumulation). Float32
-// depthwise convs run kernels/cpu/conv's direct kernel.
+// grouped convs with few channels a group (depthwise too) run kernels/cpu/conv's direct kernel.
 #include <cmath>
 
 #include "core/thread_pool.h"
 #include "kernels/fast_path.h"
-#include "kernels/cpu/conv/depthwise_conv.h"
+#include "kernels/cpu/conv/grouped_conv.h"
 #include "kernels/kernel_util.h"
 #include "kernels/ref/conv_util.h"
 #include "kernels/ref/gemm_f32.h"
@@ -142,10 +142,10 @@ Status conv(KernelContext& ctx) {
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, dt, s.y_shape));
     return conv_typed<double>(ctx, s, x, w, bias, *y);
   }
-  if (dt == DType::kFloat32 && depthwise_conv_fits(s.group, s.cg, s.g3)) {
+  if (dt == DType::kFloat32 && grouped_conv_direct_fits(s.group, s.cg, s.g3)) {
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, dt, s.y_shape));
-    depthwise_conv_f32(x.data<float>(), w.data<float>(), bias ? bias->data<float>() : nullptr, y->data<float>(), s.n,
-                       s.group, s.m, s.g3, ctx.pool);
+    grouped_conv_f32(x.data<float>(), w.data<float>(), bias ? bias->data<float>() : nullptr, y->data<float>(), s.n,
+                     s.c, s.m, s.group, s.g3, ctx.pool);
     return Status::ok();
   }
   KILN_ASSIGN_OR_RETURN(Tensor xf, to_float32(x));
@@ -268,8 +268,8 @@ KILN_REGISTER_KERNEL("", "Conv", conv);
 KILN_REGISTER_KERNEL("", "ConvInteger", conv_integer);
 KILN_REGISTER_KERNEL("", "QLinearConv", qlinear_conv);
 
-// float32 Conv: group 1 by im2col and the GEMM, depthwise (one input channel a group, 1-D or 2-D)
-// by the direct kernel; other grouped convs run a GEMM of a few rows per group, the slow path.
+// float32 Conv: group 1 by im2col and the GEMM, grouped with few channels a group (1-D or 2-D) by
+// the direct kernel; wider groups and 3-D grouped convs run a GEMM per group, the slow path.
 // ai.kiln.FusedConv runs this kernel and then its epilogue, so it shares the rule.
 static bool conv_fast(const FastPathQuery& q) {
   if (!q.input_is(0, DType::kFloat32)) return false;
@@ -277,7 +277,7 @@ static bool conv_fast(const FastPathQuery& q) {
   if (group == 1) return true;
   const ir::TypeInfo* w = q.types.size() > 1 ? q.types[1] : nullptr;
   return w && w->has_shape && w->shape.size() >= 3 && w->shape.size() <= 4 && w->shape[1].known() &&
-         w->shape[1].value == 1;
+         w->shape[1].value <= kDirectConvMaxGroupChannels;
 }
 KILN_REGISTER_FAST_PATH("", "Conv", conv_fast);
 KILN_REGISTER_FAST_PATH("ai.kiln", "FusedConv", conv_fast);

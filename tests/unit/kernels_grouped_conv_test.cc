@@ -1,7 +1,8 @@
-// The direct depthwise conv (kernels/cpu/conv/depthwise_conv.h) that Conv runs for float32
-// depthwise nodes, against a plain loop in double: kernel sizes 1-7 (kh != kw too), strides (1,1),
-// (2,1), (1,2), (3,3), dilations, asymmetric pads, channel multiplier 2, batch 2, 1-D convs, rows
-// shorter and longer than 64 outputs, with and without bias, at 1 and 2 threads.
+// The direct grouped conv (kernels/cpu/conv/grouped_conv.h) that Conv runs for float32 grouped
+// nodes with few channels a group, against a plain loop in double: depthwise and 2-32 channels a
+// group, kernel sizes 1-7 (kh != kw too), strides (1,1), (2,1), (1,2), (3,3), dilations,
+// asymmetric pads, channel multiplier 2, batch 2, 1-D convs, rows shorter and longer than 64
+// outputs, with and without bias, at 1 and 2 threads.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,14 +16,15 @@ namespace {
 
 struct Dw {
   int64_t n, c, mult, h, w, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr;
+  int64_t cg = 1;  // input channels a group; the groups are c
   bool bias, one_d;
 };
 
 void check(const Dw& d, int threads) {
   test::Builder b(17);
-  const int64_t m = d.c * d.mult;
-  const Shape xs = d.one_d ? Shape{d.n, d.c, d.w} : Shape{d.n, d.c, d.h, d.w};
-  const Shape ws = d.one_d ? Shape{m, 1, d.kw} : Shape{m, 1, d.kh, d.kw};
+  const int64_t m = d.c * d.mult, channels = d.c * d.cg;
+  const Shape xs = d.one_d ? Shape{d.n, channels, d.w} : Shape{d.n, channels, d.h, d.w};
+  const Shape ws = d.one_d ? Shape{m, d.cg, d.kw} : Shape{m, d.cg, d.kh, d.kw};
   b.input("x", xs);
   b.weight("w", ws);
   if (d.bias) b.weight("b", {m});
@@ -59,12 +61,15 @@ void check(const Dw& d, int threads) {
       for (int64_t r = 0; r < oh; ++r)
         for (int64_t q = 0; q < ow; ++q) {
           double acc = bv ? bv[oc] : 0.0;
-          for (int64_t i = 0; i < kh; ++i)
-            for (int64_t j = 0; j < d.kw; ++j) {
-              const int64_t row = d.one_d ? 0 : r * d.sh - d.pt + i * d.dh, col = q * d.sw - d.pl + j * d.dw;
-              if (row < 0 || row >= h || col < 0 || col >= d.w) continue;
-              acc += static_cast<double>(wv[(oc * kh + i) * d.kw + j]) * xv[((ni * d.c + oc / d.mult) * h + row) * d.w + col];
-            }
+          for (int64_t ci = 0; ci < d.cg; ++ci)
+            for (int64_t i = 0; i < kh; ++i)
+              for (int64_t j = 0; j < d.kw; ++j) {
+                const int64_t row = d.one_d ? 0 : r * d.sh - d.pt + i * d.dh, col = q * d.sw - d.pl + j * d.dw;
+                if (row < 0 || row >= h || col < 0 || col >= d.w) continue;
+                const int64_t in_c = (oc / d.mult) * d.cg + ci;
+                acc += static_cast<double>(wv[((oc * d.cg + ci) * kh + i) * d.kw + j]) *
+                       xv[((ni * channels + in_c) * h + row) * d.w + col];
+              }
           const float got = y.data<float>()[((ni * m + oc) * oh + r) * ow + q];
           ASSERT_NEAR(got, acc, 1e-5 * std::max(1.0, std::fabs(acc)))
               << "n" << ni << " oc" << oc << " r" << r << " q" << q << " k" << d.kh << "x" << d.kw << " s" << d.sh << d.sw
@@ -72,7 +77,7 @@ void check(const Dw& d, int threads) {
         }
 }
 
-TEST(DepthwiseConv, AgreesWithPlainLoop) {
+TEST(GroupedConv, AgreesWithPlainLoop) {
   std::mt19937 rng(5);
   auto pick = [&](int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(rng() % (hi - lo + 1)); };
   const int64_t strides[][2] = {{1, 1}, {2, 1}, {1, 2}, {2, 2}, {3, 3}};
@@ -92,6 +97,7 @@ TEST(DepthwiseConv, AgreesWithPlainLoop) {
     d.pt = pick(0, 3), d.pl = pick(0, 3), d.pb = pick(0, 3), d.pr = pick(0, 3);
     d.bias = trial % 2 == 0;
     d.one_d = trial % 8 == 3;
+    d.cg = trial % 4 == 3 ? pick(2, 32) : 1;
     // Keep at least one output: the padded input must hold the dilated kernel.
     if ((d.one_d ? 1 : d.h + d.pt + d.pb) < d.dh * (d.kh - 1) + 1 && !d.one_d) d.h = d.dh * (d.kh - 1) + 1;
     if (d.w + d.pl + d.pr < d.dw * (d.kw - 1) + 1) d.w = d.dw * (d.kw - 1) + 1;

@@ -1,10 +1,11 @@
-// The direct depthwise convolution of depthwise_conv.h. One task is one output plane. Its input
-// plane is first copied into a zero-padded buffer split into `stride` phases (phase q of a row
+// The direct grouped convolution of grouped_conv.h. One task is one image's group: its input
+// planes are first copied into zero-padded buffers split into `stride` phases (phase q of a row
 // holds the padded columns t * stride + q), so that every output and every tap reads contiguous
-// memory: output o's tap j is element o + j * dilation / stride of phase j * dilation % stride.
-// Each output row then accumulates up to 64 outputs in eight registers over all the taps (eight
-// independent FMA chains), with no border cases: the padding is in the buffer.
-#include "kernels/cpu/conv/depthwise_conv.h"
+// memory (output o's tap j is element o + j * dilation / stride of phase j * dilation % stride),
+// and every output channel of the group is then made from them. Each output row accumulates up
+// to 64 outputs in eight registers over all the group's channels and taps (eight independent FMA
+// chains), with no border cases: the padding is in the buffer.
+#include "kernels/cpu/conv/grouped_conv.h"
 
 #include <immintrin.h>
 
@@ -27,14 +28,18 @@ void rows_inside(int64_t in, int64_t k, int64_t d, int64_t shift, int64_t* lo, i
 
 struct Geometry {
   int64_t ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw;
+  int64_t cg;                       // input channels a group
   int64_t phase_len;                // floats in one phase of a padded row
+  int64_t plane_len;                // floats of one channel's buffer: ih * sw phases
   std::vector<int64_t> tap_offset;  // per kernel column: its phase's start plus its shift in it
 };
 
-Geometry geometry(const conv_util::Geo3& g) {
-  Geometry s{g.in[1], g.in[2], g.out[1], g.out[2], g.k[1], g.k[2], g.s[1], g.s[2], g.d[1], g.d[2], g.pb[1], g.pb[2], 0, {}};
+Geometry geometry(const conv_util::Geo3& g, int64_t cg) {
+  Geometry s{g.in[1], g.in[2], g.out[1], g.out[2], g.k[1], g.k[2], g.s[1], g.s[2], g.d[1], g.d[2],
+             g.pb[1], g.pb[2], cg, 0, 0, {}};
   // Outputs rounded up to whole vectors, plus the furthest tap's shift.
   s.phase_len = (s.ow + 7) / 8 * 8 + (s.kw - 1) * s.dw / s.sw + 1;
+  s.plane_len = s.ih * s.sw * s.phase_len;
   for (int64_t j = 0; j < s.kw; ++j) s.tap_offset.push_back((j * s.dw % s.sw) * s.phase_len + j * s.dw / s.sw);
   return s;
 }
@@ -43,8 +48,7 @@ Geometry geometry(const conv_util::Geo3& g) {
 // input column t * sw + q - pw of the row, or 0 outside it.
 void fill_phases(const float* x, const Geometry& s, float* buf) {
   for (int64_t q = 0; q < s.sw; ++q) {
-    // Columns t of phase q that hold input: 0 <= t * sw + q - pw < iw.
-    int64_t lo, hi;
+    int64_t lo, hi;  // columns t of phase q that hold input: 0 <= t * sw + q - pw < iw
     rows_inside(s.iw, s.phase_len, s.sw, q - s.pw, &lo, &hi);
     for (int64_t row = 0; row < s.ih; ++row) {
       float* dst = buf + (row * s.sw + q) * s.phase_len;
@@ -58,27 +62,30 @@ void fill_phases(const float* x, const Geometry& s, float* buf) {
   }
 }
 
-// Outputs [o, o + 8 * B) of output row r (the last vector masked to `tail` lanes when tail < 8).
+// Outputs [o, o + 8 * B) of output row r of one output channel, whose weights are w [cg, kh, kw]
+// (the last vector masked to `tail` lanes when tail < 8).
 template <int B>
 inline void row_block(const float* buf, const float* w, float bias, const Geometry& s, int64_t r, int64_t i0,
                       int64_t i1, int64_t o, int tail, float* yr) {
   __m256 acc[B];
   for (int b = 0; b < B; ++b) acc[b] = _mm256_set1_ps(bias);
-  for (int64_t i = i0; i < i1; ++i) {
-    const float* row = buf + (r * s.sh - s.ph + i * s.dh) * s.sw * s.phase_len + o;
-    for (int64_t j = 0; j < s.kw; ++j) {
-      const float* src = row + s.tap_offset[j];
-      const __m256 wv = _mm256_set1_ps(w[i * s.kw + j]);
-      for (int b = 0; b < B; ++b) acc[b] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(src + 8 * b), acc[b]);
+  for (int64_t ci = 0; ci < s.cg; ++ci)
+    for (int64_t i = i0; i < i1; ++i) {
+      const float* row = buf + ci * s.plane_len + (r * s.sh - s.ph + i * s.dh) * s.sw * s.phase_len + o;
+      const float* wr = w + (ci * s.kh + i) * s.kw;
+      for (int64_t j = 0; j < s.kw; ++j) {
+        const float* src = row + s.tap_offset[j];
+        const __m256 wv = _mm256_set1_ps(wr[j]);
+        for (int b = 0; b < B; ++b) acc[b] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(src + 8 * b), acc[b]);
+      }
     }
-  }
   for (int b = 0; b + 1 < B; ++b) _mm256_storeu_ps(yr + o + 8 * b, acc[b]);
   if (tail == 8) _mm256_storeu_ps(yr + o + 8 * (B - 1), acc[B - 1]);
   else _mm256_maskstore_ps(yr + o + 8 * (B - 1), vec::tail_mask_avx2(tail), acc[B - 1]);
 }
 
-void plane(const float* x, const float* w, float bias, float* y, const Geometry& s, float* buf) {
-  fill_phases(x, s, buf);
+// One output plane from the group's buffers.
+void output_plane(const float* buf, const float* w, float bias, float* y, const Geometry& s) {
   for (int64_t r = 0; r < s.oh; ++r) {
     int64_t i0, i1;  // kernel rows inside the input (the others read only padding)
     rows_inside(s.ih, s.kh, s.dh, r * s.sh - s.ph, &i0, &i1);
@@ -104,26 +111,32 @@ void plane(const float* x, const float* w, float bias, float* y, const Geometry&
 
 }  // namespace
 
-bool depthwise_conv_fits(int64_t group, int64_t channels_per_group, const conv_util::Geo3& g) {
-  return group > 1 && channels_per_group == 1 && g.k[0] == 1 && g.in[0] == 1 && g.out[0] == 1;
+bool grouped_conv_direct_fits(int64_t group, int64_t channels_per_group, const conv_util::Geo3& g) {
+  return group > 1 && channels_per_group <= kDirectConvMaxGroupChannels && g.k[0] == 1 && g.in[0] == 1 &&
+         g.out[0] == 1;
 }
 
-void depthwise_conv_f32(const float* x, const float* w, const float* bias, float* y, int64_t n, int64_t group,
-                        int64_t m, const conv_util::Geo3& g, ThreadPool* pool) {
-  const Geometry s = geometry(g);
-  const int64_t in_plane = s.ih * s.iw, out_plane = s.oh * s.ow, taps = s.kh * s.kw, mult = m / group;
-  const size_t buf_len = static_cast<size_t>(s.ih * s.sw * s.phase_len);
+void grouped_conv_f32(const float* x, const float* w, const float* bias, float* y, int64_t n, int64_t c, int64_t m,
+                      int64_t group, const conv_util::Geo3& g, ThreadPool* pool) {
+  const int64_t cg = c / group, mg = m / group;
+  const Geometry s = geometry(g, cg);
+  const int64_t in_plane = s.ih * s.iw, out_plane = s.oh * s.ow, taps = cg * s.kh * s.kw;
+  const size_t buf_len = static_cast<size_t>(cg * s.plane_len);
   auto body = [&](int64_t t0, int64_t t1) {
     thread_local std::vector<float> buf;
     if (buf.size() < buf_len) buf.resize(buf_len);
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t ni = t / m, oc = t % m;
-      plane(x + (ni * group + oc / mult) * in_plane, w + oc * taps, bias ? bias[oc] : 0.0f, y + t * out_plane, s,
-            buf.data());
+      const int64_t ni = t / group, gi = t % group;
+      for (int64_t ci = 0; ci < cg; ++ci)
+        fill_phases(x + (ni * c + gi * cg + ci) * in_plane, s, buf.data() + ci * s.plane_len);
+      for (int64_t mo = 0; mo < mg; ++mo) {
+        const int64_t oc = gi * mg + mo;
+        output_plane(buf.data(), w + oc * taps, bias ? bias[oc] : 0.0f, y + (ni * m + oc) * out_plane, s);
+      }
     }
   };
-  if (pool == nullptr || n * m < 2) body(0, n * m);
-  else pool->parallel_for(n * m, 1, body);
+  if (pool == nullptr || n * group < 2) body(0, n * group);
+  else pool->parallel_for(n * group, 1, body);
 }
 
 }  // namespace kiln
