@@ -5,6 +5,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "kernels/fast_path.h"
 #include "kernels/ref/elementwise_util.h"
 
 namespace kiln {
@@ -23,6 +24,10 @@ Status float_activation(KernelContext& ctx, Fn fn) {
 }
 
 Status relu_op(KernelContext& ctx) {
+  // max(0, x) with x second, so that NaN passes through (numpy's maximum).
+  KILN_ASSIGN_OR_RETURN(bool done,
+                        ew::map_unary_f32_lanes(ctx, [](__m256 v) { return _mm256_max_ps(_mm256_setzero_ps(), v); }));
+  if (done) return Status::ok();
   return ew::map_unary(ctx, Accept::kSigned, [](auto v) {
     using T = decltype(v);
     return v > T(0) ? v : T(0);
@@ -68,7 +73,10 @@ double sigmoid(double x) {
 
 double softplus(double x) { return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)); }
 
-Status sigmoid_op(KernelContext& ctx) { return float_activation(ctx, sigmoid); }
+Status sigmoid_op(KernelContext& ctx) {
+  KILN_ASSIGN_OR_RETURN(bool done, ew::map_unary_f32_lanes(ctx, [](__m256 v) { return vec::sigmoid_avx2(v); }));
+  return done ? Status::ok() : float_activation(ctx, sigmoid);
+}
 
 Status hard_sigmoid_op(KernelContext& ctx) {
   const double alpha = ctx.node.attr_float("alpha", 0.2f);
@@ -259,5 +267,10 @@ KILN_REGISTER_KERNEL("", "Softsign", softsign_op);
 KILN_REGISTER_KERNEL("", "Shrink", shrink_op);
 KILN_REGISTER_KERNEL("", "PRelu", prelu_op);
 KILN_REGISTER_KERNEL("", "Clip", clip_op);
+
+// float32 on 8 lanes.
+static bool float32_input(const FastPathQuery& q) { return q.input_is(0, DType::kFloat32); }
+KILN_REGISTER_FAST_PATH("", "Relu", float32_input);
+KILN_REGISTER_FAST_PATH("", "Sigmoid", float32_input);
 
 }  // namespace kiln

@@ -1,5 +1,6 @@
 // Small helpers shared by the elementwise reference kernels (unary, activations, binary,
-// variadic, where, cast): broadcast iteration, input checks and well-defined numeric casts.
+// variadic, where, cast): broadcast iteration, input checks, well-defined numeric casts, and the
+// float32 map on 8 lanes the common activations take.
 #pragma once
 
 #include <array>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/vec_math_avx2.h"
 #include "kernels/kernel_util.h"
 
 namespace kiln::ew {
@@ -163,6 +165,28 @@ Status map_unary(KernelContext& ctx, Accept accept, F f, size_t max_inputs = 1) 
     });
     return Status::ok();
   });
+}
+
+// y = f(x) for a float32 x on 8 lanes (f maps __m256 -> __m256, a few ulp from the double
+// reference at most), the tail masked, large tensors split over the pool. Returns false, having
+// done nothing, for any other type: the caller then runs its reference map.
+template <typename F>
+Result<bool> map_unary_f32_lanes(KernelContext& ctx, F f) {
+  KILN_RETURN_IF_ERROR(check_inputs(ctx, 1, 1));
+  const Tensor& x = ctx.input(0);
+  if (x.dtype() != DType::kFloat32) return false;
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, x.shape()));
+  const float* in = x.data<float>();
+  float* out = y->data<float>();
+  run_range(ctx, x.numel(), [&](int64_t b, int64_t e) {
+    int64_t i = b;
+    for (; i + 8 <= e; i += 8) _mm256_storeu_ps(out + i, f(_mm256_loadu_ps(in + i)));
+    if (i < e) {
+      const __m256i m = vec::tail_mask_avx2(static_cast<int>(e - i));
+      _mm256_maskstore_ps(out + i, m, f(_mm256_maskload_ps(in + i, m)));
+    }
+  });
+  return true;
 }
 
 }  // namespace kiln::ew
