@@ -11,6 +11,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kernels/fast_path.h"
 #include "kernels/ref/elementwise_util.h"
 
 namespace kiln {
@@ -304,6 +305,36 @@ std::string to_text(DType t, const void* data, int64_t k) {
 
 // ---- the kernels ----
 
+// Bool, integer and double to float32 (one-hot masks, ids, indices), in a typed loop rather than
+// through the per-element dtype switch: the same values, rounded through double as `load`
+// reads them. False for other source types.
+bool to_float32_typed(KernelContext& ctx, const Tensor& x, Tensor* y) {
+  float* out = y->data<float>();
+  auto convert = [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* in = x.data<T>();
+    ew::run_range(ctx, x.numel(), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) out[i] = static_cast<float>(static_cast<double>(in[i]));
+    });
+    return true;
+  };
+  switch (x.dtype()) {
+    case DType::kBool: {
+      const uint8_t* in = x.data<uint8_t>();
+      ew::run_range(ctx, x.numel(), [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) out[i] = in[i] != 0 ? 1.0f : 0.0f;
+      });
+      return true;
+    }
+    case DType::kInt8: return convert(TypeTag<int8_t>{});
+    case DType::kUInt8: return convert(TypeTag<uint8_t>{});
+    case DType::kInt32: return convert(TypeTag<int32_t>{});
+    case DType::kInt64: return convert(TypeTag<int64_t>{});
+    case DType::kFloat64: return convert(TypeTag<double>{});
+    default: return false;
+  }
+}
+
 Status cast_into(KernelContext& ctx, const Tensor& x, DType to, bool saturate) {
   const DType from = x.dtype();
   if (!castable(from)) return ctx.error(std::string("cannot cast from ") + dtype_name(from));
@@ -329,6 +360,7 @@ Status cast_into(KernelContext& ctx, const Tensor& x, DType to, bool saturate) {
     for (int64_t i = 0; i < n; ++i) out[i] = to_text(from, x.raw_data(), i);
     return Status::ok();
   }
+  if (to == DType::kFloat32 && to_float32_typed(ctx, x, y)) return Status::ok();
   ew::run_range(ctx, n, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i)
       store(to, y->raw_data(), i, load(from, x.raw_data(), i), saturate);
@@ -378,5 +410,13 @@ Status cast_like_op(KernelContext& ctx) {
 
 KILN_REGISTER_KERNEL("", "Cast", cast_op);
 KILN_REGISTER_KERNEL("", "CastLike", cast_like_op);
+
+// Casts to float32 from bool, 8/32/64-bit integers and double run a typed loop.
+KILN_REGISTER_FAST_PATH("", "Cast", [](const FastPathQuery& q) {
+  if (q.node.attr_int("to", 0) != static_cast<int64_t>(DType::kFloat32) || q.types.empty() || !q.types[0]) return false;
+  const DType from = q.types[0]->dtype;
+  return from == DType::kBool || from == DType::kInt8 || from == DType::kUInt8 || from == DType::kInt32 ||
+         from == DType::kInt64 || from == DType::kFloat64 || from == DType::kFloat32;
+});
 
 }  // namespace kiln
