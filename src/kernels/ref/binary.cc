@@ -68,11 +68,29 @@ Status arith(KernelContext& ctx, Accept accept, F f) {
     });
     return Status::ok();
   }
+  const int64_t n = y->numel();
+  // Same-size operands (their layouts are then the same) and one-element ones: flat loops the
+  // compiler vectorizes, over the pool when large; any other broadcast walks the indices.
+  const bool a_flat = p.a.numel() == n, b_flat = p.b.numel() == n;
+  const bool flat = (a_flat || p.a.numel() == 1) && (b_flat || p.b.numel() == 1);
   return visit_numeric(t, [&](auto tag) -> Status {
     using T = typename decltype(tag)::type;
     const T* av = p.a.data<T>();
     const T* bv = p.b.data<T>();
     T* out = y->data<T>();
+    if (flat) {
+      ew::run_range(ctx, n, [&](int64_t b, int64_t e) {
+        if (a_flat && b_flat)
+          for (int64_t i = b; i < e; ++i) out[i] = static_cast<T>(f(av[i], bv[i]));
+        else if (a_flat)
+          for (int64_t i = b; i < e; ++i) out[i] = static_cast<T>(f(av[i], bv[0]));
+        else if (b_flat)
+          for (int64_t i = b; i < e; ++i) out[i] = static_cast<T>(f(av[0], bv[i]));
+        else
+          for (int64_t i = b; i < e; ++i) out[i] = static_cast<T>(f(av[0], bv[0]));
+      });
+      return Status::ok();
+    }
     ew::for_each_broadcast(p.out, in, [&](int64_t i, const Offsets& o) {
       out[i] = static_cast<T>(f(av[o[0]], bv[o[1]]));
     });
@@ -394,5 +412,27 @@ KILN_REGISTER_FAST_PATH("", "Pow", [](const FastPathQuery& q) {
   const Tensor* e = q.constants.size() > 1 ? q.constants[1] : nullptr;
   return q.input_is(0, DType::kFloat32) && e && e->numel() == 1 && load_as_double(e->dtype(), e->raw_data(), 0) == 2.0;
 });
+
+// Add, Sub, Mul and Div whose operands are both the output's size or one element (arith's flat
+// loops), as far as the inferred shapes tell.
+static bool flat_arith(const FastPathQuery& q) {
+  if (q.types.size() != 2 || !q.types[0] || !q.types[1]) return false;
+  auto numel = [](const ir::TypeInfo& t) -> int64_t {
+    if (!t.has_shape) return -1;
+    int64_t k = 1;
+    for (const ir::Dim& d : t.shape) {
+      if (!d.known()) return -1;
+      k *= d.value;
+    }
+    return k;
+  };
+  const int64_t a = numel(*q.types[0]), b = numel(*q.types[1]);
+  if (a < 0 || b < 0 || ew::is_half_float(q.types[0]->dtype)) return false;
+  return a == b || a == 1 || b == 1;
+}
+KILN_REGISTER_FAST_PATH("", "Add", flat_arith);
+KILN_REGISTER_FAST_PATH("", "Sub", flat_arith);
+KILN_REGISTER_FAST_PATH("", "Mul", flat_arith);
+KILN_REGISTER_FAST_PATH("", "Div", flat_arith);
 
 }  // namespace kiln
