@@ -125,8 +125,8 @@ AxisPlan plan_axis(const ResizeParams& p, int64_t in_len, int64_t out_len, doubl
 }
 
 // float32 nearest or linear over the last two axes only (an image's H and W; every other axis
-// kept): each output row combines at most two input rows, each output element at most two of
-// their elements, with the axis plans' weights in float. Rows split over the pool.
+// kept): each output row blends at most two input rows resampled along W, with the axis plans'
+// weights in float. Planes split over the pool.
 bool resize_2d_f32_fits(const ResizeParams& p, const Tensor& x, const Shape& out_shape) {
   if (x.dtype() != DType::kFloat32 || x.rank() < 2 || p.antialias || p.coord == "tf_crop_and_resize") return false;
   if (p.mode != "nearest" && p.mode != "linear") return false;
@@ -142,28 +142,47 @@ Status resize_2d_f32(KernelContext& ctx, const ResizeParams& p, const Tensor& x,
   const AxisPlan py = plan_axis(p, h, oh, scales[r - 2], 0.0, 1.0);
   const AxisPlan px = plan_axis(p, w, ow, scales[r - 1], 0.0, 1.0);
   const std::vector<float> wx(px.w.begin(), px.w.end());
-  const int64_t planes = x.numel() / (h * w), tx = px.taps;
+  const int64_t planes = x.numel() / (h * w), tx = px.taps, ty = py.taps;
   const float* xd = x.data<float>();
   float* yd = y->data<float>();
-  auto rows = [&](int64_t r0, int64_t r1) {
-    for (int64_t row = r0; row < r1; ++row) {
-      const int64_t plane = row / oh, oy = row % oh;
-      float* out = yd + row * ow;
-      std::fill(out, out + ow, 0.0f);
-      for (int64_t ky = 0; ky < py.taps; ++ky) {
-        const float wy = static_cast<float>(py.w[oy * py.taps + ky]);
-        if (wy == 0) continue;
-        const float* src = xd + (plane * h + py.idx[oy * py.taps + ky]) * w;
-        for (int64_t ox = 0; ox < ow; ++ox) {
-          float v = 0;
-          for (int64_t kx = 0; kx < tx; ++kx) v += wx[ox * tx + kx] * src[px.idx[ox * tx + kx]];
-          out[ox] += wy * v;
+  // Plane by plane: each input row is resampled along W once (upsampling reads it for several
+  // output rows), kept in a small cache of the rows last used, and the output rows blend them.
+  auto run_planes = [&](int64_t p0, int64_t p1) {
+    thread_local std::vector<float> cache;
+    thread_local std::vector<int64_t> cached_row;
+    cache.resize(static_cast<size_t>(ty * ow));
+    cached_row.assign(static_cast<size_t>(ty), -1);
+    for (int64_t plane = p0; plane < p1; ++plane) {
+      std::fill(cached_row.begin(), cached_row.end(), -1);
+      // The W-resampled input row `iy`, from the cache slot it lands in.
+      auto resampled = [&](int64_t iy) -> const float* {
+        const int64_t slot = iy % ty;
+        float* dst = cache.data() + slot * ow;
+        if (cached_row[slot] != iy) {
+          const float* src = xd + (plane * h + iy) * w;
+          for (int64_t ox = 0; ox < ow; ++ox) {
+            float v = 0;
+            for (int64_t kx = 0; kx < tx; ++kx) v += wx[ox * tx + kx] * src[px.idx[ox * tx + kx]];
+            dst[ox] = v;
+          }
+          cached_row[slot] = iy;
+        }
+        return dst;
+      };
+      for (int64_t oy = 0; oy < oh; ++oy) {
+        float* __restrict out = yd + (plane * oh + oy) * ow;
+        std::fill(out, out + ow, 0.0f);
+        for (int64_t ky = 0; ky < ty; ++ky) {
+          const float wy = static_cast<float>(py.w[oy * ty + ky]);
+          if (wy == 0) continue;
+          const float* __restrict row = resampled(py.idx[oy * ty + ky]);
+          for (int64_t ox = 0; ox < ow; ++ox) out[ox] += wy * row[ox];
         }
       }
     }
   };
-  if (ctx.pool != nullptr && y->numel() > (1 << 15)) ctx.pool->parallel_for(planes * oh, 4, rows);
-  else rows(0, planes * oh);
+  if (ctx.pool != nullptr && planes > 1 && y->numel() > (1 << 15)) ctx.pool->parallel_for(planes, 1, run_planes);
+  else run_planes(0, planes);
   return Status::ok();
 }
 
