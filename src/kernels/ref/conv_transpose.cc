@@ -1,6 +1,10 @@
 // Reference ConvTranspose (1-3 spatial dims, groups, dilations, output_padding, output_shape,
-// auto_pad): GEMM of W^T with X into columns, then col2im scatter-add into the output.
+// auto_pad): GEMM of W^T with X into columns, then col2im scatter-add into the output, one strided
+// run of columns per (tap, input row), output channels over the pool.
+#include <algorithm>
+
 #include "core/thread_pool.h"
+#include "kernels/fast_path.h"
 #include "kernels/kernel_util.h"
 #include "kernels/ref/conv_util.h"
 #include "kernels/ref/gemm_f32.h"
@@ -11,29 +15,42 @@ namespace {
 using conv_util::Geo3;
 using conv_util::Geometry;
 
+// Positions i in [lo, hi) of an input axis whose output i * s + shift lies in [0, out).
+void inside(int64_t in, int64_t out, int64_t s, int64_t shift, int64_t* lo, int64_t* hi) {
+  *lo = shift >= 0 ? 0 : (-shift + s - 1) / s;
+  *hi = out - 1 - shift < 0 ? 0 : (out - 1 - shift) / s + 1;
+  *lo = std::min(*lo, in);
+  *hi = std::min(std::max(*hi, *lo), in);
+}
+
+// Output channels [c0, c1): each (kernel tap, input row) adds one strided run of columns, its
+// valid range computed once instead of testing every element.
 template <typename T>
-void col2im(const T* col, int64_t channels, const Geo3& g, T* y) {
+void col2im(const T* col, int64_t c0, int64_t c1, const Geo3& g, T* y) {
   const int64_t in_sz = g.in[0] * g.in[1] * g.in[2];
   const int64_t out_sz = g.out[0] * g.out[1] * g.out[2];
   const int64_t ksz = g.k[0] * g.k[1] * g.k[2];
-  for (int64_t c = 0; c < channels; ++c) {
+  for (int64_t c = c0; c < c1; ++c) {
     T* yc = y + c * out_sz;
     for (int64_t kd = 0; kd < g.k[0]; ++kd)
       for (int64_t kh = 0; kh < g.k[1]; ++kh)
         for (int64_t kw = 0; kw < g.k[2]; ++kw) {
           const T* src = col + (c * ksz + (kd * g.k[1] + kh) * g.k[2] + kw) * in_sz;
+          int64_t w0, w1;
+          inside(g.in[2], g.out[2], g.s[2], kw * g.d[2] - g.pb[2], &w0, &w1);
+          const int64_t shift = kw * g.d[2] - g.pb[2], sw = g.s[2];
           for (int64_t id = 0; id < g.in[0]; ++id) {
             const int64_t od = id * g.s[0] - g.pb[0] + kd * g.d[0];
             if (od < 0 || od >= g.out[0]) continue;
             for (int64_t ih = 0; ih < g.in[1]; ++ih) {
               const int64_t oh = ih * g.s[1] - g.pb[1] + kh * g.d[1];
               if (oh < 0 || oh >= g.out[1]) continue;
-              const T* srow = src + (id * g.in[1] + ih) * g.in[2];
-              T* yrow = yc + (od * g.out[1] + oh) * g.out[2];
-              for (int64_t iw = 0; iw < g.in[2]; ++iw) {
-                const int64_t ow = iw * g.s[2] - g.pb[2] + kw * g.d[2];
-                if (ow >= 0 && ow < g.out[2]) yrow[ow] += srow[iw];
-              }
+              const T* __restrict srow = src + (id * g.in[1] + ih) * g.in[2];
+              T* __restrict yrow = yc + (od * g.out[1] + oh) * g.out[2] + shift;
+              if (sw == 1)
+                for (int64_t iw = w0; iw < w1; ++iw) yrow[iw] += srow[iw];
+              else
+                for (int64_t iw = w0; iw < w1; ++iw) yrow[iw * sw] += srow[iw];
             }
           }
         }
@@ -57,7 +74,11 @@ void run_typed(KernelContext& ctx, const T* x, const T* w, const T* bias, T* y, 
       else
         gemm_generic<T>(true, false, mg * ksz, in_sz, cg, T(1), wg, mg * ksz, xg, in_sz, T(0), col,
                         in_sz);
-      col2im(col, mg, g3, y + (ni * m + gi * mg) * out_sz);
+      T* yg = y + (ni * m + gi * mg) * out_sz;
+      if (ctx.pool != nullptr && mg > 1 && mg * ksz * in_sz > (1 << 15))
+        ctx.pool->parallel_for(mg, 1, [&](int64_t c0, int64_t c1) { col2im(col, c0, c1, g3, yg); });
+      else
+        col2im(col, 0, mg, g3, yg);
     }
   if (bias != nullptr)
     for (int64_t ni = 0; ni < n; ++ni)
@@ -135,7 +156,7 @@ Status conv_transpose(KernelContext& ctx) {
   if (bias && (bias->dtype() != dt || bias->numel() != m))
     return ctx.error("ConvTranspose bias must have " + std::to_string(m) + " values of X's type");
   const DType ct = dt == DType::kFloat64 ? dt : DType::kFloat32;
-  KILN_ASSIGN_OR_RETURN(Tensor col, Tensor::make(ct, {m / group * ksz, in_sz}));
+  KILN_ASSIGN_OR_RETURN(Tensor col, Tensor::make_for_overwrite(ct, {m / group * ksz, in_sz}));  // GEMM output
   KILN_ASSIGN_OR_RETURN(Tensor yc, Tensor::make(ct, y_shape));
   if (ct == DType::kFloat64) {
     run_typed<double>(ctx, x.data<double>(), w.data<double>(),
@@ -159,5 +180,8 @@ Status conv_transpose(KernelContext& ctx) {
 }  // namespace
 
 KILN_REGISTER_KERNEL("", "ConvTranspose", conv_transpose);
+
+// float32: the GEMM and the run-wise col2im over the pool.
+KILN_REGISTER_FAST_PATH("", "ConvTranspose", [](const FastPathQuery& q) { return q.input_is(0, DType::kFloat32); });
 
 }  // namespace kiln
