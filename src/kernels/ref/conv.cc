@@ -67,10 +67,15 @@ bool is_pointwise(const ConvSetup& s) {
 
 template <typename T>
 void gemm_any(int64_t m, int64_t n, int64_t k, const T* a, const T* b, T* c, ThreadPool* pool) {
-  if constexpr (std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, float>) {
     gemm_f32(false, false, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n, pool);
-  else
+  } else if (pool != nullptr && m > 1 && m * n * k > (1 << 16)) {  // ConvInteger's int32 rows
+    pool->parallel_for(m, 1, [&](int64_t i0, int64_t i1) {
+      gemm_generic<T>(false, false, i1 - i0, n, k, T(1), a + i0 * k, k, b, n, T(0), c + i0 * n, n);
+    });
+  } else {
     gemm_generic<T>(false, false, m, n, k, T(1), a, k, b, n, T(0), c, n);
+  }
 }
 
 // y = conv(x, w) without bias; T is float, double or int32.
@@ -177,11 +182,14 @@ Result<Tensor> widen_minus_zp(const Tensor& t, const Tensor* zp, const char* wha
       return Status::error(std::string(what) +
                            " zero point must be a scalar or have one value per output channel");
   }
-  KILN_ASSIGN_OR_RETURN(Tensor out, Tensor::make(DType::kInt32, t.shape()));
+  KILN_ASSIGN_OR_RETURN(Tensor out, Tensor::make_for_overwrite(DType::kInt32, t.shape()));
   const int64_t per = (t.rank() == 0 || t.dim(0) == 0) ? 1 : t.numel() / t.dim(0);
-  for (int64_t i = 0; i < t.numel(); ++i)
-    out.data<int32_t>()[i] = static_cast<int32_t>(load_as_double(t.dtype(), t.raw_data(), i)) -
-                             (z.size() == 1 ? z[0] : z[i / per]);
+  int32_t* o = out.data<int32_t>();
+  auto widen = [&](const auto* in) {
+    for (int64_t i = 0; i < t.numel(); ++i) o[i] = static_cast<int32_t>(in[i]) - (z.size() == 1 ? z[0] : z[i / per]);
+  };
+  if (t.dtype() == DType::kInt8) widen(t.data<int8_t>());
+  else widen(t.data<uint8_t>());
   return out;
 }
 
@@ -280,6 +288,7 @@ static bool conv_fast(const FastPathQuery& q) {
          w->shape[1].value <= kDirectConvMaxGroupChannels;
 }
 KILN_REGISTER_FAST_PATH("", "Conv", conv_fast);
+KILN_REGISTER_FAST_PATH("", "ConvInteger", always_fast);  // int32 im2col and GEMM rows over the pool
 KILN_REGISTER_FAST_PATH("ai.kiln", "FusedConv", conv_fast);
 
 }  // namespace kiln

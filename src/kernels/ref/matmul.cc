@@ -235,26 +235,44 @@ Status matmul_integer(KernelContext& ctx) {
       return ctx.error("b_zero_point must be a scalar or have N elements");
   }
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, DType::kInt32, p.out_shape));
-  std::vector<int32_t> arow(p.k);
-  for (size_t bi = 0; bi < p.a_offsets.size(); ++bi) {
-    int32_t* yd = y->data<int32_t>() + bi * p.m * p.n;
-    for (int64_t i = 0; i < p.m; ++i) {
-      const int32_t za = azp.size() == 1 ? azp[0] : azp[i];
-      for (int64_t q = 0; q < p.k; ++q)
-        arow[q] = static_cast<int32_t>(
-                      load_as_double(a.dtype(), a.raw_data(), p.a_offsets[bi] + i * p.k + q)) -
-                  za;
-      for (int64_t j = 0; j < p.n; ++j) {
-        const int32_t zb = bzp.size() == 1 ? bzp[0] : bzp[j];
-        int32_t acc = 0;
-        for (int64_t q = 0; q < p.k; ++q)
-          acc += arow[q] * (static_cast<int32_t>(load_as_double(b.dtype(), b.raw_data(),
-                                                                p.b_offsets[bi] + q * p.n + j)) -
-                            zb);
-        yd[i * p.n + j] = acc;
-      }
+  // Exact int32 sums, the loop the compiler vectorizes: a task owns a block of output columns for
+  // every row, so that its slice of B (k x 256 bytes) stays in cache while all rows read it.
+  constexpr int64_t kCols = 256;
+  auto typed = [&](auto a_tag, auto b_tag) {
+    using A = typename decltype(a_tag)::type;
+    using B = typename decltype(b_tag)::type;
+    for (size_t bi = 0; bi < p.a_offsets.size(); ++bi) {
+      const A* ad = a.data<A>() + p.a_offsets[bi];
+      const B* bd = b.data<B>() + p.b_offsets[bi];
+      int32_t* yd = y->data<int32_t>() + bi * p.m * p.n;
+      auto columns = [&](int64_t c0, int64_t c1) {
+        for (int64_t blk = c0; blk < c1; ++blk) {
+          const int64_t j0 = blk * kCols, j1 = std::min(p.n, j0 + kCols);
+          int32_t zb[kCols];
+          for (int64_t j = j0; j < j1; ++j) zb[j - j0] = bzp.size() == 1 ? bzp[0] : bzp[j];
+          for (int64_t i = 0; i < p.m; ++i) {
+            const int32_t za = azp.size() == 1 ? azp[0] : azp[i];
+            int32_t* __restrict yr = yd + i * p.n + j0;
+            for (int64_t q = 0; q < p.k; ++q) {
+              const int32_t av = static_cast<int32_t>(ad[i * p.k + q]) - za;
+              if (av == 0) continue;
+              const B* __restrict br = bd + q * p.n + j0;
+              for (int64_t j = 0; j < j1 - j0; ++j) yr[j] += av * (static_cast<int32_t>(br[j]) - zb[j]);
+            }
+          }
+        }
+      };
+      const int64_t blocks = (p.n + kCols - 1) / kCols;
+      if (ctx.pool != nullptr && blocks > 1 && p.m * p.n * p.k > (1 << 16)) ctx.pool->parallel_for(blocks, 1, columns);
+      else columns(0, blocks);
     }
-  }
+  };
+  auto with_b = [&](auto a_tag) {
+    if (b.dtype() == DType::kInt8) typed(a_tag, TypeTag<int8_t>{});
+    else typed(a_tag, TypeTag<uint8_t>{});
+  };
+  if (a.dtype() == DType::kInt8) with_b(TypeTag<int8_t>{});
+  else with_b(TypeTag<uint8_t>{});
   return Status::ok();
 }
 
@@ -280,7 +298,9 @@ const KernelRegistrar kGemmNarrow("", "Gemm", "tile_6x16", create_gemm<true>, kN
                                   takes_narrow_tile);
 KILN_REGISTER_KERNEL("", "MatMulInteger", matmul_integer);
 
-// float32 products run the packed GEMM (a constant B packed once).
+// float32 products run the packed GEMM (a constant B packed once); MatMulInteger its column-
+// blocked int32 loop.
+KILN_REGISTER_FAST_PATH("", "MatMulInteger", always_fast);
 KILN_REGISTER_FAST_PATH("", "MatMul", [](const FastPathQuery& q) { return q.input_is(0, DType::kFloat32); });
 KILN_REGISTER_FAST_PATH("", "Gemm", [](const FastPathQuery& q) { return q.input_is(0, DType::kFloat32); });
 
