@@ -46,6 +46,8 @@ bool runs_fast_path(const std::string& backend, const FastPathQuery& q);
 // For ops every node of which is fast: data movement by memcpy-like loops, shape ops that move
 // no data.
 inline bool always_fast(const FastPathQuery&) { return true; }
+// For ops whose float32 nodes all run fast.
+inline bool float32_input(const FastPathQuery& q) { return q.input_is(0, DType::kFloat32); }
 
 }  // namespace kiln
 

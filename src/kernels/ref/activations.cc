@@ -269,7 +269,6 @@ KILN_REGISTER_KERNEL("", "PRelu", prelu_op);
 KILN_REGISTER_KERNEL("", "Clip", clip_op);
 
 // float32 on 8 lanes.
-static bool float32_input(const FastPathQuery& q) { return q.input_is(0, DType::kFloat32); }
 KILN_REGISTER_FAST_PATH("", "Relu", float32_input);
 KILN_REGISTER_FAST_PATH("", "Sigmoid", float32_input);
 

@@ -15,14 +15,6 @@ namespace {
 using conv_util::Geo3;
 using conv_util::Geometry;
 
-// Positions i in [lo, hi) of an input axis whose output i * s + shift lies in [0, out).
-void inside(int64_t in, int64_t out, int64_t s, int64_t shift, int64_t* lo, int64_t* hi) {
-  *lo = shift >= 0 ? 0 : (-shift + s - 1) / s;
-  *hi = out - 1 - shift < 0 ? 0 : (out - 1 - shift) / s + 1;
-  *lo = std::min(*lo, in);
-  *hi = std::min(std::max(*hi, *lo), in);
-}
-
 // Output channels [c0, c1): each (kernel tap, input row) adds one strided run of columns, its
 // valid range computed once instead of testing every element.
 template <typename T>
@@ -37,7 +29,7 @@ void col2im(const T* col, int64_t c0, int64_t c1, const Geo3& g, T* y) {
         for (int64_t kw = 0; kw < g.k[2]; ++kw) {
           const T* src = col + (c * ksz + (kd * g.k[1] + kh) * g.k[2] + kw) * in_sz;
           int64_t w0, w1;
-          inside(g.in[2], g.out[2], g.s[2], kw * g.d[2] - g.pb[2], &w0, &w1);
+          conv_util::indices_inside(g.in[2], g.out[2], g.s[2], kw * g.d[2] - g.pb[2], &w0, &w1);
           const int64_t shift = kw * g.d[2] - g.pb[2], sw = g.s[2];
           for (int64_t id = 0; id < g.in[0]; ++id) {
             const int64_t od = id * g.s[0] - g.pb[0] + kd * g.d[0];
@@ -182,6 +174,6 @@ Status conv_transpose(KernelContext& ctx) {
 KILN_REGISTER_KERNEL("", "ConvTranspose", conv_transpose);
 
 // float32: the GEMM and the run-wise col2im over the pool.
-KILN_REGISTER_FAST_PATH("", "ConvTranspose", [](const FastPathQuery& q) { return q.input_is(0, DType::kFloat32); });
+KILN_REGISTER_FAST_PATH("", "ConvTranspose", float32_input);
 
 }  // namespace kiln

@@ -64,6 +64,16 @@ inline Result<Geometry> read_geometry(const ir::Node& node, const Shape& in, con
   return g;
 }
 
+// Indices i in [lo, hi) of [0, count) whose position shift + i * step lies in [0, limit): the
+// kernel taps of an output that land inside the input, the input columns of a tap that land
+// inside the output (step > 0).
+inline void indices_inside(int64_t count, int64_t limit, int64_t step, int64_t shift, int64_t* lo, int64_t* hi) {
+  *lo = shift >= 0 ? 0 : (-shift + step - 1) / step;
+  *hi = limit - 1 - shift < 0 ? 0 : (limit - 1 - shift) / step + 1;
+  *lo = std::min(*lo, count);
+  *hi = std::min(std::max(*hi, *lo), count);
+}
+
 inline int64_t effective_kernel(const Geometry& g, int64_t i) {
   return (g.kernel[i] - 1) * g.dilations[i] + 1;
 }

@@ -301,7 +301,7 @@ KILN_REGISTER_KERNEL("", "MatMulInteger", matmul_integer);
 // float32 products run the packed GEMM (a constant B packed once); MatMulInteger its column-
 // blocked int32 loop.
 KILN_REGISTER_FAST_PATH("", "MatMulInteger", always_fast);
-KILN_REGISTER_FAST_PATH("", "MatMul", [](const FastPathQuery& q) { return q.input_is(0, DType::kFloat32); });
-KILN_REGISTER_FAST_PATH("", "Gemm", [](const FastPathQuery& q) { return q.input_is(0, DType::kFloat32); });
+KILN_REGISTER_FAST_PATH("", "MatMul", float32_input);
+KILN_REGISTER_FAST_PATH("", "Gemm", float32_input);
 
 }  // namespace kiln

@@ -62,7 +62,7 @@ Result<RecurrentSpec> parse_recurrent(KernelContext& ctx, RecurrentCell cell) {
   const ir::Node& node = ctx.node;
   RecurrentSpec s;
   s.cell = cell;
-  s.gates = cell == RecurrentCell::kRnn ? 1 : cell == RecurrentCell::kGru ? 3 : 4;
+  s.gates = recurrent_gates(cell);
   if (!ctx.has_input(0) || !ctx.has_input(1) || !ctx.has_input(2))
     return ctx.error("inputs X, W and R are required");
   const Tensor& X = ctx.input(0);

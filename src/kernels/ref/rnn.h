@@ -13,6 +13,9 @@ namespace kiln {
 
 enum class RecurrentCell { kRnn, kGru, kLstm };
 
+// Gates a cell's W and R stack: RNN 1, GRU 3 (z, r, h), LSTM 4 (i, o, f, c).
+inline int recurrent_gates(RecurrentCell c) { return c == RecurrentCell::kRnn ? 1 : c == RecurrentCell::kGru ? 3 : 4; }
+
 struct RecurrentActivation {
   std::string name;  // lower case
   double alpha = 0;

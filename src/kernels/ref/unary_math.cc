@@ -170,7 +170,6 @@ KILN_REGISTER_KERNEL("", "BitwiseNot", bitwise_not_op);
 KILN_REGISTER_KERNEL("", "IsInf", isinf_op);
 KILN_REGISTER_KERNEL("", "IsNaN", isnan_op);
 
-static bool float32_input(const FastPathQuery& q) { return q.input_is(0, DType::kFloat32); }
 KILN_REGISTER_FAST_PATH("", "Exp", float32_input);
 KILN_REGISTER_FAST_PATH("", "Erf", float32_input);
 KILN_REGISTER_FAST_PATH("", "Tanh", float32_input);

@@ -18,14 +18,6 @@
 namespace kiln {
 namespace {
 
-// Kernel rows i in [lo, hi) whose input row shift + i * d lies in [0, in).
-void rows_inside(int64_t in, int64_t k, int64_t d, int64_t shift, int64_t* lo, int64_t* hi) {
-  *lo = shift >= 0 ? 0 : (-shift + d - 1) / d;
-  *hi = in - 1 - shift < 0 ? 0 : (in - 1 - shift) / d + 1;
-  *lo = std::min(*lo, k);
-  *hi = std::min(std::max(*hi, *lo), k);
-}
-
 struct Geometry {
   int64_t ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw;
   int64_t cg;                       // input channels a group
@@ -49,7 +41,7 @@ Geometry geometry(const conv_util::Geo3& g, int64_t cg) {
 void fill_phases(const float* x, const Geometry& s, float* buf) {
   for (int64_t q = 0; q < s.sw; ++q) {
     int64_t lo, hi;  // columns t of phase q that hold input: 0 <= t * sw + q - pw < iw
-    rows_inside(s.iw, s.phase_len, s.sw, q - s.pw, &lo, &hi);
+    conv_util::indices_inside(s.phase_len, s.iw, s.sw, q - s.pw, &lo, &hi);
     for (int64_t row = 0; row < s.ih; ++row) {
       float* dst = buf + (row * s.sw + q) * s.phase_len;
       const float* src = x + row * s.iw + q - s.pw;
@@ -88,7 +80,7 @@ inline void row_block(const float* buf, const float* w, float bias, const Geomet
 void output_plane(const float* buf, const float* w, float bias, float* y, const Geometry& s) {
   for (int64_t r = 0; r < s.oh; ++r) {
     int64_t i0, i1;  // kernel rows inside the input (the others read only padding)
-    rows_inside(s.ih, s.kh, s.dh, r * s.sh - s.ph, &i0, &i1);
+    conv_util::indices_inside(s.kh, s.ih, s.dh, r * s.sh - s.ph, &i0, &i1);
     float* yr = y + r * s.ow;
     // Up to eight vectors at a time: as many independent chains as the row has, so that a short
     // row (56 outputs: 7 vectors) is still one block, not seven FMA-latency-bound ones.

@@ -18,6 +18,7 @@
 #include "kernels/cpu/gemm/gemm.h"
 #include "kernels/cpu/vec_math_avx2.h"
 #include "kernels/kernel_util.h"
+#include "kernels/ref/gemm_f32.h"
 #include "kernels/ref/rnn.h"
 
 namespace kiln {
@@ -137,21 +138,6 @@ void gru_update(const RecurrentSpec& s, const Clip& clip, const float* gx, const
   });
 }
 
-// h_rows[batch, k] times a packed B into c[batch, n] (+ bias), on this thread.
-void step_gemm(const float* a, int64_t batch, const gemm::PackedMatrix& b, const float* bias, float* c) {
-  gemm::GemmF32Args g;
-  g.m = batch;
-  g.n = b.n();
-  g.k = b.k();
-  g.a = a;
-  g.lda = b.k();
-  g.packed_b = &b;
-  g.c = c;
-  g.ldc = b.n();
-  g.bias = bias;
-  gemm::gemm_f32_blocked(g, nullptr);
-}
-
 // Every step of one direction, on the calling thread.
 void run_direction(const Direction& r) {
   const RecurrentSpec& s = *r.s;
@@ -162,7 +148,9 @@ void run_direction(const Direction& r) {
   const int64_t steps = *std::max_element(s.lens.begin(), s.lens.end());
   const bool gru = s.cell == RecurrentCell::kGru;
   for (int64_t step = 0; step < steps; ++step) {
-    step_gemm(r.h, s.batch, r.weights->r, nullptr, r.gh);
+    // h R^T, on this thread (the directions run on threads of their own).
+    gemm_f32_prepacked(false, s.batch, 1.0f, r.h, n, r.weights->r, 0.0f, r.gh, r.weights->r.n(), nullptr, nullptr,
+                       nullptr);
     auto time_of = [&](int64_t b) { return s.backward(r.d) ? s.lens[b] - 1 - step : step; };
     if (gru) {
       const int64_t gru_n = 2 * n;
@@ -171,17 +159,8 @@ void run_direction(const Direction& r) {
           gru_gates(s, clip, r.gx + s.x_row(time_of(b), b) * gates_n, r.gh + b * gru_n, r.h + b * n, r.rh + b * n);
       // The h gate's product, into gh's r slots (read already): h R_h^T or (r * h) R_h^T.
       float* lin = r.gh + n;  // row b's h-gate product at gh + b * 2n + n, strided
-      gemm::GemmF32Args g;
-      g.m = s.batch;
-      g.n = n;
-      g.k = n;
-      g.a = s.linear_before_reset ? r.h : r.rh;
-      g.lda = n;
-      g.packed_b = &r.weights->r_h;
-      g.c = lin;
-      g.ldc = gru_n;
-      g.bias = r.r_bias_h;
-      gemm::gemm_f32_blocked(g, nullptr);
+      gemm_f32_prepacked(false, s.batch, 1.0f, s.linear_before_reset ? r.h : r.rh, n, r.weights->r_h, 0.0f, lin,
+                         gru_n, r.r_bias_h, nullptr, nullptr);
       for (int64_t b = 0; b < s.batch; ++b)
         if (step < s.lens[b])
           gru_update(s, clip, r.gx + s.x_row(time_of(b), b) * gates_n, r.gh + b * gru_n, lin + b * gru_n,
@@ -211,7 +190,7 @@ class RecurrentKernel : public Kernel {
       return Status::ok();
     RecurrentSpec s;
     s.cell = cell_;
-    s.gates = cell_ == RecurrentCell::kRnn ? 1 : cell_ == RecurrentCell::kGru ? 3 : 4;
+    s.gates = recurrent_gates(cell_);
     s.dirs = static_cast<int>(W.dim(0));
     s.input_size = W.dim(2);
     s.hidden = R.dim(2);
@@ -288,17 +267,8 @@ class RecurrentKernel : public Kernel {
         if (lstm) init(6, r.c);
       }
       // The input projection of every step at once.
-      gemm::GemmF32Args g;
-      g.m = rows;
-      g.n = gates_n;
-      g.k = s.input_size;
-      g.a = ctx.input(0).data<float>();
-      g.lda = s.input_size;
-      g.packed_b = &weights[d].w;
-      g.c = gx;
-      g.ldc = gates_n;
-      g.bias = w_bias;
-      gemm::gemm_f32_blocked(g, ctx.pool);
+      gemm_f32_prepacked(false, rows, 1.0f, ctx.input(0).data<float>(), s.input_size, weights[d].w, 0.0f, gx,
+                         gates_n, w_bias, nullptr, ctx.pool);
     }
 
     if (ctx.pool && s.dirs > 1) {
@@ -343,7 +313,7 @@ const KernelRegistrar kLstm("", "LSTM", "f32_fused_gates", create<RecurrentCell:
 }  // namespace
 // float32 with the cells' default activations; the rest runs the double reference.
 static bool recurrent_fast(const FastPathQuery& q, int acts_per_dir) {
-  if (!q.input_is(0, DType::kFloat32)) return false;
+  if (!float32_input(q)) return false;
   const std::vector<std::string> names = q.node.attr_strings("activations");
   for (size_t i = 0; i < names.size(); ++i) {
     std::string n = names[i];
