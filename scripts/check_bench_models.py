@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "shared",
 from ort_bench import make_input  # noqa: E402  the bench rule, shared with ort_bench.py
 
 
-def run_kiln(a, model, out):
+def run_kiln(a, model, out, maps):
     """kiln's outputs, or an error message."""
     r = subprocess.run([a.kiln, "run", model, "--random", "--batch", str(a.batch), "--seq", str(a.seq),
                         "-o", out], capture_output=True, text=True)
@@ -34,11 +34,25 @@ def run_kiln(a, model, out):
         return "kiln run failed: " + r.stderr.strip()
     got = []
     for k in range(len(glob.glob(os.path.join(out, "output_*.pb")))):
-        t = onnx.TensorProto()
         with open(os.path.join(out, f"output_{k}.pb"), "rb") as f:
-            t.ParseFromString(f.read())
-        got.append(onnx.numpy_helper.to_array(t))
+            data = f.read()
+        if k not in maps:
+            t = onnx.TensorProto()
+            t.ParseFromString(data)
+            got.append(onnx.numpy_helper.to_array(t))
+            continue
+        s = onnx.SequenceProto()
+        s.ParseFromString(data)
+        got.append(maps_to_array([{(m.string_keys or m.keys)[i]: float(onnx.numpy_helper.to_array(v))
+                                   for i, v in enumerate(m.values.tensor_values)} for m in s.map_values]))
     return got
+
+
+def maps_to_array(maps):
+    """A sequence of maps (ZipMap's output) as [N, keys] values, keys in sorted order."""
+    if isinstance(maps, np.ndarray):
+        return maps
+    return np.array([[m[k] for k in sorted(m)] for m in maps], dtype=np.float32)
 
 
 def run_portable(a, model, feeds, out):
@@ -70,9 +84,10 @@ def main():
     for model in models:
         sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
         feeds = {m.name: make_input(m, a.batch, a.seq) for m in sess.get_inputs()}
-        want = sess.run(None, feeds)
+        maps = {k for k, o in enumerate(sess.get_outputs()) if o.type.startswith("seq(map")}
+        want = [maps_to_array(w) if isinstance(w, list) else w for w in sess.run(None, feeds)]
         with tempfile.TemporaryDirectory() as out:
-            got_all = run_portable(a, model, feeds, out) if a.portable else run_kiln(a, model, out)
+            got_all = run_portable(a, model, feeds, out) if a.portable else run_kiln(a, model, out, maps)
             if isinstance(got_all, str):
                 print(f"FAIL {os.path.basename(model)}: {got_all}")
                 failed += 1

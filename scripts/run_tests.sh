@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every test kiln has, on an already built ./build: unit tests, heap allocations of steady-state
 # runs, ONNX conformance (against the checked-in list of known failures), exported models checked
-# by onnx.checker, the model-loader fuzzer for 60 s, and unit tests and conformance again under
-# ASan+UBSan. Ends with a line "test stages: N passed, N failed" and a non-zero exit when any stage
+# by onnx.checker, the ai.onnx.ml kernels against ONNX Runtime (from PyPI), the model-loader
+# fuzzer for 60 s, and unit tests and conformance again under ASan+UBSan. Ends with a line "test stages: N passed, N failed" and a non-zero exit when any stage
 # failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +31,13 @@ conformance() {  # conformance BUILD_DIR [ARGS...]: quiet run, the failures and 
   return $rc
 }
 
+ml_ops_vs_onnxruntime() {  # ONNX Runtime from PyPI, in a venv kept in build/ between runs
+  local venv=build/ort-venv
+  [ -x $venv/bin/python ] && $venv/bin/python -c "import onnxruntime" 2>/dev/null ||
+    { /usr/bin/python3 -m venv --system-site-packages $venv && $venv/bin/pip install -q onnxruntime; } &&
+    $venv/bin/python tests/check_ml_ops.py build
+}
+
 sanitized_tests() {  # the clang ASan+UBSan build made by run_fuzz.sh serves these too
   ninja -C build-fuzz kiln_unit_tests kiln_conformance &&
     ASAN_OPTIONS=detect_leaks=1 ./build-fuzz/tests/kiln_unit_tests --gtest_brief=1 &&
@@ -42,6 +49,7 @@ stage "steady-state runs allocate no tensor (malloc counted)" ./build/tests/kiln
 stage "ONNX conformance" conformance build
 stage "ONNX conformance, every model optimized at -O3 (the default) first" conformance build --optimize 3
 stage "exported models pass onnx.checker" /usr/bin/python3 tests/check_export.py build
+stage "ai.onnx.ml kernels agree with ONNX Runtime" ml_ops_vs_onnxruntime
 stage "fuzzing the model loader (clang libFuzzer + ASan + UBSan, 60 s)" tests/fuzz/run_fuzz.sh 60
 stage "unit tests and conformance under ASan+UBSan" sanitized_tests
 

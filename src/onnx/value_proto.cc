@@ -1,4 +1,5 @@
 // TypeProto <-> TypeInfo, and run-time values as TensorProto / SequenceProto / OptionalProto.
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -81,9 +82,43 @@ void type_to_proto(const ir::TypeInfo& t, onnx::TypeProto* p) {
   }
 }
 
+// A sequence of maps: each MapProto's keys as a 1-D tensor and its values (a sequence of scalar
+// tensors) as one 1-D tensor.
+Result<Value> value_from_map_sequence_proto(const onnx::SequenceProto& p) {
+  std::vector<Tensor> keys, values;
+  DType dtype = DType::kUndefined;
+  for (const onnx::MapProto& m : p.map_values()) {
+    const bool strings = m.key_type() == static_cast<int32_t>(DType::kString);
+    const int64_t n = strings ? m.string_keys_size() : m.keys_size();
+    if (m.values().tensor_values_size() != n)
+      return Status::error("sequence '" + p.name() + "': a map has " + std::to_string(n) + " keys and " +
+                           std::to_string(m.values().tensor_values_size()) + " values");
+    KILN_ASSIGN_OR_RETURN(Tensor k, Tensor::make(strings ? DType::kString : DType::kInt64, {n}));
+    for (int64_t i = 0; i < n; ++i) {
+      if (strings) k.data<std::string>()[i] = m.string_keys(static_cast<int>(i));
+      else k.data<int64_t>()[i] = m.keys(static_cast<int>(i));
+    }
+    std::vector<Tensor> items;
+    for (const auto& tp : m.values().tensor_values()) {
+      KILN_ASSIGN_OR_RETURN(Tensor t, tensor_from_proto(tp, ""));
+      if (t.numel() != 1 || t.dtype() == DType::kString || (!items.empty() && t.dtype() != items[0].dtype()))
+        return Status::error("sequence '" + p.name() + "': a map value is not a numeric scalar of the map's type");
+      items.push_back(std::move(t));
+    }
+    if (!items.empty()) dtype = items[0].dtype();
+    KILN_ASSIGN_OR_RETURN(Tensor v, Tensor::make(dtype == DType::kUndefined ? DType::kFloat32 : dtype, {n}));
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(static_cast<char*>(v.raw_data()) + i * dtype_size(v.dtype()), items[i].raw_data(), dtype_size(v.dtype()));
+    keys.push_back(std::move(k));
+    values.push_back(std::move(v));
+  }
+  return Value::of_map_sequence(std::move(keys), std::move(values), dtype);
+}
+
 Result<Value> value_from_sequence_proto(const onnx::SequenceProto& p) {
+  if (p.elem_type() == onnx::SequenceProto::MAP) return value_from_map_sequence_proto(p);
   if (p.elem_type() != onnx::SequenceProto::TENSOR && p.elem_type() != onnx::SequenceProto::UNDEFINED)
-    return Status::error("sequence '" + p.name() + "': only sequences of tensors are supported");
+    return Status::error("sequence '" + p.name() + "': only sequences of tensors or maps are supported");
   std::vector<Tensor> items;
   DType dtype = DType::kUndefined;
   for (const auto& tp : p.tensor_values()) {
@@ -112,6 +147,27 @@ Result<Value> value_from_optional_proto(const onnx::OptionalProto& p) {
 
 void value_to_sequence_proto(const Value& v, const std::string& name, onnx::SequenceProto* p) {
   p->set_name(name);
+  if (v.is_map_sequence()) {
+    p->set_elem_type(onnx::SequenceProto::MAP);
+    for (size_t i = 0; i < v.sequence.size() && i < v.sequence_keys.size(); ++i) {
+      const Tensor& k = v.sequence_keys[i];
+      onnx::MapProto* m = p->add_map_values();
+      m->set_key_type(static_cast<int32_t>(k.dtype()));
+      for (int64_t j = 0; j < k.numel(); ++j) {
+        if (k.dtype() == DType::kString) m->add_string_keys(k.data<std::string>()[j]);
+        else m->add_keys(k.data<int64_t>()[j]);
+      }
+      onnx::SequenceProto* vals = m->mutable_values();
+      vals->set_elem_type(onnx::SequenceProto::TENSOR);
+      const Tensor& vs = v.sequence[i];
+      for (int64_t j = 0; j < vs.numel(); ++j) {
+        Tensor one = Tensor::make(vs.dtype(), {}).value();
+        std::memcpy(one.raw_data(), static_cast<const char*>(vs.raw_data()) + j * dtype_size(vs.dtype()), dtype_size(vs.dtype()));
+        tensor_to_proto(one, "", vals->add_tensor_values());
+      }
+    }
+    return;
+  }
   p->set_elem_type(onnx::SequenceProto::TENSOR);
   for (const Tensor& t : v.sequence) tensor_to_proto(t, "", p->add_tensor_values());
 }

@@ -92,6 +92,8 @@ const char* kind_name(Value::Kind k) {
       return "sequence";
     case Value::Kind::kOptional:
       return "optional";
+    case Value::Kind::kMap:
+      return "map";
   }
   return "?";
 }
@@ -123,6 +125,17 @@ Status add_value(ErrorStats& s, const Value& a, const Value& b, const CompareOpt
     if (a.sequence.size() != b.sequence.size())
       return Status::error("sequence length differs: A " + std::to_string(a.sequence.size()) +
                            ", B " + std::to_string(b.sequence.size()));
+    if (a.is_map_sequence() != b.is_map_sequence())
+      return Status::error("one sequence holds maps, the other tensors");
+    for (size_t i = 0; i < a.sequence_keys.size() && i < b.sequence_keys.size(); ++i) {
+      const Tensor &ka = a.sequence_keys[i], &kb = b.sequence_keys[i];
+      Status st = check_same_type(ka, kb);
+      if (!st.is_ok()) return st.with_context("the keys of map " + std::to_string(i));
+      const bool same = ka.dtype() == DType::kString
+                            ? std::equal(ka.data<std::string>(), ka.data<std::string>() + ka.numel(), kb.data<std::string>())
+                            : std::memcmp(ka.raw_data(), kb.raw_data(), ka.nbytes()) == 0;
+      if (!same) return Status::error("the keys of map " + std::to_string(i) + " differ");
+    }
     for (size_t i = 0; i < a.sequence.size(); ++i) {
       Status st = check_same_type(a.sequence[i], b.sequence[i]);
       if (!st.is_ok()) return st.with_context("sequence element " + std::to_string(i));

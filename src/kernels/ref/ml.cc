@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/kernel_util.h"
+#include "kernels/ref/ml_post_transform.h"
 
 namespace kiln {
 namespace {
@@ -233,21 +234,6 @@ std::vector<double> attr_numbers(const ir::Node& node, const std::string& name) 
   return out;
 }
 
-// Inverse of the standard normal CDF, by Newton steps on erf from a rational start.
-double probit(double p) {
-  if (p <= 0) return -std::numeric_limits<double>::infinity();
-  if (p >= 1) return std::numeric_limits<double>::infinity();
-  double x = 0;
-  for (int it = 0; it < 100; ++it) {
-    const double cdf = 0.5 * std::erfc(-x / std::sqrt(2.0));
-    const double pdf = std::exp(-0.5 * x * x) / std::sqrt(2.0 * 3.14159265358979323846);
-    const double step = (cdf - p) / std::max(pdf, 1e-300);
-    x -= std::max(-1.0, std::min(1.0, step));
-    if (std::fabs(step) < 1e-15) break;
-  }
-  return x;
-}
-
 Status tree_ensemble(KernelContext& ctx) {
   const ir::Node& node = ctx.node;
   if (!ctx.has_input(0)) return ctx.error("X is required");
@@ -349,21 +335,10 @@ Status tree_ensemble(KernelContext& ctx) {
       else if (aggregate == 2) slot = std::min(slot, w);
       else slot = std::max(slot, w);
     }
-    double* row = res + r * n_targets;
-    if (post == 1 || post == 3) {
-      double mx = -std::numeric_limits<double>::infinity();
-      for (int64_t t = 0; t < n_targets; ++t) mx = std::max(mx, row[t]);
-      double sum = 0;
-      for (int64_t t = 0; t < n_targets; ++t) {
-        row[t] = (post == 3 && row[t] == 0) ? 0.0 : std::exp(row[t] - mx);
-        sum += row[t];
-      }
-      for (int64_t t = 0; t < n_targets; ++t) row[t] = sum > 0 ? row[t] / sum : 0.0;
-    } else if (post == 2) {
-      for (int64_t t = 0; t < n_targets; ++t) row[t] = 1.0 / (1.0 + std::exp(-row[t]));
-    } else if (post == 4) {
-      for (int64_t t = 0; t < n_targets; ++t) row[t] = probit(row[t]);
-    }
+    // post_transform 0..4: NONE, SOFTMAX, LOGISTIC, SOFTMAX_ZERO, PROBIT.
+    constexpr PostTransform kPost[] = {PostTransform::kNone, PostTransform::kSoftmax, PostTransform::kLogistic,
+                                       PostTransform::kSoftmaxZero, PostTransform::kProbit};
+    apply_post_transform(kPost[post], res + r * n_targets, n_targets);
   }
   KILN_ASSIGN_OR_RETURN(Tensor* y, ctx.make_output(0, dt, {rows, n_targets}));
   for (int64_t i = 0; i < out.numel(); ++i) store_from_double(dt, y->raw_data(), i, res[i]);
