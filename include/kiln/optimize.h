@@ -37,6 +37,7 @@ struct OptimizeReport {
   std::vector<PassReport> passes;
   int64_t nodes_before = 0;
   int64_t nodes_after = 0;
+  int64_t type_inferences = 0;  // how often the passes' shared type analysis ran shape inference
 };
 
 // Rewrites `model` in place. The result computes the same outputs (within float rounding for

@@ -7,7 +7,6 @@
 // inputs). Top-level graph only.
 #include <cmath>
 
-#include "ir/shape_inference.h"
 #include "passes/graph_edit.h"
 #include "passes/graph_index.h"
 #include "passes/pass.h"
@@ -17,20 +16,15 @@ namespace {
 
 class ClipCanonical : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
+  Result<int64_t> run(ir::Model& model, PassContext& ctx) override {
     ir::Graph& g = model.graph;
     if (model.opset("") < 11) return int64_t{0};
     bool any = false;
     for (const ir::Node& n : g.nodes) any |= n.domain.empty() && (n.op_type == "Max" || n.op_type == "Min");
     if (!any) return int64_t{0};
-    std::map<std::string, ir::TypeInfo> types;
-    {
-      ir::Model copy = model;
-      if (!ir::infer_shapes(copy).is_ok()) return int64_t{0};
-      for (const auto* list : {&copy.graph.inputs, &copy.graph.value_info})
-        for (const auto& vi : *list) types[vi.name] = vi.type;
-    }
-    const GraphIndex idx(g);
+    const ValueTypes& types = ctx.types();
+    if (!types.inferred) return int64_t{0};
+    const GraphIndex& idx = ctx.index(g);
     int64_t rewrites = 0;
     for (ir::Node& n : g.nodes) {
       if (!n.domain.empty() || (n.op_type != "Max" && n.op_type != "Min") || n.inputs.size() != 2 ||
@@ -39,10 +33,9 @@ class ClipCanonical : public Pass {
       for (int side = 0; side < 2; ++side) {
         const std::string x = n.inputs[1 - side];
         const Tensor* c = idx.constant(n.inputs[side]);
-        auto t = types.find(x);
-        if (!c || idx.constant(x) || c->numel() != 1 || c->dtype() != DType::kFloat32 || t == types.end() ||
-            t->second.dtype != DType::kFloat32 || !t->second.has_shape ||
-            static_cast<int64_t>(t->second.shape.size()) < c->rank())
+        const ir::TypeInfo* t = types.tensor(x);
+        if (!c || idx.constant(x) || c->numel() != 1 || c->dtype() != DType::kFloat32 || !t ||
+            t->dtype != DType::kFloat32 || !t->has_shape || static_cast<int64_t>(t->shape.size()) < c->rank())
           continue;
         const float bound = c->data<float>()[0];
         if (std::isnan(bound)) continue;

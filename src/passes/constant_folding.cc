@@ -22,7 +22,7 @@ constexpr int64_t kMaxFoldedBytes = int64_t{16} << 20;
 
 class ConstantFolding : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
+  Result<int64_t> run(ir::Model& model, PassContext&) override {
     ThreadPool pool(1);
     int64_t folded = 0;
     for_each_graph(model.graph, [&](ir::Graph& g) {

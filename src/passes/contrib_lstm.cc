@@ -64,7 +64,7 @@ bool lower(ir::Graph& g, ir::Node& n) {
 
 class ContribLstm : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
+  Result<int64_t> run(ir::Model& model, PassContext&) override {
     int64_t lowered = 0;
     for_each_graph(model.graph, [&](ir::Graph& g) {
       for (ir::Node& n : g.nodes) lowered += lower(g, n);

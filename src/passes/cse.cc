@@ -77,7 +77,7 @@ std::string node_key(const ir::Node& n) {
 
 class CommonSubexpressionElimination : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
+  Result<int64_t> run(ir::Model& model, PassContext&) override {
     int64_t merged = 0;
     for_each_graph(model.graph,
                    [&](ir::Graph& g) { merged += merge_initializers(g) + merge_nodes(g); });

@@ -7,7 +7,7 @@ namespace {
 
 class DeadCodeElimination : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
+  Result<int64_t> run(ir::Model& model, PassContext&) override {
     int64_t removed = 0;
     for_each_graph(model.graph, [&](ir::Graph& g) {
       for (bool again = true; again;) {  // removing a node can make its producers dead

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "ir/shape_inference.h"
 #include "passes/graph_edit.h"
 #include "passes/pass.h"
 
@@ -48,14 +47,16 @@ std::optional<Affine> bn_affine(const ir::Graph& g, const ir::Node& bn, int64_t 
 
 class FoldBatchNorm : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
+  Result<int64_t> run(ir::Model& model, PassContext& ctx) override {
     int64_t folded = 0;
     const int64_t opset = model.opset("");
-    // Ranks before any edit: once a fold has renamed a producer's output to the BN's, the graph
+    // Types before any edit: once a fold has renamed a producer's output to the BN's, the graph
     // defines that value twice until the BN goes, and inference would fail.
+    const ValueTypes* types = nullptr;
     if (std::any_of(model.graph.nodes.begin(), model.graph.nodes.end(),
                     [](const ir::Node& n) { return n.op_type == "BatchNormalization"; }))
-      infer_ranks(model);
+      types = &ctx.types();
+    auto rank_of = [&](const std::string& value) { return types ? types->rank(value) : std::nullopt; };
     for_each_graph(model.graph, [&](ir::Graph& g) {
       const auto uses = use_counts(g);
       std::map<std::string, size_t> producer;
@@ -79,7 +80,7 @@ class FoldBatchNorm : public Pass {
           ok = fold_conv(g, p, *affine);
         else if (p.op_type == "Gemm")
           ok = fold_gemm(g, p, *affine);
-        else if (p.op_type == "MatMul" && opset >= 11 && rank_of(model, g, p.inputs[0]) == 2)
+        else if (p.op_type == "MatMul" && opset >= 11 && rank_of(p.inputs[0]) == 2)
           ok = matmul_to_gemm(g, p, *affine);
         if (!ok) continue;
         p.outputs[0] = bn.outputs[0];
@@ -91,7 +92,7 @@ class FoldBatchNorm : public Pass {
         if (drop[k]) continue;
         ir::Node& bn = g.nodes[k];
         if (bn.op_type == "BatchNormalization" && bn.domain.empty() && bn.has_input(0)) {
-          const std::optional<int64_t> rank = rank_of(model, g, bn.inputs[0]);
+          const std::optional<int64_t> rank = rank_of(bn.inputs[0]);
           auto affine = rank && *rank >= 2 ? bn_affine(g, bn, opset) : std::nullopt;
           if (affine) {
             for (ir::Node& step : scale_shift(g, bn, *affine, *rank)) kept.push_back(std::move(step));
@@ -170,25 +171,6 @@ class FoldBatchNorm : public Pass {
     add.outputs = {bn.outputs[0]};
     return {std::move(mul), std::move(add)};
   }
-
-  // The rank of every top-level value shape inference knows.
-  void infer_ranks(const ir::Model& model) {
-    ir::Model copy = model;
-    if (!ir::infer_shapes(copy).is_ok()) return;
-    for (const auto* list : {&copy.graph.inputs, &copy.graph.value_info})
-      for (const auto& vi : *list)
-        if (vi.type.kind == ir::TypeInfo::Kind::kTensor && vi.type.has_shape)
-          ranks_[vi.name] = static_cast<int64_t>(vi.type.shape.size());
-  }
-
-  // The rank of `value` in the top-level graph, when inference knew it.
-  std::optional<int64_t> rank_of(const ir::Model& model, const ir::Graph& g, const std::string& value) const {
-    auto it = &g == &model.graph ? ranks_.find(value) : ranks_.end();
-    if (it == ranks_.end()) return std::nullopt;
-    return it->second;
-  }
-
-  std::map<std::string, int64_t> ranks_;
 
   // Gemm Y = alpha*A*op(B) + beta*C with Y [M, N]: column n scales by scale[n].
   static bool fold_gemm(ir::Graph& g, ir::Node& gemm, const Affine& a) {

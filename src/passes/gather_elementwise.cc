@@ -88,7 +88,7 @@ bool try_rewrite(ir::Graph& g, const GraphIndex& idx, const ir::Node& gather) {
 
 class GatherElementwise : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
+  Result<int64_t> run(ir::Model& model, PassContext&) override {
     ir::Graph& g = model.graph;
     return rewrite_until_done(g, [&](const GraphIndex& idx, const ir::Node& n) { return try_rewrite(g, idx, n); });
   }

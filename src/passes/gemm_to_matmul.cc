@@ -36,7 +36,7 @@ Tensor transposed(const Tensor& b) {
 
 class GemmToMatMul : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
+  Result<int64_t> run(ir::Model& model, PassContext&) override {
     ir::Graph& g = model.graph;
     return rewrite_until_done(
         g, [&g](const GraphIndex& idx, const ir::Node& n) { return try_rewrite(g, idx, n); });

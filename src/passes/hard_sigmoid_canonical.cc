@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "ir/shape_inference.h"
 #include "kernels/kernel_util.h"
 #include "passes/graph_edit.h"
 #include "passes/graph_index.h"
@@ -232,19 +231,14 @@ int64_t apply(ir::Graph& g, std::vector<Found>& found) {
 
 class HardSigmoidCanonical : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
+  Result<int64_t> run(ir::Model& model, PassContext& ctx) override {
     const bool hard_swish_op = model.opset("") >= 14;
-    // Ranks, only when a [1] constant needs x to be at least 1-D (inferred once, on a copy).
-    std::optional<ir::Model> typed;
+    // Types before any edit, asked for only when a [1] constant needs x to be at least 1-D.
+    const ValueTypes* types = nullptr;
     auto rank_at_least_1 = [&](const std::string& x) {
-      if (!typed) {
-        typed = model;
-        if (!ir::infer_shapes(*typed).is_ok()) typed->graph.value_info.clear();
-      }
-      for (const auto* list : {&typed->graph.inputs, &typed->graph.value_info})
-        for (const auto& vi : *list)
-          if (vi.name == x) return vi.type.has_shape && !vi.type.shape.empty();
-      return false;
+      if (!types) types = &ctx.types();
+      const std::optional<int64_t> r = types->rank(x);
+      return r && *r >= 1;
     };
     int64_t rewrites = 0;
     for_each_graph(model.graph, [&](ir::Graph& g) {
@@ -260,8 +254,7 @@ class HardSigmoidCanonical : public Pass {
             bool overlap = false;
             for (const Node* r : f->nodes) overlap |= taken.count(r) > 0;
             if (overlap) continue;
-            // Subgraph values are not typed here: a [1] constant there keeps its spelling.
-            if (f->rank1_constant && (&g != &model.graph || !rank_at_least_1(f->x))) continue;
+            if (f->rank1_constant && !rank_at_least_1(f->x)) continue;
             taken.insert(f->nodes.begin(), f->nodes.end());
             found.push_back(std::move(*f));
           }

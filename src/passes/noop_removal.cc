@@ -19,7 +19,7 @@ bool is_noop(const ir::Node& n) {
 
 class NoopRemoval : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
+  Result<int64_t> run(ir::Model& model, PassContext&) override {
     int64_t removed = 0;
     for_each_graph(model.graph, [&](ir::Graph& g) {
       // A graph output keeps its name, so a no-op producing one stays (its input may be a graph

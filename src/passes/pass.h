@@ -1,5 +1,6 @@
-// The pass interface. A pass rewrites a Model and says how many rewrites it made; it registers
-// itself from its own file with KILN_REGISTER_PASS, giving its place in the pipeline.
+// The pass interface. A pass rewrites a Model and says how many rewrites it made, asking the
+// PassContext for the analyses it needs; it registers itself from its own file with
+// KILN_REGISTER_PASS, giving its place in the pipeline.
 #pragma once
 
 #include <memory>
@@ -9,6 +10,7 @@
 #include "ir/graph.h"
 #include "kiln/optimize.h"
 #include "kiln/status.h"
+#include "passes/pass_context.h"
 
 namespace kiln::passes {
 
@@ -18,8 +20,9 @@ enum class Stage { kSimplify = 0, kFuse = 1, kLayout = 2, kFinal = 3 };
 class Pass {
  public:
   virtual ~Pass() = default;
-  // Rewrites the model; returns the number of rewrites made.
-  virtual Result<int64_t> run(ir::Model& model, const OptimizeOptions& options) = 0;
+  // Rewrites the model; returns the number of rewrites made. The analyses in `ctx` describe the
+  // model as the pass finds it; the manager invalidates them after a pass that rewrote.
+  virtual Result<int64_t> run(ir::Model& model, PassContext& ctx) = 0;
 };
 
 struct PassInfo {

@@ -82,6 +82,7 @@ Result<OptimizeReport> optimize(ir::Model& model, const OptimizeOptions& options
   // fusion gets rows of its own.
   std::vector<PassReport> rows;
   std::string phase;
+  PassContext ctx(model, options);
   auto run_pass = [&](const PassInfo* p) -> Result<int64_t> {
     const std::string key = p->name + phase;
     auto it =
@@ -92,7 +93,8 @@ Result<OptimizeReport> optimize(ir::Model& model, const OptimizeOptions& options
     }
     PassReport& row = *it;
     const auto t0 = std::chrono::steady_clock::now();
-    auto rewrites = p->create()->run(model, options);
+    auto rewrites = p->create()->run(model, ctx);
+    if (rewrites && *rewrites > 0) ctx.invalidate();
     row.ms +=
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (!rewrites) return rewrites.status().with_context("pass " + p->name);
@@ -133,6 +135,7 @@ Result<OptimizeReport> optimize(ir::Model& model, const OptimizeOptions& options
   }
   report.passes = std::move(rows);
   report.nodes_after = count_nodes(model.graph);
+  report.type_inferences = ctx.inferences();
   auto set_meta = [&](const std::string& key, const std::string& value) {
     for (auto& kv : model.metadata)
       if (kv.first == key) {

@@ -56,32 +56,20 @@ bool all_equal(const Tensor& t, double x) {
 
 class RedundantOps : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
-    ir::Model copy = model;  // inference fills value_info of the copy; tensors are shared
-    if (!ir::infer_shapes(copy).is_ok()) {
-      copy = model;
-      copy.graph.value_info.clear();
-      if (!ir::infer_shapes(copy).is_ok()) return 0;
-    }
-    types_.clear();
-    for (const auto& [name, t] : copy.graph.initializers)
-      types_[name] = ir::TypeInfo::tensor(t.dtype(), t.shape());
-    for (const auto* list : {&copy.graph.inputs, &copy.graph.value_info, &copy.graph.outputs})
-      for (const auto& vi : *list) types_[vi.name] = vi.type;
+  Result<int64_t> run(ir::Model& model, PassContext& ctx) override {
+    types_ = &ctx.types();
+    if (!types_->inferred) return 0;
     opset_ = model.opset("");
     return simplify(model.graph);
   }
 
  private:
-  std::map<std::string, ir::TypeInfo> types_;
+  const ValueTypes* types_ = nullptr;
   int64_t opset_ = 0;
 
   const ir::TypeInfo* ranked(const std::string& name) const {
-    auto it = types_.find(name);
-    if (it == types_.end() || it->second.kind != ir::TypeInfo::Kind::kTensor ||
-        !it->second.has_shape)
-      return nullptr;
-    return &it->second;
+    const ir::TypeInfo* t = types_->tensor(name);
+    return t && t->has_shape ? t : nullptr;
   }
   // Provably the same type and shape.
   bool same_type(const std::string& a, const std::string& b) const {

@@ -13,15 +13,6 @@ namespace {
 using ir::Dim;
 using ir::Dims;
 
-std::map<std::string, ir::TypeInfo> value_types(const ir::Graph& g) {
-  std::map<std::string, ir::TypeInfo> types;
-  for (const auto& [name, t] : g.initializers)
-    types[name] = ir::TypeInfo::tensor(t.dtype(), t.shape());
-  for (const auto* list : {&g.inputs, &g.value_info, &g.outputs})
-    for (const auto& vi : *list) types[vi.name] = vi.type;
-  return types;
-}
-
 bool is_symbolic(const Dim& d) { return !d.known() && !d.symbol.empty(); }
 
 // An int64 (or int32) 1-D or 0-D tensor holding `v`; nullopt for other types.
@@ -45,19 +36,10 @@ std::optional<Tensor> make_int_tensor(DType dtype, bool scalar, const std::vecto
 
 class ShapeResolution : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
-    // Inference runs on a copy (tensors share storage), so the model keeps the value_info it
-    // declared; values from a failed inference are not trusted.
-    ir::Model copy = model;
-    std::map<std::string, Dims> values;
-    if (!ir::infer_shapes(copy, &values).is_ok()) {
-      copy = model;
-      copy.graph.value_info.clear();
-      values.clear();
-      if (!ir::infer_shapes(copy, &values).is_ok()) return 0;
-    }
-    types_ = value_types(copy.graph);
-    values_ = std::move(values);
+  Result<int64_t> run(ir::Model& model, PassContext& ctx) override {
+    // Values from a failed inference are not trusted.
+    types_ = &ctx.types();
+    if (!types_->inferred) return 0;
     ir::Graph& g = model.graph;
     names_.clear();
     for (const auto& [name, t] : g.initializers) names_.insert(name);
@@ -82,19 +64,14 @@ class ShapeResolution : public Pass {
   }
 
  private:
-  std::map<std::string, ir::TypeInfo> types_;
-  std::map<std::string, Dims> values_;
+  const ValueTypes* types_ = nullptr;
   std::set<std::string> names_;
 
-  const ir::TypeInfo* type_of(const std::string& name) const {
-    auto it = types_.find(name);
-    return it == types_.end() || it->second.kind != ir::TypeInfo::Kind::kTensor ? nullptr
-                                                                                : &it->second;
-  }
+  const ir::TypeInfo* type_of(const std::string& name) const { return types_->tensor(name); }
   const Dims* value_of(const ir::Graph& g, const std::string& name) const {
     if (name.empty() || constant_value(g, name)) return nullptr;  // constants need no resolving
-    auto it = values_.find(name);
-    return it == values_.end() ? nullptr : &it->second;
+    auto it = types_->values.find(name);
+    return it == types_->values.end() ? nullptr : &it->second;
   }
 
   std::string fresh_name(const std::string& base) {
@@ -221,9 +198,9 @@ class ShapeResolution : public Pass {
     for (const auto& n : g.nodes) {
       for (const auto& o : n.outputs) {
         if (o.empty() || is_graph_output(g, o) || g.initializers.count(o)) continue;
-        auto it = values_.find(o);
+        auto it = types_->values.find(o);
         const ir::TypeInfo* t = type_of(o);
-        if (it == values_.end() || !t || !t->has_shape || t->shape.size() > 1) continue;
+        if (it == types_->values.end() || !t || !t->has_shape || t->shape.size() > 1) continue;
         std::vector<int64_t> v;
         bool known = true;
         for (const Dim& d : it->second) {

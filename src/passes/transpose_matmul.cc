@@ -1,6 +1,5 @@
 // Folds a Transpose of a 2-D operand into Gemm's transA/transB, and turns a 2-D MatMul with a
 // transposed operand into a Gemm that reads the operand untransposed. Top-level graph only.
-#include "ir/shape_inference.h"
 #include "passes/graph_edit.h"
 #include "passes/pass.h"
 
@@ -29,7 +28,7 @@ void set_int_attr(ir::Node& n, const std::string& name, int64_t v) {
 
 class TransposeMatMul : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
+  Result<int64_t> run(ir::Model& model, PassContext& ctx) override {
     ir::Graph& g = model.graph;
     std::map<std::string, const ir::Node*> producer;
     bool has_matmul = false;
@@ -38,21 +37,10 @@ class TransposeMatMul : public Pass {
       has_matmul |= n.op_type == "MatMul" && n.domain.empty();
     }
     // Gemm's C became optional in opset 11; only then can a MatMul become a Gemm.
-    std::map<std::string, ir::TypeInfo> types;
-    if (has_matmul && model.opset("") >= 11) {
-      ir::Model copy = model;
-      if (ir::infer_shapes(copy).is_ok()) {
-        for (const auto* list : {&copy.graph.inputs, &copy.graph.value_info, &copy.graph.outputs})
-          for (const auto& vi : *list) types[vi.name] = vi.type;
-        for (const auto& [name, t] : copy.graph.initializers)
-          types[name] = ir::TypeInfo::tensor(t.dtype(), t.shape());
-      }
-    }
+    const ValueTypes* types = has_matmul && model.opset("") >= 11 ? &ctx.types() : nullptr;
     auto rank2_f32 = [&](const std::string& v) {
-      auto it = types.find(v);
-      return it != types.end() && it->second.kind == ir::TypeInfo::Kind::kTensor &&
-             it->second.has_shape && it->second.shape.size() == 2 &&
-             it->second.dtype == DType::kFloat32;
+      const ir::TypeInfo* t = types && types->inferred ? types->tensor(v) : nullptr;
+      return t && t->has_shape && t->shape.size() == 2 && t->dtype == DType::kFloat32;
     };
     auto source = [&](const std::string& v) {
       auto it = producer.find(v);

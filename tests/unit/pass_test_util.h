@@ -128,7 +128,10 @@ struct Builder {
 
 inline Result<int64_t> run_pass(ir::Model& m, const std::string& name, OptimizeOptions options = {}) {
   for (const auto* p : passes::PassRegistry::global().sorted())
-    if (p->name == name) return p->create()->run(m, options);
+    if (p->name == name) {
+      passes::PassContext ctx(m, options);
+      return p->create()->run(m, ctx);
+    }
   return Status::error("no pass " + name);
 }
 

@@ -102,6 +102,8 @@ void add_optimize_command(CLI::App& app, int* exit_code) {
         std::printf("%-36s %9lld %8lld %8lld %9.1f\n", p.name.c_str(),
                     static_cast<long long>(p.rewrites), static_cast<long long>(p.nodes_before),
                     static_cast<long long>(p.nodes_after), p.ms);
+      std::printf("shared type analysis: shape inference ran %lld times\n",
+                  static_cast<long long>(report->type_inferences));
     }
     std::printf("nodes %lld -> %lld\n", static_cast<long long>(report->nodes_before),
                 static_cast<long long>(report->nodes_after));

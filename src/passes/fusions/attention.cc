@@ -322,7 +322,7 @@ void rewrite(ir::Graph& g, Types& types, const Match& m) {
 
 class AttentionFusion : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
+  Result<int64_t> run(ir::Model& model, PassContext&) override {
     // Only the main graph: attention inside If/Loop bodies is left as it is.
     ir::Graph& g = model.graph;
     bool any = false;

@@ -12,7 +12,7 @@ using namespace epilogue;
 
 class ConvEpilogue : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
+  Result<int64_t> run(ir::Model& model, PassContext&) override {
     if (!has_op(model.graph, {"Conv"})) return int64_t{0};
     // Residuals need shapes and every fusion needs types.
     return fuse_sweep(model, [](const ir::Graph& g, const GraphIndex& idx, const Types& types,

@@ -60,7 +60,7 @@ const ir::Node* only_reader(const GraphIndex& idx, const std::string& v, const T
 
 class ElementwiseChainFusion : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
+  Result<int64_t> run(ir::Model& model, PassContext&) override {
     std::set<std::string> names;
     for (const ir::EltwiseOpInfo& op : ir::eltwise_ops()) names.insert(op.name);
     if (!epilogue::has_op(model.graph, names)) return int64_t{0};

@@ -5,7 +5,6 @@
 #include <optional>
 
 #include "ir/op_schema.h"
-#include "ir/shape_inference.h"
 #include "passes/graph_edit.h"
 #include "passes/graph_index.h"
 #include "passes/pass.h"
@@ -195,17 +194,15 @@ std::optional<Match> match(const GraphIndex& idx, const Types& types, const Valu
 
 class EmbedLayerNormFusion : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
+  Result<int64_t> run(ir::Model& model, PassContext& ctx) override {
     ir::Graph& g = model.graph;
     bool any = false;
     for (const auto& n : g.nodes) any |= is_onnx_op(&n, "Gather");
     if (!any) return 0;
-    ir::Model copy = model;
-    Values values;
-    if (!ir::infer_shapes(copy, &values).is_ok()) return 0;
-    Types types;
-    for (const auto* list : {&copy.graph.inputs, &copy.graph.value_info, &copy.graph.outputs})
-      for (const auto& vi : *list) types[vi.name] = vi.type;
+    const ValueTypes& vt = ctx.types();
+    if (!vt.inferred) return 0;
+    const Types& types = vt.types;
+    const Values& values = vt.values;
     const int64_t fused = rewrite_until_done(g, [&](const GraphIndex& idx, const ir::Node& n) {
       auto m = match(idx, types, values, n);
       if (m) rewrite(g, n, *m);

@@ -190,7 +190,7 @@ ir::Attribute string_attr(const char* name, const char* value) {
 
 class GeluFusion : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
+  Result<int64_t> run(ir::Model& model, PassContext&) override {
     int64_t rewrites = 0;
     for_each_graph(model.graph, [&](ir::Graph& g) {
       std::vector<Rewrite> found;
@@ -225,7 +225,7 @@ class GeluFusion : public Pass {
 
 class BiasGeluFusion : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
+  Result<int64_t> run(ir::Model& model, PassContext&) override {
     int64_t rewrites = 0;
     for_each_graph(model.graph, [&](ir::Graph& g) {
       std::vector<Rewrite> found;

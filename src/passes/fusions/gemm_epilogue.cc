@@ -59,7 +59,7 @@ bool is_bias_for(const Tensor& c, const ir::TypeInfo& out, bool last_axis_only) 
 
 class GemmEpilogue : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
+  Result<int64_t> run(ir::Model& model, PassContext&) override {
     if (!has_op(model.graph, {"MatMul", "Gemm"})) return int64_t{0};
     return fuse_sweep(model, [](const ir::Graph& g, const GraphIndex& idx, const Types& types,
                                 const ir::Node& n, Rewrites& rw) {

@@ -196,7 +196,7 @@ class LayerNormFusion : public Pass {
  public:
   explicit LayerNormFusion(Mode mode) : mode_(mode) {}
 
-  Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
+  Result<int64_t> run(ir::Model& model, PassContext&) override {
     const int64_t opset = model.opset("");
     if (mode_ == Mode::kCanonical && opset < 17) return 0;
     // Shapes decide which axes are trailing and whether gamma and beta fit; a model whose shapes

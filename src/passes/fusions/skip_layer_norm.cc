@@ -77,7 +77,7 @@ std::optional<Match> match(const GraphIndex& idx, const ir::Graph& g, const Node
 
 class SkipLayerNormFusion : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
+  Result<int64_t> run(ir::Model& model, PassContext&) override {
     int64_t rewrites = 0;
     for_each_graph(model.graph, [&](ir::Graph& g) {
       std::map<const Node*, Node> at;

@@ -174,7 +174,7 @@ ir::Attribute int_attr(const std::string& name, int64_t v) {
 
 class NchwcLayout : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, const OptimizeOptions&) override {
+  Result<int64_t> run(ir::Model& model, PassContext&) override {
     ir::Graph& g = model.graph;
     bool any_conv = false;
     for (const ir::Node& n : g.nodes) any_conv |= is_conv(n);
