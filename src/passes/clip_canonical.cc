@@ -4,51 +4,48 @@
 // splits a conv region (the tf2onnx speech embedding's 19 convs each ended in one). Exact: for
 // a float x, Max(x, c) is Clip(x, c, +inf), NaN included (both propagate it). Needs the rank of x
 // to be at least c's, so that dropping c's shape keeps the output's; opset 11+ (Clip's bounds as
-// inputs). Top-level graph only.
+// inputs). Pattern rules (passes/pattern.h), subgraphs included.
 #include <cmath>
 
 #include "passes/graph_edit.h"
-#include "passes/graph_index.h"
 #include "passes/pass.h"
+#include "passes/pattern.h"
 
 namespace kiln::passes {
 namespace {
 
+// A one-element float32 constant that is a number.
+bool scalar_bound(const Tensor& t) {
+  return t.numel() == 1 && t.dtype() == DType::kFloat32 && !std::isnan(t.data<float>()[0]);
+}
+
+// Max(x, c) -> Clip(x, c, ), Min(x, c) -> Clip(x, , c), x a float32 non-constant of rank >= c's.
+Rule clamp_rule(const char* op) {
+  const bool floor = std::string(op) == "Max";
+  return {std::string("clip-from-") + op,
+          Pattern::op(op, {Pattern::value("x"), Pattern::constant(scalar_bound, "c")}).commutative(),
+          [floor](const Match& m, RuleContext& rc) -> std::optional<std::vector<ir::Node>> {
+            const std::string& x = m.value("x");
+            const Tensor& c = m.constant("c");
+            const ir::TypeInfo* t = rc.ctx.types().tensor(x);
+            if (constant_value(rc.graph, x) || !t || t->dtype != DType::kFloat32 || !t->has_shape ||
+                static_cast<int64_t>(t->shape.size()) < c.rank())
+              return std::nullopt;
+            const std::string bound = rc.fresh_name(m.value("c") + "_scalar");
+            rc.graph.initializers[bound] = Tensor::scalar<float>(DType::kFloat32, c.data<float>()[0]);
+            ir::Node clip = *m.root;
+            clip.op_type = "Clip";
+            clip.inputs = floor ? std::vector<std::string>{x, bound} : std::vector<std::string>{x, "", bound};
+            return std::vector<ir::Node>{std::move(clip)};
+          }};
+}
+
 class ClipCanonical : public Pass {
  public:
   Result<int64_t> run(ir::Model& model, PassContext& ctx) override {
-    ir::Graph& g = model.graph;
     if (model.opset("") < 11) return int64_t{0};
-    bool any = false;
-    for (const ir::Node& n : g.nodes) any |= n.domain.empty() && (n.op_type == "Max" || n.op_type == "Min");
-    if (!any) return int64_t{0};
-    const ValueTypes& types = ctx.types();
-    if (!types.inferred) return int64_t{0};
-    const GraphIndex& idx = ctx.index(g);
-    int64_t rewrites = 0;
-    for (ir::Node& n : g.nodes) {
-      if (!n.domain.empty() || (n.op_type != "Max" && n.op_type != "Min") || n.inputs.size() != 2 ||
-          n.outputs.size() != 1)
-        continue;
-      for (int side = 0; side < 2; ++side) {
-        const std::string x = n.inputs[1 - side];
-        const Tensor* c = idx.constant(n.inputs[side]);
-        const ir::TypeInfo* t = types.tensor(x);
-        if (!c || idx.constant(x) || c->numel() != 1 || c->dtype() != DType::kFloat32 || !t ||
-            t->dtype != DType::kFloat32 || !t->has_shape || static_cast<int64_t>(t->shape.size()) < c->rank())
-          continue;
-        const float bound = c->data<float>()[0];
-        if (std::isnan(bound)) continue;
-        const std::string name = fresh_name(g, n.inputs[side] + "_scalar");
-        g.initializers[name] = Tensor::scalar<float>(DType::kFloat32, bound);
-        const bool floor = n.op_type == "Max";
-        n.op_type = "Clip";
-        n.inputs = floor ? std::vector<std::string>{x, name} : std::vector<std::string>{x, "", name};
-        ++rewrites;
-        break;
-      }
-    }
-    return rewrites;
+    static const std::vector<Rule> rules = {clamp_rule("Max"), clamp_rule("Min")};
+    return apply_rules(model, ctx, rules);
   }
 };
 

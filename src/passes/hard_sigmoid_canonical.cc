@@ -12,6 +12,7 @@
 #include "passes/graph_edit.h"
 #include "passes/graph_index.h"
 #include "passes/pass.h"
+#include "passes/pattern.h"
 
 namespace kiln::passes {
 namespace {
@@ -188,21 +189,16 @@ std::optional<Found> match_clip(const ir::Graph& g, const GraphIndex& idx, const
 }
 
 // x * HardSigmoid(x; 1/6, 1/2), the gate read only by the Mul: HardSwish(x).
-std::optional<Found> match_hard_swish(const GraphIndex& idx, const Node& mul) {
-  if (!is_op(&mul, "Mul") || mul.inputs.size() != 2) return std::nullopt;
-  for (int i = 0; i < 2; ++i) {
-    const Node* h = idx.producer(mul.inputs[i]);
-    if (!h || !is_hard_swish_gate(*h) || h->inputs[0] != mul.inputs[1 - i] ||
-        !idx.single_use(mul.inputs[i]))
-      continue;
-    Found found;
-    found.nodes = {h, &mul};
-    found.x = h->inputs[0];
-    const std::string base = mul.name.empty() ? mul.outputs[0] : mul.name;
-    found.put = {make_node("HardSwish", {found.x}, mul.outputs[0], base + "_HardSwish")};
-    return found;
-  }
-  return std::nullopt;
+const Rule& hard_swish_rule() {
+  static const Rule rule{
+      "hard-swish",
+      Pattern::op("Mul", {Pattern::value("x"),
+                          Pattern::op("HardSigmoid", {Pattern::value("x")}).where(is_hard_swish_gate)})
+          .commutative(),
+      [](const Match& m, RuleContext&) -> std::optional<std::vector<Node>> {
+        return std::vector<Node>{replacement_node(m, "HardSwish", {m.value("x")})};
+      }};
+  return rule;
 }
 
 // Replaces each match's nodes by its new nodes, placed where the latest matched node was.
@@ -233,7 +229,7 @@ class HardSigmoidCanonical : public Pass {
  public:
   Result<int64_t> run(ir::Model& model, PassContext& ctx) override {
     const bool hard_swish_op = model.opset("") >= 14;
-    // Types before any edit, asked for only when a [1] constant needs x to be at least 1-D.
+    // Types, asked for only when a [1] constant needs x to be at least 1-D.
     const ValueTypes* types = nullptr;
     auto rank_at_least_1 = [&](const std::string& x) {
       if (!types) types = &ctx.types();
@@ -242,26 +238,26 @@ class HardSigmoidCanonical : public Pass {
     };
     int64_t rewrites = 0;
     for_each_graph(model.graph, [&](ir::Graph& g) {
-      // HardSigmoid first; the HardSwish sweep then sees the gates it made.
-      for (int sweep = 0; sweep < (hard_swish_op ? 2 : 1); ++sweep) {
-        std::vector<Found> found;
-        {
-          GraphIndex idx(g);
-          std::set<const Node*> taken;
-          for (const auto& n : g.nodes) {
-            auto f = sweep == 0 ? match_clip(g, idx, n) : match_hard_swish(idx, n);
-            if (!f) continue;
-            bool overlap = false;
-            for (const Node* r : f->nodes) overlap |= taken.count(r) > 0;
-            if (overlap) continue;
-            if (f->rank1_constant && !rank_at_least_1(f->x)) continue;
-            taken.insert(f->nodes.begin(), f->nodes.end());
-            found.push_back(std::move(*f));
-          }
+      std::vector<Found> found;
+      {
+        GraphIndex idx(g);
+        std::set<const Node*> taken;
+        for (const auto& n : g.nodes) {
+          auto f = match_clip(g, idx, n);
+          if (!f) continue;
+          bool overlap = false;
+          for (const Node* r : f->nodes) overlap |= taken.count(r) > 0;
+          if (overlap) continue;
+          if (f->rank1_constant && !rank_at_least_1(f->x)) continue;
+          taken.insert(f->nodes.begin(), f->nodes.end());
+          found.push_back(std::move(*f));
         }
-        rewrites += apply(g, found);
       }
+      rewrites += apply(g, found);
     });
+    // Then HardSwish, over the gates just made too.
+    if (rewrites > 0) ctx.invalidate();
+    if (hard_swish_op) rewrites += apply_rules(model, ctx, {hard_swish_rule()});
     return rewrites;
   }
 };

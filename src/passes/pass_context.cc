@@ -75,9 +75,13 @@ const ValueTypes& PassContext::types() {
 }
 
 const GraphIndex& PassContext::index(const ir::Graph& g) {
-  auto& slot = indexes_[&g];
-  if (!slot) slot = std::make_unique<GraphIndex>(g);
-  return *slot;
+  CachedIndex& slot = indexes_[&g];
+  if (!slot.index || slot.nodes != g.nodes.data() || slot.count != g.nodes.size()) {
+    slot.index = std::make_unique<GraphIndex>(g);
+    slot.nodes = g.nodes.data();
+    slot.count = g.nodes.size();
+  }
+  return *slot.index;
 }
 
 void PassContext::invalidate() {

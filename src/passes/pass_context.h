@@ -2,7 +2,9 @@
 // value types from shape inference and each graph's producer/consumer index — computed once and
 // kept until a rewrite changes the model (DESIGN.md habit 13). The pass manager invalidates them
 // after every pass that rewrote something; a pass that rewrites and then asks again within its
-// own run calls invalidate() itself (the rule rewriter of passes/pattern.h does).
+// own run calls invalidate() itself (the rule rewriter of passes/pattern.h does). Graph indexes
+// point into a graph's node list, which passes rebuild even when they find nothing to rewrite:
+// the manager drops them after every pass, and an index whose graph's node list moved is rebuilt.
 #pragma once
 
 #include <map>
@@ -49,6 +51,8 @@ class PassContext {
   const GraphIndex& index(const ir::Graph& g);
   // The model changed: every analysis is recomputed when next asked for.
   void invalidate();
+  // Only the graph indexes are dropped (the types stay): after a pass that rewrote nothing.
+  void invalidate_indexes() { indexes_.clear(); }
   // How many times types() ran shape inference (for tests and the optimize report).
   int64_t inferences() const { return inferences_; }
 
@@ -56,7 +60,12 @@ class PassContext {
   ir::Model& model_;
   const OptimizeOptions& options_;
   std::optional<ValueTypes> types_;
-  std::map<const ir::Graph*, std::unique_ptr<GraphIndex>> indexes_;
+  struct CachedIndex {
+    const ir::Node* nodes = nullptr;  // the graph's node list when the index was built
+    size_t count = 0;
+    std::unique_ptr<GraphIndex> index;
+  };
+  std::map<const ir::Graph*, CachedIndex> indexes_;
   int64_t inferences_ = 0;
 };
 

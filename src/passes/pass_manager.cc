@@ -95,6 +95,7 @@ Result<OptimizeReport> optimize(ir::Model& model, const OptimizeOptions& options
     const auto t0 = std::chrono::steady_clock::now();
     auto rewrites = p->create()->run(model, ctx);
     if (rewrites && *rewrites > 0) ctx.invalidate();
+    else ctx.invalidate_indexes();
     row.ms +=
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (!rewrites) return rewrites.status().with_context("pass " + p->name);
