@@ -1,5 +1,6 @@
 #include "passes/pattern.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <utility>
@@ -78,9 +79,8 @@ class Matcher {
  public:
   explicit Matcher(const GraphIndex& idx) : idx_(idx) {}
 
-  // Matches `p` against value `v`. Below a shared() op nothing is absorbed (`absorb` false): the
-  // shared node stays and keeps reading its inputs.
-  bool value(const Pattern& p, const std::string& v, const ir::Node* root, Match& m, bool absorb = true) const {
+  // Matches `p` against value `v`.
+  bool value(const Pattern& p, const std::string& v, const ir::Node* root, Match& m) const {
     if (v.empty()) return false;
     switch (p.kind_) {
       case Pattern::Kind::kValue:
@@ -94,14 +94,14 @@ class Matcher {
       case Pattern::Kind::kAnyOf:
         for (const Pattern& alt : p.children_) {
           Match trial = m;
-          if (value(alt, v, root, trial, absorb)) {
+          if (value(alt, v, root, trial)) {
             m = std::move(trial);
             return true;
           }
         }
         return false;
       case Pattern::Kind::kOp:
-        return op(p, v, root, m, absorb);
+        return op(p, v, root, m);
     }
     return false;
   }
@@ -113,28 +113,27 @@ class Matcher {
     return inserted || it->second == v;
   }
 
-  bool op(const Pattern& p, const std::string& v, const ir::Node* root, Match& m, bool absorb) const {
+  bool op(const Pattern& p, const std::string& v, const ir::Node* root, Match& m) const {
     const ir::Node* n = idx_.producer(v);
     if (!n || n->domain != p.domain_ || n->op_type != p.op_type_ || n->inputs.size() != p.children_.size()) return false;
     const bool is_root = n == root;
-    const bool absorbed = is_root || (absorb && !p.shared_);
-    // An absorbed interior node feeds only the match: one output, read once.
-    if (absorbed && !is_root && (n->outputs.size() != 1 || !idx_.single_use(v))) return false;
+    // An interior node feeds only the match: one output, read once (a shared one: read only by
+    // the match, checked once the match is complete).
+    if (!is_root && (n->outputs.size() != 1 || (!p.shared_ && !idx_.single_use(v)))) return false;
     if (p.node_accept_ && !p.node_accept_(*n)) return false;
-    if (!p.name_.empty()) {
+    if (!p.name_.empty()) {  // the node, and the value it was reached through
       auto [it, inserted] = m.nodes.emplace(p.name_, n);
-      if (!inserted && it->second != n) return false;
+      if ((!inserted && it->second != n) || !capture(m.values, p.name_, v)) return false;
     }
-    if (absorbed) {
-      for (const ir::Node* a : m.absorbed)
-        if (a == n) return false;  // the same node reached twice: not a tree of single uses
-      m.absorbed.push_back(n);
-    }
+    for (const ir::Node* a : m.absorbed)
+      if (a == n) return false;  // the same node reached twice: not a tree of single uses
+    m.absorbed.push_back(n);
+    if (p.shared_ && !is_root) m.shared.push_back(n);
     const size_t k = p.children_.size();
     auto inputs_match = [&](bool swapped, Match& trial) {
       for (size_t i = 0; i < k; ++i) {
         const size_t j = swapped ? k - 1 - i : i;
-        if (!value(p.children_[i], n->inputs[j], nullptr, trial, absorbed)) return false;
+        if (!value(p.children_[i], n->inputs[j], nullptr, trial)) return false;
       }
       return true;
     };
@@ -161,6 +160,15 @@ std::optional<Match> match_pattern(const Pattern& pattern, const GraphIndex& ind
   if (!Matcher(index).value(pattern, root.outputs[0], &root, m) || m.absorbed.empty() || m.absorbed[0] != &root)
     return std::nullopt;
   m.absorbed.erase(m.absorbed.begin());
+  // A shared node's readers must all be in the match, and nothing else (a subgraph, the graph's
+  // outputs) may read it.
+  for (const ir::Node* n : m.shared) {
+    const std::string& o = n->outputs[0];
+    const auto& readers = index.consumers(o);
+    if (index.use_count(o) != static_cast<int>(readers.size())) return std::nullopt;
+    for (const ir::Node* r : readers)
+      if (r != &root && std::find(m.absorbed.begin(), m.absorbed.end(), r) == m.absorbed.end()) return std::nullopt;
+  }
   m.absorbed.push_back(&root);
   return m;
 }
@@ -227,7 +235,9 @@ int64_t apply_rules(ir::Model& model, PassContext& ctx, const std::vector<Rule>&
       std::set<const ir::Node*> taken;
       const GraphIndex& idx = ctx.index(g);
       RuleContext rc{model, g, ctx};
-      for (const ir::Node& n : g.nodes) {
+      // Consumers before producers: the match with the furthest root absorbs the most.
+      for (auto it = g.nodes.rbegin(); it != g.nodes.rend(); ++it) {
+        const ir::Node& n = *it;
         if (taken.count(&n)) continue;
         for (const Rule& rule : rules) {
           std::optional<Match> m = match_pattern(rule.pattern, idx, n);

@@ -10,7 +10,7 @@
 //
 // Matching starts at a node (the pattern's outermost op) and follows inputs to their producers.
 // The nodes a match passes through are absorbed (the rewrite replaces them), so each must have
-// one output read only by the match; an op marked shared() may have other readers and stays.
+// one output read only by the match, once (or, marked shared(), several times).
 #pragma once
 
 #include <functional>
@@ -42,11 +42,14 @@ class Pattern {
 
   // A two-input op whose inputs may match in either order (Add, Mul, Max, ...).
   Pattern& commutative();
-  // An op whose node is captured as `name`, for the rewrite to read its attributes.
+  // An op whose node is captured as `name` (for the rewrite to read its attributes), and the
+  // value it was reached through as the value `name`, which value(name) elsewhere must equal.
   Pattern& bind(std::string name);
   // An op node must also satisfy `accept` (attributes, input count, ...).
   Pattern& where(std::function<bool(const ir::Node&)> accept);
-  // An op whose output may have readers outside the match: it is matched but not absorbed.
+  // An op whose output the match reads more than once (LayerNorm's centred x, read by the square
+  // and the division, value() naming it elsewhere): it needs no single use, only that every
+  // reader is in the match.
   Pattern& shared();
 
  private:
@@ -66,6 +69,7 @@ struct Match {
   std::map<std::string, const Tensor*> constants;  // captured constants
   std::map<std::string, const ir::Node*> nodes;    // captured (bound) nodes
   std::vector<const ir::Node*> absorbed;           // the nodes a rewrite replaces, root last
+  std::vector<const ir::Node*> shared;             // absorbed nodes the match reads more than once
   const ir::Node* root = nullptr;
 
   const std::string& value(const std::string& name) const { return values.at(name); }
@@ -93,9 +97,12 @@ struct Rule {
   std::function<std::optional<std::vector<ir::Node>>(const Match&, RuleContext&)> rewrite;
 };
 
-// Applies `rules` (the first that matches a node wins) to every node of the model's graph and its
-// subgraphs, in sweeps of non-overlapping matches, until a sweep matches nothing; invalidates
-// `ctx` after each sweep that rewrote. Returns the number of rewrites.
+// Applies `rules` (the first that matches a node and does not decline wins) to every node of the
+// model's graph and its subgraphs, in sweeps of non-overlapping matches, until a sweep matches
+// nothing; invalidates `ctx` after each sweep that rewrote. A sweep visits consumers before
+// producers, so that of two overlapping matches the one with the later root wins: list a
+// pattern's longer forms as rules of their own to have them tried first at each root. Returns the
+// number of rewrites.
 int64_t apply_rules(ir::Model& model, PassContext& ctx, const std::vector<Rule>& rules);
 
 // A node of `op_type` (default domain unless given) reading `inputs` and writing the match root's

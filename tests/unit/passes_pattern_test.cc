@@ -1,6 +1,6 @@
 // The pattern matcher and rule rewriter (passes/pattern.h): commutative operands, one name for
-// one value, interior nodes absorbed only when the match is their sole reader (or kept with
-// shared()), alternatives and captured constants; apply_rules() reaching into If branches and
+// one value, interior nodes absorbed only when the match is their sole reader (read once, or
+// several times when shared()), alternatives and captured constants; apply_rules() reaching into If branches and
 // keeping the model's outputs; and the pass context caching its analyses until invalidated.
 #include <gtest/gtest.h>
 
@@ -61,20 +61,29 @@ TEST(Pattern, OneNameIsOneValue) {
   EXPECT_FALSE(passes::match_pattern(silu(), idx, node_writing(b.m, "y")).has_value());
 }
 
-TEST(Pattern, InteriorNodesMustBeReadOnlyByTheMatchUnlessShared) {
-  Builder b;
-  b.input("x", {4});
-  b.add("Sigmoid", {"x"}, {"s"});
-  b.add("Mul", {"x", "s"}, {"y"});
-  b.output("y");
-  b.output("s");  // the gate is also a graph output
-  const passes::GraphIndex idx(b.m.graph);
-  EXPECT_FALSE(passes::match_pattern(silu(), idx, node_writing(b.m, "y")).has_value());
-  const Pattern shared_gate =
-      Pattern::op("Mul", {Pattern::value("x"), Pattern::op("Sigmoid", {Pattern::value("x")}).shared()}).commutative();
-  auto m = passes::match_pattern(shared_gate, idx, node_writing(b.m, "y"));
-  ASSERT_TRUE(m.has_value());
-  EXPECT_EQ(m->absorbed.size(), 1u);  // only the root: the shared gate stays
+TEST(Pattern, InteriorNodesMustBeReadOnlyByTheMatch) {
+  for (bool gate_is_output : {false, true}) {
+    Builder b;
+    b.input("x", {4});
+    b.add("Sigmoid", {"x"}, {"s"});
+    b.add("Mul", {"x", "s"}, {"y"});
+    b.add("Mul", {"s", "s"}, {"q"});  // s read twice by one node
+    b.output("y");
+    b.output("q");
+    if (gate_is_output) b.output("s");
+    const passes::GraphIndex idx(b.m.graph);
+    EXPECT_FALSE(passes::match_pattern(silu(), idx, node_writing(b.m, "y")).has_value());  // s also read by q
+    // Sigmoid(x)^2 as Mul(s, s): the gate read twice, by the match only, unless also an output.
+    const Pattern square = Pattern::op("Mul", {Pattern::op("Sigmoid", {Pattern::value("x")}).shared().bind("s"),
+                                                Pattern::value("s")});
+    Builder c = b;
+    c.m.graph.nodes.erase(c.m.graph.nodes.begin() + 1);  // drop y = x * s
+    c.m.graph.outputs.erase(c.m.graph.outputs.begin());
+    const passes::GraphIndex cidx(c.m.graph);
+    auto m = passes::match_pattern(square, cidx, node_writing(c.m, "q"));
+    EXPECT_EQ(m.has_value(), !gate_is_output);
+    if (m) EXPECT_EQ(m->absorbed.size(), 2u);
+  }
 }
 
 TEST(Pattern, AlternativesAndConstants) {
