@@ -8,7 +8,6 @@
 #include <tuple>
 
 #include "ir/op_schema.h"
-#include "ir/shape_inference.h"
 #include "passes/fusions/attention_trace.h"
 #include "passes/graph_edit.h"
 #include "passes/graph_index.h"
@@ -322,30 +321,19 @@ void rewrite(ir::Graph& g, Types& types, const Match& m) {
 
 class AttentionFusion : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, PassContext&) override {
+  Result<int64_t> run(ir::Model& model, PassContext& ctx) override {
     // Only the main graph: attention inside If/Loop bodies is left as it is.
     ir::Graph& g = model.graph;
     bool any = false;
     for (const auto& n : g.nodes) any |= is_onnx_op(&n, "Softmax");
     if (!any) return 0;
-    // The types of the values guide matching; the model keeps the value infos it had.
-    const auto saved_info = g.value_info;
-    const auto saved_outputs = g.outputs;
-    // Shape-derived integers (torchvision's slice offsets) are read from inference as well.
-    Values values;
-    if (!ir::infer_shapes(model, &values).is_ok()) {
-      g.value_info = saved_info;
-      g.outputs = saved_outputs;
-      return 0;
-    }
-    const std::vector<ir::ValueInfo> inferred = g.value_info;
-    const std::vector<ir::ValueInfo> inferred_inputs = g.inputs;
-    const std::vector<ir::ValueInfo> inferred_outputs = g.outputs;
-    g.value_info = saved_info;
-    g.outputs = saved_outputs;
+    // The types of the values guide matching, and shape-derived integers (torchvision's slice
+    // offsets) are read from inference as well.
+    const ValueTypes& inferred = ctx.types();
+    if (!inferred.inferred) return 0;
+    const Values& values = inferred.values;
     Types types;
-    for (const auto* list : {&inferred_inputs, &inferred_outputs, &inferred})
-      for (const auto& vi : *list) types.emplace(vi.name, &vi.type);
+    for (const auto& [name, t] : inferred.types) types.emplace(name, &t);
     const int64_t fused = rewrite_until_done(g, [&](const GraphIndex& idx, const ir::Node& n) {
       if (!is_onnx_op(&n, "Softmax")) return false;
       auto m = match(g, idx, types, values, n, model.opset(""));

@@ -12,10 +12,10 @@ using namespace epilogue;
 
 class ConvEpilogue : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, PassContext&) override {
+  Result<int64_t> run(ir::Model& model, PassContext& ctx) override {
     if (!has_op(model.graph, {"Conv"})) return int64_t{0};
     // Residuals need shapes and every fusion needs types.
-    return fuse_sweep(model, [](const ir::Graph& g, const GraphIndex& idx, const Types& types,
+    return fuse_sweep(model, ctx, [](const ir::Graph& g, const GraphIndex& idx, const Types& types,
                                 const ir::Node& n, Rewrites& rw) {
       if (!n.domain.empty() || n.op_type != "Conv") return;
       if (n.inputs.size() < 2 || n.inputs.size() > 3 || !n.has_input(0) || !n.has_input(1) ||

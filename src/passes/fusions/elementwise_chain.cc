@@ -60,7 +60,7 @@ const ir::Node* only_reader(const GraphIndex& idx, const std::string& v, const T
 
 class ElementwiseChainFusion : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, PassContext&) override {
+  Result<int64_t> run(ir::Model& model, PassContext& ctx) override {
     std::set<std::string> names;
     for (const ir::EltwiseOpInfo& op : ir::eltwise_ops()) names.insert(op.name);
     if (!epilogue::has_op(model.graph, names)) return int64_t{0};
@@ -68,7 +68,7 @@ class ElementwiseChainFusion : public Pass {
     if (ir::has_gradient_nodes(model.graph)) return int64_t{0};
     opset_ = model.opset("");
     return epilogue::fuse_sweep(
-        model, [this](const ir::Graph&, const GraphIndex& idx, const Types& types,
+        model, ctx, [this](const ir::Graph&, const GraphIndex& idx, const Types& types,
                       const ir::Node& n, Rewrites& rw) { fuse_from(idx, types, n, rw); });
   }
 

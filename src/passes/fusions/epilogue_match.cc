@@ -9,7 +9,6 @@
 
 #include "core/float_convert.h"
 #include "ir/op_schema.h"
-#include "ir/shape_inference.h"
 #include "passes/graph_edit.h"
 
 namespace kiln::passes::epilogue {
@@ -88,9 +87,9 @@ std::optional<ir::TypeInfo> Types::of(const std::string& value) const {
   auto it = g_.initializers.find(value);
   if (it != g_.initializers.end())
     return ir::TypeInfo::tensor(it->second.dtype(), it->second.shape());
-  const ir::ValueInfo* vi = g_.find_value_info(value);
-  if (!vi || vi->type.kind != ir::TypeInfo::Kind::kTensor) return std::nullopt;
-  return vi->type;
+  const ir::TypeInfo* t = inferred_.tensor(value);
+  if (!t) return std::nullopt;
+  return *t;
 }
 
 bool Types::is_float32(const std::string& value) const {
@@ -258,12 +257,13 @@ int64_t Rewrites::apply(ir::Graph& g) {
   return n;
 }
 
-int64_t fuse_sweep(ir::Model& model, const Visit& visit) {
-  if (!ir::infer_shapes(model).is_ok()) return 0;
+int64_t fuse_sweep(ir::Model& model, PassContext& ctx, const Visit& visit) {
+  const ValueTypes& inferred = ctx.types();
+  if (!inferred.inferred) return 0;
   int64_t fused = 0;
   for_each_graph(model.graph, [&](ir::Graph& g) {
     const GraphIndex idx(g);
-    const Types types(g);
+    const Types types(g, inferred);
     Rewrites rw;
     for (const ir::Node& n : g.nodes)
       if (!rw.drop.count(&n)) visit(g, idx, types, n, rw);

@@ -11,6 +11,7 @@
 
 #include "ir/graph.h"
 #include "passes/graph_index.h"
+#include "passes/pass_context.h"
 
 namespace kiln::passes::epilogue {
 
@@ -43,10 +44,11 @@ struct EpilogueMatch : Match {
   bool residual_first = false;  // act(v + z) rather than act(v) + z
 };
 
-// The type of a value: an initializer's, or the graph's value info; nullptr when unknown.
+// The type of a value: an initializer's, or what the pass context's type analysis inferred;
+// nullopt when unknown.
 class Types {
  public:
-  explicit Types(const ir::Graph& g) : g_(g) {}
+  Types(const ir::Graph& g, const ValueTypes& inferred) : g_(g), inferred_(inferred) {}
   std::optional<ir::TypeInfo> of(const std::string& value) const;
   // Both are float32 tensors with provably equal shapes (known or same-symbol dims).
   bool same_float_shape(const std::string& a, const std::string& b) const;
@@ -54,6 +56,7 @@ class Types {
 
  private:
   const ir::Graph& g_;
+  const ValueTypes& inferred_;
 };
 
 // Nodes already taken by an earlier match in this sweep.
@@ -104,13 +107,13 @@ struct Rewrites {
   int64_t apply(ir::Graph& g);
 };
 
-// The sweep each fusion here makes: shapes inferred (a model whose shapes do not infer is left as
-// it is), then `visit` called on every node of every graph that no earlier match took, the
+// The sweep each fusion here makes: with the context's types (a model whose shapes do not infer
+// is left as it is), `visit` called on every node of every graph that no earlier match took, the
 // rewrites applied once per graph. Returns the fused nodes placed, declaring the ai.kiln opset
 // when there are any.
 using Visit = std::function<void(const ir::Graph&, const GraphIndex&, const Types&, const ir::Node&,
                                  Rewrites&)>;
-int64_t fuse_sweep(ir::Model& model, const Visit& visit);
+int64_t fuse_sweep(ir::Model& model, PassContext& ctx, const Visit& visit);
 
 // True when the model has a node of one of these types (default domain) anywhere.
 bool has_op(const ir::Graph& g, const std::set<std::string>& ops);

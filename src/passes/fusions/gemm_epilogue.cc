@@ -59,9 +59,9 @@ bool is_bias_for(const Tensor& c, const ir::TypeInfo& out, bool last_axis_only) 
 
 class GemmEpilogue : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, PassContext&) override {
+  Result<int64_t> run(ir::Model& model, PassContext& ctx) override {
     if (!has_op(model.graph, {"MatMul", "Gemm"})) return int64_t{0};
-    return fuse_sweep(model, [](const ir::Graph& g, const GraphIndex& idx, const Types& types,
+    return fuse_sweep(model, ctx, [](const ir::Graph& g, const GraphIndex& idx, const Types& types,
                                 const ir::Node& n, Rewrites& rw) {
       if (!n.domain.empty() || n.outputs.size() != 1) return;
       if (n.op_type == "MatMul") fuse_matmul(g, idx, types, n, rw);

@@ -62,9 +62,9 @@ bool has_activation(const Layer& l) {
 
 class MlpFusion : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, PassContext&) override {
+  Result<int64_t> run(ir::Model& model, PassContext& ctx) override {
     if (!has_matmul(model.graph)) return int64_t{0};
-    return fuse_sweep(model, [](const ir::Graph&, const GraphIndex& idx, const Types& types,
+    return fuse_sweep(model, ctx, [](const ir::Graph&, const GraphIndex& idx, const Types& types,
                                 const ir::Node& n, Rewrites& rw) { fuse(idx, types, n, rw); });
   }
 

@@ -41,9 +41,9 @@ std::optional<int64_t> pointwise_conv(const ir::Node* n, const std::string& v, c
 
 class SqueezeExcite : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, PassContext&) override {
+  Result<int64_t> run(ir::Model& model, PassContext& ctx) override {
     if (!has_op(model.graph, {"GlobalAveragePool"})) return int64_t{0};
-    return fuse_sweep(model, [](const ir::Graph& g, const GraphIndex& idx, const Types& types,
+    return fuse_sweep(model, ctx, [](const ir::Graph& g, const GraphIndex& idx, const Types& types,
                                 const ir::Node& n, Rewrites& rw) {
       if (n.domain.empty() && n.op_type == "GlobalAveragePool") fuse(g, idx, types, n, rw);
     });

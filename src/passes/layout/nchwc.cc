@@ -9,7 +9,6 @@
 #include <optional>
 #include <set>
 
-#include "ir/shape_inference.h"
 #include "passes/fusions/epilogue_match.h"
 #include "passes/graph_edit.h"
 #include "passes/graph_index.h"
@@ -174,14 +173,14 @@ ir::Attribute int_attr(const std::string& name, int64_t v) {
 
 class NchwcLayout : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, PassContext&) override {
+  Result<int64_t> run(ir::Model& model, PassContext& ctx) override {
     ir::Graph& g = model.graph;
     bool any_conv = false;
     for (const ir::Node& n : g.nodes) any_conv |= is_conv(n);
     // The pass needs static channel counts; a model whose shapes do not infer is left as it is.
-    if (!any_conv || !ir::infer_shapes(model).is_ok()) return int64_t{0};
+    if (!any_conv || !ctx.types().inferred) return int64_t{0};
     const GraphIndex idx(g);
-    const Types types(g);
+    const Types types(g, ctx.types());
     std::set<std::string> blocked;
     const auto plan = plan_regions(g, idx, types, blocked);
     if (plan.empty()) return int64_t{0};

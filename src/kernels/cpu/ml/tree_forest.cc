@@ -186,7 +186,9 @@ void TreeForest::walk_trees(const X* x, int64_t row_begin, int64_t row_end, int6
         while (!(nodes[i].bits & kLeafBit)) {
           const Node& nd = nodes[i];
           const C v = static_cast<C>(xr[nd.bits & kFeatureMask]);
-          const C th = std::is_same_v<T, double> ? static_cast<C>(thresholds_d_[i]) : static_cast<C>(nd.threshold);
+          C th;
+          if constexpr (std::is_same_v<T, double>) th = static_cast<C>(thresholds_d_[i]);
+          else th = static_cast<C>(nd.threshold);
           bool go;
           if constexpr (kAllLeq) {
             go = v <= th;
