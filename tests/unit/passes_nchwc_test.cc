@@ -63,6 +63,33 @@ TEST(NchwcLayout, ChainWithOddChannelsStridePadsDilation) {
   EXPECT_EQ(m.graph.initializers.at("d_b_nchwc").shape(), (Shape{16}));
 }
 
+// tf2onnx's 1-D convolutions: [N, C, L, 1] with [K, 1] kernels, which BlockedConv runs as
+// rows (its register tiles span pixels of a row). Strides, dilation, pads down the column, a
+// depthwise one, and a column whose kernel reaches past both ends.
+TEST(NchwcLayout, ColumnConvsRunAsRows) {
+  Builder b;
+  b.input("x", {2, 12, 37, 1});
+  auto column = [&](const std::string& x, const std::string& y, int64_t c, int64_t m, int64_t k,
+                    std::vector<ir::Attribute> attrs, int64_t group = 1) {
+    b.weight(y + "_w", {m, c / group, k, 1});
+    b.weight(y + "_b", {m});
+    attrs.push_back(attr_i("group", group));
+    b.add("Conv", {x, y + "_w", y + "_b"}, {y}, std::move(attrs));
+  };
+  column("x", "a", 12, 24, 5, {attr_ints("pads", {2, 0, 2, 0})});
+  b.add("Relu", {"a"}, {"ar"});
+  column("ar", "c", 24, 24, 3, {attr_ints("pads", {1, 0, 1, 0})}, 24);  // depthwise
+  column("c", "d", 24, 20, 3,
+         {attr_ints("strides", {2, 1}), attr_ints("dilations", {2, 1}), attr_ints("pads", {3, 0, 1, 0})});
+  column("d", "e", 20, 16, 9, {attr_ints("pads", {8, 0, 8, 0})});
+  b.output("e");
+  const ir::Model m = check_o3(b,
+                               {"ReorderToBlocked", "BlockedConv", "BlockedConv", "BlockedConv",
+                                "BlockedConv", "ReorderFromBlocked"},
+                               {{2, 12, 37, 1}});
+  EXPECT_EQ(count(m, "BlockedConv"), 4);
+}
+
 TEST(NchwcLayout, ResidualBlockAndPools) {
   // ResNet: Relu(Conv(Relu(Conv(x))) + x), then max, average and global average pools.
   Builder b;

@@ -104,8 +104,8 @@ class BlockedConv : public Kernel {
     sr->plain_channels = plain_channels;
     if (plain_channels > 0 && sr->depthwise)
       return ctx.error("a depthwise BlockedConv needs a blocked X");
-    const BlockedConvShape& s = *sr;
-    const Shape y_shape{s.n, s.mb, s.oh, s.ow, kBlock};
+    const Shape y_shape{sr->n, sr->mb, sr->oh, sr->ow, kBlock};
+    const BlockedConvShape s = winograd_.ready() ? *sr : along_rows(*sr);
     BlockedEpilogue e;
     e.act = act_;
     e.residual_first = ctx.node.attr_int("residual_before_activation", 0) != 0;
@@ -136,6 +136,20 @@ class BlockedConv : public Kernel {
   }
 
  private:
+  // A convolution down a column (W = 1, a KW = 1 kernel: tf2onnx's 1-D convs, [N, C, L, 1]) as
+  // the same convolution along a row: X, W and Y have the same memory either way, and the
+  // kernels' register tiles run along rows, which here have one pixel each.
+  static BlockedConvShape along_rows(BlockedConvShape s) {
+    if (s.w != 1 || s.ow != 1 || s.kw != 1 || s.pl != 0 || s.h == 1) return s;
+    std::swap(s.h, s.w);
+    std::swap(s.oh, s.ow);
+    std::swap(s.kh, s.kw);
+    std::swap(s.sh, s.sw);
+    std::swap(s.dh, s.dw);
+    std::swap(s.pt, s.pl);
+    return s;
+  }
+
   // The geometry, checked against W's blocked layout and the attributes.
   static Result<BlockedConvShape> shape_of(const KernelContext& ctx, const BlockedDims& x,
                                            const Tensor& w) {
