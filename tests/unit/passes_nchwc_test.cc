@@ -90,6 +90,31 @@ TEST(NchwcLayout, ColumnConvsRunAsRows) {
   EXPECT_EQ(count(m, "BlockedConv"), 4);
 }
 
+// Groups of whole blocks (regnet's 8-channel groups, resnext's 16 and 32) run blocked, with a
+// bias, a residual, stride and padding, batch 2; 4-channel groups (resnext's first stage) stay
+// plain.
+TEST(NchwcLayout, GroupedConvsOfWholeBlocks) {
+  Builder b;
+  b.input("x", {2, 24, 9, 11});
+  conv(b, "x", "g8", 24, 24, 3, {attr_ints("pads", {1, 1, 1, 1})}, 3);  // 8 in, 8 out per group
+  b.add("Relu", {"g8"}, {"r8"});
+  conv(b, "r8", "g16", 24, 48, 3, {attr_ints("pads", {1, 0, 1, 1}), attr_ints("strides", {2, 2})}, 3);  // 8 in, 16 out
+  conv(b, "g16", "c", 48, 64, 1, {});
+  conv(b, "g16", "g32", 48, 64, 3, {attr_ints("pads", {1, 1, 1, 1})}, 2);  // 24 in, 32 out per group
+  b.add("Add", {"g32", "c"}, {"h"});  // a residual: fused into the grouped conv
+  conv(b, "h", "g4", 64, 64, 3, {attr_ints("pads", {1, 1, 1, 1})}, 16);  // 4 per group: plain
+  b.output("g4");
+  ASSERT_TRUE(run_pass(b.m, "conv-epilogue").is_ok());
+  // Five convs deep the sums' rounding (blocked vs im2col order) reaches ~1e-4 of a value.
+  const ir::Model m = test::check_pass(b, "nchwc-layout",
+                                       {"ReorderToBlocked", "BlockedConv", "BlockedConv", "BlockedConv",
+                                        "BlockedConv", "ReorderFromBlocked", "Conv"},
+                                       {{2, 24, 9, 11}}, -1, 1, 5e-4f);
+  int grouped = 0;
+  for (const auto& n : m.graph.nodes) grouped += n.op_type == "BlockedConv" && n.attr_int("group", 1) > 1;
+  EXPECT_EQ(grouped, 3);
+}
+
 TEST(NchwcLayout, ResidualBlockAndPools) {
   // ResNet: Relu(Conv(Relu(Conv(x))) + x), then max, average and global average pools.
   Builder b;

@@ -28,8 +28,8 @@ bool is_conv(const ir::Node& n) {
          (n.domain == "ai.kiln" && n.op_type == "FusedConv");
 }
 
-// A float 2-D conv with constant weights and bias and a static channel count, group 1 or
-// depthwise: the convs BlockedConv runs. The RGB stem is one of them: BlockedConv reads its
+// A float 2-D conv with constant weights and bias and a static channel count, group 1,
+// depthwise or groups of whole 8-channel blocks: the convs BlockedConv runs. The RGB stem is one of them: BlockedConv reads its
 // 3-channel input plain (no reorder, no padded lanes), and its MaxPool then runs blocked too.
 std::optional<Kind> blockable_conv(const ir::Node& n, const GraphIndex& idx, const Types& types) {
   const size_t max_inputs = n.op_type == "Conv" ? 3 : 4;
@@ -50,6 +50,9 @@ std::optional<Kind> blockable_conv(const ir::Node& n, const GraphIndex& idx, con
   }
   if (group == 1) return Kind::kConv;
   if (group == c && m == c) return Kind::kDepthwiseConv;
+  // Groups of whole blocks in and out (regnet's 8-, resnext's 8- to 32-channel groups): dense
+  // per group, the weights in the dense layout.
+  if (group > 1 && m % group == 0 && (c / group) % kBlock == 0 && (m / group) % kBlock == 0) return Kind::kConv;
   return std::nullopt;
 }
 

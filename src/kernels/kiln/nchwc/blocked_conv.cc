@@ -74,11 +74,12 @@ class DenseDirect {
 class BlockedConv : public Kernel {
  public:
   BlockedConv(kiln_ops::Activation act, const ir::Node& node, bool winograd_allowed)
-      : act_(act), depthwise_(node.attr_int("group", 1) != 1), winograd_(node, winograd_allowed) {}
+      : act_(act), groups_(node.attr_int("group", 1)),
+        depthwise_(groups_ != 1 && groups_ == node.attr_int("channels", -1)), winograd_(node, winograd_allowed) {}
 
   Status prepare(const std::vector<const Tensor*>& constants, std::vector<bool>& absorbed) override {
     KILN_RETURN_IF_ERROR(winograd_.prepare(constants, absorbed));  // the 3x3s it pays for
-    if (!winograd_.ready() && !depthwise_) dense_.prepare(constants, absorbed);
+    if (!winograd_.ready() && groups_ == 1) dense_.prepare(constants, absorbed);
     return Status::ok();
   }
 
@@ -131,11 +132,42 @@ class BlockedConv : public Kernel {
           s, x, ctx.input(1).data<float>(), e, y->data<float>(), ctx.pool);
       return Status::ok();
     }
+    if (groups_ != 1) {
+      run_groups(s, x, ctx.input(1).data<float>(), e, y->data<float>(), ctx.pool);
+      return Status::ok();
+    }
     const float* w = dense_.absorbs() ? nullptr : ctx.input(1).data<float>();
     return dense_.run(s, x, w, e, y->data<float>(), ctx.pool);
   }
 
  private:
+  // Groups of whole blocks (regnet's and resnext's 8- to 32-channel groups): each group, in each
+  // image, is a dense convolution of its own input blocks into its own output blocks, W in the
+  // dense layout [Mb, Cb / groups, ...]; the (image, group) pairs run over the pool.
+  void run_groups(const BlockedConvShape& s, const float* x, const float* w, const BlockedEpilogue& e, float* y,
+                  ThreadPool* pool) const {
+    BlockedConvShape one = s;
+    one.n = 1;
+    one.cb = s.cb / groups_;
+    one.mb = s.mb / groups_;
+    one.channels = one.mb * kBlock;
+    const int64_t x_group = one.cb * s.h * s.w * kBlock, y_group = one.mb * s.oh * s.ow * kBlock;
+    const int64_t w_group = one.mb * one.cb * s.kh * s.kw * kBlock * kBlock;
+    auto run = [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t image = i / groups_, g = i % groups_;
+        const int64_t y_at = image * s.mb * s.oh * s.ow * kBlock + g * y_group;
+        BlockedEpilogue eg = e;
+        if (e.bias) eg.bias = e.bias + g * one.mb * kBlock;
+        if (e.z) eg.z = e.z + y_at;
+        blocked_conv_dense_avx2(one, x + image * s.cb * s.h * s.w * kBlock + g * x_group, w + g * w_group, eg,
+                                y + y_at, nullptr);
+      }
+    };
+    if (pool) pool->parallel_for(s.n * groups_, 1, run);
+    else run(0, s.n * groups_);
+  }
+
   // A convolution down a column (W = 1, a KW = 1 kernel: tf2onnx's 1-D convs, [N, C, L, 1]) as
   // the same convolution along a row: X, W and Y have the same memory either way, and the
   // kernels' register tiles run along rows, which here have one pixel each.
@@ -161,9 +193,18 @@ class BlockedConv : public Kernel {
     s.w = x.w;
     s.channels = node.attr_int("channels", -1);
     const int64_t group = node.attr_int("group", 1);
-    s.depthwise = group != 1;
+    s.depthwise = group != 1 && group == s.channels;
     if (w.dtype() != DType::kFloat32) return Status::error("W must be float32");
-    if (s.depthwise) {
+    if (group != 1 && !s.depthwise) {
+      // Groups of whole blocks: W dense over one group's input blocks.
+      if (group < 1 || x.cb % group != 0 || w.rank() != 6 || w.dim(1) * group != x.cb || w.dim(0) % group != 0 ||
+          w.dim(4) != kBlock || w.dim(5) != kBlock || w.dim(0) * kBlock != s.channels)
+        return Status::error("grouped W must be [M/8, " + std::to_string(x.cb) + "/group, KH, KW, 8, 8] with " +
+                             std::to_string(group) + " groups of whole 8-channel blocks of X's " +
+                             std::to_string(x.cb) + " and of the " + std::to_string(s.channels) +
+                             " output channels, got " + shape_str(w.shape()));
+      s.mb = w.dim(0);
+    } else if (s.depthwise) {
       if (w.rank() != 4 || w.dim(0) != x.cb || w.dim(3) != kBlock)
         return Status::error("depthwise W must be [" + std::to_string(x.cb) +
                              ", KH, KW, 8] for X's channel blocks, got " + shape_str(w.shape()));
@@ -203,6 +244,7 @@ class BlockedConv : public Kernel {
   }
 
   kiln_ops::Activation act_;
+  int64_t groups_;
   bool depthwise_;
   BlockedConvWinograd winograd_;
   DenseDirect dense_;
