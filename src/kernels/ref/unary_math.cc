@@ -122,8 +122,13 @@ Status float_predicate(KernelContext& ctx, P pred) {
   const Tensor& x = ctx.input(0);
   if (!dtype_is_float(x.dtype()))
     return ctx.error(std::string("expected a float input, got ") + dtype_name(x.dtype()));
-  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, DType::kBool, x.shape()));
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kBool, x.shape()));
   uint8_t* out = y->data<uint8_t>();
+  if (x.dtype() == DType::kFloat32) {  // typed: the masked-softmax NaN guards of exported attention
+    const float* xv = x.data<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) out[i] = pred(static_cast<double>(xv[i])) ? 1 : 0;
+    return Status::ok();
+  }
   for (int64_t i = 0; i < x.numel(); ++i)
     out[i] = pred(load_as_double(x.dtype(), x.raw_data(), i)) ? 1 : 0;
   return Status::ok();
@@ -171,6 +176,8 @@ KILN_REGISTER_KERNEL("", "IsInf", isinf_op);
 KILN_REGISTER_KERNEL("", "IsNaN", isnan_op);
 
 KILN_REGISTER_FAST_PATH("", "Exp", float32_input);
+KILN_REGISTER_FAST_PATH("", "IsNaN", float32_input);
+KILN_REGISTER_FAST_PATH("", "IsInf", float32_input);
 KILN_REGISTER_FAST_PATH("", "Erf", float32_input);
 KILN_REGISTER_FAST_PATH("", "Tanh", float32_input);
 

@@ -1,6 +1,10 @@
-// Reference kernel for Where: picks X or Y by a bool condition, all three broadcast together.
+// Reference kernel for Where: picks X or Y by a bool condition, all three broadcast together; a
+// flat loop when each operand is the whole output or one element.
+#include <algorithm>
+#include <array>
 #include <type_traits>
 
+#include "kernels/fast_path.h"
 #include "kernels/ref/elementwise_util.h"
 
 namespace kiln {
@@ -18,7 +22,7 @@ Status where_op(KernelContext& ctx) {
   auto shape = broadcast_shapes(cond.shape(), x.shape());
   if (shape) shape = broadcast_shapes(*shape, y.shape());
   if (!shape) return ctx.error(shape.status().message());
-  KILN_ASSIGN_OR_RETURN(Tensor * out, ctx.make_output(0, x.dtype(), *shape));
+  KILN_ASSIGN_OR_RETURN(Tensor * out, ctx.make_output_for_overwrite(0, x.dtype(), *shape));
   const std::array<const Shape*, 3> in = {&cond.shape(), &x.shape(), &y.shape()};
   const uint8_t* c = cond.data<uint8_t>();
   return visit_any(x.dtype(), [&](auto tag) -> Status {
@@ -28,6 +32,21 @@ Status where_op(KernelContext& ctx) {
     const T* xv = x.data<T>();
     const T* yv = y.data<T>();
     T* ov = out->data<T>();
+    // Each operand the whole output or one element: a flat loop.
+    const int64_t n = out->numel();
+    auto flat = [n](const Tensor& t) { return t.numel() == n || t.numel() == 1; };
+    if (n > 1 && flat(cond) && flat(x) && flat(y)) {
+      // The strides (0 or 1) as constants, so that the loop vectorizes to a blend.
+      auto loop = [&](auto sc, auto sx, auto sy) {
+        for (int64_t i = 0; i < n; ++i) ov[i] = c[i * sc()] != 0 ? xv[i * sx()] : yv[i * sy()];
+      };
+      auto stride = [n](const Tensor& t, auto&& next) {
+        if (t.numel() == n) next(std::integral_constant<int64_t, 1>{});
+        else next(std::integral_constant<int64_t, 0>{});
+      };
+      stride(cond, [&](auto sc) { stride(x, [&](auto sx) { stride(y, [&](auto sy) { loop(sc, sx, sy); }); }); });
+      return Status::ok();
+    }
     ew::for_each_broadcast(*shape, in, [&](int64_t i, const std::array<int64_t, 3>& o) {
       ov[i] = c[o[0]] != 0 ? xv[o[1]] : yv[o[2]];
     });
@@ -38,5 +57,29 @@ Status where_op(KernelContext& ctx) {
 }  // namespace
 
 KILN_REGISTER_KERNEL("", "Where", where_op);
+
+namespace {
+// The flat loop: every operand's shape known, each the output's size or one element.
+bool runs_flat(const FastPathQuery& q) {
+  int64_t most = 0;
+  std::array<int64_t, 3> sizes{};
+  for (size_t i = 0; i < 3; ++i) {
+    const ir::TypeInfo* t = i < q.types.size() ? q.types[i] : nullptr;
+    if (!t || !t->has_shape) return false;
+    int64_t n = 1;
+    for (const ir::Dim& d : t->shape) {
+      if (!d.known()) return false;
+      n *= d.value;
+    }
+    sizes[i] = n;
+    most = std::max(most, n);
+  }
+  for (int64_t n : sizes)
+    if (n != most && n != 1) return false;
+  return true;
+}
+}  // namespace
+
+KILN_REGISTER_FAST_PATH("", "Where", runs_flat);
 
 }  // namespace kiln
