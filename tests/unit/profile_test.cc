@@ -123,8 +123,8 @@ namespace {
 
 // Which nodes run plain reference loops (kernels/fast_path.h): a group-1, a depthwise and a
 // grouped Conv (2 channels a group) and Softmax over any axis do not; a MaxPool on the plain
-// layout, a ReduceMean and a Cast do, listed with their input types (inferred:
-// the model declares none) and attributes.
+// layout, a ReduceMean over axes that are not consecutive and a Cast do, listed with their input
+// types (inferred: the model declares none) and attributes.
 TEST(Profile, ReferenceKernelsAreNamed) {
   test::Builder b(17);
   b.input("x", {1, 8, 6, 6});
@@ -134,7 +134,7 @@ TEST(Profile, ReferenceKernelsAreNamed) {
   b.weight("g_w", {8, 2, 3, 3});
   b.add("Conv", {"dw", "g_w"}, {"grouped"}, {test::attr_i("group", 4), test::attr_ints("pads", {1, 1, 1, 1})});
   b.add("MaxPool", {"grouped"}, {"pooled"}, {test::attr_ints("kernel_shape", {2, 2})});
-  b.add("ReduceMean", {"pooled"}, {"sm_mid"});
+  b.add("ReduceMean", {"pooled"}, {"sm_mid"}, {test::attr_ints("axes", {1, 3})});
   b.add("Softmax", {"sm_mid"}, {"sm_last"}, {test::attr_i("axis", -1)});
   b.add("Cast", {"sm_last"}, {"c"}, {test::attr_i("to", 11)});
   b.output("c");

@@ -1,11 +1,15 @@
 // Reference kernels for the Reduce* family (Sum, Mean, Max, Min, Prod, L1, L2, LogSum,
-// LogSumExp, SumSquare): axes from the attribute (older opsets) or the input (newer ones).
+// LogSumExp, SumSquare): axes from the attribute (older opsets) or the input (newer ones); a
+// vectorizable float32 path for Sum, Mean, Max, Min and SumSquare over consecutive axes.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <type_traits>
 
 #include "core/thread_pool.h"
+#include "kernels/fast_path.h"
 #include "kernels/kernel_util.h"
 
 namespace kiln {
@@ -186,6 +190,66 @@ T reduce_integer(Op op, int64_t n, const T* x, const int64_t* offs) {
   }
 }
 
+// float32 Sum, Mean, Max, Min and SumSquare over one run of consecutive axes, the input viewed as
+// [outer, red, inner]: rows (inner = 1) reduced by 8 float accumulators, columns accumulated
+// along inner. Float accumulation, where the loop above sums in double.
+bool fast_f32_op(Op op) {
+  return op == Op::kSum || op == Op::kMean || op == Op::kMax || op == Op::kMin || op == Op::kSumSquare;
+}
+
+// [outer, red, inner] when the reduced axes are one consecutive run (or none is reduced).
+std::optional<std::array<int64_t, 3>> as_run(const Shape& shape, const std::vector<bool>& is_reduced) {
+  int64_t first = -1, last = -1;
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (is_reduced[i]) {
+      if (first < 0) first = static_cast<int64_t>(i);
+      else if (last != static_cast<int64_t>(i) - 1) return std::nullopt;
+      last = static_cast<int64_t>(i);
+    }
+  if (first < 0) return std::nullopt;
+  std::array<int64_t, 3> d{1, 1, 1};
+  for (int64_t i = 0; i < static_cast<int64_t>(shape.size()); ++i) d[i < first ? 0 : i <= last ? 1 : 2] *= shape[i];
+  return d;
+}
+
+void reduce_f32_run(Op op, const float* x, float* y, const std::array<int64_t, 3>& d, ThreadPool* pool) {
+  const int64_t outer = d[0], red = d[1], inner = d[2];
+  const bool max = op == Op::kMax, min = op == Op::kMin, square = op == Op::kSumSquare;
+  const float init = max ? -INFINITY : min ? INFINITY : 0.0f;
+  auto combine = [&](float a, float v) {
+    if (max) return v > a || std::isnan(v) ? v : a;
+    if (min) return v < a || std::isnan(v) ? v : a;
+    return a + (square ? v * v : v);
+  };
+  const float scale = op == Op::kMean ? 1.0f / static_cast<float>(red) : 1.0f;
+  auto rows = [&](int64_t b, int64_t e) {
+    for (int64_t o = b; o < e; ++o) {
+      if (inner == 1) {
+        const float* r = x + o * red;
+        float acc[8] = {init, init, init, init, init, init, init, init};
+        int64_t i = 0;
+        for (; i + 8 <= red; i += 8)
+          for (int k = 0; k < 8; ++k) acc[k] = combine(acc[k], r[i + k]);
+        float a = init;
+        for (int k = 0; k < 8; ++k) a = max || min ? combine(a, acc[k]) : a + acc[k];
+        for (; i < red; ++i) a = combine(a, r[i]);
+        y[o] = a * scale;
+        continue;
+      }
+      float* out = y + o * inner;
+      std::fill(out, out + inner, init);
+      for (int64_t r = 0; r < red; ++r) {
+        const float* row = x + (o * red + r) * inner;
+        for (int64_t i = 0; i < inner; ++i) out[i] = combine(out[i], row[i]);
+      }
+      if (scale != 1.0f)
+        for (int64_t i = 0; i < inner; ++i) out[i] *= scale;
+    }
+  };
+  if (pool && outer > 1 && outer * red * inner > (int64_t{1} << 15)) pool->parallel_for(outer, 1, rows);
+  else rows(0, outer);
+}
+
 // Runs fn(o) for every output element, in parallel when the work is large.
 template <typename F>
 void for_outputs(KernelContext& ctx, int64_t n_out, int64_t n_red, F fn) {
@@ -285,6 +349,13 @@ Status reduce(KernelContext& ctx, Op op) {
     return Status::ok();
   }
 
+  if (dt == DType::kFloat32 && fast_f32_op(op)) {
+    if (auto run = as_run(x.shape(), is_reduced)) {
+      KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, dt, plan.out_shape));
+      reduce_f32_run(op, x.data<float>(), y->data<float>(), *run, ctx.pool);
+      return Status::ok();
+    }
+  }
   if (dt == DType::kFloat32 || dt == DType::kFloat64 || dt == DType::kFloat16 ||
       dt == DType::kBFloat16) {
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, dt, plan.out_shape));
@@ -336,5 +407,38 @@ KILN_REGISTER_KERNEL("", "ReduceL2", reduce_l2);
 KILN_REGISTER_KERNEL("", "ReduceLogSum", reduce_log_sum);
 KILN_REGISTER_KERNEL("", "ReduceLogSumExp", reduce_log_sum_exp);
 KILN_REGISTER_KERNEL("", "ReduceSumSquare", reduce_sum_square);
+
+namespace {
+// float32 over consecutive axes known at compile time (attribute or constant input).
+bool consecutive_axes(const FastPathQuery& q, Op op) {
+  const int64_t rank = q.rank(0);
+  if (!q.input_is(0, DType::kFloat32) || rank < 0) return false;
+  std::vector<int64_t> axes;
+  if (q.opset >= axes_input_since(op)) {
+    if (q.node.has_input(1)) {
+      const Tensor* a = q.constants.size() > 1 ? q.constants[1] : nullptr;
+      auto r = a ? read_int64s(*a) : Result<std::vector<int64_t>>(Status::error("not constant"));
+      if (!r.is_ok()) return false;
+      axes = *r;
+    }
+  } else {
+    axes = q.node.attr_ints("axes");
+  }
+  for (int64_t& a : axes) {
+    if (a < -rank || a >= rank) return false;
+    if (a < 0) a += rank;
+  }
+  std::sort(axes.begin(), axes.end());
+  for (size_t i = 1; i < axes.size(); ++i)
+    if (axes[i] != axes[i - 1] + 1) return false;
+  return true;
+}
+}  // namespace
+
+KILN_REGISTER_FAST_PATH("", "ReduceSum", [](const FastPathQuery& q) { return consecutive_axes(q, Op::kSum); });
+KILN_REGISTER_FAST_PATH("", "ReduceMean", [](const FastPathQuery& q) { return consecutive_axes(q, Op::kMean); });
+KILN_REGISTER_FAST_PATH("", "ReduceMax", [](const FastPathQuery& q) { return consecutive_axes(q, Op::kMax); });
+KILN_REGISTER_FAST_PATH("", "ReduceMin", [](const FastPathQuery& q) { return consecutive_axes(q, Op::kMin); });
+KILN_REGISTER_FAST_PATH("", "ReduceSumSquare", [](const FastPathQuery& q) { return consecutive_axes(q, Op::kSumSquare); });
 
 }  // namespace kiln
