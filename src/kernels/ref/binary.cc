@@ -70,7 +70,7 @@ Status arith(KernelContext& ctx, Accept accept, F f) {
   }
   const int64_t n = y->numel();
   // Same-size operands (their layouts are then the same) and one-element ones: flat loops the
-  // compiler vectorizes, over the pool when large; any other broadcast walks the indices.
+  // compiler vectorizes, over the pool when large; any other broadcast a row at a time.
   const bool a_flat = p.a.numel() == n, b_flat = p.b.numel() == n;
   const bool flat = (a_flat || p.a.numel() == 1) && (b_flat || p.b.numel() == 1);
   return visit_numeric(t, [&](auto tag) -> Status {
@@ -91,8 +91,9 @@ Status arith(KernelContext& ctx, Accept accept, F f) {
       });
       return Status::ok();
     }
-    ew::for_each_broadcast(p.out, in, [&](int64_t i, const Offsets& o) {
-      out[i] = static_cast<T>(f(av[o[0]], bv[o[1]]));
+    ew::for_each_broadcast_row(p.out, in, [&](int64_t i, const Offsets& o, int64_t len, const Offsets& step) {
+      ew::binary_row(av + o[0], step[0], bv + o[1], step[1], out + i, len,
+                     [&](T x, T z) { return static_cast<T>(f(x, z)); });
     });
     return Status::ok();
   });
@@ -364,8 +365,10 @@ Status compare(KernelContext& ctx, bool equality_only, F f) {
     using T = typename decltype(tag)::type;
     const T* av = p.a.data<T>();
     const T* bv = p.b.data<T>();
-    ew::for_each_broadcast(
-        p.out, in, [&](int64_t i, const Offsets& o) { out[i] = f(av[o[0]], bv[o[1]]) ? 1 : 0; });
+    ew::for_each_broadcast_row(p.out, in, [&](int64_t i, const Offsets& o, int64_t len, const Offsets& step) {
+      ew::binary_row(av + o[0], step[0], bv + o[1], step[1], out + i, len,
+                     [&](T x, T z) { return static_cast<uint8_t>(f(x, z) ? 1 : 0); });
+    });
     return Status::ok();
   });
 }

@@ -50,6 +50,48 @@ inline Status check_same_dtype(const KernelContext& ctx, size_t a, size_t b) {
   return Status::ok();
 }
 
+// Like for_each_broadcast below, a row (the output's last dim) at a time: f(first, base, len,
+// step) with the output index of the row's first element, each input's offset there and its step
+// along the row (0: broadcast, 1: contiguous), so that the caller's loop over a row vectorizes.
+template <size_t N, typename F>
+void for_each_broadcast_row(const Shape& out, const std::array<const Shape*, N>& in, F&& f) {
+  const size_t r = out.size();
+  int64_t n = 1;
+  for (int64_t d : out) n *= d;
+  if (n == 0) return;
+  std::array<int64_t, N> base{}, step{};
+  if (r == 0) {
+    f(int64_t{0}, base, int64_t{1}, step);
+    return;
+  }
+  std::array<Shape, N> st;
+  for (size_t k = 0; k < N; ++k) st[k] = broadcast_strides(*in[k], out);
+  const int64_t len = out[r - 1];
+  for (size_t k = 0; k < N; ++k) step[k] = st[k][r - 1];
+  Shape idx(r, 0);
+  for (int64_t i = 0; i < n; i += len) {
+    f(i, base, len, step);
+    for (size_t d = r - 1; d-- > 0;) {  // the outer index (dims 0..r-2), like an odometer
+      if (++idx[d] < out[d]) {
+        for (size_t k = 0; k < N; ++k) base[k] += st[k][d];
+        break;
+      }
+      for (size_t k = 0; k < N; ++k) base[k] -= st[k][d] * (out[d] - 1);
+      idx[d] = 0;
+    }
+  }
+}
+
+// One row of a binary op for for_each_broadcast_row: out[j] = f(a[j * sa], b[j * sb]), the steps
+// as constants in each branch so that each loop vectorizes.
+template <typename A, typename B, typename O, typename F>
+void binary_row(const A* a, int64_t sa, const B* b, int64_t sb, O* out, int64_t len, F&& f) {
+  if (sa && sb) for (int64_t j = 0; j < len; ++j) out[j] = f(a[j], b[j]);
+  else if (sa) for (int64_t j = 0; j < len; ++j) out[j] = f(a[j], b[0]);
+  else if (sb) for (int64_t j = 0; j < len; ++j) out[j] = f(a[0], b[j]);
+  else for (int64_t j = 0; j < len; ++j) out[j] = f(a[0], b[0]);
+}
+
 // Calls f(out_index, offsets) for every element of `out` in row-major order, where offsets[k]
 // is the element of input k (of shape *in[k], numpy-broadcast to `out`). Shapes must broadcast.
 template <size_t N, typename F>
