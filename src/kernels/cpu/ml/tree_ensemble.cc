@@ -70,10 +70,11 @@ class TreeEnsembleKernel : public Kernel {
     if (features < forest_.features_needed())
       return ctx.error("X has " + std::to_string(features) + " features; the trees read feature " +
                        std::to_string(forest_.features_needed() - 1));
-    ForestScores scores;
-    forest_.evaluate(x.raw_data(), x.dtype() == DType::kFloat64, rows, features, agg_, ctx.pool, scores);
+    // The output first: its allocation checks a hostile size before the scores take about twice it.
     const int64_t c = forest_.targets();
     KILN_ASSIGN_OR_RETURN(Tensor* z, ctx.make_output(classifier_ ? 1 : 0, DType::kFloat32, {rows, c}));
+    ForestScores scores;
+    forest_.evaluate(x.raw_data(), x.dtype() == DType::kFloat64, rows, features, agg_, ctx.pool, scores);
     if (!classifier_) {
       for (int64_t r = 0; r < rows; ++r) regress_row(scores.score.data() + r * c, scores.has.data() + r * c, z->data<float>() + r * c);
       return Status::ok();
