@@ -5,8 +5,10 @@
 #include <limits>
 
 #include "core/thread_pool.h"
+#include "kernels/fast_path.h"
 #include "kernels/kernel_util.h"
 #include "kernels/ref/conv_util.h"
+#include "kernels/ref/reduce_rows.h"
 
 namespace kiln {
 namespace {
@@ -184,8 +186,33 @@ Status pool_common(KernelContext& ctx, Mode mode, bool global) {
 Status average_pool(KernelContext& ctx) { return pool_common(ctx, Mode::kAvg, false); }
 Status max_pool(KernelContext& ctx) { return pool_common(ctx, Mode::kMax, false); }
 Status lp_pool(KernelContext& ctx) { return pool_common(ctx, Mode::kLp, false); }
-Status global_average_pool(KernelContext& ctx) { return pool_common(ctx, Mode::kAvg, true); }
-Status global_max_pool(KernelContext& ctx) { return pool_common(ctx, Mode::kMax, true); }
+// float32 global average and max pools as row reductions over each plane (kernels/ref/reduce_rows.h).
+Status global_pool_f32(KernelContext& ctx, Mode mode) {
+  const Tensor& x = ctx.input(0);
+  Shape out = {x.dim(0), x.dim(1)};
+  int64_t plane = 1;
+  for (int64_t d = 2; d < x.rank(); ++d) {
+    plane *= x.dim(d);
+    out.push_back(1);
+  }
+  if (plane == 0) return pool_common(ctx, mode, true);  // empty planes: the reference's answer
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, out));
+  reduce_rows_f32(mode == Mode::kMax ? RowReduce::kMax : RowReduce::kMean, x.data<float>(), y->data<float>(),
+                  x.dim(0) * x.dim(1), plane, 1, ctx.pool);
+  return Status::ok();
+}
+
+bool float32_global(const KernelContext& ctx) {
+  return ctx.num_inputs() >= 1 && ctx.has_input(0) && ctx.input(0).dtype() == DType::kFloat32 &&
+         ctx.input(0).rank() >= 3 && ctx.input(0).rank() <= 5;
+}
+
+Status global_average_pool(KernelContext& ctx) {
+  return float32_global(ctx) ? global_pool_f32(ctx, Mode::kAvg) : pool_common(ctx, Mode::kAvg, true);
+}
+Status global_max_pool(KernelContext& ctx) {
+  return float32_global(ctx) ? global_pool_f32(ctx, Mode::kMax) : pool_common(ctx, Mode::kMax, true);
+}
 Status global_lp_pool(KernelContext& ctx) { return pool_common(ctx, Mode::kLp, true); }
 
 Status max_unpool(KernelContext& ctx) {
@@ -250,6 +277,8 @@ KILN_REGISTER_KERNEL("", "LpPool", lp_pool);
 KILN_REGISTER_KERNEL("", "GlobalAveragePool", global_average_pool);
 KILN_REGISTER_KERNEL("", "GlobalMaxPool", global_max_pool);
 KILN_REGISTER_KERNEL("", "GlobalLpPool", global_lp_pool);
+KILN_REGISTER_FAST_PATH("", "GlobalAveragePool", float32_input);
+KILN_REGISTER_FAST_PATH("", "GlobalMaxPool", float32_input);
 KILN_REGISTER_KERNEL("", "MaxUnpool", max_unpool);
 
 }  // namespace kiln

@@ -11,6 +11,7 @@
 #include "core/thread_pool.h"
 #include "kernels/fast_path.h"
 #include "kernels/kernel_util.h"
+#include "kernels/ref/reduce_rows.h"
 
 namespace kiln {
 namespace {
@@ -190,11 +191,16 @@ T reduce_integer(Op op, int64_t n, const T* x, const int64_t* offs) {
   }
 }
 
-// float32 Sum, Mean, Max, Min and SumSquare over one run of consecutive axes, the input viewed as
-// [outer, red, inner]: rows (inner = 1) reduced by 8 float accumulators, columns accumulated
-// along inner. Float accumulation, where the loop above sums in double.
-bool fast_f32_op(Op op) {
-  return op == Op::kSum || op == Op::kMean || op == Op::kMax || op == Op::kMin || op == Op::kSumSquare;
+// The float32 path: Sum, Mean, Max, Min and SumSquare over one run of consecutive axes.
+std::optional<RowReduce> fast_f32_op(Op op) {
+  switch (op) {
+    case Op::kSum: return RowReduce::kSum;
+    case Op::kMean: return RowReduce::kMean;
+    case Op::kMax: return RowReduce::kMax;
+    case Op::kMin: return RowReduce::kMin;
+    case Op::kSumSquare: return RowReduce::kSumSquare;
+    default: return std::nullopt;
+  }
 }
 
 // [outer, red, inner] when the reduced axes are one consecutive run (or none is reduced).
@@ -210,44 +216,6 @@ std::optional<std::array<int64_t, 3>> as_run(const Shape& shape, const std::vect
   std::array<int64_t, 3> d{1, 1, 1};
   for (int64_t i = 0; i < static_cast<int64_t>(shape.size()); ++i) d[i < first ? 0 : i <= last ? 1 : 2] *= shape[i];
   return d;
-}
-
-void reduce_f32_run(Op op, const float* x, float* y, const std::array<int64_t, 3>& d, ThreadPool* pool) {
-  const int64_t outer = d[0], red = d[1], inner = d[2];
-  const bool max = op == Op::kMax, min = op == Op::kMin, square = op == Op::kSumSquare;
-  const float init = max ? -INFINITY : min ? INFINITY : 0.0f;
-  auto combine = [&](float a, float v) {
-    if (max) return v > a || std::isnan(v) ? v : a;
-    if (min) return v < a || std::isnan(v) ? v : a;
-    return a + (square ? v * v : v);
-  };
-  const float scale = op == Op::kMean ? 1.0f / static_cast<float>(red) : 1.0f;
-  auto rows = [&](int64_t b, int64_t e) {
-    for (int64_t o = b; o < e; ++o) {
-      if (inner == 1) {
-        const float* r = x + o * red;
-        float acc[8] = {init, init, init, init, init, init, init, init};
-        int64_t i = 0;
-        for (; i + 8 <= red; i += 8)
-          for (int k = 0; k < 8; ++k) acc[k] = combine(acc[k], r[i + k]);
-        float a = init;
-        for (int k = 0; k < 8; ++k) a = max || min ? combine(a, acc[k]) : a + acc[k];
-        for (; i < red; ++i) a = combine(a, r[i]);
-        y[o] = a * scale;
-        continue;
-      }
-      float* out = y + o * inner;
-      std::fill(out, out + inner, init);
-      for (int64_t r = 0; r < red; ++r) {
-        const float* row = x + (o * red + r) * inner;
-        for (int64_t i = 0; i < inner; ++i) out[i] = combine(out[i], row[i]);
-      }
-      if (scale != 1.0f)
-        for (int64_t i = 0; i < inner; ++i) out[i] *= scale;
-    }
-  };
-  if (pool && outer > 1 && outer * red * inner > (int64_t{1} << 15)) pool->parallel_for(outer, 1, rows);
-  else rows(0, outer);
 }
 
 // Runs fn(o) for every output element, in parallel when the work is large.
@@ -349,10 +317,10 @@ Status reduce(KernelContext& ctx, Op op) {
     return Status::ok();
   }
 
-  if (dt == DType::kFloat32 && fast_f32_op(op)) {
+  if (const auto row_op = fast_f32_op(op); dt == DType::kFloat32 && row_op) {
     if (auto run = as_run(x.shape(), is_reduced)) {
       KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, dt, plan.out_shape));
-      reduce_f32_run(op, x.data<float>(), y->data<float>(), *run, ctx.pool);
+      reduce_rows_f32(*row_op, x.data<float>(), y->data<float>(), (*run)[0], (*run)[1], (*run)[2], ctx.pool);
       return Status::ok();
     }
   }
@@ -396,6 +364,44 @@ Status reduce_log_sum_exp(KernelContext& ctx) { return reduce(ctx, Op::kLogSumEx
 Status reduce_sum_square(KernelContext& ctx) { return reduce(ctx, Op::kSumSquare); }
 
 }  // namespace
+
+void reduce_rows_f32(RowReduce op, const float* x, float* y, int64_t outer, int64_t red, int64_t inner,
+                     ThreadPool* pool) {
+  const bool max = op == RowReduce::kMax, min = op == RowReduce::kMin, square = op == RowReduce::kSumSquare;
+  const float init = max ? -INFINITY : min ? INFINITY : 0.0f;
+  auto combine = [&](float a, float v) {
+    if (max) return v > a || std::isnan(v) ? v : a;
+    if (min) return v < a || std::isnan(v) ? v : a;
+    return a + (square ? v * v : v);
+  };
+  const float scale = op == RowReduce::kMean ? 1.0f / static_cast<float>(red) : 1.0f;
+  auto rows = [&](int64_t b, int64_t e) {
+    for (int64_t o = b; o < e; ++o) {
+      if (inner == 1) {
+        const float* r = x + o * red;
+        float acc[8] = {init, init, init, init, init, init, init, init};
+        int64_t i = 0;
+        for (; i + 8 <= red; i += 8)
+          for (int k = 0; k < 8; ++k) acc[k] = combine(acc[k], r[i + k]);
+        float a = init;
+        for (int k = 0; k < 8; ++k) a = max || min ? combine(a, acc[k]) : a + acc[k];
+        for (; i < red; ++i) a = combine(a, r[i]);
+        y[o] = a * scale;
+        continue;
+      }
+      float* out = y + o * inner;
+      std::fill(out, out + inner, init);
+      for (int64_t r = 0; r < red; ++r) {
+        const float* row = x + (o * red + r) * inner;
+        for (int64_t i = 0; i < inner; ++i) out[i] = combine(out[i], row[i]);
+      }
+      if (scale != 1.0f)
+        for (int64_t i = 0; i < inner; ++i) out[i] *= scale;
+    }
+  };
+  if (pool && outer > 1 && outer * red * inner > (int64_t{1} << 15)) pool->parallel_for(outer, 1, rows);
+  else rows(0, outer);
+}
 
 KILN_REGISTER_KERNEL("", "ReduceSum", reduce_sum);
 KILN_REGISTER_KERNEL("", "ReduceMean", reduce_mean);
