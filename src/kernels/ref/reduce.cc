@@ -365,32 +365,48 @@ Status reduce_sum_square(KernelContext& ctx) { return reduce(ctx, Op::kSumSquare
 
 }  // namespace
 
-void reduce_rows_f32(RowReduce op, const float* x, float* y, int64_t outer, int64_t red, int64_t inner,
-                     ThreadPool* pool) {
-  const bool max = op == RowReduce::kMax, min = op == RowReduce::kMin, square = op == RowReduce::kSumSquare;
-  const float init = max ? -INFINITY : min ? INFINITY : 0.0f;
-  auto combine = [&](float a, float v) {
-    if (max) return v > a || std::isnan(v) ? v : a;
-    if (min) return v < a || std::isnan(v) ? v : a;
-    return a + (square ? v * v : v);
+namespace {
+
+// One op, known at compile time, so that each loop vectorizes (a blend for Max/Min).
+template <RowReduce kOp>
+void reduce_rows(const float* x, float* y, int64_t outer, int64_t red, int64_t inner, ThreadPool* pool) {
+  constexpr bool kMax = kOp == RowReduce::kMax, kMin = kOp == RowReduce::kMin;
+  constexpr float kInit = kMax ? -INFINITY : kMin ? INFINITY : 0.0f;
+  auto combine = [](float a, float v) {
+    if constexpr (kMax) return v > a || v != v ? v : a;  // NaN wins
+    else if constexpr (kMin) return v < a || v != v ? v : a;
+    else if constexpr (kOp == RowReduce::kSumSquare) return a + v * v;
+    else return a + v;
   };
-  const float scale = op == RowReduce::kMean ? 1.0f / static_cast<float>(red) : 1.0f;
+  const float scale = kOp == RowReduce::kMean ? 1.0f / static_cast<float>(red) : 1.0f;
   auto rows = [&](int64_t b, int64_t e) {
     for (int64_t o = b; o < e; ++o) {
       if (inner == 1) {
         const float* r = x + o * red;
-        float acc[8] = {init, init, init, init, init, init, init, init};
+        float acc[8] = {kInit, kInit, kInit, kInit, kInit, kInit, kInit, kInit};
+        int nan[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // Max/Min: NaN seen, kept apart so the compare stays a maxps
         int64_t i = 0;
         for (; i + 8 <= red; i += 8)
-          for (int k = 0; k < 8; ++k) acc[k] = combine(acc[k], r[i + k]);
-        float a = init;
-        for (int k = 0; k < 8; ++k) a = max || min ? combine(a, acc[k]) : a + acc[k];
+          for (int k = 0; k < 8; ++k) {
+            const float v = r[i + k];
+            if constexpr (kMax) acc[k] = v > acc[k] ? v : acc[k];
+            else if constexpr (kMin) acc[k] = v < acc[k] ? v : acc[k];
+            else acc[k] = combine(acc[k], v);
+            if constexpr (kMax || kMin) nan[k] |= v != v;
+          }
+        float a = kInit;
+        bool any_nan = false;
+        for (int k = 0; k < 8; ++k) {
+          a = kMax || kMin ? combine(a, acc[k]) : a + acc[k];
+          any_nan |= nan[k] != 0;
+        }
+        if (any_nan) a = NAN;
         for (; i < red; ++i) a = combine(a, r[i]);
         y[o] = a * scale;
         continue;
       }
       float* out = y + o * inner;
-      std::fill(out, out + inner, init);
+      std::fill(out, out + inner, kInit);
       for (int64_t r = 0; r < red; ++r) {
         const float* row = x + (o * red + r) * inner;
         for (int64_t i = 0; i < inner; ++i) out[i] = combine(out[i], row[i]);
@@ -401,6 +417,19 @@ void reduce_rows_f32(RowReduce op, const float* x, float* y, int64_t outer, int6
   };
   if (pool && outer > 1 && outer * red * inner > (int64_t{1} << 15)) pool->parallel_for(outer, 1, rows);
   else rows(0, outer);
+}
+
+}  // namespace
+
+void reduce_rows_f32(RowReduce op, const float* x, float* y, int64_t outer, int64_t red, int64_t inner,
+                     ThreadPool* pool) {
+  switch (op) {
+    case RowReduce::kSum: return reduce_rows<RowReduce::kSum>(x, y, outer, red, inner, pool);
+    case RowReduce::kMean: return reduce_rows<RowReduce::kMean>(x, y, outer, red, inner, pool);
+    case RowReduce::kMax: return reduce_rows<RowReduce::kMax>(x, y, outer, red, inner, pool);
+    case RowReduce::kMin: return reduce_rows<RowReduce::kMin>(x, y, outer, red, inner, pool);
+    case RowReduce::kSumSquare: return reduce_rows<RowReduce::kSumSquare>(x, y, outer, red, inner, pool);
+  }
 }
 
 KILN_REGISTER_KERNEL("", "ReduceSum", reduce_sum);
