@@ -36,9 +36,13 @@ Status where_op(KernelContext& ctx) {
     const int64_t n = out->numel();
     auto flat = [n](const Tensor& t) { return t.numel() == n || t.numel() == 1; };
     if (n > 1 && flat(cond) && flat(x) && flat(y)) {
-      // The strides (0 or 1) as constants, so that the loop vectorizes to a blend.
+      // The strides (0 or 1) as constants and both values loaded before the choice (a load the
+      // condition guards cannot be hoisted), so that the loop vectorizes to a blend.
       auto loop = [&](auto sc, auto sx, auto sy) {
-        for (int64_t i = 0; i < n; ++i) ov[i] = c[i * sc()] != 0 ? xv[i * sx()] : yv[i * sy()];
+        for (int64_t i = 0; i < n; ++i) {
+          const T a = xv[i * sx()], b = yv[i * sy()];
+          ov[i] = c[i * sc()] != 0 ? a : b;
+        }
       };
       auto stride = [n](const Tensor& t, auto&& next) {
         if (t.numel() == n) next(std::integral_constant<int64_t, 1>{});
