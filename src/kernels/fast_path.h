@@ -28,6 +28,16 @@ struct FastPathQuery {
   int64_t rank(size_t i) const {
     return i < types.size() && types[i] != nullptr && types[i]->has_shape ? static_cast<int64_t>(types[i]->shape.size()) : -1;
   }
+  // Input i's element count when its whole shape is known, else -1.
+  int64_t numel(size_t i) const {
+    if (i >= types.size() || types[i] == nullptr || !types[i]->has_shape) return -1;
+    int64_t n = 1;
+    for (const ir::Dim& d : types[i]->shape) {
+      if (!d.known()) return -1;
+      n *= d.value;
+    }
+    return n;
+  }
   // Whether output i is named (wanted).
   bool wants_output(size_t i) const { return i < node.outputs.size() && !node.outputs[i].empty(); }
 };

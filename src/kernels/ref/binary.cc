@@ -419,17 +419,8 @@ KILN_REGISTER_FAST_PATH("", "Pow", [](const FastPathQuery& q) {
 // Add, Sub, Mul and Div whose operands are both the output's size or one element (arith's flat
 // loops), as far as the inferred shapes tell.
 static bool flat_arith(const FastPathQuery& q) {
-  if (q.types.size() != 2 || !q.types[0] || !q.types[1]) return false;
-  auto numel = [](const ir::TypeInfo& t) -> int64_t {
-    if (!t.has_shape) return -1;
-    int64_t k = 1;
-    for (const ir::Dim& d : t.shape) {
-      if (!d.known()) return -1;
-      k *= d.value;
-    }
-    return k;
-  };
-  const int64_t a = numel(*q.types[0]), b = numel(*q.types[1]);
+  if (q.types.size() != 2) return false;
+  const int64_t a = q.numel(0), b = q.numel(1);
   if (a < 0 || b < 0 || ew::is_half_float(q.types[0]->dtype)) return false;
   return a == b || a == 1 || b == 1;
 }

@@ -50,8 +50,7 @@ inline Status check_same_dtype(const KernelContext& ctx, size_t a, size_t b) {
   return Status::ok();
 }
 
-// Like for_each_broadcast below, a row (the output's last dim) at a time: f(first, base, len,
-// step) with the output index of the row's first element, each input's offset there and its step
+// Walks a broadcast a row (the output's last dim) at a time: f(first, base, len, step) with the output index of the row's first element, each input's offset there and its step
 // along the row (0: broadcast, 1: contiguous), so that the caller's loop over a row vectorizes.
 template <size_t N, typename F>
 void for_each_broadcast_row(const Shape& out, const std::array<const Shape*, N>& in, F&& f) {
@@ -96,36 +95,14 @@ void binary_row(const A* a, int64_t sa, const B* b, int64_t sb, O* out, int64_t 
 // is the element of input k (of shape *in[k], numpy-broadcast to `out`). Shapes must broadcast.
 template <size_t N, typename F>
 void for_each_broadcast(const Shape& out, const std::array<const Shape*, N>& in, F&& f) {
-  const size_t r = out.size();
-  int64_t n = 1;
-  for (int64_t d : out) n *= d;
-  if (n == 0) return;
-  std::array<int64_t, N> off{};
-  if (r == 0) {
-    f(int64_t{0}, off);
-    return;
-  }
-  std::array<Shape, N> st;
-  for (size_t k = 0; k < N; ++k) st[k] = broadcast_strides(*in[k], out);
-  const int64_t inner = out[r - 1];
-  std::array<int64_t, N> inner_st{}, base{};
-  for (size_t k = 0; k < N; ++k) inner_st[k] = st[k][r - 1];
-  Shape idx(r, 0);
-  for (int64_t i = 0; i < n;) {
-    for (int64_t j = 0; j < inner; ++j, ++i) {
-      for (size_t k = 0; k < N; ++k) off[k] = base[k] + j * inner_st[k];
-      f(i, off);
+  for_each_broadcast_row(out, in, [&](int64_t first, const std::array<int64_t, N>& base, int64_t len,
+                                      const std::array<int64_t, N>& step) {
+    std::array<int64_t, N> off;
+    for (int64_t j = 0; j < len; ++j) {
+      for (size_t k = 0; k < N; ++k) off[k] = base[k] + j * step[k];
+      f(first + j, off);
     }
-    // Advance the outer index (dims 0..r-2) like an odometer.
-    for (size_t d = r - 1; d-- > 0;) {
-      if (++idx[d] < out[d]) {
-        for (size_t k = 0; k < N; ++k) base[k] += st[k][d];
-        break;
-      }
-      for (size_t k = 0; k < N; ++k) base[k] -= st[k][d] * (out[d] - 1);
-      idx[d] = 0;
-    }
-  }
+  });
 }
 
 // double -> integer without undefined behaviour: truncates, saturates, NaN -> 0.

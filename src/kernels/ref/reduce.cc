@@ -51,8 +51,10 @@ std::vector<int64_t> offsets_over(const std::vector<int64_t>& dims,
   return out;
 }
 
+// With `offsets` false only the output shape and empty_input: the float32 run path needs no
+// offset lists.
 Result<ReducePlan> make_plan(const Shape& in_shape, const std::vector<bool>& is_reduced,
-                             bool keepdims) {
+                             bool keepdims, bool offsets) {
   ReducePlan p;
   const Shape strides = strides_of(in_shape);
   std::vector<int64_t> kd, ks, rd, rs;
@@ -72,7 +74,7 @@ Result<ReducePlan> make_plan(const Shape& in_shape, const std::vector<bool>& is_
   int64_t numel = 1;
   for (int64_t d : in_shape) numel *= d;
   p.empty_input = numel == 0;
-  if (p.empty_input) return p;
+  if (p.empty_input || !offsets) return p;
   p.kept = offsets_over(kd, ks);
   p.reduced = offsets_over(rd, rs);
   return p;
@@ -291,15 +293,22 @@ Status reduce(KernelContext& ctx, Op op) {
     if (is_reduced[*n]) return ctx.error("axes: axis " + std::to_string(a) + " is repeated");
     is_reduced[*n] = true;
   }
-  auto plan_or = make_plan(x.shape(), is_reduced, keepdims);
+  const DType dt = x.dtype();
+  const std::optional<RowReduce> row_op = dt == DType::kFloat32 ? fast_f32_op(op) : std::nullopt;
+  const std::optional<std::array<int64_t, 3>> run = row_op ? as_run(x.shape(), is_reduced) : std::nullopt;
+  auto plan_or = make_plan(x.shape(), is_reduced, keepdims, !run);
   if (!plan_or.is_ok()) return ctx.error(plan_or.status().message());
   const ReducePlan& plan = *plan_or;
   const int64_t n_red = static_cast<int64_t>(plan.reduced.size());
   const int64_t n_out = static_cast<int64_t>(plan.kept.size());
 
   if (plan.empty_input) return reduce_empty(ctx, op, x.dtype(), plan.out_shape);
+  if (run) {
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, dt, plan.out_shape));
+    reduce_rows_f32(*row_op, x.data<float>(), y->data<float>(), (*run)[0], (*run)[1], (*run)[2], ctx.pool);
+    return Status::ok();
+  }
 
-  const DType dt = x.dtype();
   if (dt == DType::kBool) {
     if (op != Op::kMax && op != Op::kMin)
       return ctx.error("bool input is only supported by ReduceMax and ReduceMin");
@@ -317,13 +326,6 @@ Status reduce(KernelContext& ctx, Op op) {
     return Status::ok();
   }
 
-  if (const auto row_op = fast_f32_op(op); dt == DType::kFloat32 && row_op) {
-    if (auto run = as_run(x.shape(), is_reduced)) {
-      KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, dt, plan.out_shape));
-      reduce_rows_f32(*row_op, x.data<float>(), y->data<float>(), (*run)[0], (*run)[1], (*run)[2], ctx.pool);
-      return Status::ok();
-    }
-  }
   if (dt == DType::kFloat32 || dt == DType::kFloat64 || dt == DType::kFloat16 ||
       dt == DType::kBFloat16) {
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, dt, plan.out_shape));

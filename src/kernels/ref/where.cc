@@ -68,15 +68,9 @@ bool runs_flat(const FastPathQuery& q) {
   int64_t most = 0;
   std::array<int64_t, 3> sizes{};
   for (size_t i = 0; i < 3; ++i) {
-    const ir::TypeInfo* t = i < q.types.size() ? q.types[i] : nullptr;
-    if (!t || !t->has_shape) return false;
-    int64_t n = 1;
-    for (const ir::Dim& d : t->shape) {
-      if (!d.known()) return false;
-      n *= d.value;
-    }
-    sizes[i] = n;
-    most = std::max(most, n);
+    sizes[i] = q.numel(i);
+    if (sizes[i] < 0) return false;
+    most = std::max(most, sizes[i]);
   }
   for (int64_t n : sizes)
     if (n != most && n != 1) return false;
