@@ -1,4 +1,4 @@
-// Value-use bookkeeping over a graph and its subgraphs.
+// Value-use bookkeeping over a graph and its subgraphs, and the node replacement of a sweep.
 #include "passes/graph_edit.h"
 
 namespace kiln::passes {
@@ -93,6 +93,25 @@ std::string fresh_name(const ir::Graph& g, const std::string& base) {
 
 void forget_value_info(ir::Graph& g, const std::set<std::string>& names) {
   std::erase_if(g.value_info, [&](const ir::ValueInfo& vi) { return names.count(vi.name) > 0; });
+}
+
+void replace_nodes(ir::Graph& g, std::vector<NodeReplacement>& found) {
+  std::map<const ir::Node*, std::vector<ir::Node>*> at;
+  std::set<const ir::Node*> removed;
+  for (NodeReplacement& r : found) {
+    at[r.at] = &r.put;
+    removed.insert(r.remove.begin(), r.remove.end());
+  }
+  std::vector<ir::Node> kept;
+  kept.reserve(g.nodes.size());
+  for (ir::Node& n : g.nodes) {
+    if (auto it = at.find(&n); it != at.end()) {
+      for (ir::Node& p : *it->second) kept.push_back(std::move(p));
+    } else if (!removed.count(&n)) {
+      kept.push_back(std::move(n));
+    }
+  }
+  g.nodes = std::move(kept);
 }
 
 }  // namespace kiln::passes

@@ -1,10 +1,11 @@
-// Small edits passes share: who uses a value, renaming uses, and removing nodes.
+// Small edits passes share: who uses a value, renaming uses, removing and replacing nodes.
 #pragma once
 
 #include <functional>
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "ir/graph.h"
 
@@ -30,6 +31,16 @@ int64_t count_nodes(const ir::Graph& g);  // subgraphs included
 // `base`, or `base_N`, whichever is first not yet a value name in `g` (inputs, initializers, node
 // outputs, value infos, or names its subgraphs read from outside).
 std::string fresh_name(const ir::Graph& g, const std::string& base);
+
+// One rewrite of a sweep: the nodes `remove` go, and `put` (in order) takes the place of `at`,
+// the latest of them in the graph's order.
+struct NodeReplacement {
+  std::vector<const ir::Node*> remove;
+  const ir::Node* at = nullptr;
+  std::vector<ir::Node> put;
+};
+// Applies non-overlapping replacements of nodes of `g` in one pass over its node list.
+void replace_nodes(ir::Graph& g, std::vector<NodeReplacement>& found);
 
 // Drops the value infos of `names`: for values whose shape a rewrite changed.
 void forget_value_info(ir::Graph& g, const std::set<std::string>& names);

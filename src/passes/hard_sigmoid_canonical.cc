@@ -1,6 +1,7 @@
 // Canonical hard activations: every Clip(a*x + b, 0, M) / M spelling (Paddle's Add/Clip/Div,
 // Clip(x*0.1666667 + 0.5, 0, 1), the scale before or after a Mul by x) becomes HardSigmoid, and
 // x * HardSigmoid(x; 1/6, 1/2) becomes HardSwish from opset 14, so fusions match one form each.
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -205,23 +206,13 @@ const Rule& hard_swish_rule() {
 int64_t apply(ir::Graph& g, std::vector<Found>& found) {
   std::map<const Node*, size_t> pos;
   for (size_t i = 0; i < g.nodes.size(); ++i) pos[&g.nodes[i]] = i;
-  std::map<size_t, std::vector<Node>*> at;
-  std::set<const Node*> drop;
-  for (auto& f : found) {
-    size_t last = 0;
-    for (const Node* n : f.nodes) last = std::max(last, pos.at(n));
-    at[last] = &f.put;
-    drop.insert(f.nodes.begin(), f.nodes.end());
+  std::vector<NodeReplacement> rs;
+  for (Found& f : found) {
+    const Node* last = *std::max_element(f.nodes.begin(), f.nodes.end(),
+                                         [&](const Node* a, const Node* b) { return pos.at(a) < pos.at(b); });
+    rs.push_back({f.nodes, last, std::move(f.put)});
   }
-  std::vector<Node> kept;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (auto it = at.find(i); it != at.end()) {
-      for (auto& n : *it->second) kept.push_back(std::move(n));
-    } else if (!drop.count(&g.nodes[i])) {
-      kept.push_back(std::move(g.nodes[i]));
-    }
-  }
-  g.nodes = std::move(kept);
+  replace_nodes(g, rs);
   return static_cast<int64_t>(found.size());
 }
 

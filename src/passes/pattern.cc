@@ -191,12 +191,6 @@ namespace {
 // Safety bound on sweeps of one graph: rules whose outputs match again would otherwise cycle.
 constexpr int kMaxSweeps = 16;
 
-struct Replacement {
-  std::vector<const ir::Node*> absorbed;
-  const ir::Node* root;
-  std::vector<ir::Node> put;
-};
-
 // Every root output is written by the replacement.
 bool writes_root_outputs(const ir::Node& root, const std::vector<ir::Node>& put) {
   std::set<std::string> written;
@@ -206,24 +200,6 @@ bool writes_root_outputs(const ir::Node& root, const std::vector<ir::Node>& put)
   return true;
 }
 
-void replace(ir::Graph& g, std::vector<Replacement>& found) {
-  std::map<const ir::Node*, std::vector<ir::Node>*> at;
-  std::set<const ir::Node*> removed;
-  for (Replacement& r : found) {
-    at[r.root] = &r.put;
-    removed.insert(r.absorbed.begin(), r.absorbed.end());
-  }
-  std::vector<ir::Node> kept;
-  kept.reserve(g.nodes.size());
-  for (ir::Node& n : g.nodes) {
-    if (auto it = at.find(&n); it != at.end()) {
-      for (ir::Node& p : *it->second) kept.push_back(std::move(p));
-    } else if (!removed.count(&n)) {
-      kept.push_back(std::move(n));
-    }
-  }
-  g.nodes = std::move(kept);
-}
 
 }  // namespace
 
@@ -231,7 +207,7 @@ int64_t apply_rules(ir::Model& model, PassContext& ctx, const std::vector<Rule>&
   int64_t rewrites = 0;
   for_each_graph(model.graph, [&](ir::Graph& g) {
     for (int sweep = 0; sweep < kMaxSweeps; ++sweep) {
-      std::vector<Replacement> found;
+      std::vector<NodeReplacement> found;
       std::set<const ir::Node*> taken;
       const GraphIndex& idx = ctx.index(g);
       RuleContext rc{model, g, ctx};
@@ -253,7 +229,7 @@ int64_t apply_rules(ir::Model& model, PassContext& ctx, const std::vector<Rule>&
         }
       }
       if (found.empty()) break;
-      replace(g, found);
+      replace_nodes(g, found);
       rewrites += static_cast<int64_t>(found.size());
       ctx.invalidate();
     }
