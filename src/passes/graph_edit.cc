@@ -1,6 +1,8 @@
 // Value-use bookkeeping over a graph and its subgraphs, and the node replacement of a sweep.
 #include "passes/graph_edit.h"
 
+#include <algorithm>
+
 namespace kiln::passes {
 
 std::map<std::string, int> use_counts(const ir::Graph& g) {
@@ -96,19 +98,23 @@ void forget_value_info(ir::Graph& g, const std::set<std::string>& names) {
 }
 
 void replace_nodes(ir::Graph& g, std::vector<NodeReplacement>& found) {
-  std::map<const ir::Node*, std::vector<ir::Node>*> at;
+  std::map<const ir::Node*, size_t> pos;
+  for (size_t i = 0; i < g.nodes.size(); ++i) pos[&g.nodes[i]] = i;
+  std::map<size_t, std::vector<ir::Node>*> at;  // by the position of each replacement's latest node
   std::set<const ir::Node*> removed;
   for (NodeReplacement& r : found) {
-    at[r.at] = &r.put;
+    size_t last = 0;
+    for (const ir::Node* n : r.remove) last = std::max(last, pos.at(n));
+    at[last] = &r.put;
     removed.insert(r.remove.begin(), r.remove.end());
   }
   std::vector<ir::Node> kept;
   kept.reserve(g.nodes.size());
-  for (ir::Node& n : g.nodes) {
-    if (auto it = at.find(&n); it != at.end()) {
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (auto it = at.find(i); it != at.end()) {
       for (ir::Node& p : *it->second) kept.push_back(std::move(p));
-    } else if (!removed.count(&n)) {
-      kept.push_back(std::move(n));
+    } else if (!removed.count(&g.nodes[i])) {
+      kept.push_back(std::move(g.nodes[i]));
     }
   }
   g.nodes = std::move(kept);

@@ -32,11 +32,10 @@ int64_t count_nodes(const ir::Graph& g);  // subgraphs included
 // outputs, value infos, or names its subgraphs read from outside).
 std::string fresh_name(const ir::Graph& g, const std::string& base);
 
-// One rewrite of a sweep: the nodes `remove` go, and `put` (in order) takes the place of `at`,
-// the latest of them in the graph's order.
+// One rewrite of a sweep: the nodes `remove` go, and `put` (in order) takes the place of the
+// latest of them in the graph's order, so that every input it reads is ready there.
 struct NodeReplacement {
   std::vector<const ir::Node*> remove;
-  const ir::Node* at = nullptr;
   std::vector<ir::Node> put;
 };
 // Applies non-overlapping replacements of nodes of `g` in one pass over its node list.

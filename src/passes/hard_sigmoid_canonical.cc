@@ -1,7 +1,6 @@
 // Canonical hard activations: every Clip(a*x + b, 0, M) / M spelling (Paddle's Add/Clip/Div,
 // Clip(x*0.1666667 + 0.5, 0, 1), the scale before or after a Mul by x) becomes HardSigmoid, and
 // x * HardSigmoid(x; 1/6, 1/2) becomes HardSwish from opset 14, so fusions match one form each.
-#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -204,14 +203,8 @@ const Rule& hard_swish_rule() {
 
 // Replaces each match's nodes by its new nodes, placed where the latest matched node was.
 int64_t apply(ir::Graph& g, std::vector<Found>& found) {
-  std::map<const Node*, size_t> pos;
-  for (size_t i = 0; i < g.nodes.size(); ++i) pos[&g.nodes[i]] = i;
   std::vector<NodeReplacement> rs;
-  for (Found& f : found) {
-    const Node* last = *std::max_element(f.nodes.begin(), f.nodes.end(),
-                                         [&](const Node* a, const Node* b) { return pos.at(a) < pos.at(b); });
-    rs.push_back({f.nodes, last, std::move(f.put)});
-  }
+  for (Found& f : found) rs.push_back({f.nodes, std::move(f.put)});
   replace_nodes(g, rs);
   return static_cast<int64_t>(found.size());
 }

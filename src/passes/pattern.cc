@@ -224,7 +224,7 @@ int64_t apply_rules(ir::Model& model, PassContext& ctx, const std::vector<Rule>&
           std::optional<std::vector<ir::Node>> put = rule.rewrite(*m, rc);
           if (!put || !writes_root_outputs(n, *put)) continue;
           taken.insert(m->absorbed.begin(), m->absorbed.end());
-          found.push_back({m->absorbed, &n, std::move(*put)});
+          found.push_back({m->absorbed, std::move(*put)});
           break;
         }
       }

@@ -231,26 +231,9 @@ void Rewrites::replace(const std::vector<const ir::Node*>& nodes, ir::Node fused
 
 int64_t Rewrites::apply(ir::Graph& g) {
   if (put.empty()) return 0;
-  // Each fused node goes where the latest of its nodes was, so every input it reads is ready.
-  std::map<const ir::Node*, size_t> pos;
-  for (size_t i = 0; i < g.nodes.size(); ++i) pos[&g.nodes[i]] = i;
-  std::map<size_t, ir::Node*> at;
-  for (auto& [nodes, fused] : put) {
-    size_t last = 0;
-    for (const ir::Node* n : nodes) last = std::max(last, pos.at(n));
-    at[last] = &fused;
-  }
-  std::vector<ir::Node> out;
-  out.reserve(g.nodes.size());
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    auto it = at.find(i);
-    if (it != at.end()) {
-      out.push_back(std::move(*it->second));
-    } else if (!drop.count(&g.nodes[i])) {
-      out.push_back(std::move(g.nodes[i]));
-    }
-  }
-  g.nodes = std::move(out);
+  std::vector<NodeReplacement> rs;
+  for (auto& [nodes, fused] : put) rs.push_back({nodes, {std::move(fused)}});
+  replace_nodes(g, rs);
   const auto n = static_cast<int64_t>(put.size());
   drop.clear();
   put.clear();
