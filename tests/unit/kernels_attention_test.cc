@@ -145,7 +145,7 @@ TEST(AttentionCore, MatchesReferenceOnEveryMicroKernel) {
       for (int threads : {1, 2}) check_core(t, mk, threads);
 }
 
-TEST(AttentionCore, FullyMaskedRowIsNanOthersUnaffected) {
+TEST(AttentionCore, FullyMaskedRowIsNanOrZerosOthersUnaffected) {
   // Row 3 of every head sees only -inf; row 5 has -inf in its first key block only, so the
   // online softmax must restart from 0 rather than produce NaN.
   const int64_t seq = 40, d = 8, e = d;
@@ -169,6 +169,15 @@ TEST(AttentionCore, FullyMaskedRowIsNanOthersUnaffected) {
         [&](int64_t i, int64_t j) -> double { return mask[i * seq + j]; },
         [&](int64_t i, int64_t c, double v) { want[i * e + c] = v; });
     EXPECT_TRUE(std::isnan(want[3 * e]));
+    expect_close(y.data(), want, 2e-5, mk.name);
+    // With zero_nan_rows the fully masked row is zeros and the others are unchanged.
+    attention::AttentionArgs zeroed = a;
+    zeroed.zero_nan_rows = true;
+    attention::attention_f32(zeroed, nullptr, {&mk, 8});
+    for (int64_t c = 0; c < e; ++c) {
+      EXPECT_EQ(y[3 * e + c], 0.0f) << mk.name;
+      want[3 * e + c] = 0.0;
+    }
     expect_close(y.data(), want, 2e-5, mk.name);
   }
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "pass_test_util.h"
 
@@ -175,6 +176,93 @@ void split_block(Builder& b) {
   b.add("MatMul", {"probs", "v_t"}, {"ctx"});
   b.add("Transpose", {"ctx"}, {"ctx_t"}, {attr_ints("perm", {0, 2, 1, 3})});
   b.add("Reshape", {"ctx_t", "merge_shape"}, {"y"});
+}
+
+// torch 2's scaled_dot_product_attention export: K^T by Reshape [b*h, s, d] / Transpose /
+// Reshape [b, h, d, s], Q and K each scaled by d^-1/4, a boolean mask made additive by
+// Where(keep, 0, -inf), and the probabilities guarded by Where(IsNaN(P), guard, P).
+constexpr int64_t kSdpaSeq = 5;
+void sdpa_block(Builder& b, float guard = 0.0f) {
+  b.input_dims("x", {sym("batch"), num(kSdpaSeq), num(kE)});
+  b.input_dims("keep", {sym("batch"), num(1), num(kSdpaSeq), num(kSdpaSeq)}, DType::kBool);
+  b.output("y");
+  for (const std::string p : {"q", "k", "v"}) {
+    b.weight("w" + p, {kE, kE});
+    b.weight("b" + p, {kE});
+  }
+  b.ints("heads_shape", {0, 0, kHeads, kD});
+  b.ints("flat_shape", {-1, kSdpaSeq, kD});
+  b.ints("kt_shape", {-1, kHeads, kD, kSdpaSeq});
+  b.ints("merge_shape", {0, 0, kE});
+  b.scalar("root_scale", 1.0f / std::sqrt(std::sqrt(static_cast<float>(kD))));
+  b.scalar("zero", 0.0f);
+  b.scalar("guard", guard);
+  b.scalar("neg_inf", -std::numeric_limits<float>::infinity());
+  for (const std::string p : {"q", "k", "v"}) {
+    b.add("MatMul", {"x", "w" + p}, {p + "_mm"});
+    b.add("Add", {p + "_mm", "b" + p}, {p + "_p"});
+    b.add("Reshape", {p + "_p", "heads_shape"}, {p + "_r"});
+    b.add("Transpose", {p + "_r"}, {p + "_t"}, {attr_ints("perm", {0, 2, 1, 3})});
+  }
+  b.add("Reshape", {"k_t", "flat_shape"}, {"k_flat"});
+  b.add("Transpose", {"k_flat"}, {"k_flat_t"}, {attr_ints("perm", {0, 2, 1})});
+  b.add("Reshape", {"k_flat_t", "kt_shape"}, {"k_tt"});
+  b.add("Mul", {"q_t", "root_scale"}, {"q_s"});
+  b.add("Mul", {"k_tt", "root_scale"}, {"k_s"});
+  b.add("Where", {"keep", "zero", "neg_inf"}, {"mask_add"});
+  b.add("MatMul", {"q_s", "k_s"}, {"scores"});
+  b.add("Add", {"scores", "mask_add"}, {"masked"});
+  b.add("Softmax", {"masked"}, {"probs"}, {attr_i("axis", -1)});
+  b.add("IsNaN", {"probs"}, {"is_nan"});
+  b.add("Where", {"is_nan", "guard", "probs"}, {"guarded"});
+  b.add("MatMul", {"guarded", "v_t"}, {"ctx"});
+  b.add("Transpose", {"ctx"}, {"ctx_t"}, {attr_ints("perm", {0, 2, 1, 3})});
+  b.add("Reshape", {"ctx_t", "merge_shape"}, {"y"});
+}
+
+// x, and a mask keeping every key but the last of each query, and no key of query 2 of the
+// last batch element (a fully masked row).
+std::vector<Tensor> sdpa_feeds(Builder& b, int64_t batch) {
+  Tensor keep = Tensor::make(DType::kBool, {batch, 1, kSdpaSeq, kSdpaSeq}).value();
+  bool* k = keep.data<bool>();
+  for (int64_t i = 0; i < keep.numel(); ++i) {
+    const int64_t bq = i / kSdpaSeq, key = i % kSdpaSeq;
+    k[i] = key != kSdpaSeq - 1 && bq != (batch - 1) * kSdpaSeq + 2;
+  }
+  return {b.random({batch, kSdpaSeq, kE}), keep};
+}
+
+TEST(AttentionFusion, TorchSdpaExportWithNanGuard) {
+  Builder b(18);
+  sdpa_block(b);
+  ir::Model m = b.m;
+  EXPECT_EQ(run_fusion(m), 1);
+  auto ops = qualified_histogram(m);
+  EXPECT_EQ(ops["ai.kiln.MultiHeadAttention"], 1);
+  EXPECT_EQ(ops["IsNaN"], 0);
+  EXPECT_EQ(ops["Softmax"], 0);
+  EXPECT_EQ(m.graph.nodes.size(), 2u);  // the mask's Where and the fused node
+  for (const auto& n : m.graph.nodes)
+    if (n.op_type == "MultiHeadAttention") {
+      EXPECT_EQ(n.attr_int("zero_nan_rows", 0), 1);
+      EXPECT_NEAR(n.attr_float("scale", 0), 1.0f / std::sqrt(static_cast<float>(kD)), 1e-6f);
+    }
+  for (int64_t batch : {1, 2}) {
+    const std::vector<Tensor> f = sdpa_feeds(b, batch);
+    expect_same_outputs(b.m, m, f);
+    // The fully masked query comes out as zeros, as the guard makes it.
+    const std::vector<Value> y = test::run_model(m, f);
+    ASSERT_EQ(y.size(), 1u);
+    const float* row = y[0].tensor.data<float>() + ((batch - 1) * kSdpaSeq + 2) * kE;
+    for (int64_t c = 0; c < kE; ++c) EXPECT_EQ(row[c], 0.0f) << c;
+  }
+}
+
+TEST(AttentionFusion, NanGuardToAnotherValueIsLeftAlone) {
+  Builder b(18);
+  sdpa_block(b, 1.0f);
+  EXPECT_EQ(run_fusion(b.m), 0);
+  EXPECT_EQ(qualified_histogram(b.m)["IsNaN"], 1);
 }
 
 TEST(AttentionFusion, BertWithMaskBecomesOneNode) {

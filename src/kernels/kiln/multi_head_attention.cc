@@ -97,6 +97,7 @@ Status MultiHeadAttention::run(KernelContext& ctx) {
   args.y = out->data<float>();
   args.y_batch_stride = batch_rows * hidden, args.y_token_stride = token_rows * hidden;
   args.scale = scale;
+  args.zero_nan_rows = ctx.node.attr_int("zero_nan_rows", 0) != 0;
   attention::attention_f32(args, ctx.pool);
   return Status::ok();
 }

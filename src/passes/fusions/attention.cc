@@ -23,6 +23,7 @@ struct Match {
   std::string x, mask, end;         // `end` carries the merged heads, [A0,A1,E] or [A0*A1,E]
   bool end_is_2d = false;
   bool seq_first = false;
+  bool zero_nan_rows = false;  // the probabilities pass a Where(IsNaN(P), 0, P) guard
   int64_t heads = 0, hidden = 0;
   double scale = 1;
   Tensor w, bias;
@@ -43,6 +44,27 @@ const ir::Node* scores_matmul(const GraphIndex& idx, std::string v,
     nodes.push_back(n);
     v = s->first;
   }
+}
+
+// torch's scaled_dot_product_attention export guards the probabilities P against the NaN rows
+// of fully masked queries: Where(IsNaN(P), 0, P). The guard's two nodes, when they are all that
+// reads P, or nothing.
+std::vector<const ir::Node*> nan_guard(const GraphIndex& idx, const std::string& p) {
+  const auto& readers = idx.consumers(p);
+  if (readers.size() != 2) return {};
+  const ir::Node* isnan = readers[0];
+  const ir::Node* where = readers[1];
+  if (!is_onnx_op(isnan, "IsNaN")) std::swap(isnan, where);
+  if (!is_onnx_op(isnan, "IsNaN") || !is_onnx_op(where, "Where") || where->inputs.size() != 3 ||
+      where->inputs[0] != isnan->outputs[0] || where->inputs[2] != p ||
+      idx.consumers(isnan->outputs[0]).size() != 1)
+    return {};
+  const Tensor* zero = idx.constant(where->inputs[1]);
+  // One element of rank <= 1, so that it cannot broadcast P to a higher rank.
+  if (!zero || zero->dtype() != DType::kFloat32 || zero->numel() != 1 || zero->rank() > 1 ||
+      zero->data<float>()[0] != 0.0f)
+    return {};
+  return {isnan, where};
 }
 
 Result<Tensor> merge_columns(const std::vector<const Branch*>& bs, int64_t rows, bool bias) {
@@ -97,9 +119,16 @@ std::optional<Match> match(const ir::Graph& g, const GraphIndex& idx, const Type
     qk = scores_matmul(idx, sm.inputs[0], score_nodes, m.scale);
   }
   if (!qk) return std::nullopt;
-  const auto& pv_readers = idx.consumers(sm.outputs[0]);
+  std::string probs = sm.outputs[0];
+  const std::vector<const ir::Node*> guard = nan_guard(idx, probs);
+  if (!guard.empty()) {
+    m.zero_nan_rows = true;
+    m.nodes.insert(guard.begin(), guard.end());
+    probs = guard[1]->outputs[0];
+  }
+  const auto& pv_readers = idx.consumers(probs);
   if (pv_readers.size() != 1 || !is_onnx_op(pv_readers[0], "MatMul") ||
-      pv_readers[0]->inputs[0] != sm.outputs[0])
+      pv_readers[0]->inputs[0] != probs)
     return std::nullopt;
   const ir::Node* pv = pv_readers[0];
   auto q = trace_branch(idx, types, values, qk->inputs[0], true);
@@ -270,6 +299,7 @@ void rewrite(ir::Graph& g, Types& types, const Match& m) {
   // the one that restores batch_first after the output projection.
   const std::string batch_first_x = m.seq_first && !m.end_is_2d ? untransposed(g, m.x) : "";
   if (m.seq_first && batch_first_x.empty()) attr("seq_first", ir::Attribute::Type::kInt).i = 1;
+  if (m.zero_nan_rows) attr("zero_nan_rows", ir::Attribute::Type::kInt).i = 1;
   std::vector<ir::Node> added;
   if (!batch_first_x.empty()) {
     mha.inputs[0] = batch_first_x;

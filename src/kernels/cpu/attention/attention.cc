@@ -135,8 +135,14 @@ void query_block(const AttentionArgs& a, const Plan& p, int64_t bh, int64_t qb) 
   float* y = a.y + b * a.y_batch_stride + q0 * a.y_token_stride + h * d;
   pack_transposed(ot, nr, d, nq, d, y, a.y_token_stride);
   for (int64_t q = 0; q < nq; ++q) {
+    float* row = y + q * a.y_token_stride;
+    // The sum of exponents is positive and finite unless the row's softmax is NaN.
+    if (a.zero_nan_rows && !(l[q] > 0.0f && std::isfinite(l[q]))) {
+      std::fill(row, row + d, 0.0f);
+      continue;
+    }
     const float inv = 1.0f / l[q];
-    for (int64_t c = 0; c < d; ++c) y[q * a.y_token_stride + c] *= inv;
+    for (int64_t c = 0; c < d; ++c) row[c] *= inv;
   }
 }
 

@@ -33,6 +33,9 @@ struct AttentionArgs {
   // (strides 0 where it broadcasts; s[3] is 0 or 1).
   const float* mask = nullptr;
   int64_t mask_strides[4] = {0, 0, 0, 0};
+  // Rows whose softmax is NaN (every score -inf, or a NaN or +inf score) give zeros instead:
+  // the Where(IsNaN(P), 0, P) guard of torch's scaled_dot_product_attention export.
+  bool zero_nan_rows = false;
 };
 
 // What tests and benchmarks may override (0 / null: chosen from the micro-kernel and shapes).
@@ -42,7 +45,8 @@ struct AttentionTuning {
   int64_t key_block = 0;  // keys per online-softmax step (rounded up to mr); small ones test it
 };
 
-// A row whose scores are all -inf gives NaN, as the reference does. `pool` may be null.
+// A row whose scores are all -inf gives NaN, as the reference does, unless zero_nan_rows.
+// `pool` may be null.
 void attention_f32(const AttentionArgs& args, ThreadPool* pool, const AttentionTuning& tuning = {});
 
 }  // namespace kiln::attention
