@@ -225,10 +225,11 @@ void unary_step(const EltwiseStep& s, float* v, int64_t n) {
       return map1(v, n, [lo, hi](float x) { return std::min(std::max(x, lo), hi); });
     }
     case EltwiseOp::kLeakyRelu: {
-      const double alpha = s.p0;
-      return map1(v, n, [alpha](float x) {
-        const double d = x;
-        return static_cast<float>(d >= 0 ? d : alpha * d);
+      // As LeakyRelu's kernel: in float, which rounds the product as the double formula would.
+      const __m256 alpha = _mm256_set1_ps(s.p0);
+      return map1_lanes(v, n, [alpha](__m256 x) {
+        const __m256 keep = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ);
+        return _mm256_blendv_ps(_mm256_mul_ps(x, alpha), x, keep);
       });
     }
     case EltwiseOp::kHardSigmoid: {

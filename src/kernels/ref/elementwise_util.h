@@ -188,10 +188,11 @@ Status map_unary(KernelContext& ctx, Accept accept, F f, size_t max_inputs = 1) 
 
 // y = f(x) for a float32 x on 8 lanes (f maps __m256 -> __m256, a few ulp from the double
 // reference at most), the tail masked, large tensors split over the pool. Returns false, having
-// done nothing, for any other type: the caller then runs its reference map.
+// done nothing, for any other type: the caller then runs its reference map. Inputs after the
+// first (up to max_inputs, e.g. Clip's bounds) are the caller's to read.
 template <typename F>
-Result<bool> map_unary_f32_lanes(KernelContext& ctx, F f) {
-  KILN_RETURN_IF_ERROR(check_inputs(ctx, 1, 1));
+Result<bool> map_unary_f32_lanes(KernelContext& ctx, F f, size_t max_inputs = 1) {
+  KILN_RETURN_IF_ERROR(check_inputs(ctx, 1, max_inputs));
   const Tensor& x = ctx.input(0);
   if (x.dtype() != DType::kFloat32) return false;
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, x.shape()));
