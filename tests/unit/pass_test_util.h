@@ -44,6 +44,14 @@ inline ir::Attribute attr_ints(const std::string& name, std::vector<int64_t> v) 
   return a;
 }
 
+inline ir::Attribute attr_strings(const std::string& name, std::vector<std::string> v) {
+  ir::Attribute a;
+  a.name = name;
+  a.type = ir::Attribute::Type::kStrings;
+  a.strings = std::move(v);
+  return a;
+}
+
 inline ir::Attribute attr_s(const std::string& name, std::string v) {
   ir::Attribute a;
   a.name = name;

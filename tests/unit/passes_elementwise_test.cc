@@ -14,6 +14,7 @@ namespace {
 
 using test::attr_f;
 using test::attr_ints;
+using test::attr_strings;
 using test::Builder;
 using test::run_model;
 using test::run_pass;
@@ -27,14 +28,6 @@ ir::Model check(Builder& b, const std::vector<std::string>& want_ops,
 }
 
 const ir::Node& only_node(const ir::Model& m) { return m.graph.nodes.at(0); }
-
-ir::Attribute attr_strings(const std::string& name, std::vector<std::string> v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::Attribute::Type::kStrings;
-  a.strings = std::move(v);
-  return a;
-}
 
 ir::Attribute attr_floats(const std::string& name, std::vector<float> v) {
   ir::Attribute a;
@@ -364,6 +357,18 @@ TEST(FusedElementwiseKernel, OddSizesAllOperandKinds) {
                     {1, 2, 3, 4, -1, 1},
                     {0, 1, 0, 1, 0, 1},
                     {}});
+}
+
+TEST(FusedElementwiseKernel, InnerDimRepeatedOverTheNextIsPeriodic) {
+  // Per-channel operands of a blocked [N, C/8, H, W, 8] value ([1, C/8, 1, 1, 8] and without the
+  // leading 1), and an odd period of 5 whose runs straddle the 256-element blocks.
+  expect_bit_exact({{2, 3, 5, 7, 8},
+                    {{1, 3, 1, 1, 8}, {3, 1, 1, 8}},
+                    {"Mul", "Add", "Relu"},
+                    {1, 2, -1},
+                    {0, 1, 0},
+                    {}});
+  expect_bit_exact({{3, 4, 9, 5}, {{4, 1, 5}, {1, 9, 1}}, {"Sub", "Mul"}, {1, 2}, {1, 0}, {}});
 }
 
 TEST(FusedElementwiseKernel, LargeOddSizeRunsInParallel) {

@@ -11,6 +11,7 @@ namespace {
 using test::attr_f;
 using test::attr_i;
 using test::attr_ints;
+using test::attr_s;
 using test::Builder;
 using test::run_pass;
 
@@ -211,14 +212,6 @@ TEST(NchwcLayout, SiluAndResidualFirst) {
   EXPECT_EQ(m.graph.nodes[2].attr_int("residual_before_activation", 0), 1);
 }
 
-ir::Attribute attr_s(const std::string& name, const std::string& v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::Attribute::Type::kString;
-  a.s = v;
-  return a;
-}
-
 TEST(NchwcLayout, SqueezeExciteStaysInTheRegion) {
   // EfficientNet's MBConv: conv + Silu, squeeze-excite, projection.
   Builder b;
@@ -376,6 +369,48 @@ TEST(NchwcLayout, ZeroPreservingClipStaysBlocked) {
     EXPECT_EQ(test::op_types(m), want) << "floor " << floor;
     test::expect_same_outputs(b.m, m, {b.random({1, 8, 9, 9}, -3, 3)}, 1e-4f);
   }
+}
+
+// DenseNet's layer: Concat of the features so far, BN-ReLU (a FusedElementwise with per-channel
+// scale and shift, [C,1,1] and [1,C,1,1]), a 1x1 conv. With channel counts of whole blocks the
+// Concat and the chain stay blocked; a 12-channel input sends the Concat back to plain.
+void dense_layer(Builder& b, int64_t grown) {
+  b.m.opsets["ai.kiln"] = 1;
+  b.input("x", {1, 16, 9, 9});
+  b.conv("x", "a", 16, 16);
+  b.conv("a", "c", 16, grown);
+  b.add("Concat", {"a", "c"}, {"cat"}, {attr_i("axis", 1)});
+  const int64_t ch = 16 + grown;
+  b.weight("scale", {ch, 1, 1});
+  b.weight("shift", {1, ch, 1, 1});
+  ir::Node& bn = b.add("FusedElementwise", {"cat", "scale", "shift"}, {"bn"},
+                       {test::attr_strings("ops", {"Mul", "Add", "Relu"}),
+                        test::attr_ints("operands", {1, 2, -1}), test::attr_ints("swapped", {0, 1, 0})});
+  bn.domain = "ai.kiln";
+  conv(b, "bn", "d", ch, 16, 1, {});
+  b.output("d");
+}
+
+TEST(NchwcLayout, ChannelConcatAndChannelChainStayBlocked) {
+  Builder b;
+  dense_layer(b, 8);
+  const ir::Model m = check_o3(b, {"ReorderToBlocked", "BlockedConv", "BlockedConv", "Concat",
+                                   "FusedElementwise", "BlockedConv", "ReorderFromBlocked"},
+                               {{1, 16, 9, 9}});
+  for (const auto& n : m.graph.nodes) {
+    if (n.op_type == "Concat") EXPECT_EQ(n.attr_int("axis", 0), 1);
+    if (n.op_type == "FusedElementwise")
+      for (size_t i = 1; i < 3; ++i)
+        EXPECT_EQ(m.graph.initializers.at(n.inputs[i]).shape(), (Shape{1, 3, 1, 1, 8}));
+  }
+}
+
+TEST(NchwcLayout, ConcatOfPartBlocksStaysPlain) {
+  Builder b;
+  dense_layer(b, 12);
+  check_o3(b, {"ReorderToBlocked", "BlockedConv", "ReorderFromBlocked", "BlockedConv",
+               "ReorderFromBlocked", "Concat", "FusedElementwise", "Conv"},  // a lone 1x1 stays plain
+           {{1, 16, 9, 9}});
 }
 
 }  // namespace

@@ -26,10 +26,14 @@ constexpr int64_t kGrainBlocks = 32;       // 8K elements per task at least
 
 // How an input is read for a block of the output: one value, the same row-major layout as the
 // output, or a numpy broadcast (dims of the output collapsed where the input's strides allow).
+// A broadcast whose innermost dim repeats over the next one (a [C/8, 1, 1, 8] operand of a
+// blocked [N, C/8, H, W, 8] value) reads as one periodic dim: `period` > 0, element i of that
+// dim at data[i % period].
 struct Operand {
   enum class Kind { kScalar, kFull, kBroadcast } kind;
   const float* data;
   Shape dims, strides;  // kBroadcast: collapsed output dims, input strides (0: broadcast)
+  int64_t period = 0;
 };
 
 Operand make_operand(const Tensor& t, const Shape& out, int64_t out_numel) {
@@ -51,11 +55,37 @@ Operand make_operand(const Tensor& t, const Shape& out, int64_t out_numel) {
       o.strides.push_back(st[d]);
     }
   }
+  const size_t r = o.dims.size();
+  if (r >= 2 && o.strides[r - 2] == 0 && o.strides[r - 1] == 1) {
+    o.period = o.dims[r - 1];
+    o.dims[r - 2] *= o.dims[r - 1];
+    o.strides[r - 2] = 1;
+    o.dims.pop_back();
+    o.strides.pop_back();
+  }
   return o;
 }
 
+// out[k] = src[(phase + k) % period] for k < n: the first partial period, then copies of what
+// is already written, doubling.
+void periodic_copy(const float* src, int64_t period, int64_t phase, int64_t n, float* out) {
+  const int64_t head = std::min(n, period - phase);
+  std::memcpy(out, src + phase, static_cast<size_t>(head) * sizeof(float));
+  int64_t k = head;
+  if (k < n) {
+    const int64_t m = std::min(n - k, period);
+    std::memcpy(out + k, src, static_cast<size_t>(m) * sizeof(float));
+    k += m;
+  }
+  while (k < n) {  // [head, k) is whole periods from a period's start
+    const int64_t m = std::min(n - k, k - head);
+    std::memcpy(out + k, out + head, static_cast<size_t>(m) * sizeof(float));
+    k += m;
+  }
+}
+
 // Writes elements [start, start + n) of `o` broadcast to the output into dst, a run of the
-// innermost collapsed dim at a time (a fill, a copy, or a strided read).
+// innermost collapsed dim at a time (a fill, a copy, a periodic copy, or a strided read).
 void gather(const Operand& o, int64_t start, int64_t n, float* dst) {
   if (o.kind == Operand::Kind::kScalar) {
     std::fill(dst, dst + n, o.data[0]);
@@ -68,28 +98,29 @@ void gather(const Operand& o, int64_t start, int64_t n, float* dst) {
   const size_t r = o.dims.size();
   Shape index(r, 0);  // inline up to rank 8: no allocation per block
   int64_t* idx = index.data();
-  int64_t off = 0;
+  int64_t off = 0;  // of the outer dims' position; the innermost index is idx[r - 1]
   for (size_t d = r, rem = static_cast<size_t>(start); d-- > 0;) {
     idx[d] = static_cast<int64_t>(rem % static_cast<size_t>(o.dims[d]));
     rem /= static_cast<size_t>(o.dims[d]);
-    off += idx[d] * o.strides[d];
+    if (d + 1 < r) off += idx[d] * o.strides[d];
   }
   const int64_t inner = o.dims[r - 1], st = o.strides[r - 1];
   for (int64_t done = 0; done < n;) {
-    const int64_t run = std::min(inner - idx[r - 1], n - done);
+    const int64_t i0 = idx[r - 1];
+    const int64_t run = std::min(inner - i0, n - done);
     const float* src = o.data + off;
-    if (st == 0) {
+    if (o.period > 0) {
+      periodic_copy(src, o.period, i0 % o.period, run, dst + done);
+    } else if (st == 0) {
       std::fill(dst + done, dst + done + run, *src);
     } else if (st == 1) {
-      std::memcpy(dst + done, src, static_cast<size_t>(run) * sizeof(float));
+      std::memcpy(dst + done, src + i0, static_cast<size_t>(run) * sizeof(float));
     } else {
-      for (int64_t k = 0; k < run; ++k) dst[done + k] = src[k * st];
+      for (int64_t k = 0; k < run; ++k) dst[done + k] = src[(i0 + k) * st];
     }
     done += run;
     idx[r - 1] += run;
-    off += run * st;
     if (idx[r - 1] < inner) continue;
-    off -= inner * st;
     idx[r - 1] = 0;
     for (size_t d = r - 1; d-- > 0;) {  // odometer over the outer dims
       off += o.strides[d];

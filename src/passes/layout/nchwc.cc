@@ -1,9 +1,11 @@
 // -O3 layout pass "nchwc-layout": runs convolutions in the blocked NCHWc layout (the scheme of
 // ONNX Runtime's NchwcTransformer). Conv/FusedConv with constant weights become
-// ai.kiln.BlockedConv (weights reordered here, once); pools, SqueezeExcite, same-shape Add/Mul
-// and zero-preserving activations reading blocked values stay blocked, so a chain of them forms
-// one region with a ReorderToBlocked where a plain value enters and a ReorderFromBlocked where a
-// plain reader or graph output leaves.
+// ai.kiln.BlockedConv (weights reordered here, once); pools, SqueezeExcite, same-shape Add/Mul,
+// zero-preserving activations, channel Concats of whole blocks and FusedElementwise chains with
+// per-channel operands (DenseNet's BN-ReLU) reading blocked values stay blocked, so a chain of
+// them forms one region with a ReorderToBlocked where a plain value enters and a
+// ReorderFromBlocked where a plain reader or graph output leaves.
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <optional>
@@ -21,7 +23,7 @@ namespace {
 using epilogue::Types;
 using namespace nchwc;
 
-enum class Kind { kConv, kDepthwiseConv, kPool, kSqueezeExcite, kElementwise, kUnary };
+enum class Kind { kConv, kDepthwiseConv, kPool, kSqueezeExcite, kElementwise, kUnary, kConcat, kChain };
 
 bool is_conv(const ir::Node& n) {
   return (n.domain.empty() && n.op_type == "Conv") ||
@@ -75,6 +77,64 @@ bool zero_preserving_unary(const ir::Node& n, const GraphIndex& idx) {
     if (i == 1 ? !(v <= 0) : !(v >= 0)) return false;
   }
   return n.inputs.size() <= 3;
+}
+
+// The static channel count of a rank-4 float32 value, or 0.
+int64_t static_channels(const Types& types, const std::string& v) {
+  const auto t = types.of(v);
+  if (!t || t->dtype != DType::kFloat32 || !t->has_shape || t->shape.size() != 4 ||
+      !t->shape[1].known())
+    return 0;
+  return t->shape[1].value;
+}
+
+// Concat on the channel axis of rank-4 values whose channel counts are whole blocks: in the
+// blocked layout [N, C/8, H, W, 8] it is the same Concat on axis 1, block by block.
+bool blockable_concat(const ir::Node& n, const Types& types) {
+  if (!n.domain.empty() || n.op_type != "Concat" || n.outputs.size() != 1 || n.inputs.empty())
+    return false;
+  const int64_t axis = n.attr_int("axis", 0);
+  if (axis != 1 && axis != -3) return false;
+  for (const std::string& in : n.inputs) {
+    const int64_t c = in.empty() ? 0 : static_channels(types, in);
+    if (c == 0 || c % kBlock != 0) return false;
+  }
+  return true;
+}
+
+// A [C] operand spread over the channel axis: shape [C, 1, 1] or [1, C, 1, 1].
+bool per_channel(const Tensor& t, int64_t c) {
+  if (t.dtype() != DType::kFloat32 || t.numel() != c || t.rank() < 3 || t.rank() > 4) return false;
+  return t.dim(t.rank() - 3) == c && t.dim(t.rank() - 2) == 1 && t.dim(t.rank() - 1) == 1;
+}
+
+// A FusedElementwise chain on a blocked X0 whose channels are whole blocks (no padding lanes, so
+// f(0) need not be 0), its other inputs scalars, per-channel constants, or blocked values of X0's
+// shape.
+bool blockable_chain(const ir::Node& n, const GraphIndex& idx, const Types& types,
+                     const std::set<std::string>& blocked) {
+  if (n.domain != "ai.kiln" || n.op_type != "FusedElementwise" || n.outputs.size() != 1 ||
+      n.inputs.empty() || !n.has_input(0) || !blocked.count(n.inputs[0]))
+    return false;
+  const int64_t c = static_channels(types, n.inputs[0]);
+  if (c == 0 || c % kBlock != 0 || !types.same_float_shape(n.inputs[0], n.outputs[0])) return false;
+  for (size_t i = 1; i < n.inputs.size(); ++i) {
+    const std::string& in = n.inputs[i];
+    if (in.empty()) return false;
+    if (blocked.count(in) && types.same_float_shape(n.inputs[0], in)) continue;
+    const Tensor* t = idx.constant(in);
+    if (!t || !(t->numel() == 1 && t->rank() <= 4 && t->dtype() == DType::kFloat32) && !per_channel(*t, c))
+      return false;
+  }
+  return true;
+}
+
+// A per-channel operand [C, 1, 1] as [1, C/8, 1, 1, 8], to broadcast over the blocked layout.
+Tensor blocked_channel_operand(const Tensor& t) {
+  const int64_t c = t.numel();
+  Tensor out = Tensor::make(DType::kFloat32, {1, c / kBlock, 1, 1, kBlock}).value();
+  std::copy_n(t.data<float>(), c, out.data<float>());
+  return out;
 }
 
 bool blockable_pool(const ir::Node& n) {
@@ -155,6 +215,12 @@ std::map<const ir::Node*, Kind> plan_regions(const ir::Graph& g, const GraphInde
       kind = Kind::kElementwise;  // zero padding lanes stay zero under + and *
     } else if (zero_preserving_unary(n, idx) && blocked.count(n.inputs[0])) {
       kind = Kind::kUnary;
+    } else if (blockable_concat(n, types) &&
+               std::any_of(n.inputs.begin(), n.inputs.end(),
+                           [&](const std::string& in) { return blocked.count(in) > 0; })) {
+      kind = Kind::kConcat;
+    } else if (blockable_chain(n, idx, types, blocked)) {
+      kind = Kind::kChain;
     }
     if (!kind) continue;
     plan[&n] = *kind;
@@ -258,6 +324,25 @@ class NchwcLayout : public Pass {
         channels[plain] = channels.at(n.inputs[0]);
       } else if (p->second == Kind::kUnary) {
         b.inputs[0] = blocked_input(n.inputs[0]);  // Clip's bounds stay the scalars they are
+        channels[plain] = channels.at(n.inputs[0]);
+      } else if (p->second == Kind::kConcat) {
+        int64_t sum = 0;
+        for (std::string& in : b.inputs) {
+          sum += static_channels(types, in);
+          in = blocked_input(in);
+        }
+        for (ir::Attribute& a : b.attrs)
+          if (a.name == "axis") a.i = 1;  // the block axis of [N, C/8, H, W, 8]
+        channels[plain] = sum;
+      } else if (p->second == Kind::kChain) {
+        b.inputs[0] = blocked_input(n.inputs[0]);
+        for (size_t i = 1; i < b.inputs.size(); ++i) {
+          const Tensor* t = idx.constant(n.inputs[i]);
+          if (!t)
+            b.inputs[i] = blocked_input(n.inputs[i]);
+          else if (t->numel() > 1)
+            b.inputs[i] = blocked_const(n.inputs[i], blocked_channel_operand);
+        }
         channels[plain] = channels.at(n.inputs[0]);
       } else {
         b.inputs = {blocked_input(n.inputs[0]), blocked_input(n.inputs[1])};
