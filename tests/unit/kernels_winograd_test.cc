@@ -203,6 +203,7 @@ struct Prepared {
   bool ready;
   bool absorbed;
   int64_t tile;
+  bool keeps_dense;
 };
 Prepared prepare(int64_t c, int64_t m, std::vector<ir::Attribute> attrs, bool constant_w = true) {
   ir::Node node;
@@ -216,7 +217,7 @@ Prepared prepare(int64_t c, int64_t m, std::vector<ir::Attribute> attrs, bool co
   std::vector<bool> absorbed(3, false);
   EXPECT_TRUE(wino.prepare(constants, absorbed).is_ok());
   EXPECT_FALSE(absorbed[0] || absorbed[2]);
-  return {wino.ready(), absorbed[1], wino.tile()};
+  return {wino.ready(), absorbed[1], wino.tile(), wino.keeps_dense()};
 }
 
 TEST(WinogradConv, TakesTheConvsItPaysFor) {
@@ -242,6 +243,38 @@ TEST(WinogradConv, TakesTheConvsItPaysFor) {
   unsetenv("KILN_DISABLE_WINOGRAD");
   EXPECT_FALSE(off.ready);
   EXPECT_FALSE(off.absorbed);
+}
+
+// A same-padded 3x3 of c -> m channels over n images of hw x hw, as BlockedConv sees it.
+BlockedConvShape square_shape(int64_t n, int64_t c, int64_t m, int64_t hw) {
+  BlockedConvShape s;
+  s.n = n, s.cb = c / 8, s.mb = m / 8, s.h = s.w = s.oh = s.ow = hw;
+  s.kh = s.kw = 3, s.pt = s.pl = 1, s.channels = m;
+  return s;
+}
+
+TEST(WinogradConv, AnUncachedUStepsAsideWhereItWouldStreamOften) {
+  using test::attr_ints;
+  const auto& kernels = nchwc::winograd_gemm_kernels();
+  ASSERT_FALSE(kernels.empty());
+  // resnet50's 512 -> 512: U of F(2x2) is 16 MiB, past what stays cached, so W is kept too.
+  const Prepared deep = prepare(512, 512, {attr_ints("pads", {1, 1, 1, 1})});
+  EXPECT_TRUE(deep.ready);
+  EXPECT_TRUE(deep.keeps_dense);
+  EXPECT_FALSE(deep.absorbed);
+  EXPECT_FALSE(prepare(64, 64, {}).keeps_dense);
+  std::vector<float> w(512 / 8 * 512 / 8 * 9 * 64, 0.5f);
+  const nchwc::WinogradWeights big(w.data(), 64, 64, 2, kernels.front());
+  EXPECT_TRUE(nchwc::winograd_weights_stream(big));
+  // 7x7 (16 tiles): one chunk streams U once, little more than the direct kernel's W.
+  EXPECT_TRUE(nchwc::winograd_pays(square_shape(1, 512, 512, 7), big, 2));
+  // 64x64 (1024 tiles): U streamed once per chunk of a few tiles costs more than F(2x2) saves.
+  EXPECT_FALSE(nchwc::winograd_pays(square_shape(1, 512, 512, 64), big, 2));
+  // A U that stays cached always pays.
+  std::vector<float> w64(64 / 8 * 64 / 8 * 9 * 64, 0.5f);
+  const nchwc::WinogradWeights small(w64.data(), 8, 8, 4, kernels.front());
+  EXPECT_FALSE(nchwc::winograd_weights_stream(small));
+  EXPECT_TRUE(nchwc::winograd_pays(square_shape(1, 64, 64, 112), small, 2));
 }
 
 TEST(WinogradConv, OptimizedModelMatchesPlainConvs) {
@@ -282,6 +315,42 @@ TEST(WinogradConv, OptimizedModelMatchesPlainConvs) {
     differ = differ || q != d;
   }
   EXPECT_TRUE(differ) << "the Winograd run gave the direct kernel's bits: was it used?";
+}
+
+TEST(WinogradConv, KeptDenseWeightsRunWhereWinogradDoesNotPay) {
+  // 640 -> 256: U of F(2x2) is 10 MiB, so W stays. At 16x16 (64 tiles, 8 chunks) the direct
+  // kernel runs, bit for bit what it gives with Winograd off; at 8x8 (one chunk) Winograd does.
+  test::Builder b;
+  b.input_dims("x", {test::num(1), test::num(640), test::sym("h"), test::sym("w")});
+  b.conv("x", "y", 640, 256);
+  b.output("y");
+  ir::Model optimized = b.m;
+  OptimizeOptions o;
+  o.level = 3;
+  ASSERT_TRUE(optimize(optimized, o).is_ok());
+  ASSERT_EQ(test::histogram(optimized)["BlockedConv"], 1);
+  for (const int64_t hw : {16, 8}) {
+    SCOPED_TRACE(hw);
+    const std::vector<Tensor> feeds{b.random({1, 640, hw, hw})};
+    const std::vector<Value> want = test::run_model(b.m, feeds);
+    const std::vector<Value> got = test::run_model(optimized, feeds);
+    setenv("KILN_DISABLE_WINOGRAD", "1", 1);
+    const std::vector<Value> direct = test::run_model(optimized, feeds);
+    unsetenv("KILN_DISABLE_WINOGRAD");
+    ASSERT_EQ(want.size(), 1u);
+    ASSERT_EQ(got.size(), 1u);
+    ASSERT_EQ(direct.size(), 1u);
+    const Tensor& w = want[0].tensor;
+    ASSERT_EQ(got[0].tensor.shape(), w.shape());
+    bool same_as_direct = true;
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      const float p = w.data<float>()[i], q = got[0].tensor.data<float>()[i];
+      // 5760 products of values in [-1, 1]: Winograd's error is ~2.4e-6 of their sum (~1e3).
+      ASSERT_LE(std::fabs(p - q), 1e-2f * std::max(1.0f, std::fabs(p))) << "element " << i;
+      same_as_direct = same_as_direct && q == direct[0].tensor.data<float>()[i];
+    }
+    EXPECT_EQ(same_as_direct, hw == 16);
+  }
 }
 
 }  // namespace

@@ -79,7 +79,7 @@ class BlockedConv : public Kernel {
 
   Status prepare(const std::vector<const Tensor*>& constants, std::vector<bool>& absorbed) override {
     KILN_RETURN_IF_ERROR(winograd_.prepare(constants, absorbed));  // the 3x3s it pays for
-    if (!winograd_.ready() && groups_ == 1) dense_.prepare(constants, absorbed);
+    if ((!winograd_.ready() || winograd_.keeps_dense()) && groups_ == 1) dense_.prepare(constants, absorbed);
     return Status::ok();
   }
 
@@ -106,7 +106,8 @@ class BlockedConv : public Kernel {
     if (plain_channels > 0 && sr->depthwise)
       return ctx.error("a depthwise BlockedConv needs a blocked X");
     const Shape y_shape{sr->n, sr->mb, sr->oh, sr->ow, kBlock};
-    const BlockedConvShape s = winograd_.ready() ? *sr : along_rows(*sr);
+    const bool winograd = winograd_.takes(*sr, ctx.pool);
+    const BlockedConvShape s = winograd ? *sr : along_rows(*sr);
     BlockedEpilogue e;
     e.act = act_;
     e.residual_first = ctx.node.attr_int("residual_before_activation", 0) != 0;
@@ -126,7 +127,7 @@ class BlockedConv : public Kernel {
     }
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, y_shape));
     const float* x = ctx.input(0).data<float>();
-    if (winograd_.ready()) return winograd_.run(s, x, e, y->data<float>(), ctx.pool);
+    if (winograd) return winograd_.run(s, x, e, y->data<float>(), ctx.pool);
     if (s.depthwise) {
       (dense_.avx512() ? blocked_conv_depthwise_avx512 : blocked_conv_depthwise_avx2)(
           s, x, ctx.input(1).data<float>(), e, y->data<float>(), ctx.pool);

@@ -27,6 +27,14 @@ namespace {
 // One task's transformed input and products (bytes): about half of Zen 4's 1 MiB L2 (measured
 // by bench/conv_winograd_bench.cc: 256-768 KiB within noise on resnet50's layers).
 constexpr int64_t kDefaultL2Bytes = 512 * 1024;
+// U past this many bytes is not kept by the caches between chunks (2 cores' L2 and a share of
+// L3), and streaming a byte of it from memory costs about as long as this many flops of the
+// GEMMs (2-core AVX2/AVX-512 peaks of 190-340 GFLOP/s over 20-40 GB/s). FCN's 3x3 2048 -> 512
+// head at 64x64 streamed its 67 MB U 128 times: 784 ms against the direct kernel's 384
+// (Xeon family 6 model 207, 2 threads); resnet50's 512 -> 512 at 7x7 (16.7 MB, one chunk) keeps
+// Winograd, 1.64-1.90 ms against 2.08-2.27 for two such convs.
+constexpr double kCachedWeightBytes = 8 << 20;
+constexpr double kFlopsPerStreamedByte = 8;
 
 // The 1-D transforms of F(m, 3), applied to the columns then the rows of a patch. F(4, 3):
 // o = B^T d over six values (a column or a row of the patch):
@@ -242,6 +250,60 @@ bool winograd_fits(const BlockedConvShape& s) {
          s.sw == 1 && s.dh == 1 && s.dw == 1;
 }
 
+int64_t winograd_tiles(const BlockedConvShape& s, int64_t tile) {
+  return s.n * ((s.oh + tile - 1) / tile) * ((s.ow + tile - 1) / tile);
+}
+
+WinogradSplit winograd_split(const BlockedConvShape& s, const WinogradWeights& w, int64_t threads,
+                             const WinogradTuning& tuning) {
+  const int64_t tiles = winograd_tiles(s, w.tile());
+  const WinogradGemmKernel& k = w.kernel();
+  WinogradSplit r;
+  // Output panels per task: all of them, unless there are too few tiles to give every thread
+  // two register tiles; then each thread takes a share of the output channels (and of U).
+  int64_t splits = tuning.m_splits;
+  if (splits <= 0) splits = threads > 1 && tiles < 2 * k.rows * threads ? threads : 1;
+  r.per_split = (w.panels() + std::min(splits, w.panels()) - 1) / std::min(splits, w.panels());
+  r.splits = (w.panels() + r.per_split - 1) / r.per_split;
+  // Tiles per task: V and M within the L2 budget, whole register tiles, and a task count that
+  // the threads share evenly.
+  int64_t chunk = tuning.chunk_tiles;
+  if (chunk <= 0) {
+    const int64_t budget = tuning.l2_bytes > 0 ? tuning.l2_bytes : kDefaultL2Bytes;
+    const int64_t per_tile = w.points() * 4 * (s.cb * kBlock + r.per_split * k.nr);
+    chunk = std::max<int64_t>(1, budget / per_tile);
+    if (chunk > k.rows) chunk = chunk / k.rows * k.rows;
+    // Few tiles (deep layers): one chunk per split even past the budget, so that each task
+    // streams its share of U once rather than once per chunk (512x512@7: 1.3x).
+    if (tiles * per_tile <= 2 * budget) chunk = tiles;
+    int64_t chunks = (tiles + chunk - 1) / chunk;
+    while (threads > 1 && (chunks * r.splits) % threads != 0 && chunks < tiles) ++chunks;
+    chunk = (tiles + chunks - 1) / chunks;
+  }
+  r.chunk = std::max<int64_t>(1, std::min(chunk, tiles));
+  r.chunks = (tiles + r.chunk - 1) / r.chunk;
+  return r;
+}
+
+static double u_bytes(const WinogradWeights& w) {
+  return 4.0 * w.points() * static_cast<double>(w.cb() * kBlock) *
+         static_cast<double>(w.panels() * w.kernel().nr);
+}
+
+bool winograd_weights_stream(const WinogradWeights& w) { return u_bytes(w) > kCachedWeightBytes; }
+
+bool winograd_pays(const BlockedConvShape& s, const WinogradWeights& w, int64_t threads) {
+  const double channels = static_cast<double>(s.cb * kBlock) * static_cast<double>(s.mb * kBlock);
+  const double direct = 2.0 * 9 * static_cast<double>(s.n * s.oh * s.ow) * channels;
+  const double wino = 2.0 * w.points() * static_cast<double>(winograd_tiles(s, w.tile())) * channels;
+  // Every chunk of tiles streams all of U from memory once U is past what the caches keep; the
+  // direct kernel streams its own weights (9 floats per channel pair) once.
+  double extra = 0;
+  if (winograd_weights_stream(w))
+    extra = u_bytes(w) * static_cast<double>(winograd_split(s, w, threads).chunks) - 4.0 * 9 * channels;
+  return wino + kFlopsPerStreamedByte * std::max(0.0, extra) < direct;
+}
+
 void blocked_conv_winograd(const BlockedConvShape& s, const float* x, const WinogradWeights& w,
                            const BlockedEpilogue& e, float* y, ThreadPool* pool,
                            const WinogradTuning& tuning) {
@@ -255,31 +317,9 @@ void blocked_conv_winograd(const BlockedConvShape& s, const float* x, const Wino
   if (j.tiles == 0 || s.mb == 0) return;
   const WinogradGemmKernel& k = w.kernel();
   const int64_t threads = pool ? pool->threads() : 1;
-
-  // Output panels per task: all of them, unless there are too few tiles to give every thread
-  // two register tiles; then each thread takes a share of the output channels (and of U).
-  int64_t splits = tuning.m_splits;
-  if (splits <= 0) splits = threads > 1 && j.tiles < 2 * k.rows * threads ? threads : 1;
-  const int64_t per_split = (w.panels() + std::min(splits, w.panels()) - 1) /
-                            std::min(splits, w.panels());
-  splits = (w.panels() + per_split - 1) / per_split;
-  // Tiles per task: V and M within the L2 budget, whole register tiles, and a task count that
-  // the threads share evenly.
-  int64_t chunk = tuning.chunk_tiles;
-  if (chunk <= 0) {
-    const int64_t budget = tuning.l2_bytes > 0 ? tuning.l2_bytes : kDefaultL2Bytes;
-    const int64_t per_tile = w.points() * 4 * (s.cb * kBlock + per_split * k.nr);
-    chunk = std::max<int64_t>(1, budget / per_tile);
-    if (chunk > k.rows) chunk = chunk / k.rows * k.rows;
-    // Few tiles (deep layers): one chunk per split even past the budget, so that each task
-    // streams its share of U once rather than once per chunk (512x512@7: 1.3x).
-    if (j.tiles * per_tile <= 2 * budget) chunk = j.tiles;
-    int64_t chunks = (j.tiles + chunk - 1) / chunk;
-    while (threads > 1 && (chunks * splits) % threads != 0 && chunks < j.tiles) ++chunks;
-    chunk = (j.tiles + chunks - 1) / chunks;
-  }
-  chunk = std::min(chunk, j.tiles);
-  const int64_t chunks = (j.tiles + chunk - 1) / chunk;
+  const WinogradSplit split = winograd_split(s, w, threads, tuning);
+  const int64_t splits = split.splits, per_split = split.per_split, chunk = split.chunk,
+                chunks = split.chunks;
   const int64_t flops = 2 * w.points() * j.tiles * s.cb * s.mb * kBlock * kBlock;
   // Every thread that may take a task has V and M sized first for the largest task (chunk tiles,
   // per_split panels), so that runs after the first allocate nothing (core/thread_scratch.h).

@@ -93,10 +93,27 @@ void blocked_conv_winograd(const BlockedConvShape& s, const float* x, const Wino
 // A blocked (not plain), dense, 3x3, stride-1, dilation-1 convolution.
 bool winograd_fits(const BlockedConvShape& s);
 
+// How a call splits into tasks: `chunks` chunks of `chunk` tiles, each cut into `splits` tasks
+// of `per_split` output panels.
+struct WinogradSplit {
+  int64_t splits = 1, per_split = 0, chunk = 0, chunks = 0;
+};
+WinogradSplit winograd_split(const BlockedConvShape& s, const WinogradWeights& w, int64_t threads,
+                             const WinogradTuning& tuning = {});
+
+// Whether Winograd beats the direct kernel on this call: its fewer flops against U streamed
+// from memory once per chunk of tiles when U is too big to stay cached (a wide 3x3 on a large
+// image: the chunks are many, U tens of MB).
+bool winograd_pays(const BlockedConvShape& s, const WinogradWeights& w, int64_t threads);
+// Whether U is too big to stay cached between chunks (then winograd_pays weighs its streaming).
+bool winograd_weights_stream(const WinogradWeights& w);
+
 // BlockedConv's Winograd path: decided from the node's attributes and its constant weights at
-// compile time (prepare), when it is measured to beat the direct kernel; then it takes every run
-// and the original weights are absorbed. KILN_DISABLE_WINOGRAD=1 in the environment turns it off,
-// and so does `allowed` false (the direct variant the tuner times against it).
+// compile time (prepare), when it is measured to beat the direct kernel. Its U is then built and
+// the original weights absorbed, unless U is too big to stay cached: then the dense weights stay
+// too and each run takes Winograd only where winograd_pays (a wide 3x3 on a large image runs
+// direct). KILN_DISABLE_WINOGRAD=1 in the environment turns it off, and so does `allowed` false
+// (the direct variant the tuner times against it).
 class BlockedConvWinograd {
  public:
   BlockedConvWinograd(const ir::Node& node, bool allowed = true);
@@ -104,12 +121,18 @@ class BlockedConvWinograd {
   static bool fits_node(const ir::Node& node);
   Status prepare(const std::vector<const Tensor*>& constants, std::vector<bool>& absorbed);
   bool ready() const { return weights_ != nullptr; }
+  // U too big to stay cached: the dense weights are kept too (not absorbed), and each run takes
+  // Winograd only where winograd_pays.
+  bool keeps_dense() const { return keeps_dense_; }
+  // Whether this run of s goes to Winograd.
+  bool takes(const BlockedConvShape& s, ThreadPool* pool) const;
   int64_t tile() const { return weights_ ? weights_->tile() : 0; }  // 4, 2, or 0 when not ready
   Status run(const BlockedConvShape& s, const float* x, const BlockedEpilogue& e, float* y,
              ThreadPool* pool) const;
 
  private:
   bool candidate_ = false;  // the attributes allow it
+  bool keeps_dense_ = false;
   std::unique_ptr<const WinogradWeights> weights_;
 };
 

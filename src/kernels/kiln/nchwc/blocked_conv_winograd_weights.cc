@@ -116,8 +116,16 @@ Status BlockedConvWinograd::prepare(const std::vector<const Tensor*>& constants,
   if (kernels.empty()) return Status::ok();
   weights_ = std::make_unique<const WinogradWeights>(w.data<float>(), w.dim(0), w.dim(1),
                                                      tile_for(w.dim(1), w.dim(0)), kernels.front());
-  absorbed[1] = true;  // run() never falls back to the direct kernel once the weights are here
+  // A U too big to stay cached loses to the direct kernel on large images (winograd_pays): the
+  // dense weights stay for those runs. Otherwise run() never falls back to the direct kernel.
+  keeps_dense_ = winograd_weights_stream(*weights_);
+  if (!keeps_dense_) absorbed[1] = true;
   return Status::ok();
+}
+
+bool BlockedConvWinograd::takes(const BlockedConvShape& s, ThreadPool* pool) const {
+  if (!ready()) return false;
+  return !keeps_dense_ || winograd_pays(s, *weights_, pool ? pool->threads() : 1);
 }
 
 Status BlockedConvWinograd::run(const BlockedConvShape& s, const float* x, const BlockedEpilogue& e,
