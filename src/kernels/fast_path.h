@@ -38,6 +38,13 @@ struct FastPathQuery {
     }
     return n;
   }
+  // Input i's last dim (1 for a scalar) when known, else -1.
+  int64_t last_dim(size_t i) const {
+    if (i >= types.size() || types[i] == nullptr || !types[i]->has_shape) return -1;
+    if (types[i]->shape.empty()) return 1;
+    const ir::Dim& d = types[i]->shape.back();
+    return d.known() ? d.value : -1;
+  }
   // Whether output i is named (wanted).
   bool wants_output(size_t i) const { return i < node.outputs.size() && !node.outputs[i].empty(); }
 };

@@ -418,15 +418,29 @@ KILN_REGISTER_FAST_PATH("", "Pow", [](const FastPathQuery& q) {
 
 // Add, Sub, Mul and Div whose operands are both the output's size or one element (arith's flat
 // loops), as far as the inferred shapes tell.
-static bool flat_arith(const FastPathQuery& q) {
+// Rows at least this long amortize the broadcast's per-row step (for_each_broadcast_row).
+constexpr int64_t kMinFastRow = 16;
+
+// Flat operands (equal sizes, or one value), or a broadcast whose output rows are long: both run
+// binary_row's vectorized loops. Half floats go element by element through double, and the
+// comparisons of bools and strings element by element.
+static bool flat_or_long_rows(const FastPathQuery& q) {
   if (q.types.size() != 2) return false;
   const int64_t a = q.numel(0), b = q.numel(1);
-  if (a < 0 || b < 0 || ew::is_half_float(q.types[0]->dtype)) return false;
-  return a == b || a == 1 || b == 1;
+  if (a < 0 || b < 0) return false;
+  const DType t = q.types[0]->dtype;
+  if (ew::is_half_float(t) || t == DType::kBool || t == DType::kString) return false;
+  if (a == b || a == 1 || b == 1) return true;
+  return std::max(q.last_dim(0), q.last_dim(1)) >= kMinFastRow;
 }
-KILN_REGISTER_FAST_PATH("", "Add", flat_arith);
-KILN_REGISTER_FAST_PATH("", "Sub", flat_arith);
-KILN_REGISTER_FAST_PATH("", "Mul", flat_arith);
-KILN_REGISTER_FAST_PATH("", "Div", flat_arith);
+KILN_REGISTER_FAST_PATH("", "Add", flat_or_long_rows);
+KILN_REGISTER_FAST_PATH("", "Sub", flat_or_long_rows);
+KILN_REGISTER_FAST_PATH("", "Mul", flat_or_long_rows);
+KILN_REGISTER_FAST_PATH("", "Div", flat_or_long_rows);
+KILN_REGISTER_FAST_PATH("", "Equal", flat_or_long_rows);
+KILN_REGISTER_FAST_PATH("", "Greater", flat_or_long_rows);
+KILN_REGISTER_FAST_PATH("", "GreaterOrEqual", flat_or_long_rows);
+KILN_REGISTER_FAST_PATH("", "Less", flat_or_long_rows);
+KILN_REGISTER_FAST_PATH("", "LessOrEqual", flat_or_long_rows);
 
 }  // namespace kiln
