@@ -38,12 +38,18 @@ Pattern Pattern::constant(std::function<bool(const Tensor&)> accept, std::string
   return p;
 }
 
+static bool is_scalar_near(const Tensor& t, double v, double rtol) {
+  if (t.numel() != 1 || !dtype_is_float(t.dtype())) return false;
+  const Result<double> r = read_scalar(t);
+  return r.is_ok() && std::abs(r.value() - v) <= rtol * std::max(std::abs(v), 1e-30);
+}
+
 Pattern Pattern::scalar(double v, double rtol) {
-  return constant([v, rtol](const Tensor& t) {
-    if (t.numel() != 1 || t.rank() > 1 || !dtype_is_float(t.dtype())) return false;
-    const Result<double> r = read_scalar(t);
-    return r.is_ok() && std::abs(r.value() - v) <= rtol * std::max(std::abs(v), 1e-30);
-  });
+  return constant([v, rtol](const Tensor& t) { return t.rank() <= 1 && is_scalar_near(t, v, rtol); });
+}
+
+Pattern Pattern::scalar_any_rank(double v, std::string name, double rtol) {
+  return constant([v, rtol](const Tensor& t) { return is_scalar_near(t, v, rtol); }, std::move(name));
 }
 
 Pattern Pattern::any_of(std::vector<Pattern> alternatives) {

@@ -35,8 +35,12 @@ class Pattern {
   static Pattern value(std::string name);
   // A fixed initializer for which `accept` holds, captured as `name` ("" captures nothing).
   static Pattern constant(std::function<bool(const Tensor&)> accept, std::string name = "");
-  // A one-element float constant within `rtol` (relative) of `v`.
+  // A one-element float constant of rank 0 or 1 (so it cannot broadcast its operand to a higher
+  // rank) within `rtol` (relative) of `v`.
   static Pattern scalar(double v, double rtol = 1e-4);
+  // The same of any rank ([1, 1, 1] from tf2onnx), captured as `name`: the rule checks that it
+  // does not raise its operand's rank.
+  static Pattern scalar_any_rank(double v, std::string name, double rtol = 1e-4);
   // The first of these alternatives that matches.
   static Pattern any_of(std::vector<Pattern> alternatives);
 

@@ -290,6 +290,39 @@ TEST(PaddleSpellings, TanhGeluWithPowOrMulCube) {
   }
 }
 
+// Flax's tanh GELU through tf2onnx: the factor taken in first, x * (x * (0.044715 * x)), and the
+// 1 of 1 + tanh a [1, 1, 1] constant, which fuses on a rank-3 x and not on a rank-2 one (there it
+// raises the rank).
+void flax_tanh_gelu(Builder& b, const Shape& x_shape) {
+  b.input("x", x_shape);
+  one_elem(b, "c", 0.044715f);
+  one_elem(b, "k", 0.7978846f);
+  b.floats("one", {1, 1, 1}, {1.0f});
+  one_elem(b, "half", 0.5f);
+  b.add("Mul", {"c", "x"}, {"cx"});
+  b.add("Mul", {"x", "cx"}, {"cx2"});
+  b.add("Mul", {"x", "cx2"}, {"cx3"});
+  b.add("Add", {"x", "cx3"}, {"in"});
+  b.add("Mul", {"k", "in"}, {"t"});
+  b.add("Tanh", {"t"}, {"th"});
+  b.add("Add", {"one", "th"}, {"a"});
+  b.add("Mul", {"half", "a"}, {"h"});
+  b.add("Mul", {"x", "h"}, {"y"});
+  b.output("y");
+}
+
+TEST(FlaxSpellings, TanhGeluFactorFirstWithARank3One) {
+  Builder b(13);
+  flax_tanh_gelu(b, {2, 3, 8});
+  ir::Model m = check(b, {"gelu"}, {"Gelu"}, {{2, 3, 8}}, -4, 4);
+  EXPECT_EQ(m.graph.nodes[0].attr_string("approximate", ""), "tanh");
+  Builder low(13);
+  flax_tanh_gelu(low, {3, 8});
+  const Result<int64_t> fused = test::run_pass(low.m, "gelu");
+  ASSERT_TRUE(fused.is_ok()) << fused.status().message();
+  EXPECT_EQ(fused.value(), 0);
+}
+
 TEST(PaddleSpellings, SiluAfterMatMulBias) {
   Builder b(13);
   b.input("x", {4, 8});

@@ -20,9 +20,9 @@ P div(P a, P b) { return P::op("Div", {std::move(a), std::move(b)}); }
 P c(double v) { return P::scalar(v); }
 
 // 0.5 * x * (1 + inner), its factors in any order and grouping, the halving a Mul by 0.5 or a
-// Div by 2.
+// Div by 2; the 1 of any rank ("one": the rule checks the rank).
 P gelu_of(const P& inner) {
-  const P a = add(inner, c(1.0));
+  const P a = add(inner, P::scalar_any_rank(1.0, "one"));
   return P::any_of({mul(mul(x, a), c(0.5)),                           // (x * a) * 0.5
                     div(mul(x, a), c(2.0)),                           // (x * a) / 2
                     mul(P::any_of({mul(x, c(0.5)), div(x, c(2.0))}), a),  // (x * 0.5) * a
@@ -32,10 +32,12 @@ P gelu_of(const P& inner) {
 // Erf(x / sqrt(2)), or Erf(x * (1/sqrt(2))).
 P erf_gelu() { return gelu_of(P::op("Erf", {P::any_of({div(x, c(std::sqrt(2.0))), mul(x, c(std::sqrt(0.5)))})})); }
 
-// Tanh(sqrt(2/pi) * (x + 0.044715 * x^3)), the cube Pow(x, 3) or x * (x * x) in either order.
+// Tanh(sqrt(2/pi) * (x + 0.044715 * x^3)), the cube Pow(x, 3) or x * (x * x) in either order,
+// or the factor taken in first, x * (x * (0.044715 * x)) (Flax's spelling, via tf2onnx).
 P tanh_gelu() {
   const P cube = P::any_of({P::op("Pow", {x, c(3.0)}), mul(x, P::op("Mul", {x, x}))});
-  return gelu_of(P::op("Tanh", {mul(add(x, mul(cube, c(0.044715))), c(std::sqrt(2.0 / M_PI)))}));
+  const P term = P::any_of({mul(cube, c(0.044715)), mul(x, mul(x, mul(x, c(0.044715))))});
+  return gelu_of(P::op("Tanh", {mul(add(x, term), c(std::sqrt(2.0 / M_PI)))}));
 }
 
 ir::Attribute string_attr(const char* name, const char* value) {
@@ -46,8 +48,17 @@ ir::Attribute string_attr(const char* name, const char* value) {
   return a;
 }
 
+// Whether the "one" of rank > 1 leaves x's rank as it is (a [1, 1, 1] on a rank-3 x does).
+bool one_keeps_rank(const Match& m, RuleContext& rc) {
+  const Tensor& one = m.constant("one");
+  if (one.rank() <= 1) return true;
+  const ir::TypeInfo* t = rc.ctx.types().find(m.value("x"));
+  return t && t->has_shape && static_cast<int64_t>(t->shape.size()) >= one.rank();
+}
+
 Rule gelu_rule(const char* name, P pattern, const char* approximate) {
-  return {name, std::move(pattern), [approximate](const Match& m, RuleContext&) -> std::optional<std::vector<ir::Node>> {
+  return {name, std::move(pattern), [approximate](const Match& m, RuleContext& rc) -> std::optional<std::vector<ir::Node>> {
+            if (!one_keeps_rank(m, rc)) return std::nullopt;
             ir::Node g = replacement_node(m, "Gelu", {m.value("x")}, "ai.kiln");
             g.attrs = {string_attr("approximate", approximate)};
             return std::vector<ir::Node>{std::move(g)};
