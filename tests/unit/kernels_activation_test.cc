@@ -1,5 +1,6 @@
-// The float32 activation kernels on 8 lanes (LeakyRelu, Clip) against plain double loops of the
-// ONNX formulas, bit for bit: odd lengths (masked tails), NaN, infinities and signed zeros.
+// The float32 activation kernels on 8 lanes against plain double loops of their formulas:
+// LeakyRelu and Clip bit for bit (odd lengths, masked tails, NaN, infinities, signed zeros), and
+// ai.kiln.Gelu / BiasGelu within a few ulp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -82,6 +83,38 @@ TEST(ActivationLanes, ClipMatchesMaxThenMin) {
         const float f = static_cast<float>(x);
         return std::isnan(f) ? f : std::min(std::max(f, lo), hi);
       });
+    }
+  }
+}
+
+TEST(ActivationLanes, GeluAndBiasGeluWithinAFewUlp) {
+  for (const char* approx : {"none", "tanh"}) {
+    for (const bool bias : {false, true}) {
+      SCOPED_TRACE(std::string(approx) + (bias ? " BiasGelu" : " Gelu"));
+      Builder b(17);
+      b.m.opsets["ai.kiln"] = 1;
+      const int64_t rows = 3, cols = 37;
+      b.input("x", {rows, cols});
+      std::vector<std::string> in = {"x"};
+      if (bias) {
+        b.weight("b", {cols});
+        in.push_back("b");
+      }
+      ir::Node& n = b.add(bias ? "BiasGelu" : "Gelu", in, {"y"}, {test::attr_s("approximate", approx)});
+      n.domain = "ai.kiln";
+      b.output("y");
+      const Tensor x = b.random({rows, cols}, -6, 6);
+      const std::vector<Value> out = test::run_model(b.m, {x});
+      ASSERT_EQ(out.size(), 1u);
+      const float* y = out[0].tensor.data<float>();
+      for (int64_t i = 0; i < rows * cols; ++i) {
+        const float s = x.data<float>()[i] + (bias ? b.m.graph.initializers.at("b").data<float>()[i % cols] : 0.0f);
+        const double v = s;
+        const double want = std::string(approx) == "tanh"
+                                ? 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)))
+                                : 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+        EXPECT_NEAR(y[i], want, 2e-6 * std::max(1.0, std::fabs(want))) << "element " << i << " x=" << s;
+      }
     }
   }
 }
