@@ -24,6 +24,9 @@
 namespace kiln {
 namespace {
 
+// Above this many bytes of R a direction's steps are split over the threads (see run_fast).
+constexpr int64_t kStepWeightsPerCore = 1 << 20;
+
 // The weights of one direction packed for the GEMMs: W (the input projection, K = input_size)
 // and R (the recurrence, K = hidden); GRU's R in two parts, its z and r gates and its h gate,
 // since the h gate's product waits for the reset gate.
@@ -138,8 +141,8 @@ void gru_update(const RecurrentSpec& s, const Clip& clip, const float* gx, const
   });
 }
 
-// Every step of one direction, on the calling thread.
-void run_direction(const Direction& r) {
+// Every step of one direction on the calling thread, each step's h R^T over `pool` when given.
+void run_direction(const Direction& r, ThreadPool* pool) {
   const RecurrentSpec& s = *r.s;
   const int64_t n = s.hidden, gates_n = s.gates * n;
   const float inf = std::numeric_limits<float>::infinity();
@@ -148,9 +151,8 @@ void run_direction(const Direction& r) {
   const int64_t steps = *std::max_element(s.lens.begin(), s.lens.end());
   const bool gru = s.cell == RecurrentCell::kGru;
   for (int64_t step = 0; step < steps; ++step) {
-    // h R^T, on this thread (the directions run on threads of their own).
     gemm_f32_prepacked(false, s.batch, 1.0f, r.h, n, r.weights->r, 0.0f, r.gh, r.weights->r.n(), nullptr, nullptr,
-                       nullptr);
+                       pool);
     auto time_of = [&](int64_t b) { return s.backward(r.d) ? s.lens[b] - 1 - step : step; };
     if (gru) {
       const int64_t gru_n = 2 * n;
@@ -271,7 +273,11 @@ class RecurrentKernel : public Kernel {
                          gates_n, w_bias, nullptr, ctx.pool);
     }
 
-    if (ctx.pool && s.dirs > 1) {
+    // The directions on threads of their own, unless one direction's R is too big for a core's
+    // L2: then they run one after the other, each step's product split over the threads, so each
+    // thread rereads only its share of R (bidirectional LSTM of hidden 512, R 4 MiB a direction).
+    const bool share_steps = ctx.pool && weights[0].r.bytes() > kStepWeightsPerCore;
+    if (ctx.pool && s.dirs > 1 && !share_steps) {
       gemm::GemmF32Args step;  // the step GEMMs' packing buffers, sized on every thread first
       step.m = s.batch;
       step.n = weights[0].r.n();
@@ -279,10 +285,10 @@ class RecurrentKernel : public Kernel {
       step.packed_b = &weights[0].r;
       gemm::reserve_single_thread_scratch(step, ctx.pool);
       ctx.pool->parallel_for(s.dirs, 1, [&](int64_t d0, int64_t d1) {
-        for (int64_t d = d0; d < d1; ++d) run_direction(dirs[d]);
+        for (int64_t d = d0; d < d1; ++d) run_direction(dirs[d], nullptr);
       });
     } else {
-      for (const Direction& r : dirs) run_direction(r);
+      for (const Direction& r : dirs) run_direction(r, share_steps ? ctx.pool : nullptr);
     }
 
     auto store_state = [&](size_t output, bool cell_state) -> Status {
