@@ -436,5 +436,56 @@ TEST(FoldBatchNorm, UnfoldableBatchNormBecomesScaleShift) {
   test::check_pass(b, "fold-batchnorm", {"Conv", "Concat", "Mul", "Add", "Relu"}, {{2, 3, 5, 4}});
 }
 
+// jax.nn.one_hot + a dense layer: MatMul(Cast(Equal(x, iota)), W) becomes a row lookup, x
+// [batch, n, 1] against iota [1, 1, K]; indices outside [0, K) select the zero row, as the
+// all-zero one-hot row does.
+void one_hot_dense(Builder& b, const std::vector<int64_t>& iota, DType index_type = DType::kInt64) {
+  const int64_t k = static_cast<int64_t>(iota.size());
+  b.input_dims("x", {sym("batch"), num(5), num(1)}, index_type);
+  Tensor t = Tensor::make(index_type, {1, 1, k}).value();
+  for (int64_t i = 0; i < k; ++i) {
+    if (index_type == DType::kInt64) t.data<int64_t>()[i] = iota[static_cast<size_t>(i)];
+    else t.data<int32_t>()[i] = static_cast<int32_t>(iota[static_cast<size_t>(i)]);
+  }
+  b.m.graph.initializers["iota"] = t;
+  b.weight("w", {k, 6});
+  b.add("Equal", {"iota", "x"}, {"hot"});
+  b.add("Cast", {"hot"}, {"hot_f"}, {attr_i("to", 1)});
+  b.add("MatMul", {"hot_f", "w"}, {"y"});
+  b.output("y");
+}
+
+TEST(OneHotGather, OneHotMatMulBecomesARowLookup) {
+  for (const DType index_type : {DType::kInt64, DType::kInt32}) {
+    Builder b(13);
+    one_hot_dense(b, {0, 1, 2, 3, 4, 5, 6}, index_type);
+    ir::Model m = b.m;
+    const Result<int64_t> r = test::run_pass(m, "one-hot-gather");
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_EQ(r.value(), 1);
+    EXPECT_EQ(test::op_types(m), (std::vector<std::string>{"Clip", "Gather", "Squeeze"}));
+    Tensor x = Tensor::make(index_type, {2, 5, 1}).value();
+    const int64_t values[10] = {0, 6, 3, -1, 7, 100, -100, 2, 5, 1};
+    for (int64_t i = 0; i < 10; ++i) {
+      if (index_type == DType::kInt64) x.data<int64_t>()[i] = values[i];
+      else x.data<int32_t>()[i] = static_cast<int32_t>(values[i]);
+    }
+    expect_same_outputs(b.m, m, {x}, 0.0f);
+  }
+}
+
+TEST(OneHotGather, OtherComparisonsAreLeftAlone) {
+  Builder b(13);
+  one_hot_dense(b, {1, 2, 3, 4});  // not 0, 1, ..., K-1
+  const Result<int64_t> r = test::run_pass(b.m, "one-hot-gather");
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r.value(), 0);
+  Builder old(12);  // integer Clip and Squeeze's axes input need opset 13
+  one_hot_dense(old, {0, 1, 2});
+  const Result<int64_t> old_r = test::run_pass(old.m, "one-hot-gather");
+  ASSERT_TRUE(old_r.is_ok()) << old_r.status().message();
+  EXPECT_EQ(old_r.value(), 0);
+}
+
 }  // namespace
 }  // namespace kiln

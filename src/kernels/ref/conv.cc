@@ -2,10 +2,12 @@
 // shared GEMM, and the integer variants ConvInteger and QLinearConv (int32 accumulation). Float32
 // grouped convs with few channels a group (depthwise too) run kernels/cpu/conv's direct kernel.
 #include <cmath>
+#include <type_traits>
 
 #include "core/thread_pool.h"
 #include "kernels/fast_path.h"
 #include "kernels/cpu/conv/grouped_conv.h"
+#include "kernels/cpu/gemm/gemm_s16.h"
 #include "kernels/kernel_util.h"
 #include "kernels/ref/conv_util.h"
 #include "kernels/ref/gemm_f32.h"
@@ -65,11 +67,15 @@ bool is_pointwise(const ConvSetup& s) {
   return true;
 }
 
-template <typename T>
-void gemm_any(int64_t m, int64_t n, int64_t k, const T* a, const T* b, T* c, ThreadPool* pool) {
+// c = a · b: float by the float GEMM, 8-bit values widened to int16 by gemm_s16 (exact int32
+// sums), int32 and double by plain loops.
+template <typename T, typename Y>
+void gemm_any(int64_t m, int64_t n, int64_t k, const T* a, const T* b, Y* c, ThreadPool* pool) {
   if constexpr (std::is_same_v<T, float>) {
     gemm_f32(false, false, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n, pool);
-  } else if (pool != nullptr && m > 1 && m * n * k > (1 << 16)) {  // ConvInteger's int32 rows
+  } else if constexpr (std::is_same_v<T, int16_t>) {
+    gemm::gemm_s16(m, n, k, a, k, b, n, c, n, pool);
+  } else if (pool != nullptr && m > 1 && m * n * k > (1 << 16)) {  // int32 rows
     pool->parallel_for(m, 1, [&](int64_t i0, int64_t i1) {
       gemm_generic<T>(false, false, i1 - i0, n, k, T(1), a + i0 * k, k, b, n, T(0), c + i0 * n, n);
     });
@@ -78,9 +84,9 @@ void gemm_any(int64_t m, int64_t n, int64_t k, const T* a, const T* b, T* c, Thr
   }
 }
 
-// y = conv(x, w) without bias; T is float, double or int32.
-template <typename T>
-Status conv_core(KernelContext& ctx, const ConvSetup& s, const T* x, const T* w, T* y, DType dt) {
+// y = conv(x, w) without bias; T is float, double, int32, or int16 (with int32 y).
+template <typename T, typename Y = T>
+Status conv_core(KernelContext& ctx, const ConvSetup& s, const T* x, const T* w, Y* y, DType dt) {
   const bool direct = is_pointwise(s);
   Tensor col;
   if (!direct) {
@@ -100,8 +106,8 @@ Status conv_core(KernelContext& ctx, const ConvSetup& s, const T* x, const T* w,
         }
         b = cd;
       }
-      gemm_any<T>(s.mg, s.out_sz, s.cg * s.ksz, w + gi * s.mg * s.cg * s.ksz, b,
-                  y + (ni * s.m + gi * s.mg) * s.out_sz, ctx.pool);
+      gemm_any<T, Y>(s.mg, s.out_sz, s.cg * s.ksz, w + gi * s.mg * s.cg * s.ksz, b,
+                     y + (ni * s.m + gi * s.mg) * s.out_sz, ctx.pool);
     }
   }
   return Status::ok();
@@ -168,8 +174,9 @@ Status conv(KernelContext& ctx) {
 
 bool is_8bit(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
 
-// int32 copy of an 8-bit tensor minus a zero point (scalar, or one per slice of `per_dim0`).
-Result<Tensor> widen_minus_zp(const Tensor& t, const Tensor* zp, const char* what) {
+// int32 (or, with `to` kInt16, int16: |v| <= 255 fits) copy of an 8-bit tensor minus a zero
+// point (scalar, or one per slice of `per_dim0`).
+Result<Tensor> widen_minus_zp(const Tensor& t, const Tensor* zp, const char* what, DType to = DType::kInt32) {
   if (!is_8bit(t.dtype())) return Status::error(std::string(what) + " must be int8 or uint8");
   std::vector<int32_t> z{0};
   if (zp != nullptr) {
@@ -182,19 +189,39 @@ Result<Tensor> widen_minus_zp(const Tensor& t, const Tensor* zp, const char* wha
       return Status::error(std::string(what) +
                            " zero point must be a scalar or have one value per output channel");
   }
-  KILN_ASSIGN_OR_RETURN(Tensor out, Tensor::make_for_overwrite(DType::kInt32, t.shape()));
+  KILN_ASSIGN_OR_RETURN(Tensor out, Tensor::make_for_overwrite(to, t.shape()));
   const int64_t per = (t.rank() == 0 || t.dim(0) == 0) ? 1 : t.numel() / t.dim(0);
-  int32_t* o = out.data<int32_t>();
-  auto widen = [&](const auto* in) {
-    for (int64_t i = 0; i < t.numel(); ++i) o[i] = static_cast<int32_t>(in[i]) - (z.size() == 1 ? z[0] : z[i / per]);
+  auto widen = [&](const auto* in, auto* o) {
+    using O = std::remove_pointer_t<decltype(o)>;
+    for (int64_t i = 0; i < t.numel(); ++i)
+      o[i] = static_cast<O>(static_cast<int32_t>(in[i]) - (z.size() == 1 ? z[0] : z[i / per]));
   };
-  if (t.dtype() == DType::kInt8) widen(t.data<int8_t>());
-  else widen(t.data<uint8_t>());
+  auto into = [&](auto* o) {
+    if (t.dtype() == DType::kInt8) widen(t.data<int8_t>(), o);
+    else widen(t.data<uint8_t>(), o);
+  };
+  if (to == DType::kInt16) into(out.data<int16_t>());
+  else into(out.data<int32_t>());
   return out;
 }
 
 const Tensor* optional_input(const KernelContext& ctx, size_t i) {
   return ctx.has_input(i) && ctx.input(i).defined() ? &ctx.input(i) : nullptr;
+}
+
+// y (int32) = conv(x - x_zp, w - w_zp) of 8-bit x and w: widened to int16 for gemm_s16, or to
+// int32 for the plain loops when one output sums more products than int32 holds at 16 bits.
+Status integer_conv(KernelContext& ctx, const ConvSetup& s, const Tensor& x, const Tensor* xzp,
+                    const Tensor& w, const Tensor* wzp, int32_t* y) {
+  const bool s16 = s.cg * s.ksz <= gemm::kMaxS16Depth;
+  const DType wide = s16 ? DType::kInt16 : DType::kInt32;
+  auto xr = widen_minus_zp(x, xzp, "x", wide);
+  if (!xr) return ctx.error(xr.status().message());
+  auto wr = widen_minus_zp(w, wzp, "w", wide);
+  if (!wr) return ctx.error(wr.status().message());
+  if (s16)
+    return conv_core<int16_t, int32_t>(ctx, s, xr->data<int16_t>(), wr->data<int16_t>(), y, DType::kInt16);
+  return conv_core<int32_t>(ctx, s, xr->data<int32_t>(), wr->data<int32_t>(), y, DType::kInt32);
 }
 
 Status conv_integer(KernelContext& ctx) {
@@ -204,13 +231,8 @@ Status conv_integer(KernelContext& ctx) {
   if (!sr) return ctx.error(sr.status().message());
   const Tensor* xzp = optional_input(ctx, 2);
   if (xzp != nullptr && xzp->numel() != 1) return ctx.error("x_zero_point must be a scalar");
-  auto xr = widen_minus_zp(ctx.input(0), xzp, "x");
-  if (!xr) return ctx.error(xr.status().message());
-  auto wr = widen_minus_zp(ctx.input(1), optional_input(ctx, 3), "w");
-  if (!wr) return ctx.error(wr.status().message());
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, DType::kInt32, sr->y_shape));
-  return conv_core<int32_t>(ctx, *sr, xr->data<int32_t>(), wr->data<int32_t>(), y->data<int32_t>(),
-                            DType::kInt32);
+  return integer_conv(ctx, *sr, ctx.input(0), xzp, ctx.input(1), optional_input(ctx, 3), y->data<int32_t>());
 }
 
 Result<std::vector<float>> read_floats(const Tensor& t) {
@@ -233,10 +255,6 @@ Status qlinear_conv(KernelContext& ctx) {
   const ConvSetup& s = *sr;
   const Tensor* xzp = optional_input(ctx, 2);
   if (xzp != nullptr && xzp->numel() != 1) return ctx.error("x_zero_point must be a scalar");
-  auto xr = widen_minus_zp(x, xzp, "x");
-  if (!xr) return ctx.error(xr.status().message());
-  auto wr = widen_minus_zp(w, optional_input(ctx, 5), "w");
-  if (!wr) return ctx.error(wr.status().message());
   auto xs = read_floats(ctx.input(1));
   auto ws = read_floats(ctx.input(4));
   auto ys = read_floats(ctx.input(6));
@@ -253,8 +271,7 @@ Status qlinear_conv(KernelContext& ctx) {
   if (bias && (bias->dtype() != DType::kInt32 || bias->numel() != s.m))
     return ctx.error("QLinearConv bias must be int32 with one value per output channel");
   KILN_ASSIGN_OR_RETURN(Tensor acc, Tensor::make(DType::kInt32, s.y_shape));
-  KILN_RETURN_IF_ERROR(conv_core<int32_t>(ctx, s, xr->data<int32_t>(), wr->data<int32_t>(),
-                                          acc.data<int32_t>(), DType::kInt32));
+  KILN_RETURN_IF_ERROR(integer_conv(ctx, s, x, xzp, w, optional_input(ctx, 5), acc.data<int32_t>()));
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, out_t, s.y_shape));
   const double lo = out_t == DType::kInt8 ? -128 : 0, hi = out_t == DType::kInt8 ? 127 : 255;
   for (int64_t ni = 0; ni < s.n; ++ni)

@@ -8,6 +8,7 @@
 #include "kernels/fast_path.h"
 #include "kernels/cpu/gemm/gemm.h"
 #include "kernels/kernel_util.h"
+#include "kernels/cpu/gemm/gemm_s16.h"
 #include "kernels/ref/gemm_f32.h"
 
 namespace kiln {
@@ -235,6 +236,26 @@ Status matmul_integer(KernelContext& ctx) {
       return ctx.error("b_zero_point must be a scalar or have N elements");
   }
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, DType::kInt32, p.out_shape));
+  if (p.k <= gemm::kMaxS16Depth) {
+    // 16-bit copies minus the zero points (A's per row, B's per column), then gemm_s16.
+    KILN_ASSIGN_OR_RETURN(Tensor a16, Tensor::make_for_overwrite(DType::kInt16, a.shape()));
+    KILN_ASSIGN_OR_RETURN(Tensor b16, Tensor::make_for_overwrite(DType::kInt16, b.shape()));
+    auto widen = [](const Tensor& t, auto zero_point, int16_t* out) {
+      auto run = [&](const auto* in) {
+        for (int64_t i = 0; i < t.numel(); ++i)
+          out[i] = static_cast<int16_t>(static_cast<int32_t>(in[i]) - zero_point(i));
+      };
+      if (t.dtype() == DType::kInt8) run(t.data<int8_t>());
+      else run(t.data<uint8_t>());
+    };
+    widen(a, [&](int64_t i) { return azp.size() == 1 ? azp[0] : azp[(i / std::max<int64_t>(p.k, 1)) % p.m]; },
+          a16.data<int16_t>());
+    widen(b, [&](int64_t i) { return bzp.size() == 1 ? bzp[0] : bzp[i % p.n]; }, b16.data<int16_t>());
+    for (size_t bi = 0; bi < p.a_offsets.size(); ++bi)
+      gemm::gemm_s16(p.m, p.n, p.k, a16.data<int16_t>() + p.a_offsets[bi], p.k, b16.data<int16_t>() + p.b_offsets[bi],
+                     p.n, y->data<int32_t>() + bi * p.m * p.n, p.n, ctx.pool);
+    return Status::ok();
+  }
   // Exact int32 sums, the loop the compiler vectorizes: a task owns a block of output columns for
   // every row, so that its slice of B (k x 256 bytes) stays in cache while all rows read it.
   constexpr int64_t kCols = 256;

@@ -1,0 +1,178 @@
+// gemm_s16: the GotoBLAS loop nest of gemm.cc on 16-bit operands, K taken two at a time. A is
+// packed into tiles of 6 rows, each k pair of a row one int32 word (broadcast to all lanes); B
+// into panels of 16 columns, each k pair of a column one int32 word, so that one vpmaddwd of a
+// broadcast A word and 8 B words gives 8 columns' two products summed. A 6 x 16 tile keeps 12
+// ymm accumulators. Threads take column (or, for narrow C, row) ranges of C with their own
+// packing buffers.
+#include "kernels/cpu/gemm/gemm_s16.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "core/thread_scratch.h"
+
+namespace kiln::gemm {
+namespace {
+
+constexpr int64_t kMr = 6, kNr = 16;
+constexpr int64_t kKc = 512;   // K per slice (256 pairs): a B panel slice is 16 KiB, in L1
+constexpr int64_t kMc = 72;    // A rows per block: 12 tiles, 72 KiB at kKc, in L2
+constexpr int64_t kNc = 1024;  // B columns per block: 1 MiB at kKc
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// A rows [i0, i0 + mc) x depth [p0, p0 + kc) into tiles of kMr rows: word (p, i) of a tile holds
+// a[i][2p] (low half) and a[i][2p + 1]; rows and the odd depth's last half past the end zero.
+void pack_a(const int16_t* a, int64_t lda, int64_t i0, int64_t mc, int64_t p0, int64_t kc, int32_t* out) {
+  const int64_t pairs = ceil_div(kc, 2);
+  for (int64_t t = 0; t < ceil_div(mc, kMr); ++t)
+    for (int64_t i = 0; i < kMr; ++i) {
+      const int64_t r = t * kMr + i;
+      int32_t* o = out + t * pairs * kMr + i;
+      if (r >= mc) {
+        for (int64_t p = 0; p < pairs; ++p) o[p * kMr] = 0;
+        continue;
+      }
+      const int16_t* row = a + (i0 + r) * lda + p0;
+      for (int64_t p = 0; p < kc / 2; ++p) std::memcpy(o + p * kMr, row + 2 * p, sizeof(int32_t));
+      if (kc % 2) o[(pairs - 1) * kMr] = static_cast<uint16_t>(row[kc - 1]);
+    }
+}
+
+// B depth [p0, p0 + kc) x columns [j0, j0 + nc) into panels of kNr columns: word (p, j) of a
+// panel holds b[2p][j] (low half) and b[2p + 1][j]; past the end zero.
+void pack_b(const int16_t* b, int64_t ldb, int64_t p0, int64_t kc, int64_t j0, int64_t nc, int16_t* out) {
+  const int64_t pairs = ceil_div(kc, 2);
+  for (int64_t q = 0; q < ceil_div(nc, kNr); ++q) {
+    int16_t* panel = out + q * pairs * kNr * 2;
+    const int64_t c0 = j0 + q * kNr, cols = std::min(kNr, j0 + nc - c0);
+    for (int64_t p = 0; p < pairs; ++p) {
+      const int16_t* r0 = b + (p0 + 2 * p) * ldb + c0;
+      const bool second = 2 * p + 1 < kc;
+      int16_t* o = panel + p * kNr * 2;
+      if (cols == kNr && second) {  // interleave two rows of 16: unpack, then fix the lane order
+        const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0));
+        const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + ldb));
+        const __m256i lo = _mm256_unpacklo_epi16(x0, x1), hi = _mm256_unpackhi_epi16(x0, x1);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_permute2x128_si256(lo, hi, 0x20));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 16), _mm256_permute2x128_si256(lo, hi, 0x31));
+        continue;
+      }
+      for (int64_t j = 0; j < kNr; ++j) {
+        o[2 * j] = j < cols ? r0[j] : int16_t{0};
+        o[2 * j + 1] = j < cols && second ? r0[ldb + j] : int16_t{0};
+      }
+    }
+  }
+}
+
+// One kMr x kNr tile of C from `pairs` k pairs: C = A·B, or C += A·B when accumulate; only the
+// first rows x cols are written.
+void tile(int64_t pairs, const int32_t* ap, const int16_t* bp, int32_t* c, int64_t ldc, bool accumulate,
+          int64_t rows, int64_t cols) {
+  __m256i acc[kMr][2];
+  for (auto& r : acc) r[0] = r[1] = _mm256_setzero_si256();
+  for (int64_t p = 0; p < pairs; ++p, ap += kMr, bp += 2 * kNr) {
+    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp));
+    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp + 16));
+#pragma GCC unroll 6
+    for (int i = 0; i < kMr; ++i) {
+      const __m256i av = _mm256_set1_epi32(ap[i]);
+      acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(av, b0));
+      acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(av, b1));
+    }
+  }
+  if (rows == kMr && cols == kNr) {
+#pragma GCC unroll 6
+    for (int i = 0; i < kMr; ++i) {
+      __m256i* out = reinterpret_cast<__m256i*>(c + i * ldc);
+      __m256i v0 = acc[i][0], v1 = acc[i][1];
+      if (accumulate) {
+        v0 = _mm256_add_epi32(v0, _mm256_loadu_si256(out));
+        v1 = _mm256_add_epi32(v1, _mm256_loadu_si256(out + 1));
+      }
+      _mm256_storeu_si256(out, v0);
+      _mm256_storeu_si256(out + 1, v1);
+    }
+    return;
+  }
+  alignas(32) int32_t t[kMr * kNr];
+  for (int i = 0; i < kMr; ++i) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(t + i * kNr), acc[i][0]);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(t + i * kNr + 8), acc[i][1]);
+  }
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) c[i * ldc + j] = (accumulate ? c[i * ldc + j] : 0) + t[i * kNr + j];
+}
+
+struct Scratch {
+  std::vector<int32_t> a;
+  std::vector<int16_t> b;
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+constexpr int64_t kAWords = kMc * kKc / 2, kBHalves = kNc * kKc;
+
+// Rows [i0, i1) x columns [j0, j1) of C.
+void run_block(int64_t k, const int16_t* a, int64_t lda, const int16_t* b, int64_t ldb, int32_t* c,
+               int64_t ldc, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+  Scratch& s = scratch();
+  s.a.resize(kAWords);
+  s.b.resize(kBHalves);
+  for (int64_t jc = j0; jc < j1; jc += kNc) {
+    const int64_t nc = std::min(kNc, j1 - jc);
+    for (int64_t pc = 0; pc < k; pc += kKc) {
+      const int64_t kc = std::min(kKc, k - pc), pairs = ceil_div(kc, 2);
+      pack_b(b, ldb, pc, kc, jc, nc, s.b.data());
+      for (int64_t ic = i0; ic < i1; ic += kMc) {
+        const int64_t mc = std::min(kMc, i1 - ic);
+        pack_a(a, lda, ic, mc, pc, kc, s.a.data());
+        for (int64_t jr = 0; jr < nc; jr += kNr)
+          for (int64_t ir = 0; ir < mc; ir += kMr)
+            tile(pairs, s.a.data() + (ir / kMr) * pairs * kMr, s.b.data() + (jr / kNr) * pairs * kNr * 2,
+                 c + (ic + ir) * ldc + jc + jr, ldc, pc > 0, std::min(kMr, mc - ir), std::min(kNr, nc - jr));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void gemm_s16(int64_t m, int64_t n, int64_t k, const int16_t* a, int64_t lda, const int16_t* b,
+              int64_t ldb, int32_t* c, int64_t ldc, ThreadPool* pool) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0);
+    return;
+  }
+  int64_t threads = pool ? pool->threads() : 1;
+  if (m * n * k < (int64_t{1} << 18)) threads = 1;  // too little work to wake a thread
+  const int64_t col_tiles = ceil_div(n, kNr), row_tiles = ceil_div(m, kMr);
+  // Columns when there are enough (each thread packs only its own B), else rows.
+  const bool by_cols = col_tiles >= threads || col_tiles >= row_tiles;
+  const int64_t parts = std::max<int64_t>(1, std::min(threads, by_cols ? col_tiles : row_tiles));
+  if (parts == 1) return run_block(k, a, lda, b, ldb, c, ldc, 0, m, 0, n);
+  const int64_t step = (by_cols ? kNr : kMr) * ceil_div(by_cols ? col_tiles : row_tiles, parts);
+  thread_local ScratchReservation<2> reservation;
+  reservation.ensure(pool, {kAWords, kBHalves}, [](const std::array<int64_t, 2>& sizes) {
+    scratch().a.resize(static_cast<size_t>(sizes[0]));
+    scratch().b.resize(static_cast<size_t>(sizes[1]));
+  });
+  pool->parallel_for(parts, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t lo = t * step, hi = std::min(by_cols ? n : m, lo + step);
+      if (lo >= hi) continue;
+      if (by_cols) run_block(k, a, lda, b, ldb, c, ldc, 0, m, lo, hi);
+      else run_block(k, a, lda, b, ldb, c, ldc, lo, hi, 0, n);
+    }
+  });
+}
+
+}  // namespace kiln::gemm
