@@ -1,7 +1,11 @@
 // Reference quantization: QuantizeLinear / DequantizeLinear (per-tensor, per-axis, blocked;
 // 8/16-bit and 4-bit integers, float8 with saturate), DynamicQuantizeLinear and QLinearMatMul.
+#include <immintrin.h>
+
+#include <algorithm>
 #include <cmath>
 
+#include "kernels/fast_path.h"
 #include "kernels/kernel_util.h"
 #include "kernels/ref/gemm_f32.h"
 
@@ -166,22 +170,55 @@ Status dequantize_linear(KernelContext& ctx) {
   return Status::ok();
 }
 
+// max(0, x...) and min(0, x...), NaN skipped as std::max/std::min skip it: 8 lanes, then the lanes.
+// max_ps/min_ps return their second operand when either is NaN, so the running value goes second.
+void zero_inclusive_range(const float* x, int64_t n, float* mn, float* mx) {
+  __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    lo = _mm256_min_ps(v, lo);
+    hi = _mm256_max_ps(v, hi);
+  }
+  alignas(32) float l[8], h[8];
+  _mm256_store_ps(l, lo);
+  _mm256_store_ps(h, hi);
+  *mn = 0.0f, *mx = 0.0f;
+  for (int k = 0; k < 8; ++k) *mn = std::min(*mn, l[k]), *mx = std::max(*mx, h[k]);
+  for (; i < n; ++i) *mn = std::min(*mn, x[i]), *mx = std::max(*mx, x[i]);
+}
+
+// y = saturate(round_half_even(x / scale) + zp) into [0, 255], 32 at a time: the same float
+// operations as the scalar tail (division, nearbyint in the default rounding mode, NaN to 0).
+void quantize_u8(const float* x, int64_t n, float scale, float zp, uint8_t* y) {
+  const __m256 s = _mm256_set1_ps(scale), z = _mm256_set1_ps(zp);
+  const __m256 lo = _mm256_setzero_ps(), hi = _mm256_set1_ps(255.0f);
+  auto q = [&](const float* p) {
+    const __m256 r = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(p), s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_add_ps(r, z), lo), hi));
+  };
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m256i ab = _mm256_packus_epi32(q(x + i), q(x + i + 8));
+    const __m256i cd = _mm256_packus_epi32(q(x + i + 16), q(x + i + 24));
+    // packus works per 128-bit lane: the bytes come out as dwords 0 4 1 5 2 6 3 7.
+    const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), bytes);
+  }
+  for (; i < n; ++i) y[i] = static_cast<uint8_t>(std::min(255.0f, std::max(0.0f, std::nearbyint(x[i] / scale) + zp)));
+}
+
 Status dynamic_quantize_linear(KernelContext& ctx) {
   if (!opt(ctx, 0)) return ctx.error("DynamicQuantizeLinear needs x");
   const Tensor& x = ctx.input(0);
   if (x.dtype() != DType::kFloat32) return ctx.error("DynamicQuantizeLinear needs float32 x");
   const float* xd = x.data<float>();
   float mx = 0.0f, mn = 0.0f;
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    mx = std::max(mx, xd[i]);
-    mn = std::min(mn, xd[i]);
-  }
+  zero_inclusive_range(xd, x.numel(), &mn, &mx);
   const float scale = (mx == mn ? 1.0f : (mx - mn)) / 255.0f;
   const float zpf = std::nearbyint(std::min(255.0f, std::max(0.0f, 0.0f - mn / scale)));
-  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, DType::kUInt8, x.shape()));
-  for (int64_t i = 0; i < x.numel(); ++i)
-    y->data<uint8_t>()[i] =
-        static_cast<uint8_t>(std::min(255.0f, std::max(0.0f, std::nearbyint(xd[i] / scale) + zpf)));
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kUInt8, x.shape()));
+  quantize_u8(xd, x.numel(), scale, zpf, y->data<uint8_t>());
   if (ctx.wants_output(1)) {
     KILN_ASSIGN_OR_RETURN(Tensor * s, ctx.make_output(1, DType::kFloat32, {}));
     *s->data<float>() = scale;
@@ -287,6 +324,7 @@ Status qlinear_matmul(KernelContext& ctx) {
 KILN_REGISTER_KERNEL("", "QuantizeLinear", quantize_linear);
 KILN_REGISTER_KERNEL("", "DequantizeLinear", dequantize_linear);
 KILN_REGISTER_KERNEL("", "DynamicQuantizeLinear", dynamic_quantize_linear);
+KILN_REGISTER_FAST_PATH("", "DynamicQuantizeLinear", float32_input);  // 8 lanes
 KILN_REGISTER_KERNEL("", "QLinearMatMul", qlinear_matmul);
 
 }  // namespace kiln
