@@ -250,8 +250,10 @@ namespace {
 // MatMulInteger's column-blocked int32 loop against a plain triple loop: int8 and uint8 operands,
 // scalar and per-column B zero points, N across several 256-column blocks, batched A.
 TEST(MatMulInteger, ColumnBlocksMatchPlainLoop) {
+  // B a constant (packed once for gemm_s16) or a graph input (packed every run).
   for (DType at : {DType::kUInt8, DType::kInt8})
-    for (bool per_column : {false, true}) {
+    for (bool per_column : {false, true})
+      for (bool w_constant : {true, false}) {
       const int64_t batch = 2, m = 3, k = 37, n = 600;
       test::Builder b(17);
       Tensor a = Tensor::make(at, {batch, m, k}).value(), w = Tensor::make(DType::kInt8, {k, n}).value();
@@ -261,12 +263,13 @@ TEST(MatMulInteger, ColumnBlocksMatchPlainLoop) {
       az.data<uint8_t>()[0] = 5;
       for (int64_t j = 0; j < wz.numel(); ++j) wz.data<int8_t>()[j] = static_cast<int8_t>(j % 7 - 3);
       b.m.graph.inputs.push_back(ir::ValueInfo{"a", ir::TypeInfo::tensor(at, a.shape()), ""});
-      b.m.graph.initializers["w"] = w;
+      if (w_constant) b.m.graph.initializers["w"] = w;
+      else b.m.graph.inputs.push_back(ir::ValueInfo{"w", ir::TypeInfo::tensor(DType::kInt8, w.shape()), ""});
       b.m.graph.initializers["az"] = az;
       b.m.graph.initializers["wz"] = wz;
       b.add("MatMulInteger", {"a", "w", "az", "wz"}, {"y"});
       b.m.graph.outputs.push_back(ir::ValueInfo{"y", ir::TypeInfo::tensor(DType::kInt32), ""});
-      const std::vector<Value> out = test::run_model(b.m, {a});
+      const std::vector<Value> out = w_constant ? test::run_model(b.m, {a}) : test::run_model(b.m, {a, w});
       ASSERT_EQ(out.size(), 1u);
       const int32_t* y = out[0].tensor.data<int32_t>();
       auto av = [&](int64_t i) { return at == DType::kInt8 ? a.data<int8_t>()[i] : a.data<uint8_t>()[i]; };
@@ -277,9 +280,10 @@ TEST(MatMulInteger, ColumnBlocksMatchPlainLoop) {
             int32_t acc = 0;
             for (int64_t q = 0; q < k; ++q)
               acc += (av((bi * m + i) * k + q) - za) * (w.data<int8_t>()[q * n + j] - wz.data<int8_t>()[per_column ? j : 0]);
-            ASSERT_EQ(y[(bi * m + i) * n + j], acc) << dtype_name(at) << " per_column " << per_column;
+            ASSERT_EQ(y[(bi * m + i) * n + j], acc)
+                << dtype_name(at) << " per_column " << per_column << " w_constant " << w_constant;
           }
-    }
+      }
 }
 
 }  // namespace

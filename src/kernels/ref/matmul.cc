@@ -214,6 +214,16 @@ Result<std::vector<int32_t>> read_zero_points(const Tensor& zp, DType want) {
 
 bool is_8bit(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
 
+// 8-bit t minus its zero point (zero_point(i) for element i) as int16.
+template <typename ZeroPoint>
+void widen_s16(const Tensor& t, ZeroPoint zero_point, int16_t* out) {
+  auto run = [&](const auto* in) {
+    for (int64_t i = 0; i < t.numel(); ++i) out[i] = static_cast<int16_t>(static_cast<int32_t>(in[i]) - zero_point(i));
+  };
+  if (t.dtype() == DType::kInt8) run(t.data<int8_t>());
+  else run(t.data<uint8_t>());
+}
+
 Status matmul_integer(KernelContext& ctx) {
   if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
     return ctx.error("MatMulInteger needs inputs A and B");
@@ -240,17 +250,9 @@ Status matmul_integer(KernelContext& ctx) {
     // 16-bit copies minus the zero points (A's per row, B's per column), then gemm_s16.
     KILN_ASSIGN_OR_RETURN(Tensor a16, Tensor::make_for_overwrite(DType::kInt16, a.shape()));
     KILN_ASSIGN_OR_RETURN(Tensor b16, Tensor::make_for_overwrite(DType::kInt16, b.shape()));
-    auto widen = [](const Tensor& t, auto zero_point, int16_t* out) {
-      auto run = [&](const auto* in) {
-        for (int64_t i = 0; i < t.numel(); ++i)
-          out[i] = static_cast<int16_t>(static_cast<int32_t>(in[i]) - zero_point(i));
-      };
-      if (t.dtype() == DType::kInt8) run(t.data<int8_t>());
-      else run(t.data<uint8_t>());
-    };
-    widen(a, [&](int64_t i) { return azp.size() == 1 ? azp[0] : azp[(i / std::max<int64_t>(p.k, 1)) % p.m]; },
+    widen_s16(a, [&](int64_t i) { return azp.size() == 1 ? azp[0] : azp[(i / std::max<int64_t>(p.k, 1)) % p.m]; },
           a16.data<int16_t>());
-    widen(b, [&](int64_t i) { return bzp.size() == 1 ? bzp[0] : bzp[i % p.n]; }, b16.data<int16_t>());
+    widen_s16(b, [&](int64_t i) { return bzp.size() == 1 ? bzp[0] : bzp[i % p.n]; }, b16.data<int16_t>());
     for (size_t bi = 0; bi < p.a_offsets.size(); ++bi)
       gemm::gemm_s16(p.m, p.n, p.k, a16.data<int16_t>() + p.a_offsets[bi], p.k, b16.data<int16_t>() + p.b_offsets[bi],
                      p.n, y->data<int32_t>() + bi * p.m * p.n, p.n, ctx.pool);
@@ -297,6 +299,67 @@ Status matmul_integer(KernelContext& ctx) {
   return Status::ok();
 }
 
+// MatMulInteger with a constant 2-D B and a constant (or absent) b_zero_point: B minus its zero
+// points is widened and packed for gemm_s16 once, and a run widens A and makes one GEMM of all
+// of A's rows (A [..., M, K] against B [K, N] is A's rows, in order, times B).
+class MatMulIntegerKernel : public Kernel {
+ public:
+  explicit MatMulIntegerKernel(const ir::Node& node) : b_zero_point_input_(node.has_input(3)) {}
+
+  Status prepare(const std::vector<const Tensor*>& constants, std::vector<bool>& absorbed) override {
+    const Tensor* b = constants.size() > 1 ? constants[1] : nullptr;
+    const Tensor* zp = constants.size() > 3 ? constants[3] : nullptr;
+    if (!b || !is_8bit(b->dtype()) || b->rank() != 2 || b->dim(0) > gemm::kMaxS16Depth ||
+        (b_zero_point_input_ && !zp))
+      return Status::ok();
+    std::vector<int32_t> bzp{0};
+    if (zp) {
+      auto z = read_zero_points(*zp, b->dtype());
+      if (!z || (z->size() != 1 && static_cast<int64_t>(z->size()) != b->dim(1))) return Status::ok();  // run() reports it
+      bzp = std::move(z).value();
+    }
+    std::vector<int16_t> wide(static_cast<size_t>(b->numel()));
+    const int64_t n = b->dim(1);
+    widen_s16(*b, [&](int64_t i) { return bzp.size() == 1 ? bzp[0] : bzp[i % n]; }, wide.data());
+    packed_ = gemm::PackedS16::pack(wide.data(), n, b->dim(0), n);
+    absorbed[1] = true;
+    if (zp) absorbed[3] = true;
+    return Status::ok();
+  }
+
+  Status run(KernelContext& ctx) override {
+    if (packed_.empty()) return matmul_integer(ctx);
+    if (ctx.num_inputs() < 2 || !ctx.has_input(0)) return ctx.error("MatMulInteger needs inputs A and B");
+    const Tensor& a = ctx.input(0);
+    const int64_t k = packed_.k(), n = packed_.n();
+    if (!is_8bit(a.dtype())) return ctx.error("MatMulInteger needs int8/uint8 inputs");
+    if (a.rank() < 1 || a.dim(a.rank() - 1) != k)
+      return ctx.error("A " + shape_str(a.shape()) + " does not match B [" + std::to_string(k) + ", " +
+                       std::to_string(n) + "]");
+    const int64_t rows = k == 0 ? 0 : a.numel() / k, m = a.rank() >= 2 ? a.dim(a.rank() - 2) : 1;
+    std::vector<int32_t> azp{0};
+    if (ctx.has_input(2) && ctx.input(2).defined()) {
+      KILN_ASSIGN_OR_RETURN(azp, read_zero_points(ctx.input(2), a.dtype()));
+      if (azp.size() != 1 && static_cast<int64_t>(azp.size()) != m)
+        return ctx.error("a_zero_point must be a scalar or have M elements");
+    }
+    Shape out = a.shape();
+    if (a.rank() >= 2) out.back() = n;
+    else out = {n};
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kInt32, out));
+    wide_a_.resize(static_cast<size_t>(a.numel()));  // grows once: later runs allocate nothing
+    widen_s16(a, [&](int64_t i) { return azp.size() == 1 ? azp[0] : azp[(i / std::max<int64_t>(k, 1)) % m]; },
+              wide_a_.data());
+    gemm::gemm_s16(rows, wide_a_.data(), k, packed_, y->data<int32_t>(), n, ctx.pool);
+    return Status::ok();
+  }
+
+ private:
+  bool b_zero_point_input_;
+  gemm::PackedS16 packed_;
+  std::vector<int16_t> wide_a_;
+};
+
 }  // namespace
 
 template <bool kNarrowTile>
@@ -317,7 +380,9 @@ const KernelRegistrar kMatMulNarrow("", "MatMul", "tile_6x16", create_matmul<tru
                                     kNarrowTileBackend, takes_narrow_tile);
 const KernelRegistrar kGemmNarrow("", "Gemm", "tile_6x16", create_gemm<true>, kNarrowTileBackend,
                                   takes_narrow_tile);
-KILN_REGISTER_KERNEL("", "MatMulInteger", matmul_integer);
+const KernelRegistrar kMatMulInteger("", "MatMulInteger", "s16", [](const ir::Node& node, int64_t) {
+  return Result<std::unique_ptr<Kernel>>(std::unique_ptr<Kernel>(std::make_unique<MatMulIntegerKernel>(node)));
+});
 
 // float32 products run the packed GEMM (a constant B packed once); MatMulInteger its column-
 // blocked int32 loop.

@@ -120,33 +120,40 @@ Scratch& scratch() {
 }
 constexpr int64_t kAWords = kMc * kKc / 2, kBHalves = kNc * kKc;
 
+// B as the GEMM reads it: packed per block from a row-major matrix, or packed beforehand.
+struct BSource {
+  const int16_t* b = nullptr;
+  int64_t ldb = 0;
+  const PackedS16* packed = nullptr;
+};
+
 // Rows [i0, i1) x columns [j0, j1) of C.
-void run_block(int64_t k, const int16_t* a, int64_t lda, const int16_t* b, int64_t ldb, int32_t* c,
+void run_block(int64_t k, const int16_t* a, int64_t lda, const BSource& src, int32_t* c,
                int64_t ldc, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   Scratch& s = scratch();
   s.a.resize(kAWords);
-  s.b.resize(kBHalves);
+  if (!src.packed) s.b.resize(kBHalves);
   for (int64_t jc = j0; jc < j1; jc += kNc) {
     const int64_t nc = std::min(kNc, j1 - jc);
     for (int64_t pc = 0; pc < k; pc += kKc) {
       const int64_t kc = std::min(kKc, k - pc), pairs = ceil_div(kc, 2);
-      pack_b(b, ldb, pc, kc, jc, nc, s.b.data());
+      if (!src.packed) pack_b(src.b, src.ldb, pc, kc, jc, nc, s.b.data());
       for (int64_t ic = i0; ic < i1; ic += kMc) {
         const int64_t mc = std::min(kMc, i1 - ic);
         pack_a(a, lda, ic, mc, pc, kc, s.a.data());
-        for (int64_t jr = 0; jr < nc; jr += kNr)
+        for (int64_t jr = 0; jr < nc; jr += kNr) {
+          const int16_t* bp = src.packed ? src.packed->panel(pc, jc + jr) : s.b.data() + (jr / kNr) * pairs * kNr * 2;
           for (int64_t ir = 0; ir < mc; ir += kMr)
-            tile(pairs, s.a.data() + (ir / kMr) * pairs * kMr, s.b.data() + (jr / kNr) * pairs * kNr * 2,
-                 c + (ic + ir) * ldc + jc + jr, ldc, pc > 0, std::min(kMr, mc - ir), std::min(kNr, nc - jr));
+            tile(pairs, s.a.data() + (ir / kMr) * pairs * kMr, bp, c + (ic + ir) * ldc + jc + jr, ldc, pc > 0,
+                 std::min(kMr, mc - ir), std::min(kNr, nc - jr));
+        }
       }
     }
   }
 }
 
-}  // namespace
-
-void gemm_s16(int64_t m, int64_t n, int64_t k, const int16_t* a, int64_t lda, const int16_t* b,
-              int64_t ldb, int32_t* c, int64_t ldc, ThreadPool* pool) {
+void run(int64_t m, int64_t n, int64_t k, const int16_t* a, int64_t lda, const BSource& src, int32_t* c,
+         int64_t ldc, ThreadPool* pool) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
     for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0);
@@ -158,7 +165,7 @@ void gemm_s16(int64_t m, int64_t n, int64_t k, const int16_t* a, int64_t lda, co
   // Columns when there are enough (each thread packs only its own B), else rows.
   const bool by_cols = col_tiles >= threads || col_tiles >= row_tiles;
   const int64_t parts = std::max<int64_t>(1, std::min(threads, by_cols ? col_tiles : row_tiles));
-  if (parts == 1) return run_block(k, a, lda, b, ldb, c, ldc, 0, m, 0, n);
+  if (parts == 1) return run_block(k, a, lda, src, c, ldc, 0, m, 0, n);
   const int64_t step = (by_cols ? kNr : kMr) * ceil_div(by_cols ? col_tiles : row_tiles, parts);
   thread_local ScratchReservation<2> reservation;
   reservation.ensure(pool, {kAWords, kBHalves}, [](const std::array<int64_t, 2>& sizes) {
@@ -169,10 +176,38 @@ void gemm_s16(int64_t m, int64_t n, int64_t k, const int16_t* a, int64_t lda, co
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t lo = t * step, hi = std::min(by_cols ? n : m, lo + step);
       if (lo >= hi) continue;
-      if (by_cols) run_block(k, a, lda, b, ldb, c, ldc, 0, m, lo, hi);
-      else run_block(k, a, lda, b, ldb, c, ldc, lo, hi, 0, n);
+      if (by_cols) run_block(k, a, lda, src, c, ldc, 0, m, lo, hi);
+      else run_block(k, a, lda, src, c, ldc, lo, hi, 0, n);
     }
   });
+}
+
+}  // namespace
+
+PackedS16 PackedS16::pack(const int16_t* b, int64_t ldb, int64_t k, int64_t n) {
+  PackedS16 p;
+  p.k_ = k, p.n_ = n;
+  const int64_t n_pad = ceil_div(n, kNr) * kNr;
+  p.data_.resize(static_cast<size_t>(ceil_div(k, 2) * 2 * n_pad));
+  // Slice by slice, the layout pack_b gives a whole-width block, one after the other.
+  for (int64_t pc = 0; pc < k; pc += kKc)
+    pack_b(b, ldb, pc, std::min(kKc, k - pc), 0, n, p.data_.data() + (pc / 2) * 2 * n_pad);
+  return p;
+}
+
+const int16_t* PackedS16::panel(int64_t p0, int64_t j0) const {
+  const int64_t n_pad = ceil_div(n_, kNr) * kNr, pairs = ceil_div(std::min(kKc, k_ - p0), 2);
+  return data_.data() + (p0 / 2) * 2 * n_pad + (j0 / kNr) * pairs * kNr * 2;
+}
+
+void gemm_s16(int64_t m, int64_t n, int64_t k, const int16_t* a, int64_t lda, const int16_t* b,
+              int64_t ldb, int32_t* c, int64_t ldc, ThreadPool* pool) {
+  run(m, n, k, a, lda, BSource{b, ldb, nullptr}, c, ldc, pool);
+}
+
+void gemm_s16(int64_t m, const int16_t* a, int64_t lda, const PackedS16& b, int32_t* c, int64_t ldc,
+              ThreadPool* pool) {
+  run(m, b.n(), b.k(), a, lda, BSource{nullptr, 0, &b}, c, ldc, pool);
 }
 
 }  // namespace kiln::gemm

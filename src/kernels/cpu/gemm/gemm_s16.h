@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace kiln {
 class ThreadPool;
@@ -18,9 +19,28 @@ namespace kiln::gemm {
 // stay inside int32; longer ones the callers run on their plain loops.
 inline constexpr int64_t kMaxS16Depth = 32768;
 
+// B [k x n] packed once for gemm_s16 (a constant weight, in Kernel::prepare): runs then pack
+// only A.
+class PackedS16 {
+ public:
+  static PackedS16 pack(const int16_t* b, int64_t ldb, int64_t k, int64_t n);
+  int64_t k() const { return k_; }
+  int64_t n() const { return n_; }
+  bool empty() const { return data_.empty(); }
+  // The panel of the K slice starting at p0 and the 16 columns from j0.
+  const int16_t* panel(int64_t p0, int64_t j0) const;
+
+ private:
+  int64_t k_ = 0, n_ = 0;
+  std::vector<int16_t> data_;
+};
+
 // C[m x n] = A[m x k] · B[k x n], all row-major with leading dimensions lda, ldb, ldc; A and B
 // int16 with |values| <= 255, C int32, k <= kMaxS16Depth. `pool` may be null.
 void gemm_s16(int64_t m, int64_t n, int64_t k, const int16_t* a, int64_t lda, const int16_t* b,
               int64_t ldb, int32_t* c, int64_t ldc, ThreadPool* pool);
+// The same with B packed beforehand (k and n are b's).
+void gemm_s16(int64_t m, const int16_t* a, int64_t lda, const PackedS16& b, int32_t* c, int64_t ldc,
+              ThreadPool* pool);
 
 }  // namespace kiln::gemm
