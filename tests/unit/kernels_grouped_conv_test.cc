@@ -2,7 +2,8 @@
 // nodes with few channels a group, against a plain loop in double: depthwise and 2-32 channels a
 // group, kernel sizes 1-7 (kh != kw too), strides (1,1), (2,1), (1,2), (3,3), dilations,
 // asymmetric pads, channel multiplier 2, batch 2, 1-D convs, rows shorter and longer than 64
-// outputs, with and without bias, at 1 and 2 threads.
+// outputs, with and without bias, at 1 and 2 threads. Also group-1 convs with fewer output
+// positions than channels, which Conv runs as col^T times W^T packed once.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -103,6 +104,19 @@ TEST(GroupedConv, AgreesWithPlainLoop) {
     if (d.w + d.pl + d.pr < d.dw * (d.kw - 1) + 1) d.w = d.dw * (d.kw - 1) + 1;
     for (int threads : {1, 2}) check(d, threads);
   }
+}
+
+TEST(Conv, FewPositionsManyChannelsAgreeWithPlainLoop) {
+  // Group 1 (c = 1 group of cg channels, mult output channels): an STFT-like 1-D conv (stride 9,
+  // 21 frames, 40 filters), a dilated one, a 3x3 on 6x6 (16 positions, 64 channels), a 1x1
+  // (9 positions, 32 channels), batch 2.
+  Dw cases[4] = {};
+  cases[0] = {2, 1, 40, 1, 200, 1, 16, 1, 9, 1, 1, 0, 2, 0, 2, 3, true, true};
+  cases[1] = {1, 1, 48, 1, 90, 1, 5, 1, 7, 1, 3, 0, 1, 0, 0, 5, false, true};
+  cases[2] = {1, 1, 64, 6, 6, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 4, true, false};
+  cases[3] = {2, 1, 32, 3, 3, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 8, true, false};
+  for (const Dw& d : cases)
+    for (int threads : {1, 2}) check(d, threads);
 }
 
 }  // namespace

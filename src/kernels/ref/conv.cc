@@ -129,7 +129,34 @@ Status conv_typed(KernelContext& ctx, const ConvSetup& s, const Tensor& x, const
   return Status::ok();
 }
 
-Status conv(KernelContext& ctx) {
+// Few output positions against many channels (an STFT's 257 filters over 97 frames): C^T =
+// col^T · W^T with W^T packed once, so the GEMM's columns are the channels (whole register
+// tiles, no per-call packing of W), then C^T is transposed into Y. `packed` is W^T [K x M].
+Status conv_few_positions(KernelContext& ctx, const ConvSetup& s, const Tensor& x, const gemm::PackedMatrix& packed,
+                          const Tensor* bias, Tensor& y, std::vector<float>& col, std::vector<float>& ct) {
+  const int64_t k = s.c * s.ksz;
+  const bool direct = is_pointwise(s);
+  if (!direct) col.resize(static_cast<size_t>(k * s.out_sz));  // grow once: runs allocate nothing
+  ct.resize(static_cast<size_t>(s.out_sz * s.m));
+  for (int64_t ni = 0; ni < s.n; ++ni) {
+    const float* xn = x.data<float>() + ni * s.c * s.in_sz;
+    const float* a = xn;
+    if (!direct) {
+      conv_util::im2col(xn, 0, s.c, s.g3, col.data());
+      a = col.data();
+    }
+    gemm_f32_prepacked(true, s.out_sz, 1.0f, a, s.out_sz, packed, 0.0f, ct.data(), s.m,
+                       bias ? bias->data<float>() : nullptr, nullptr, ctx.pool);
+    float* yn = y.data<float>() + ni * s.m * s.out_sz;
+    for (int64_t p0 = 0; p0 < s.out_sz; p0 += 8)  // in 8 x 8 blocks, so both sides stay in cache
+      for (int64_t c0 = 0; c0 < s.m; c0 += 8)
+        for (int64_t c = c0; c < std::min(s.m, c0 + 8); ++c)
+          for (int64_t p = p0; p < std::min(s.out_sz, p0 + 8); ++p) yn[c * s.out_sz + p] = ct[p * s.m + c];
+  }
+  return Status::ok();
+}
+
+Status conv(KernelContext& ctx, const gemm::PackedMatrix* packed, std::vector<float>& col, std::vector<float>& ct) {
   if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
     return ctx.error("Conv needs X and W");
   const Tensor& x = ctx.input(0);
@@ -152,6 +179,11 @@ Status conv(KernelContext& ctx) {
   if (dt == DType::kFloat64) {
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, dt, s.y_shape));
     return conv_typed<double>(ctx, s, x, w, bias, *y);
+  }
+  if (dt == DType::kFloat32 && packed && s.group == 1 && s.out_sz < s.m && packed->k() == s.c * s.ksz &&
+      packed->n() == s.m) {
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, dt, s.y_shape));
+    return conv_few_positions(ctx, s, x, *packed, bias, *y, col, ct);
   }
   if (dt == DType::kFloat32 && grouped_conv_direct_fits(s.group, s.cg, s.g3)) {
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, dt, s.y_shape));
@@ -289,7 +321,29 @@ Status qlinear_conv(KernelContext& ctx) {
 
 }  // namespace
 
-KILN_REGISTER_KERNEL("", "Conv", conv);
+// Conv with W^T packed once when W is a float32 constant of group 1 (for the few-positions
+// product above), and the buffers that path keeps across runs.
+class ConvKernel : public Kernel {
+ public:
+  explicit ConvKernel(const ir::Node& node) : group_(node.attr_int("group", 1)) {}
+  Status prepare(const std::vector<const Tensor*>& constants, std::vector<bool>&) override {
+    const Tensor* w = constants.size() > 1 ? constants[1] : nullptr;
+    if (!w || w->dtype() != DType::kFloat32 || w->rank() < 3 || group_ != 1 || w->dim(0) == 0) return Status::ok();
+    // W stays: the other paths (many positions, another X type) read it as it is.
+    KILN_ASSIGN_OR_RETURN(packed_, pack_weight(w->reshaped({w->dim(0), w->numel() / w->dim(0)}), true));
+    return Status::ok();
+  }
+  Status run(KernelContext& ctx) override { return conv(ctx, packed_.empty() ? nullptr : &packed_, col_, ct_); }
+
+ private:
+  int64_t group_;
+  gemm::PackedMatrix packed_;
+  std::vector<float> col_, ct_;
+};
+
+const KernelRegistrar kConv("", "Conv", "ref", [](const ir::Node& node, int64_t) {
+  return Result<std::unique_ptr<Kernel>>(std::unique_ptr<Kernel>(std::make_unique<ConvKernel>(node)));
+});
 KILN_REGISTER_KERNEL("", "ConvInteger", conv_integer);
 KILN_REGISTER_KERNEL("", "QLinearConv", qlinear_conv);
 
