@@ -487,5 +487,40 @@ TEST(OneHotGather, OtherComparisonsAreLeftAlone) {
   EXPECT_EQ(old_r.value(), 0);
 }
 
+// An STFT-like pair of 1-D convs on one input (different filter counts, one with a bias) become
+// one Conv and a Split; a third with another stride, and 2-D convs, stay as they are.
+TEST(SiblingConvs, OneDConvsOnOneInputStack) {
+  Builder b(17);
+  b.input("x", {2, 3, 300});
+  b.weight("wa", {16, 3, 32});
+  b.weight("ba", {16});
+  b.weight("wb", {24, 3, 32});
+  b.weight("wc", {8, 3, 32});
+  b.add("Conv", {"x", "wa", "ba"}, {"ya"}, {attr_ints("strides", {10})});
+  b.add("Conv", {"x", "wb"}, {"yb"}, {attr_ints("strides", {10})});
+  b.add("Conv", {"x", "wc"}, {"yc"}, {attr_ints("strides", {5})});
+  b.add("Relu", {"yb"}, {"rb"});
+  b.output("ya");
+  b.output("rb");
+  b.output("yc");
+  ir::Model m = b.m;
+  const Result<int64_t> r = test::run_pass(m, "sibling-convs");
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r.value(), 1);
+  EXPECT_EQ(test::op_types(m), (std::vector<std::string>{"Conv", "Split", "Conv", "Relu"}));
+  EXPECT_EQ(m.graph.initializers.at(m.graph.nodes[0].inputs[1]).shape(), (Shape{40, 3, 32}));
+  expect_same_outputs(b.m, m, {b.random({2, 3, 300})});
+
+  Builder two_d(17);
+  two_d.input("x", {1, 3, 8, 8});
+  two_d.conv("x", "p", 3, 8);
+  two_d.conv("x", "q", 3, 8);
+  two_d.output("p");
+  two_d.output("q");
+  const Result<int64_t> r2 = test::run_pass(two_d.m, "sibling-convs");
+  ASSERT_TRUE(r2.is_ok()) << r2.status().message();
+  EXPECT_EQ(r2.value(), 0);
+}
+
 }  // namespace
 }  // namespace kiln
