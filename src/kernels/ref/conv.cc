@@ -321,22 +321,35 @@ Status qlinear_conv(KernelContext& ctx) {
 
 }  // namespace
 
-// Conv with W^T packed once when W is a float32 constant of group 1 (for the few-positions
-// product above), and the buffers that path keeps across runs.
+// Conv whose W, when a float32 constant of group 1, is packed as W^T the first time a run takes
+// the few-positions product above (only then: other convs keep no second copy of their weights),
+// and the buffers that path keeps across runs.
 class ConvKernel : public Kernel {
  public:
   explicit ConvKernel(const ir::Node& node) : group_(node.attr_int("group", 1)) {}
   Status prepare(const std::vector<const Tensor*>& constants, std::vector<bool>&) override {
     const Tensor* w = constants.size() > 1 ? constants[1] : nullptr;
-    if (!w || w->dtype() != DType::kFloat32 || w->rank() < 3 || group_ != 1 || w->dim(0) == 0) return Status::ok();
-    // W stays: the other paths (many positions, another X type) read it as it is.
-    KILN_ASSIGN_OR_RETURN(packed_, pack_weight(w->reshaped({w->dim(0), w->numel() / w->dim(0)}), true));
-    return Status::ok();
+    w_constant_ = w && w->dtype() == DType::kFloat32 && w->rank() >= 3 && group_ == 1 && w->dim(0) > 0;
+    return Status::ok();  // W stays: the other paths read it as it is
   }
-  Status run(KernelContext& ctx) override { return conv(ctx, packed_.empty() ? nullptr : &packed_, col_, ct_); }
+  Status run(KernelContext& ctx) override {
+    if (w_constant_ && packed_.empty() && few_positions(ctx)) {
+      const Tensor& w = ctx.input(1);
+      KILN_ASSIGN_OR_RETURN(packed_, pack_weight(w.reshaped({w.dim(0), w.numel() / w.dim(0)}), true));
+    }
+    return conv(ctx, packed_.empty() ? nullptr : &packed_, col_, ct_);
+  }
 
  private:
+  // Whether this run's X gives fewer output positions than W has filters.
+  static bool few_positions(const KernelContext& ctx) {
+    if (ctx.num_inputs() < 2 || !ctx.has_input(0) || ctx.input(0).dtype() != DType::kFloat32) return false;
+    auto s = setup_conv(ctx, ctx.input(0).shape(), ctx.input(1).shape());
+    return s && s->out_sz < s->m;
+  }
+
   int64_t group_;
+  bool w_constant_ = false;
   gemm::PackedMatrix packed_;
   std::vector<float> col_, ct_;
 };
