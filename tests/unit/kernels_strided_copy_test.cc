@@ -11,6 +11,7 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu/strided_copy.h"
 #include "kernels/kernel_util.h"
+#include "pass_test_util.h"
 
 namespace kiln {
 namespace {
@@ -108,6 +109,48 @@ TEST(StridedCopy, TransposeTiles) {
     const Shape st = strides_of(in);
     Shape out(in.rbegin(), in.rend()), strides(st.rbegin(), st.rend());
     check_view<float>(src, 0, out, strides, &two, "reversed " + shape_str(in));
+  }
+}
+
+// Constant Pad (a fill, then a memcpy per kept row) against a plain loop: pads and crops on
+// different axes, a fill value, int64 as well as float.
+TEST(ConstantPad, FillAndKeptRowsMatchAPlainLoop) {
+  const Shape xs = {2, 3, 5, 4};
+  const std::vector<int64_t> pads = {0, 1, -2, 3, 1, -1, 2, -1};  // begins, then ends
+  for (const DType t : {DType::kFloat32, DType::kInt64}) {
+    test::Builder b(13);
+    b.m.graph.inputs.push_back(ir::ValueInfo{"x", ir::TypeInfo::tensor(t, xs), ""});
+    b.m.graph.initializers["pads"] = test::int64s(pads);
+    Tensor v = Tensor::make(t, {}).value();
+    if (t == DType::kFloat32) v.data<float>()[0] = 7.5f;
+    else v.data<int64_t>()[0] = -9;
+    b.m.graph.initializers["value"] = v;
+    b.add("Pad", {"x", "pads", "value"}, {"y"});
+    b.m.graph.outputs.push_back(ir::ValueInfo{"y", ir::TypeInfo::tensor(t), ""});
+    Tensor x = Tensor::make(t, xs).value();
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      if (t == DType::kFloat32) x.data<float>()[i] = static_cast<float>(i);
+      else x.data<int64_t>()[i] = i;
+    }
+    const std::vector<Value> out = test::run_model(b.m, {x});
+    ASSERT_EQ(out.size(), 1u);
+    const Tensor& y = out[0].tensor;
+    Shape ys(4);
+    for (int d = 0; d < 4; ++d) ys[d] = xs[d] + pads[d] + pads[4 + d];
+    ASSERT_EQ(y.shape(), ys);
+    int64_t k = 0;
+    for (int64_t a = 0; a < ys[0]; ++a)
+      for (int64_t c = 0; c < ys[1]; ++c)
+        for (int64_t h = 0; h < ys[2]; ++h)
+          for (int64_t w = 0; w < ys[3]; ++w, ++k) {
+            const int64_t src[4] = {a - pads[0], c - pads[1], h - pads[2], w - pads[3]};
+            bool inside = true;
+            for (int d = 0; d < 4; ++d) inside = inside && src[d] >= 0 && src[d] < xs[d];
+            const int64_t at = ((src[0] * xs[1] + src[1]) * xs[2] + src[2]) * xs[3] + src[3];
+            const double want = inside ? static_cast<double>(at) : (t == DType::kFloat32 ? 7.5 : -9.0);
+            const double got = t == DType::kFloat32 ? y.data<float>()[k] : static_cast<double>(y.data<int64_t>()[k]);
+            ASSERT_EQ(got, want) << dtype_name(t) << " element " << k;
+          }
   }
 }
 
