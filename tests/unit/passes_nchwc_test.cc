@@ -103,17 +103,36 @@ TEST(NchwcLayout, GroupedConvsOfWholeBlocks) {
   conv(b, "g16", "c", 48, 64, 1, {});
   conv(b, "g16", "g32", 48, 64, 3, {attr_ints("pads", {1, 1, 1, 1})}, 2);  // 24 in, 32 out per group
   b.add("Add", {"g32", "c"}, {"h"});  // a residual: fused into the grouped conv
-  conv(b, "h", "g4", 64, 64, 3, {attr_ints("pads", {1, 1, 1, 1})}, 16);  // 4 per group: plain
-  b.output("g4");
+  // 4 and 2 channels a group: 2 and 4 groups side by side make 8-channel groups (block-diagonal
+  // weights), 8 of them each.
+  conv(b, "h", "g4", 64, 64, 3, {attr_ints("pads", {1, 1, 1, 1})}, 16);
+  conv(b, "g4", "g2", 64, 64, 3, {attr_ints("pads", {0, 1, 1, 0})}, 32);
+  b.output("g2");
   ASSERT_TRUE(run_pass(b.m, "conv-epilogue").is_ok());
-  // Five convs deep the sums' rounding (blocked vs im2col order) reaches ~1e-4 of a value.
+  // Seven convs deep the sums' rounding (blocked vs im2col order) reaches ~1e-4 of a value.
   const ir::Model m = test::check_pass(b, "nchwc-layout",
                                        {"ReorderToBlocked", "BlockedConv", "BlockedConv", "BlockedConv",
-                                        "BlockedConv", "ReorderFromBlocked", "Conv"},
+                                        "BlockedConv", "BlockedConv", "BlockedConv", "ReorderFromBlocked"},
                                        {{2, 24, 9, 11}}, -1, 1, 5e-4f);
-  int grouped = 0;
-  for (const auto& n : m.graph.nodes) grouped += n.op_type == "BlockedConv" && n.attr_int("group", 1) > 1;
-  EXPECT_EQ(grouped, 3);
+  std::vector<int64_t> groups;
+  for (const auto& n : m.graph.nodes)
+    if (n.op_type == "BlockedConv" && n.attr_int("group", 1) > 1) groups.push_back(n.attr_int("group", 1));
+  EXPECT_EQ(groups, (std::vector<int64_t>{3, 3, 2, 8, 8}));
+}
+
+TEST(NchwcLayout, GroupsThatDoNotTileABlockStayPlain) {
+  // 3 channels a group (8 % 3 != 0) and 1 in / 2 out (not square): the plain grouped kernel.
+  Builder b;
+  b.input("x", {1, 24, 7, 7});
+  conv(b, "x", "a", 24, 24, 3, {attr_ints("pads", {1, 1, 1, 1})});
+  conv(b, "a", "g3", 24, 24, 3, {attr_ints("pads", {1, 1, 1, 1})}, 8);
+  conv(b, "g3", "c", 24, 24, 3, {attr_ints("pads", {1, 1, 1, 1})});
+  b.output("c");
+  ASSERT_TRUE(run_pass(b.m, "conv-epilogue").is_ok());
+  test::check_pass(b, "nchwc-layout",
+                   {"ReorderToBlocked", "BlockedConv", "ReorderFromBlocked", "Conv", "ReorderToBlocked", "BlockedConv",
+                    "ReorderFromBlocked"},
+                   {{1, 24, 7, 7}}, -1, 1, 5e-4f);
 }
 
 TEST(NchwcLayout, ResidualBlockAndPools) {
