@@ -28,17 +28,27 @@ class DenseDirect {
     avx512_ = cpu_features().has_avx512() && !(off && off[0] == '1');
   }
 
-  void prepare(const std::vector<const Tensor*>& constants, std::vector<bool>& absorbed) {
+  // W [Mb, Cb / groups, KH, KW, 8, 8] paired group by group (each group's output blocks are its
+  // own). Groups of one output block stay unpaired: a pair would be half zeros, no faster than
+  // the AVX2 kernel on the block itself.
+  void prepare(const std::vector<const Tensor*>& constants, std::vector<bool>& absorbed, int64_t groups) {
     if (!avx512_ || constants.size() < 2 || constants[1] == nullptr) return;
     const Tensor& w = *constants[1];
-    if (w.dtype() != DType::kFloat32 || w.rank() != 6 || w.dim(4) != kBlock || w.dim(5) != kBlock)
-      return;  // not dense weights: run() reports it
-    dims_ = {w.dim(0), w.dim(1), w.dim(2) * w.dim(3)};
-    pair_dense_weights(w.data<float>(), dims_[0], dims_[1], dims_[2],
-                       paired_.get(paired_weights_floats(dims_[0], dims_[1], dims_[2])));
+    if (w.dtype() != DType::kFloat32 || w.rank() != 6 || w.dim(4) != kBlock || w.dim(5) != kBlock ||
+        w.dim(0) % groups != 0 || (groups > 1 && w.dim(0) / groups < 2))
+      return;  // not dense weights (run() reports it), or groups of one block
+    dims_ = {w.dim(0) / groups, w.dim(1), w.dim(2) * w.dim(3)};
+    group_floats_ = paired_weights_floats(dims_[0], dims_[1], dims_[2]);
+    float* out = paired_.get(groups * group_floats_);
+    const int64_t w_group = dims_[0] * dims_[1] * dims_[2] * kBlock * kBlock;
+    for (int64_t g = 0; g < groups; ++g)
+      pair_dense_weights(w.data<float>() + g * w_group, dims_[0], dims_[1], dims_[2], out + g * group_floats_);
     paired_ready_ = true;
     absorbed[1] = true;
   }
+
+  // Group g's paired weights (prepare), or null.
+  const float* group_paired(int64_t g) const { return paired_ready_ ? paired_.data() + g * group_floats_ : nullptr; }
 
   // w: W's data, null when prepare absorbed it.
   Status run(const BlockedConvShape& s, const float* x, const float* w, const BlockedEpilogue& e,
@@ -67,7 +77,8 @@ class DenseDirect {
 
  private:
   bool avx512_ = false, paired_ready_ = false;
-  std::array<int64_t, 3> dims_{};  // mb, cb, taps of the paired weights
+  std::array<int64_t, 3> dims_{};  // mb, cb, taps of the paired weights (of one group)
+  int64_t group_floats_ = 0;
   AlignedBuffer paired_;
 };
 
@@ -79,7 +90,7 @@ class BlockedConv : public Kernel {
 
   Status prepare(const std::vector<const Tensor*>& constants, std::vector<bool>& absorbed) override {
     KILN_RETURN_IF_ERROR(winograd_.prepare(constants, absorbed));  // the 3x3s it pays for
-    if ((!winograd_.ready() || winograd_.keeps_dense()) && groups_ == 1) dense_.prepare(constants, absorbed);
+    if ((!winograd_.ready() || winograd_.keeps_dense()) && !depthwise_) dense_.prepare(constants, absorbed, groups_);
     return Status::ok();
   }
 
@@ -134,7 +145,7 @@ class BlockedConv : public Kernel {
       return Status::ok();
     }
     if (groups_ != 1) {
-      run_groups(s, x, ctx.input(1).data<float>(), e, y->data<float>(), ctx.pool);
+      run_groups(s, x, dense_.absorbs() ? nullptr : ctx.input(1).data<float>(), e, y->data<float>(), ctx.pool);
       return Status::ok();
     }
     const float* w = dense_.absorbs() ? nullptr : ctx.input(1).data<float>();
@@ -144,7 +155,8 @@ class BlockedConv : public Kernel {
  private:
   // Groups of whole blocks (regnet's and resnext's 8- to 32-channel groups): each group, in each
   // image, is a dense convolution of its own input blocks into its own output blocks, W in the
-  // dense layout [Mb, Cb / groups, ...]; the (image, group) pairs run over the pool.
+  // dense layout [Mb, Cb / groups, ...] (w; null when prepare paired it for the AVX-512 kernel);
+  // the (image, group) pairs run over the pool.
   void run_groups(const BlockedConvShape& s, const float* x, const float* w, const BlockedEpilogue& e, float* y,
                   ThreadPool* pool) const {
     BlockedConvShape one = s;
@@ -161,8 +173,11 @@ class BlockedConv : public Kernel {
         BlockedEpilogue eg = e;
         if (e.bias) eg.bias = e.bias + g * one.mb * kBlock;
         if (e.z) eg.z = e.z + y_at;
-        blocked_conv_dense_avx2(one, x + image * s.cb * s.h * s.w * kBlock + g * x_group, w + g * w_group, eg,
-                                y + y_at, nullptr);
+        const float* xg = x + image * s.cb * s.h * s.w * kBlock + g * x_group;
+        if (const float* paired = dense_.group_paired(g))
+          blocked_conv_dense_avx512(one, xg, paired, eg, y + y_at, nullptr);
+        else
+          blocked_conv_dense_avx2(one, xg, w + g * w_group, eg, y + y_at, nullptr);
       }
     };
     if (pool) pool->parallel_for(s.n * groups_, 1, run);
