@@ -1,6 +1,8 @@
 // Reference Conv (1-3 spatial dims, groups, dilations, strides, pads, auto_pad) via im2col + the
-// shared GEMM, and the integer variants ConvInteger and QLinearConv (int32 accumulation). Float32
-// grouped convs with few channels a group (depthwise too) run kernels/cpu/conv's direct kernel.
+// shared GEMM, and the integer variants ConvInteger and QLinearConv (int32 accumulation, by
+// gemm_s16 on 16-bit values minus zero points). Float32 grouped convs with few channels a group
+// (depthwise too) run kernels/cpu/conv's direct kernel; group-1 convs with fewer output
+// positions than filters a transposed product against W^T packed once.
 #include <cmath>
 #include <type_traits>
 
@@ -372,7 +374,7 @@ static bool conv_fast(const FastPathQuery& q) {
          w->shape[1].value <= kDirectConvMaxGroupChannels;
 }
 KILN_REGISTER_FAST_PATH("", "Conv", conv_fast);
-KILN_REGISTER_FAST_PATH("", "ConvInteger", always_fast);  // int32 im2col and GEMM rows over the pool
+KILN_REGISTER_FAST_PATH("", "ConvInteger", always_fast);  // int16 im2col and gemm_s16 over the pool
 KILN_REGISTER_FAST_PATH("ai.kiln", "FusedConv", conv_fast);
 
 }  // namespace kiln

@@ -7,8 +7,8 @@
 #include "core/thread_pool.h"
 #include "kernels/fast_path.h"
 #include "kernels/cpu/gemm/gemm.h"
-#include "kernels/kernel_util.h"
 #include "kernels/cpu/gemm/gemm_s16.h"
+#include "kernels/kernel_util.h"
 #include "kernels/ref/gemm_f32.h"
 
 namespace kiln {
@@ -384,8 +384,8 @@ const KernelRegistrar kMatMulInteger("", "MatMulInteger", "s16", [](const ir::No
   return Result<std::unique_ptr<Kernel>>(std::unique_ptr<Kernel>(std::make_unique<MatMulIntegerKernel>(node)));
 });
 
-// float32 products run the packed GEMM (a constant B packed once); MatMulInteger its column-
-// blocked int32 loop.
+// float32 products run the packed GEMM (a constant B packed once); MatMulInteger gemm_s16 (its
+// column-blocked int32 loop past 32768-deep sums).
 KILN_REGISTER_FAST_PATH("", "MatMulInteger", always_fast);
 KILN_REGISTER_FAST_PATH("", "MatMul", float32_input);
 KILN_REGISTER_FAST_PATH("", "Gemm", float32_input);

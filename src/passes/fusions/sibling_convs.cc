@@ -61,6 +61,11 @@ class SiblingConvs : public Pass {
                               same_filters(*idx.constant(group[0]->inputs[1]), *idx.constant(n.inputs[1]))))
           group.push_back(&n);
       }
+    std::set<std::string> names = ir::free_names(g);  // every name in use, to make new ones
+    for (const auto& n : g.nodes) names.insert(n.outputs.begin(), n.outputs.end());
+    for (const auto& vi : g.inputs) names.insert(vi.name);
+    for (const auto& vi : g.value_info) names.insert(vi.name);
+    for (const auto& kv : g.initializers) names.insert(kv.first);
     std::map<const ir::Node*, std::vector<ir::Node>> replace;  // the leader -> the new nodes
     std::set<const ir::Node*> gone;
     int64_t rewrites = 0;
@@ -85,8 +90,8 @@ class SiblingConvs : public Pass {
       const std::string base = lead.name.empty() ? lead.outputs[0] : lead.name;
       auto fresh = [&](const std::string& s) {
         std::string name = s;
-        for (int i = 1; g.initializers.count(name) || idx.producer(name) || !idx.consumers(name).empty(); ++i)
-          name = s + "_" + std::to_string(i);
+        for (int i = 1; names.count(name); ++i) name = s + "_" + std::to_string(i);
+        names.insert(name);
         return name;
       };
       const std::string wn = fresh(base + "_stacked_w"), bn = fresh(base + "_stacked_b");
