@@ -125,27 +125,6 @@ Result<Tensor> filled(DType dtype, double value) {
   return t;
 }
 
-Attribute attr_int(const std::string& name, int64_t v) {
-  Attribute a;
-  a.name = name;
-  a.type = Attribute::Type::kInt;
-  a.i = v;
-  return a;
-}
-Attribute attr_ints(const std::string& name, std::vector<int64_t> v) {
-  Attribute a;
-  a.name = name;
-  a.type = Attribute::Type::kInts;
-  a.ints = std::move(v);
-  return a;
-}
-Attribute attr_tensor(const std::string& name, Tensor t) {
-  Attribute a;
-  a.name = name;
-  a.type = Attribute::Type::kTensor;
-  a.t = std::move(t);
-  return a;
-}
 
 Tensor int64_tensor(const std::vector<int64_t>& v, bool scalar) {
   Tensor t =
@@ -276,9 +255,9 @@ Result<std::string> Expander::reduce_to(const std::string& grad, const DimsOpt& 
       std::string r;
       if (opset_ >= 13) {
         r = emit("ReduceSum", {grad, constant(int64_tensor(axes, false), "axes")},
-                 {attr_int("keepdims", 1)}, "sum");
+                 {Attribute::of_int("keepdims", 1)}, "sum");
       } else {
-        r = emit("ReduceSum", {grad}, {attr_ints("axes", axes), attr_int("keepdims", 1)}, "sum");
+        r = emit("ReduceSum", {grad}, {Attribute::of_ints("axes", axes), Attribute::of_int("keepdims", 1)}, "sum");
       }
       if (lead > 0) r = emit("Reshape", {r, emit("Shape", {target}, {}, "shape")}, {}, "reshaped");
       return r;
@@ -295,8 +274,8 @@ Result<std::string> Expander::reduce_to(const std::string& grad, const DimsOpt& 
   const std::string rdiff = emit(
       "Sub", {emit("Shape", {sg}, {}, "grank"), emit("Shape", {st}, {}, "trank")}, {}, "rdiff");
   const std::string pad =
-      emit("ConstantOfShape", {rdiff}, {attr_tensor("value", int64_tensor({1}, false))}, "pad");
-  Attribute axis0 = attr_int("axis", 0);
+      emit("ConstantOfShape", {rdiff}, {Attribute::of_tensor("value", int64_tensor({1}, false))}, "pad");
+  Attribute axis0 = Attribute::of_int("axis", 0);
   const std::string padded = emit("Concat", {pad, st}, {axis0}, "padded");
   const std::string mask = emit("Not", {emit("Equal", {padded, sg}, {}, "eq")}, {}, "mask");
   const std::string idx =
@@ -306,7 +285,7 @@ Result<std::string> Expander::reduce_to(const std::string& grad, const DimsOpt& 
            {}, "idx");
   const std::string axes = emit("Compress", {idx, mask}, {axis0}, "axes");
   const std::string r = emit("ReduceSum", {grad, axes},
-                             {attr_int("keepdims", 1), attr_int("noop_with_empty_axes", 1)}, "sum");
+                             {Attribute::of_int("keepdims", 1), Attribute::of_int("noop_with_empty_axes", 1)}, "sum");
   return emit("Reshape", {r, st}, {}, "reshaped");
 }
 
@@ -371,14 +350,14 @@ Status Expander::backprop(const Node& n, const std::string& g) {
     };
     if (need(0)) {
       const std::string bt =
-          emit("Transpose", {n.inputs[1]}, {attr_ints("perm", swap_last(bd->size()))}, "bt");
+          emit("Transpose", {n.inputs[1]}, {Attribute::of_ints("perm", swap_last(bd->size()))}, "bt");
       const std::string full = emit("MatMul", {g, bt}, {}, "ga");
       KILN_ASSIGN_OR_RETURN(std::string r, reduce_to(full, product_dims(ad), n.inputs[0], n));
       contribute(n.inputs[0], r);
     }
     if (need(1)) {
       const std::string at =
-          emit("Transpose", {n.inputs[0]}, {attr_ints("perm", swap_last(ad->size()))}, "at");
+          emit("Transpose", {n.inputs[0]}, {Attribute::of_ints("perm", swap_last(ad->size()))}, "at");
       const std::string full = emit("MatMul", {at, g}, {}, "gb");
       KILN_ASSIGN_OR_RETURN(std::string r, reduce_to(full, product_dims(bd), n.inputs[1], n));
       contribute(n.inputs[1], r);
@@ -471,7 +450,7 @@ Status Expander::run() {
     auto one = filled(dt, 1.0);
     if (!one) return one.status().with_context(grad_.describe());
     contrib_[y].push_back(emit("ConstantOfShape", {emit("Shape", {y}, {}, "yshape")},
-                               {attr_tensor("value", *one)}, "seed"));
+                               {Attribute::of_tensor("value", *one)}, "seed"));
   }
   for (auto it = path.rbegin(); it != path.rend(); ++it) {
     const Node& n = g_.nodes[*it];
@@ -494,7 +473,7 @@ Status Expander::run() {
       if (!zero) return zero.status().with_context(grad_.describe());
       id.op_type = "ConstantOfShape";
       id.inputs = {emit("Shape", {xs[k]}, {}, "xshape")};
-      id.attrs = {attr_tensor("value", *zero)};
+      id.attrs = {Attribute::of_tensor("value", *zero)};
     } else {
       id.op_type = "Identity";
       id.inputs = {g};

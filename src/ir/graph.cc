@@ -22,6 +22,51 @@ std::optional<Shape> TypeInfo::static_shape() const {
   return s;
 }
 
+namespace {
+Attribute named(std::string name, Attribute::Type type) {
+  Attribute a;
+  a.name = std::move(name);
+  a.type = type;
+  return a;
+}
+}  // namespace
+
+Attribute Attribute::of_int(std::string name, int64_t v) {
+  Attribute a = named(std::move(name), Type::kInt);
+  a.i = v;
+  return a;
+}
+Attribute Attribute::of_float(std::string name, float v) {
+  Attribute a = named(std::move(name), Type::kFloat);
+  a.f = v;
+  return a;
+}
+Attribute Attribute::of_string(std::string name, std::string v) {
+  Attribute a = named(std::move(name), Type::kString);
+  a.s = std::move(v);
+  return a;
+}
+Attribute Attribute::of_ints(std::string name, std::vector<int64_t> v) {
+  Attribute a = named(std::move(name), Type::kInts);
+  a.ints = std::move(v);
+  return a;
+}
+Attribute Attribute::of_floats(std::string name, std::vector<float> v) {
+  Attribute a = named(std::move(name), Type::kFloats);
+  a.floats = std::move(v);
+  return a;
+}
+Attribute Attribute::of_strings(std::string name, std::vector<std::string> v) {
+  Attribute a = named(std::move(name), Type::kStrings);
+  a.strings = std::move(v);
+  return a;
+}
+Attribute Attribute::of_tensor(std::string name, Tensor v) {
+  Attribute a = named(std::move(name), Type::kTensor);
+  a.t = std::move(v);
+  return a;
+}
+
 const Attribute* Node::attr(std::string_view n) const {
   for (const Attribute& a : attrs)
     if (a.name == n) return &a;

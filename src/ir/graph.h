@@ -73,6 +73,15 @@ struct Attribute {
   std::vector<TypeInfo> tps;
   std::string ref_attr_name;  // inside a function body: refers to the caller's attribute
   std::string doc;
+
+  // An attribute of one kind and its value, as passes build nodes.
+  static Attribute of_int(std::string name, int64_t v);
+  static Attribute of_float(std::string name, float v);
+  static Attribute of_string(std::string name, std::string v);
+  static Attribute of_ints(std::string name, std::vector<int64_t> v);
+  static Attribute of_floats(std::string name, std::vector<float> v);
+  static Attribute of_strings(std::string name, std::vector<std::string> v);
+  static Attribute of_tensor(std::string name, Tensor v);
 };
 
 struct Node {

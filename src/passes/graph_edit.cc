@@ -82,6 +82,17 @@ int64_t count_nodes(const ir::Graph& g) {
   return n;
 }
 
+ir::Node make_node(std::string name, std::string op_type, std::vector<std::string> inputs,
+                   std::vector<std::string> outputs, std::string domain) {
+  ir::Node n;
+  n.name = std::move(name);
+  n.op_type = std::move(op_type);
+  n.domain = std::move(domain);
+  n.inputs = std::move(inputs);
+  n.outputs = std::move(outputs);
+  return n;
+}
+
 std::string fresh_name(const ir::Graph& g, const std::string& base) {
   std::set<std::string> names = ir::free_names(g);
   for (const auto& n : g.nodes) names.insert(n.outputs.begin(), n.outputs.end());

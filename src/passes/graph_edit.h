@@ -28,6 +28,10 @@ void for_each_graph(ir::Graph& g, const std::function<void(ir::Graph&)>& fn);
 
 int64_t count_nodes(const ir::Graph& g);  // subgraphs included
 
+// A node of `op_type` (in `domain`) reading `inputs` and writing `outputs`, named `name`.
+ir::Node make_node(std::string name, std::string op_type, std::vector<std::string> inputs,
+                   std::vector<std::string> outputs, std::string domain = "");
+
 // `base`, or `base_N`, whichever is first not yet a value name in `g` (inputs, initializers, node
 // outputs, value infos, or names its subgraphs read from outside).
 std::string fresh_name(const ir::Graph& g, const std::string& base);

@@ -111,24 +111,6 @@ bool scales_down_by(const GraphIndex& idx, const Node* n, const std::string& v, 
   return c && near(c->value, 1.0 / m);
 }
 
-ir::Attribute float_attr(const char* name, double v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::Attribute::Type::kFloat;
-  a.f = static_cast<float>(v);
-  return a;
-}
-
-Node make_node(const char* op, std::vector<std::string> in, const std::string& out,
-               const std::string& name) {
-  Node n;
-  n.name = name;
-  n.op_type = op;
-  n.inputs = std::move(in);
-  n.outputs = {out};
-  return n;
-}
-
 // A match: `nodes` go, `put` (in order) takes the place of the latest of them.
 struct Found {
   std::vector<const Node*> nodes;
@@ -161,8 +143,9 @@ std::optional<Found> match_clip(const ir::Graph& g, const GraphIndex& idx, const
   const std::string base = clip.name.empty() ? s : clip.name;
   const Node* next = idx.sole_consumer(s);
   auto hard_sigmoid = [&](const std::string& out) {
-    Node h = make_node("HardSigmoid", {f.x}, out, base + "_HardSigmoid");
-    h.attrs = {float_attr("alpha", f.a / m), float_attr("beta", f.b / m)};
+    Node h = make_node(base + "_HardSigmoid", "HardSigmoid", {f.x}, {out});
+    h.attrs = {ir::Attribute::of_float("alpha", static_cast<float>(f.a / m)),
+               ir::Attribute::of_float("beta", static_cast<float>(f.b / m))};
     return h;
   };
   if (scales_down_by(idx, next, s, m)) {
@@ -178,7 +161,7 @@ std::optional<Found> match_clip(const ir::Graph& g, const GraphIndex& idx, const
     found.nodes.push_back(scale);
     const std::string& y = scale->outputs[0];
     Node h = hard_sigmoid(fresh_name(g, s + "_hard_sigmoid"));
-    found.put = {h, make_node("Mul", {f.x, h.outputs[0]}, y, base + "_Mul")};
+    found.put = {h, make_node(base + "_Mul", "Mul", {f.x, h.outputs[0]}, {y})};
     return found;
   }
   if (m == 1) {

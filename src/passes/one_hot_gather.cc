@@ -38,16 +38,6 @@ Tensor integer_scalar(DType t, int64_t v) {
                             : Tensor::scalar<int32_t>(DType::kInt32, static_cast<int32_t>(v));
 }
 
-ir::Node node(const std::string& name, const std::string& op, std::vector<std::string> in,
-              std::vector<std::string> out) {
-  ir::Node n;
-  n.name = name;
-  n.op_type = op;
-  n.inputs = std::move(in);
-  n.outputs = std::move(out);
-  return n;
-}
-
 Rule one_hot_rule() {
   const P equal = P::op("Equal", {P::value("x"), P::constant(is_iota, "iota")}).commutative();
   const P cast = P::op("Cast", {equal}).where([](const ir::Node& n) {
@@ -79,9 +69,9 @@ Rule one_hot_rule() {
             axis.data<int64_t>()[0] = -2;
             rc.graph.initializers[axes] = std::move(axis);
             const std::string index = rc.fresh_name(base + "_index"), rows = rc.fresh_name(base + "_gathered");
-            ir::Node gather = node(base + "_Gather", "Gather", {table, index}, {rows});
-            return std::vector<ir::Node>{node(base + "_Clip", "Clip", {x, lo, hi}, {index}), std::move(gather),
-                                         node(base + "_Squeeze", "Squeeze", {rows, axes}, m.root->outputs)};
+            return std::vector<ir::Node>{make_node(base + "_Clip", "Clip", {x, lo, hi}, {index}),
+                                         make_node(base + "_Gather", "Gather", {table, index}, {rows}),
+                                         make_node(base + "_Squeeze", "Squeeze", {rows, axes}, m.root->outputs)};
           }};
 }
 

@@ -19,11 +19,7 @@ void set_int_attr(ir::Node& n, const std::string& name, int64_t v) {
       a.i = v;
       return;
     }
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::Attribute::Type::kInt;
-  a.i = v;
-  n.attrs.push_back(std::move(a));
+  n.attrs.push_back(ir::Attribute::of_int(name, v));
 }
 
 class TransposeMatMul : public Pass {

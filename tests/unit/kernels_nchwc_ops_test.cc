@@ -14,14 +14,7 @@ namespace {
 
 using test::attr_i;
 using test::attr_ints;
-
-ir::Attribute attr_floats(const std::string& name, std::vector<float> v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::Attribute::Type::kFloats;
-  a.floats = std::move(v);
-  return a;
-}
+using test::attr_floats;
 
 Result<std::vector<Value>> run(const ir::Model& m, const std::vector<Tensor>& feeds, int threads) {
   SessionOptions o;

@@ -20,45 +20,19 @@
 
 namespace kiln::test {
 
-inline ir::Attribute attr_f(const std::string& name, float v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::Attribute::Type::kFloat;
-  a.f = v;
-  return a;
-}
-
-inline ir::Attribute attr_i(const std::string& name, int64_t v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::Attribute::Type::kInt;
-  a.i = v;
-  return a;
-}
-
+// Short names for ir::Attribute's factories, as the tests spell them.
+inline ir::Attribute attr_f(const std::string& name, float v) { return ir::Attribute::of_float(name, v); }
+inline ir::Attribute attr_i(const std::string& name, int64_t v) { return ir::Attribute::of_int(name, v); }
 inline ir::Attribute attr_ints(const std::string& name, std::vector<int64_t> v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::Attribute::Type::kInts;
-  a.ints = std::move(v);
-  return a;
+  return ir::Attribute::of_ints(name, std::move(v));
 }
-
+inline ir::Attribute attr_floats(const std::string& name, std::vector<float> v) {
+  return ir::Attribute::of_floats(name, std::move(v));
+}
 inline ir::Attribute attr_strings(const std::string& name, std::vector<std::string> v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::Attribute::Type::kStrings;
-  a.strings = std::move(v);
-  return a;
+  return ir::Attribute::of_strings(name, std::move(v));
 }
-
-inline ir::Attribute attr_s(const std::string& name, std::string v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::Attribute::Type::kString;
-  a.s = std::move(v);
-  return a;
-}
+inline ir::Attribute attr_s(const std::string& name, std::string v) { return ir::Attribute::of_string(name, std::move(v)); }
 
 inline Tensor int64s(std::vector<int64_t> v) {
   Tensor t = Tensor::make(DType::kInt64, {static_cast<int64_t>(v.size())}).value();

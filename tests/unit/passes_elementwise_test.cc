@@ -14,6 +14,7 @@ namespace {
 
 using test::attr_f;
 using test::attr_ints;
+using test::attr_floats;
 using test::attr_strings;
 using test::Builder;
 using test::run_model;
@@ -28,14 +29,6 @@ ir::Model check(Builder& b, const std::vector<std::string>& want_ops,
 }
 
 const ir::Node& only_node(const ir::Model& m) { return m.graph.nodes.at(0); }
-
-ir::Attribute attr_floats(const std::string& name, std::vector<float> v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::Attribute::Type::kFloats;
-  a.floats = std::move(v);
-  return a;
-}
 
 TEST(ElementwiseFusion, AddRelu) {
   Builder b;

@@ -286,34 +286,21 @@ void rewrite(ir::Graph& g, Types& types, const Match& m) {
   mha.domain = "ai.kiln";
   mha.inputs = {m.x, w, b};
   if (!m.mask.empty()) mha.inputs.push_back(m.mask);
-  auto attr = [&](const char* name, ir::Attribute::Type type) -> ir::Attribute& {
-    mha.attrs.emplace_back();
-    mha.attrs.back().name = name;
-    mha.attrs.back().type = type;
-    return mha.attrs.back();
-  };
-  attr("num_heads", ir::Attribute::Type::kInt).i = m.heads;
-  attr("scale", ir::Attribute::Type::kFloat).f = static_cast<float>(m.scale);
+  mha.attrs = {ir::Attribute::of_int("num_heads", m.heads),
+               ir::Attribute::of_float("scale", static_cast<float>(m.scale))};
   // torchvision's batch_first attention transposes X to [seq, batch, E] first. Reading X
   // untransposed and transposing the output instead lets transpose-cancel drop this Transpose with
   // the one that restores batch_first after the output projection.
   const std::string batch_first_x = m.seq_first && !m.end_is_2d ? untransposed(g, m.x) : "";
-  if (m.seq_first && batch_first_x.empty()) attr("seq_first", ir::Attribute::Type::kInt).i = 1;
-  if (m.zero_nan_rows) attr("zero_nan_rows", ir::Attribute::Type::kInt).i = 1;
+  if (m.seq_first && batch_first_x.empty()) mha.attrs.push_back(ir::Attribute::of_int("seq_first", 1));
+  if (m.zero_nan_rows) mha.attrs.push_back(ir::Attribute::of_int("zero_nan_rows", 1));
   std::vector<ir::Node> added;
   if (!batch_first_x.empty()) {
     mha.inputs[0] = batch_first_x;
     const std::string out = fresh_name(g, types, base + "/attention_batch_first");
     mha.outputs = {out};
-    ir::Node t;
-    t.name = base + "/attention_seq_first";
-    t.op_type = "Transpose";
-    t.inputs = {out};
-    t.outputs = {m.end};
-    t.attrs.emplace_back();
-    t.attrs.back().name = "perm";
-    t.attrs.back().type = ir::Attribute::Type::kInts;
-    t.attrs.back().ints = {1, 0, 2};
+    ir::Node t = make_node(base + "/attention_seq_first", "Transpose", {out}, {m.end});
+    t.attrs = {ir::Attribute::of_ints("perm", {1, 0, 2})};
     added = {std::move(mha), std::move(t)};
   } else if (m.end_is_2d) {
     // [A0, A1, E] -> [A0*A1, E]: the same elements in the same order.
@@ -324,12 +311,7 @@ void rewrite(ir::Graph& g, Types& types, const Match& m) {
     s.data<int64_t>()[0] = -1;
     s.data<int64_t>()[1] = m.hidden;
     g.initializers[shape] = s;
-    ir::Node r;
-    r.name = base + "/attention_merge";
-    r.op_type = "Reshape";
-    r.inputs = {out, shape};
-    r.outputs = {m.end};
-    added = {std::move(mha), std::move(r)};
+    added = {std::move(mha), make_node(base + "/attention_merge", "Reshape", {out, shape}, {m.end})};
   } else {
     mha.outputs = {m.end};
     added = {std::move(mha)};

@@ -42,13 +42,6 @@ bool fits_into(const ir::TypeInfo& small, const ir::TypeInfo& big) {
   return true;
 }
 
-ir::Attribute make_attr(const std::string& name, ir::Attribute::Type type) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = type;
-  return a;
-}
-
 // The node reading `v` and nothing else reading it (the node may read it twice, as in v*v).
 const ir::Node* only_reader(const GraphIndex& idx, const std::string& v, const Taken& taken) {
   const auto& cs = idx.consumers(v);
@@ -101,10 +94,10 @@ class ElementwiseChainFusion : public Pass {
     f.domain = "ai.kiln";
     f.inputs = {x0};
     f.outputs = {v};
-    ir::Attribute ops = make_attr("ops", ir::Attribute::Type::kStrings);
-    ir::Attribute operands = make_attr("operands", ir::Attribute::Type::kInts);
-    ir::Attribute swapped = make_attr("swapped", ir::Attribute::Type::kInts);
-    ir::Attribute params = make_attr("params", ir::Attribute::Type::kFloats);
+    ir::Attribute ops = ir::Attribute::of_strings("ops", {});
+    ir::Attribute operands = ir::Attribute::of_ints("operands", {});
+    ir::Attribute swapped = ir::Attribute::of_ints("swapped", {});
+    ir::Attribute params = ir::Attribute::of_floats("params", {});
     for (const Step& s : steps) {
       ops.strings.push_back(s.info->name);
       int64_t at = -1;

@@ -233,10 +233,7 @@ class EmbedLayerNormFusion : public Pass {
                 ln.inputs.size() > at + 1 ? ln.inputs[at + 1] : ""};
     while (f.inputs.back().empty()) f.inputs.pop_back();
     f.outputs = {ln.outputs[0]};
-    f.attrs.emplace_back();
-    f.attrs.back().name = "epsilon";
-    f.attrs.back().type = ir::Attribute::Type::kFloat;
-    f.attrs.back().f = ln.attr_float("epsilon", 1e-5f);
+    f.attrs.push_back(ir::Attribute::of_float("epsilon", ln.attr_float("epsilon", 1e-5f)));
     std::vector<ir::Node> kept;
     for (auto& n : g.nodes) {
       if (&n == &ln)

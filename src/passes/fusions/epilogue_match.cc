@@ -69,13 +69,6 @@ std::optional<Activation> unary_activation(const GraphIndex& idx, const ir::Node
   return Activation{"Clip", {lo, hi}};
 }
 
-ir::Attribute make_attr(const std::string& name, ir::Attribute::Type type) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = type;
-  return a;
-}
-
 }  // namespace
 
 const ir::Node* sole_consumer(const GraphIndex& idx, const std::string& v, const Taken& taken) {
@@ -201,22 +194,14 @@ std::optional<EpilogueMatch> match_epilogue(const ir::Graph& g, const GraphIndex
 
 void add_activation_attrs(ir::Node& n, const Activation& act, const std::string& name_attr,
                           const std::string& params_attr) {
-  ir::Attribute a = make_attr(name_attr, ir::Attribute::Type::kString);
-  a.s = act.name;
-  n.attrs.push_back(std::move(a));
-  if (!act.params.empty()) {
-    ir::Attribute p = make_attr(params_attr, ir::Attribute::Type::kFloats);
-    p.floats = act.params;
-    n.attrs.push_back(std::move(p));
-  }
+  n.attrs.push_back(ir::Attribute::of_string(name_attr, act.name));
+  if (!act.params.empty()) n.attrs.push_back(ir::Attribute::of_floats(params_attr, act.params));
 }
 
 void add_epilogue_attrs(ir::Node& n, const EpilogueMatch& e) {
   if (e.act) add_activation_attrs(n, *e.act);
   if (!e.z.empty()) {
-    ir::Attribute r = make_attr("residual_before_activation", ir::Attribute::Type::kInt);
-    r.i = e.residual_first ? 1 : 0;
-    n.attrs.push_back(std::move(r));
+    n.attrs.push_back(ir::Attribute::of_int("residual_before_activation", e.residual_first ? 1 : 0));
   }
 }
 

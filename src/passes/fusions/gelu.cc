@@ -40,14 +40,6 @@ P tanh_gelu() {
   return gelu_of(P::op("Tanh", {mul(add(x, term), c(std::sqrt(2.0 / M_PI)))}));
 }
 
-ir::Attribute string_attr(const char* name, const char* value) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::Attribute::Type::kString;
-  a.s = value;
-  return a;
-}
-
 // Whether the "one" of rank > 1 leaves x's rank as it is (a [1, 1, 1] on a rank-3 x does).
 bool one_keeps_rank(const Match& m, RuleContext& rc) {
   const Tensor& one = m.constant("one");
@@ -60,7 +52,7 @@ Rule gelu_rule(const char* name, P pattern, const char* approximate) {
   return {name, std::move(pattern), [approximate](const Match& m, RuleContext& rc) -> std::optional<std::vector<ir::Node>> {
             if (!one_keeps_rank(m, rc)) return std::nullopt;
             ir::Node g = replacement_node(m, "Gelu", {m.value("x")}, "ai.kiln");
-            g.attrs = {string_attr("approximate", approximate)};
+            g.attrs = {ir::Attribute::of_string("approximate", approximate)};
             return std::vector<ir::Node>{std::move(g)};
           }};
 }

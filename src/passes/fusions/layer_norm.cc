@@ -103,15 +103,8 @@ bool fits_norm_dims(const ValueTypes& types, const std::string& w, const std::st
 }
 
 void add_norm_attrs(Node& n, int64_t axis_value, double eps_value) {
-  ir::Attribute axis;
-  axis.name = "axis";
-  axis.type = ir::Attribute::Type::kInt;
-  axis.i = axis_value;
-  ir::Attribute eps;
-  eps.name = "epsilon";
-  eps.type = ir::Attribute::Type::kFloat;
-  eps.f = static_cast<float>(eps_value);
-  n.attrs = {axis, eps};
+  n.attrs = {ir::Attribute::of_int("axis", axis_value),
+             ir::Attribute::of_float("epsilon", static_cast<float>(eps_value))};
 }
 
 enum class Mode { kCanonical, kKiln };

@@ -61,11 +61,6 @@ class SiblingConvs : public Pass {
                               same_filters(*idx.constant(group[0]->inputs[1]), *idx.constant(n.inputs[1]))))
           group.push_back(&n);
       }
-    std::set<std::string> names = ir::free_names(g);  // every name in use, to make new ones
-    for (const auto& n : g.nodes) names.insert(n.outputs.begin(), n.outputs.end());
-    for (const auto& vi : g.inputs) names.insert(vi.name);
-    for (const auto& vi : g.value_info) names.insert(vi.name);
-    for (const auto& kv : g.initializers) names.insert(kv.first);
     std::map<const ir::Node*, std::vector<ir::Node>> replace;  // the leader -> the new nodes
     std::set<const ir::Node*> gone;
     int64_t rewrites = 0;
@@ -87,41 +82,27 @@ class SiblingConvs : public Pass {
         at += wn.dim(0);
       }
       const ir::Node& lead = *group[0];
-      const std::string base = lead.name.empty() ? lead.outputs[0] : lead.name;
-      auto fresh = [&](const std::string& s) {
-        std::string name = s;
-        for (int i = 1; names.count(name); ++i) name = s + "_" + std::to_string(i);
-        names.insert(name);
-        return name;
-      };
-      const std::string wn = fresh(base + "_stacked_w"), bn = fresh(base + "_stacked_b");
+      // New names from the lead's output, unique in the graph: the initializers join it at once,
+      // and the stacked output is the only pending name, different for every lead.
+      const std::string base = lead.outputs[0];
+      const std::string wn = fresh_name(g, base + "_stacked_w");
       g.initializers[wn] = std::move(w);
+      const std::string bn = fresh_name(g, base + "_stacked_b");
       g.initializers[bn] = std::move(b);
       ir::Node conv = lead;
       conv.name = base + "_stacked";
       conv.inputs = {x, wn, bn};
-      conv.outputs = {fresh(base + "_stacked_y")};
-      ir::Node split;
-      split.name = base + "_split";
-      split.op_type = "Split";
-      split.inputs = {conv.outputs[0]};
-      ir::Attribute axis;
-      axis.name = "axis";
-      axis.type = ir::Attribute::Type::kInt;
-      axis.i = 1;
-      split.attrs.push_back(axis);
+      conv.outputs = {fresh_name(g, base + "_stacked")};
+      ir::Node split = make_node(base + "_split", "Split", {conv.outputs[0]}, {});
+      split.attrs.push_back(ir::Attribute::of_int("axis", 1));
       if (model.opset("") >= 13) {
-        const std::string sn = fresh(base + "_split_sizes");
+        const std::string sn = fresh_name(g, base + "_split_sizes");
         Tensor st = Tensor::make(DType::kInt64, {static_cast<int64_t>(sizes.size())}).value();
         std::copy(sizes.begin(), sizes.end(), st.data<int64_t>());
         g.initializers[sn] = std::move(st);
         split.inputs.push_back(sn);
       } else {
-        ir::Attribute s;
-        s.name = "split";
-        s.type = ir::Attribute::Type::kInts;
-        s.ints = sizes;
-        split.attrs.push_back(s);
+        split.attrs.push_back(ir::Attribute::of_ints("split", sizes));
       }
       for (const ir::Node* n : group) {
         split.outputs.push_back(n->outputs[0]);

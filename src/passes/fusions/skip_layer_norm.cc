@@ -98,15 +98,8 @@ class SkipLayerNormFusion : public Pass {
           while (!f.inputs.empty() && f.inputs.back().empty()) f.inputs.pop_back();
           f.outputs = {n.outputs[0]};
           if (m->sum_out) f.outputs.push_back(n.inputs[0]);
-          ir::Attribute axis;
-          axis.name = "axis";
-          axis.type = ir::Attribute::Type::kInt;
-          axis.i = n.attr_int("axis", -1);
-          ir::Attribute eps;
-          eps.name = "epsilon";
-          eps.type = ir::Attribute::Type::kFloat;
-          eps.f = n.attr_float("epsilon", 1e-5f);
-          f.attrs = {axis, eps};
+          f.attrs = {ir::Attribute::of_int("axis", n.attr_int("axis", -1)),
+                     ir::Attribute::of_float("epsilon", n.attr_float("epsilon", 1e-5f))};
           removed.insert(m->add);
           removed.insert(m->ln);
           if (m->bias_add) removed.insert(m->bias_add);

@@ -260,14 +260,6 @@ std::map<const ir::Node*, Kind> plan_regions(const ir::Graph& g, const GraphInde
   return plan;
 }
 
-ir::Attribute int_attr(const std::string& name, int64_t v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::Attribute::Type::kInt;
-  a.i = v;
-  return a;
-}
-
 class NchwcLayout : public Pass {
  public:
   Result<int64_t> run(ir::Model& model, PassContext& ctx) override {
@@ -352,7 +344,7 @@ class NchwcLayout : public Pass {
             return padded_bias(t, blocks_of(w.dim(0)));
           });
         if (n.has_input(3)) b.inputs[3] = blocked_input(n.inputs[3]);
-        b.attrs.push_back(int_attr("channels", w.dim(0)));
+        b.attrs.push_back(ir::Attribute::of_int("channels", w.dim(0)));
         channels[plain] = w.dim(0);
       } else if (p->second == Kind::kPool || p->second == Kind::kSqueezeExcite) {
         b.op_type = "Blocked" + n.op_type;
@@ -401,7 +393,7 @@ class NchwcLayout : public Pass {
         r.name = unique(plain + "_from_nchwc");
         r.inputs = {b.outputs[0]};
         r.outputs = {plain};
-        r.attrs.push_back(int_attr("channels", channels.at(plain)));
+        r.attrs.push_back(ir::Attribute::of_int("channels", channels.at(plain)));
         out.push_back(r);
       } else {
         forget_value_info(g, {plain});
