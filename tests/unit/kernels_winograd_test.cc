@@ -277,6 +277,33 @@ TEST(WinogradConv, AnUncachedUStepsAsideWhereItWouldStreamOften) {
   EXPECT_TRUE(nchwc::winograd_pays(square_shape(1, 64, 64, 112), small, 2));
 }
 
+// The plain model's output, the -O3 model's, and the -O3 model's with Winograd turned off.
+struct ThreeRuns {
+  Tensor want, got, direct;
+};
+void run_three(const ir::Model& plain, const ir::Model& optimized, const std::vector<Tensor>& feeds, ThreeRuns* r) {
+  const std::vector<Value> want = test::run_model(plain, feeds);
+  const std::vector<Value> got = test::run_model(optimized, feeds);
+  setenv("KILN_DISABLE_WINOGRAD", "1", 1);
+  const std::vector<Value> direct = test::run_model(optimized, feeds);
+  unsetenv("KILN_DISABLE_WINOGRAD");
+  ASSERT_EQ(want.size(), 1u);
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(direct.size(), 1u);
+  ASSERT_EQ(got[0].tensor.shape(), want[0].tensor.shape());
+  ASSERT_EQ(direct[0].tensor.shape(), want[0].tensor.shape());
+  *r = {want[0].tensor, got[0].tensor, direct[0].tensor};
+}
+
+ir::Model optimized_o3(const ir::Model& m) {
+  ir::Model optimized = m;
+  OptimizeOptions o;
+  o.level = 3;
+  const auto report = optimize(optimized, o);
+  EXPECT_TRUE(report.is_ok()) << report.status().message();
+  return optimized;
+}
+
 TEST(WinogradConv, OptimizedModelMatchesPlainConvs) {
   // Two same-padded 3x3 convs of 40 -> 48 -> 36 channels with a Relu between, on a 2 x 40 x 13 x 11
   // input: at -O3 both become BlockedConvs that Winograd F(4x4) takes.
@@ -286,30 +313,18 @@ TEST(WinogradConv, OptimizedModelMatchesPlainConvs) {
   b.add("Relu", {"a"}, {"r"});
   b.conv("r", "y", 48, 36);
   b.output("y");
-  ir::Model optimized = b.m;
-  OptimizeOptions o;
-  o.level = 3;
-  ASSERT_TRUE(optimize(optimized, o).is_ok());
+  const ir::Model optimized = optimized_o3(b.m);
   EXPECT_EQ(test::histogram(optimized)["BlockedConv"], 2);
-  const std::vector<Tensor> feeds{b.random({2, 40, 13, 11})};
-  const std::vector<Value> want = test::run_model(b.m, feeds);
-  const std::vector<Value> winograd = test::run_model(optimized, feeds);
-  setenv("KILN_DISABLE_WINOGRAD", "1", 1);
-  const std::vector<Value> direct = test::run_model(optimized, feeds);
-  unsetenv("KILN_DISABLE_WINOGRAD");
-  ASSERT_EQ(want.size(), 1u);
-  ASSERT_EQ(winograd.size(), 1u);
-  ASSERT_EQ(direct.size(), 1u);
-  const Tensor& w = want[0].tensor;
-  ASSERT_EQ(winograd[0].tensor.shape(), w.shape());
-  ASSERT_EQ(direct[0].tensor.shape(), w.shape());
+  ThreeRuns r;
+  ASSERT_NO_FATAL_FAILURE(run_three(b.m, optimized, {b.random({2, 40, 13, 11})}, &r));
+  const Tensor& w = r.want;
   // The second conv sums 432 products of values up to ~10 and weights up to 1: scale up to ~500,
   // so Winograd's ~2.4e-6 of the scale (MatchesReferenceOnEveryKernel) allows ~1e-3; the direct
   // kernel stays within 1e-4 (relative, absolute below 1).
   bool differ = false;
   for (int64_t i = 0; i < w.numel(); ++i) {
-    const float p = w.data<float>()[i], q = winograd[0].tensor.data<float>()[i];
-    const float d = direct[0].tensor.data<float>()[i];
+    const float p = w.data<float>()[i], q = r.got.data<float>()[i];
+    const float d = r.direct.data<float>()[i];
     ASSERT_LE(std::fabs(p - q), 1e-3f * std::max(1.0f, std::fabs(p))) << "element " << i;
     ASSERT_LE(std::fabs(p - d), 1e-4f * std::max(1.0f, std::fabs(p))) << "element " << i;
     differ = differ || q != d;
@@ -324,30 +339,19 @@ TEST(WinogradConv, KeptDenseWeightsRunWhereWinogradDoesNotPay) {
   b.input_dims("x", {test::num(1), test::num(640), test::sym("h"), test::sym("w")});
   b.conv("x", "y", 640, 256);
   b.output("y");
-  ir::Model optimized = b.m;
-  OptimizeOptions o;
-  o.level = 3;
-  ASSERT_TRUE(optimize(optimized, o).is_ok());
+  const ir::Model optimized = optimized_o3(b.m);
   ASSERT_EQ(test::histogram(optimized)["BlockedConv"], 1);
   for (const int64_t hw : {16, 8}) {
     SCOPED_TRACE(hw);
-    const std::vector<Tensor> feeds{b.random({1, 640, hw, hw})};
-    const std::vector<Value> want = test::run_model(b.m, feeds);
-    const std::vector<Value> got = test::run_model(optimized, feeds);
-    setenv("KILN_DISABLE_WINOGRAD", "1", 1);
-    const std::vector<Value> direct = test::run_model(optimized, feeds);
-    unsetenv("KILN_DISABLE_WINOGRAD");
-    ASSERT_EQ(want.size(), 1u);
-    ASSERT_EQ(got.size(), 1u);
-    ASSERT_EQ(direct.size(), 1u);
-    const Tensor& w = want[0].tensor;
-    ASSERT_EQ(got[0].tensor.shape(), w.shape());
+    ThreeRuns r;
+    ASSERT_NO_FATAL_FAILURE(run_three(b.m, optimized, {b.random({1, 640, hw, hw})}, &r));
+    const Tensor& w = r.want;
     bool same_as_direct = true;
     for (int64_t i = 0; i < w.numel(); ++i) {
-      const float p = w.data<float>()[i], q = got[0].tensor.data<float>()[i];
+      const float p = w.data<float>()[i], q = r.got.data<float>()[i];
       // 5760 products of values in [-1, 1]: Winograd's error is ~2.4e-6 of their sum (~1e3).
       ASSERT_LE(std::fabs(p - q), 1e-2f * std::max(1.0f, std::fabs(p))) << "element " << i;
-      same_as_direct = same_as_direct && q == direct[0].tensor.data<float>()[i];
+      same_as_direct = same_as_direct && q == r.direct.data<float>()[i];
     }
     EXPECT_EQ(same_as_direct, hw == 16);
   }

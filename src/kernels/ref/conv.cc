@@ -131,9 +131,17 @@ Status conv_typed(KernelContext& ctx, const ConvSetup& s, const Tensor& x, const
   return Status::ok();
 }
 
+// What ConvKernel keeps for the few-positions product below: W^T [K x M], packed the first time a
+// run takes it when W is a float32 constant of group 1, and the buffers the path reuses.
+struct FewPositions {
+  bool w_constant = false;
+  gemm::PackedMatrix packed;
+  std::vector<float> col, ct;
+};
+
 // Few output positions against many channels (an STFT's 257 filters over 97 frames): C^T =
 // col^T · W^T with W^T packed once, so the GEMM's columns are the channels (whole register
-// tiles, no per-call packing of W), then C^T is transposed into Y. `packed` is W^T [K x M].
+// tiles, no per-call packing of W), then C^T is transposed into Y.
 Status conv_few_positions(KernelContext& ctx, const ConvSetup& s, const Tensor& x, const gemm::PackedMatrix& packed,
                           const Tensor* bias, Tensor& y, std::vector<float>& col, std::vector<float>& ct) {
   const int64_t k = s.c * s.ksz;
@@ -158,7 +166,7 @@ Status conv_few_positions(KernelContext& ctx, const ConvSetup& s, const Tensor& 
   return Status::ok();
 }
 
-Status conv(KernelContext& ctx, const gemm::PackedMatrix* packed, std::vector<float>& col, std::vector<float>& ct) {
+Status conv(KernelContext& ctx, FewPositions* few) {
   if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1))
     return ctx.error("Conv needs X and W");
   const Tensor& x = ctx.input(0);
@@ -182,10 +190,14 @@ Status conv(KernelContext& ctx, const gemm::PackedMatrix* packed, std::vector<fl
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, dt, s.y_shape));
     return conv_typed<double>(ctx, s, x, w, bias, *y);
   }
-  if (dt == DType::kFloat32 && packed && s.group == 1 && s.out_sz < s.m && packed->k() == s.c * s.ksz &&
-      packed->n() == s.m) {
-    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, dt, s.y_shape));
-    return conv_few_positions(ctx, s, x, *packed, bias, *y, col, ct);
+  if (dt == DType::kFloat32 && few && few->w_constant && s.group == 1 && s.out_sz < s.m) {
+    if (few->packed.empty()) {
+      KILN_ASSIGN_OR_RETURN(few->packed, pack_weight(w.reshaped({s.m, w.numel() / s.m}), true));
+    }
+    if (few->packed.k() == s.c * s.ksz && few->packed.n() == s.m) {
+      KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, dt, s.y_shape));
+      return conv_few_positions(ctx, s, x, few->packed, bias, *y, few->col, few->ct);
+    }
   }
   if (dt == DType::kFloat32 && grouped_conv_direct_fits(s.group, s.cg, s.g3)) {
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, dt, s.y_shape));
@@ -323,37 +335,20 @@ Status qlinear_conv(KernelContext& ctx) {
 
 }  // namespace
 
-// Conv whose W, when a float32 constant of group 1, is packed as W^T the first time a run takes
-// the few-positions product above (only then: other convs keep no second copy of their weights),
-// and the buffers that path keeps across runs.
+// Conv, with what the few-positions product keeps across runs.
 class ConvKernel : public Kernel {
  public:
   explicit ConvKernel(const ir::Node& node) : group_(node.attr_int("group", 1)) {}
   Status prepare(const std::vector<const Tensor*>& constants, std::vector<bool>&) override {
     const Tensor* w = constants.size() > 1 ? constants[1] : nullptr;
-    w_constant_ = w && w->dtype() == DType::kFloat32 && w->rank() >= 3 && group_ == 1 && w->dim(0) > 0;
+    few_.w_constant = w && w->dtype() == DType::kFloat32 && w->rank() >= 3 && group_ == 1 && w->dim(0) > 0;
     return Status::ok();  // W stays: the other paths read it as it is
   }
-  Status run(KernelContext& ctx) override {
-    if (w_constant_ && packed_.empty() && few_positions(ctx)) {
-      const Tensor& w = ctx.input(1);
-      KILN_ASSIGN_OR_RETURN(packed_, pack_weight(w.reshaped({w.dim(0), w.numel() / w.dim(0)}), true));
-    }
-    return conv(ctx, packed_.empty() ? nullptr : &packed_, col_, ct_);
-  }
+  Status run(KernelContext& ctx) override { return conv(ctx, &few_); }
 
  private:
-  // Whether this run's X gives fewer output positions than W has filters.
-  static bool few_positions(const KernelContext& ctx) {
-    if (ctx.num_inputs() < 2 || !ctx.has_input(0) || ctx.input(0).dtype() != DType::kFloat32) return false;
-    auto s = setup_conv(ctx, ctx.input(0).shape(), ctx.input(1).shape());
-    return s && s->out_sz < s->m;
-  }
-
   int64_t group_;
-  bool w_constant_ = false;
-  gemm::PackedMatrix packed_;
-  std::vector<float> col_, ct_;
+  FewPositions few_;
 };
 
 const KernelRegistrar kConv("", "Conv", "ref", [](const ir::Node& node, int64_t) {

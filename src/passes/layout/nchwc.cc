@@ -57,6 +57,15 @@ Tensor merged_group_weights(const Tensor& w, int64_t group, int64_t k) {
   return out;
 }
 
+// The static channel count of a rank-4 float32 value, or 0.
+int64_t static_channels(const Types& types, const std::string& v) {
+  const auto t = types.of(v);
+  if (!t || t->dtype != DType::kFloat32 || !t->has_shape || t->shape.size() != 4 ||
+      !t->shape[1].known())
+    return 0;
+  return t->shape[1].value;
+}
+
 // A float 2-D conv with constant weights and bias and a static channel count, group 1,
 // depthwise or groups of whole 8-channel blocks: the convs BlockedConv runs. The RGB stem is one of them: BlockedConv reads its
 // 3-channel input plain (no reorder, no padded lanes), and its MaxPool then runs blocked too.
@@ -64,13 +73,11 @@ std::optional<Kind> blockable_conv(const ir::Node& n, const GraphIndex& idx, con
   const size_t max_inputs = n.op_type == "Conv" ? 3 : 4;
   if (!is_conv(n) || n.outputs.size() != 1 || n.inputs.size() > max_inputs || !n.has_input(0))
     return std::nullopt;
-  const auto x = types.of(n.inputs[0]);
-  if (!x || x->dtype != DType::kFloat32 || !x->has_shape || x->shape.size() != 4 ||
-      !x->shape[1].known())
-    return std::nullopt;
+  const int64_t c = static_channels(types, n.inputs[0]);
+  if (c == 0) return std::nullopt;
   const Tensor* w = n.has_input(1) ? idx.constant(n.inputs[1]) : nullptr;
   if (!w || w->dtype() != DType::kFloat32 || w->rank() != 4) return std::nullopt;
-  const int64_t c = x->shape[1].value, m = w->dim(0), group = n.attr_int("group", 1);
+  const int64_t m = w->dim(0), group = n.attr_int("group", 1);
   if (w->dim(1) * group != c || m == 0) return std::nullopt;
   if (n.has_input(2)) {
     const Tensor* b = idx.constant(n.inputs[2]);
@@ -107,14 +114,6 @@ bool zero_preserving_unary(const ir::Node& n, const GraphIndex& idx) {
   return n.inputs.size() <= 3;
 }
 
-// The static channel count of a rank-4 float32 value, or 0.
-int64_t static_channels(const Types& types, const std::string& v) {
-  const auto t = types.of(v);
-  if (!t || t->dtype != DType::kFloat32 || !t->has_shape || t->shape.size() != 4 ||
-      !t->shape[1].known())
-    return 0;
-  return t->shape[1].value;
-}
 
 // Concat on the channel axis of rank-4 values whose channel counts are whole blocks: in the
 // blocked layout [N, C/8, H, W, 8] it is the same Concat on axis 1, block by block.
@@ -326,7 +325,7 @@ class NchwcLayout : public Pass {
         b.domain = "ai.kiln";
         // Fewer than 8 channels (the RGB stem) are read plain: no reorder, no padded work.
         const bool plain_x = !dw && !blocked.count(n.inputs[0]) &&
-                             types.of(n.inputs[0])->shape[1].value < kBlock;
+                             static_channels(types, n.inputs[0]) < kBlock;
         b.inputs[0] = plain_x ? n.inputs[0] : blocked_input(n.inputs[0]);
         const int64_t group = n.attr_int("group", 1);
         const int64_t merge = dw ? 0 : narrow_groups_merged(w.dim(1) * group, w.dim(0), group);
