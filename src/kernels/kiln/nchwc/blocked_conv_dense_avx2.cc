@@ -97,8 +97,13 @@ void tile(const Job& j, const Tile& t, int64_t oh, int64_t ow) {
   constexpr int kLanes = kPlain ? 1 : kBlock;  // input lanes per step
   const BlockedConvShape& s = j.s;
   float* y = j.y + (t.n * s.mb + t.mb0) * j.out_plane + (oh * s.ow + ow) * kBlock;
+  // Every b and r loop is unrolled by pragma: left to itself GCC unrolls them after it has
+  // decided to keep acc in memory, and stores every accumulator after every FMA (measured: 1.15x
+  // on 1x1 convs, 1.6x on the stems).
   __m256 acc[B][R];
+#pragma GCC unroll 8
   for (int b = 0; b < B; ++b)
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
       acc[b][r] = !t.first  ? _mm256_loadu_ps(y + b * j.out_plane + r * kBlock)
                   : j.e.bias ? _mm256_loadu_ps(j.e.bias + (t.mb0 + b) * kBlock)
@@ -116,20 +121,27 @@ void tile(const Job& j, const Tile& t, int64_t oh, int64_t ow) {
 #pragma GCC unroll 8
     for (int ci = 0; ci < kLanes; ++ci) {
       __m256 wv[B];
+#pragma GCC unroll 8
       for (int b = 0; b < B; ++b) wv[b] = _mm256_loadu_ps(wp + b * w_block + ci * kBlock);
+#pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         const __m256 xv = _mm256_broadcast_ss(xp + r * xstep + ci);
+#pragma GCC unroll 8
         for (int b = 0; b < B; ++b) acc[b][r] = _mm256_fmadd_ps(xv, wv[b], acc[b][r]);
       }
     }
   }
   if (t.last) {
     __m256 v[B * R];
+#pragma GCC unroll 8
     for (int b = 0; b < B; ++b)
+#pragma GCC unroll 8
       for (int r = 0; r < R; ++r) v[b * R + r] = acc[b][r];
     return finish<B, R>(j, t, v, y);
   }
+#pragma GCC unroll 8
   for (int b = 0; b < B; ++b)
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) _mm256_storeu_ps(y + b * j.out_plane + r * kBlock, acc[b][r]);
 }
 
