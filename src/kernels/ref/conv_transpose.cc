@@ -1,7 +1,8 @@
 // Reference ConvTranspose (1-3 spatial dims, groups, dilations, output_padding, output_shape,
-// auto_pad): GEMM of W^T with X into columns, then col2im scatter-add into the output, one strided
-// run of columns per (tap, input row), output channels over the pool.
+// auto_pad): GEMM of W^T with X into columns, then col2im gathers each output row from them (bias
+// included), output channels over the pool.
 #include <algorithm>
+#include <vector>
 
 #include "core/thread_pool.h"
 #include "kernels/fast_path.h"
@@ -15,38 +16,75 @@ namespace {
 using conv_util::Geo3;
 using conv_util::Geometry;
 
-// Output channels [c0, c1): each (kernel tap, input row) adds one strided run of columns, its
-// valid range computed once instead of testing every element.
+// Where tap k of one dimension lands: output index o = i * s - pb + k * d, so the outputs of one
+// residue q = o mod s read consecutive inputs i = j + shift, j = (o - q) / s. The tap feeds
+// residue q (or none when s does not divide, which cannot happen: every k has one residue).
+struct TapRun {
+  int64_t q, shift;
+};
+inline TapRun tap_run(int64_t k, int64_t s, int64_t d, int64_t pb) {
+  const int64_t off = k * d - pb;           // o = i * s + off
+  const int64_t q = ((off % s) + s) % s;    // o mod s
+  return {q, (q - off) / s};                // i = (o - off) / s = j + (q - off) / s
+}
+
+// y[q + sw * j] = b + phases[q * per_phase + j] for the n outputs of one row. Stride 2 (every
+// upsampling decoder) is spelled out so that GCC vectorizes it.
 template <typename T>
-void col2im(const T* col, int64_t c0, int64_t c1, const Geo3& g, T* y) {
+void interleave(const T* phases, int64_t per_phase, int64_t sw, int64_t n, T b, T* __restrict y) {
+  const int64_t full = n / sw;  // j with every residue inside the row
+  if (sw == 2) {
+    const T* __restrict p0 = phases;
+    const T* __restrict p1 = phases + per_phase;
+    for (int64_t j = 0; j < full; ++j) {
+      y[2 * j] = b + p0[j];
+      y[2 * j + 1] = b + p1[j];
+    }
+  } else {
+    for (int64_t j = 0; j < full; ++j)
+      for (int64_t q = 0; q < sw; ++q) y[j * sw + q] = b + phases[q * per_phase + j];
+  }
+  for (int64_t o = full * sw; o < n; ++o) y[o] = b + phases[(o - full * sw) * per_phase + full];
+}
+
+// Output channels [c0, c1), gathered output row by output row: y = bias + the columns that land
+// on each output pixel. Within a row the outputs of one residue mod sw read consecutive columns
+// of every tap, so each tap adds one contiguous run into that residue's row of `phases`
+// (vectorizable, unlike a scatter with stride sw), and the residues interleave into y at the end.
+// phases: sw * ceil(out_w / sw) floats of scratch.
+template <typename T>
+void col2im(const T* col, const T* bias, int64_t c0, int64_t c1, const Geo3& g, T* y, T* phases) {
   const int64_t in_sz = g.in[0] * g.in[1] * g.in[2];
-  const int64_t out_sz = g.out[0] * g.out[1] * g.out[2];
   const int64_t ksz = g.k[0] * g.k[1] * g.k[2];
-  for (int64_t c = c0; c < c1; ++c) {
-    T* yc = y + c * out_sz;
-    for (int64_t kd = 0; kd < g.k[0]; ++kd)
-      for (int64_t kh = 0; kh < g.k[1]; ++kh)
-        for (int64_t kw = 0; kw < g.k[2]; ++kw) {
-          const T* src = col + (c * ksz + (kd * g.k[1] + kh) * g.k[2] + kw) * in_sz;
-          int64_t w0, w1;
-          conv_util::indices_inside(g.in[2], g.out[2], g.s[2], kw * g.d[2] - g.pb[2], &w0, &w1);
-          const int64_t shift = kw * g.d[2] - g.pb[2], sw = g.s[2];
-          for (int64_t id = 0; id < g.in[0]; ++id) {
-            const int64_t od = id * g.s[0] - g.pb[0] + kd * g.d[0];
-            if (od < 0 || od >= g.out[0]) continue;
-            for (int64_t ih = 0; ih < g.in[1]; ++ih) {
-              const int64_t oh = ih * g.s[1] - g.pb[1] + kh * g.d[1];
-              if (oh < 0 || oh >= g.out[1]) continue;
-              const T* __restrict srow = src + (id * g.in[1] + ih) * g.in[2];
-              T* __restrict yrow = yc + (od * g.out[1] + oh) * g.out[2] + shift;
-              if (sw == 1)
-                for (int64_t iw = w0; iw < w1; ++iw) yrow[iw] += srow[iw];
-              else
-                for (int64_t iw = w0; iw < w1; ++iw) yrow[iw * sw] += srow[iw];
+  const int64_t sw = g.s[2], ow_n = g.out[2], per_phase = (ow_n + sw - 1) / sw;
+  for (int64_t c = c0; c < c1; ++c)
+    for (int64_t od = 0; od < g.out[0]; ++od)
+      for (int64_t oh = 0; oh < g.out[1]; ++oh) {
+        std::fill(phases, phases + sw * per_phase, T(0));
+        for (int64_t kd = 0; kd < g.k[0]; ++kd) {
+          const TapRun rd = tap_run(kd, g.s[0], g.d[0], g.pb[0]);
+          const int64_t id = (od - rd.q) / g.s[0] + rd.shift;
+          if ((od - rd.q) % g.s[0] != 0 || id < 0 || id >= g.in[0]) continue;
+          for (int64_t kh = 0; kh < g.k[1]; ++kh) {
+            const TapRun rh = tap_run(kh, g.s[1], g.d[1], g.pb[1]);
+            const int64_t ih = (oh - rh.q) / g.s[1] + rh.shift;
+            if ((oh - rh.q) % g.s[1] != 0 || ih < 0 || ih >= g.in[1]) continue;
+            for (int64_t kw = 0; kw < g.k[2]; ++kw) {
+              const TapRun rw = tap_run(kw, sw, g.d[2], g.pb[2]);
+              // Outputs q + sw * j for j in [j0, j1): inside the row, reading inputs inside.
+              const int64_t j0 = std::max<int64_t>(0, -rw.shift);
+              const int64_t j1 = std::min((ow_n - rw.q + sw - 1) / sw, g.in[2] - rw.shift);
+              const T* __restrict src = col + (c * ksz + (kd * g.k[1] + kh) * g.k[2] + kw) * in_sz +
+                                        (id * g.in[1] + ih) * g.in[2] + rw.shift;
+              T* __restrict dst = phases + rw.q * per_phase;
+              for (int64_t j = j0; j < j1; ++j) dst[j] += src[j];
             }
           }
         }
-  }
+        T* __restrict yrow = y + ((c * g.out[0] + od) * g.out[1] + oh) * ow_n;
+        const T b = bias ? bias[c] : T(0);
+        interleave(phases, per_phase, sw, ow_n, b, yrow);
+      }
 }
 
 template <typename T>
@@ -67,17 +105,17 @@ void run_typed(KernelContext& ctx, const T* x, const T* w, const T* bias, T* y, 
         gemm_generic<T>(true, false, mg * ksz, in_sz, cg, T(1), wg, mg * ksz, xg, in_sz, T(0), col,
                         in_sz);
       T* yg = y + (ni * m + gi * mg) * out_sz;
+      const T* bg = bias ? bias + gi * mg : nullptr;
+      const int64_t phase_len = g3.s[2] * ((g3.out[2] + g3.s[2] - 1) / g3.s[2]);
+      auto gather = [&](int64_t c0, int64_t c1) {
+        std::vector<T> phases(phase_len);
+        col2im(col, bg, c0, c1, g3, yg, phases.data());
+      };
       if (ctx.pool != nullptr && mg > 1 && mg * ksz * in_sz > (1 << 15))
-        ctx.pool->parallel_for(mg, 1, [&](int64_t c0, int64_t c1) { col2im(col, c0, c1, g3, yg); });
+        ctx.pool->parallel_for(mg, 1, gather);
       else
-        col2im(col, 0, mg, g3, yg);
+        gather(0, mg);
     }
-  if (bias != nullptr)
-    for (int64_t ni = 0; ni < n; ++ni)
-      for (int64_t mi = 0; mi < m; ++mi) {
-        T* row = y + (ni * m + mi) * out_sz;
-        for (int64_t i = 0; i < out_sz; ++i) row[i] += bias[mi];
-      }
 }
 
 Status conv_transpose(KernelContext& ctx) {
@@ -149,7 +187,7 @@ Status conv_transpose(KernelContext& ctx) {
     return ctx.error("ConvTranspose bias must have " + std::to_string(m) + " values of X's type");
   const DType ct = dt == DType::kFloat64 ? dt : DType::kFloat32;
   KILN_ASSIGN_OR_RETURN(Tensor col, Tensor::make_for_overwrite(ct, {m / group * ksz, in_sz}));  // GEMM output
-  KILN_ASSIGN_OR_RETURN(Tensor yc, Tensor::make(ct, y_shape));
+  KILN_ASSIGN_OR_RETURN(Tensor yc, Tensor::make_for_overwrite(ct, y_shape));  // col2im writes all
   if (ct == DType::kFloat64) {
     run_typed<double>(ctx, x.data<double>(), w.data<double>(),
                       bias ? bias->data<double>() : nullptr, yc.data<double>(), col.data<double>(),
