@@ -49,6 +49,8 @@ const Layer kLayers[] = {
     {"resnet_1x1_1024to256_14", 1024, 256, 14, 1, 1, 0},
     {"resnet_3x3_512_7", 512, 512, 7, 3, 1, 1},
     {"resnet_1x1_512to2048_7", 512, 2048, 7, 1, 1, 0},
+    {"fcn_1x1_2048to512_64", 2048, 512, 64, 1, 1, 0},  // dilated layer4: big weights, many pixels
+    {"fcn_1x1_512to2048_64", 512, 2048, 64, 1, 1, 0},
     {"mobilenet_stem_3x3s2_3to32_224", 3, 32, 224, 3, 2, 1, true},
     {"mobilenet_1x1_16to96_112", 16, 96, 112, 1, 1, 0},
     {"mobilenet_1x1_96to24_56", 96, 24, 56, 1, 1, 0},

@@ -2,6 +2,7 @@
 // redundant-ops, transpose-matmul, fold-batchnorm): the structure each leaves, and the same numbers before and after.
 #include <gtest/gtest.h>
 
+#include "core/cpu_features.h"
 #include "pass_test_util.h"
 
 namespace kiln {
@@ -520,6 +521,78 @@ TEST(SiblingConvs, OneDConvsOnOneInputStack) {
   const Result<int64_t> r2 = test::run_pass(two_d.m, "sibling-convs");
   ASSERT_TRUE(r2.is_ok()) << r2.status().message();
   EXPECT_EQ(r2.value(), 0);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// ONNX Runtime's dynamic quantization of a Conv (DynamicQuantizeLinear of x, ConvInteger on int8
+// weights, the bias rounded to the accumulator's scale at run time, Cast and Mul back to float)
+// becomes a Conv that computes exactly Conv(x, (wq - wz) * ws, b); the quantized graph agrees
+// with it to the rounding of x to 8 bits. A per-channel weight scale is left alone.
+ir::Model quantized_conv(const Tensor& w_scale) {
+  const int64_t c = 3, m = 4;
+  test::Builder b(13);
+  b.input("x", {1, c, 6, 5});
+  Tensor wq = Tensor::make(DType::kInt8, {m, c, 3, 3}).value();
+  for (int64_t i = 0; i < wq.numel(); ++i) wq.data<int8_t>()[i] = static_cast<int8_t>((i * 37 + 11) % 255 - 127);
+  b.m.graph.initializers["wq"] = wq;
+  b.m.graph.initializers["wz"] = Tensor::scalar<int8_t>(DType::kInt8, 3);
+  b.m.graph.initializers["ws"] = w_scale;
+  b.weight("b", {m});
+  b.ints("bias_shape", {1, m, 1, 1});
+  b.add("DynamicQuantizeLinear", {"x"}, {"xq", "xs", "xz"});
+  b.add("Mul", {"xs", "ws"}, {"bias_scale"});
+  b.add("Div", {"b", "bias_scale"}, {"b_div"});
+  b.add("Floor", {"b_div"}, {"b_floor"});
+  b.add("Cast", {"b_floor"}, {"bq"}, {test::attr_i("to", static_cast<int64_t>(DType::kInt32))});
+  b.add("Reshape", {"bq", "bias_shape"}, {"bq4"});
+  b.add("ConvInteger", {"xq", "wq", "xz", "wz"}, {"acc"}, {test::attr_ints("pads", {1, 1, 1, 1})});
+  b.add("Add", {"acc", "bq4"}, {"acc_b"});
+  b.add("Cast", {"acc_b"}, {"acc_f"}, {test::attr_i("to", static_cast<int64_t>(DType::kFloat32))});
+  b.add("Mul", {"xs", "ws"}, {"out_scale"});
+  b.add("Mul", {"acc_f", "out_scale"}, {"y"});
+  b.output("y");
+  return b.m;
+}
+
+TEST(DynamicQuantFloat, ConvIntegerChainBecomesConvOnDequantizedWeights) {
+  if (cpu_features().avx512_vnni) GTEST_SKIP() << "a VNNI CPU keeps the 8-bit conv";
+  const ir::Model before = quantized_conv(Tensor::scalar<float>(DType::kFloat32, 0.02f));
+  ir::Model after = before;
+  auto n = test::run_pass(after, "dynamic-quant-float");
+  ASSERT_TRUE(n.is_ok()) << n.status().message();
+  EXPECT_EQ(*n, 1);
+  auto dce = test::run_pass(after, "dead-code");
+  ASSERT_TRUE(dce.is_ok());
+  ASSERT_EQ(test::op_types(after), std::vector<std::string>{"Conv"});
+
+  // The float conv written by hand.
+  test::Builder want(13);
+  want.input("x", {1, 3, 6, 5});
+  const Tensor& wq = before.graph.initializers.at("wq");
+  Tensor w = Tensor::make(DType::kFloat32, wq.shape()).value();
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = (wq.data<int8_t>()[i] - 3) * 0.02f;
+  want.m.graph.initializers["w"] = w;
+  want.m.graph.initializers["b"] = before.graph.initializers.at("b");
+  want.add("Conv", {"x", "w", "b"}, {"y"}, {test::attr_ints("pads", {1, 1, 1, 1})});
+  want.output("y");
+  const Tensor x = want.random({1, 3, 6, 5});
+  test::expect_same_outputs(want.m, after, {x}, 1e-6f);
+  // x in 8 bits over [-1, 1]: steps of 2/255, times 27 taps of |w| <= 2.6.
+  test::expect_same_outputs(before, after, {x}, 0.3f);
+}
+
+TEST(DynamicQuantFloat, PerChannelScaleStaysQuantized) {
+  Tensor ws = Tensor::make(DType::kFloat32, {4}).value();
+  for (int64_t i = 0; i < 4; ++i) ws.data<float>()[i] = 0.01f * static_cast<float>(i + 1);
+  ir::Model m = quantized_conv(ws);
+  auto n = test::run_pass(m, "dynamic-quant-float");
+  ASSERT_TRUE(n.is_ok());
+  EXPECT_EQ(*n, 0);
 }
 
 }  // namespace
