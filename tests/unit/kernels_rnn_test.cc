@@ -4,6 +4,7 @@
 // input_forget, GRU's linear_before_reset, weights given at run time, at 1 and 2 threads.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -26,6 +27,7 @@ struct Case {
   int64_t layout = 0, seq = 5, batch = 1, input = 5, hidden = 8;
   bool bias = false, lens = false, initial = false, peepholes = false, clip = false;
   bool input_forget = false, linear_before_reset = false, weights_as_inputs = false;
+  bool coded_r = false;  // R dequantized from 8 bits: codes in [-127, 127] times a scale a row
 };
 
 const char* op_name(RecurrentCell c) {
@@ -38,7 +40,7 @@ std::string describe(const Case& c) {
          " hidden " + std::to_string(c.hidden) + (c.bias ? " bias" : "") + (c.lens ? " lens" : "") +
          (c.initial ? " initial" : "") + (c.peepholes ? " peepholes" : "") + (c.clip ? " clip" : "") +
          (c.input_forget ? " input_forget" : "") + (c.linear_before_reset ? " lbr" : "") +
-         (c.weights_as_inputs ? " weights-as-inputs" : "");
+         (c.weights_as_inputs ? " weights-as-inputs" : "") + (c.coded_r ? " coded-r" : "");
 }
 
 // Runs the case through a Session (the fast kernel) and through the reference on the same
@@ -54,7 +56,16 @@ void check(const Case& c, int threads, double tol = 2e-5) {
   std::vector<std::pair<std::string, Tensor>> tensors;  // every input, in the node's order
   tensors.push_back({"x", b.random(x_shape)});
   tensors.push_back({"w", b.random({dirs, gates * c.hidden, c.input}, -0.6f, 0.6f)});
-  tensors.push_back({"r", b.random({dirs, gates * c.hidden, c.hidden}, -0.6f, 0.6f)});
+  Tensor r = b.random({dirs, gates * c.hidden, c.hidden}, -0.6f, 0.6f);
+  if (c.coded_r)  // as contrib-lstm dequantizes: one scale a direction, every 7th row its own
+    for (int64_t j = 0; j < r.numel() / c.hidden; ++j) {
+      const float scale = j % 7 == 3 ? 0.002f + 0.0001f * static_cast<float>(j % 5) : 0.6f / 127 + 0.001f * (j / (gates * c.hidden));
+      for (int64_t i = 0; i < c.hidden; ++i) {
+        float& v = r.data<float>()[j * c.hidden + i];
+        v = std::nearbyint(std::clamp(v / scale, -127.0f, 127.0f)) * scale;
+      }
+    }
+  tensors.push_back({"r", r});
   tensors.push_back({c.bias ? "b" : "", c.bias ? b.random({dirs, 2 * gates * c.hidden}) : Tensor()});
   Tensor lens_t = Tensor::make(DType::kInt32, {c.batch}).value();
   for (int64_t i = 0; i < c.batch; ++i) {  // full, empty and partial sequences
@@ -164,6 +175,26 @@ TEST(RecurrentKernels, ClipInputForgetAndRunTimeWeights) {
     c.linear_before_reset = cell == RecurrentCell::kGru;
     check(c, 2);
   }
+}
+
+TEST(RecurrentKernels, EightBitRRunsFromItsCodes) {
+  // Hidden 40 (LSTM: 160 outputs, a part tile of 32; RNN: 40), batch 3 with lengths and initial
+  // states; hidden 288 (R of 1.3 MB in float, 332 KB in codes); run-time weights too.
+  for (const RecurrentCell cell : {RecurrentCell::kLstm, RecurrentCell::kRnn})
+    for (const int64_t hidden : {40, 288}) {
+      Case c;
+      c.cell = cell;
+      c.direction = "bidirectional";
+      c.seq = 6;
+      c.batch = hidden == 40 ? 3 : 1;
+      c.hidden = hidden;
+      c.input = 24;
+      c.bias = c.lens = c.initial = hidden == 40;
+      c.coded_r = true;
+      for (int threads : {1, 2}) check(c, threads, 1e-4);
+      c.weights_as_inputs = true;
+      check(c, 2, 1e-4);
+    }
 }
 
 TEST(RecurrentKernels, LongSequenceWideHidden) {
