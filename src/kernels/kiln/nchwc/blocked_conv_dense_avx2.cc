@@ -226,7 +226,7 @@ void blocked_conv_dense_avx2(const BlockedConvShape& shape, const float* x, cons
   const int64_t px_bytes = s.cb * (plain ? s.plain_channels : kBlock) * int64_t{sizeof(float)};
   int64_t unit_rows = 1, unit_px = s.ow, units = 1;
   if (pointwise) {
-    unit_px = std::clamp<int64_t>(kUnitInputBytes / px_bytes, 96, 480) / 24 * 24;  // whole tiles
+    unit_px = std::clamp<int64_t>(kUnitInputBytes / px_bytes, 24, 480) / 24 * 24;  // whole tiles
     units = (s.ow + unit_px - 1) / unit_px;
   } else {
     const int64_t row_bytes = s.sh * s.w * px_bytes;
