@@ -47,11 +47,9 @@ void check(const Deconv& t, int threads) {
   SessionOptions opts;
   opts.threads = threads;
   opts.optimize_level = 0;
-  auto s = Session::create(std::make_shared<const ir::Model>(b.m), opts);
-  ASSERT_TRUE(s.is_ok()) << s.status().message();
-  auto got = (*s)->run({Value::of(x)});
-  ASSERT_TRUE(got.is_ok()) << got.status().message();
-  const Tensor& y = (*got)[0].tensor;
+  const std::vector<Value> got = test::run_model(b.m, {x}, opts);
+  ASSERT_EQ(got.size(), 1u);
+  const Tensor& y = got[0].tensor;
   ASSERT_EQ(y.shape(), out);
 
   // The definition: every input pixel, times every tap, added where the tap lands.

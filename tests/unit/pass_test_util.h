@@ -117,8 +117,8 @@ inline Result<int64_t> run_pass(ir::Model& m, const std::string& name, OptimizeO
   return Status::error("no pass " + name);
 }
 
-inline std::vector<Value> run_model(const ir::Model& m, const std::vector<Tensor>& feeds) {
-  auto s = Session::create(std::make_shared<const ir::Model>(m));
+inline std::vector<Value> run_model(const ir::Model& m, const std::vector<Tensor>& feeds, SessionOptions opts = {}) {
+  auto s = Session::create(std::make_shared<const ir::Model>(m), opts);
   EXPECT_TRUE(s.is_ok()) << s.status().message();
   if (!s.is_ok()) return {};
   std::vector<Value> in;
