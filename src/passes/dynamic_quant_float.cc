@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "core/cpu_features.h"
+#include "core/float_convert.h"
 #include "passes/pass.h"
 #include "passes/pattern.h"
 
@@ -34,13 +35,14 @@ P scale_product(const std::string& name) {
   return P::op("Mul", {P::value("xs"), P::constant(is_f32, name)}).commutative();
 }
 
-P integer_op(const char* op) {
-  return P::op(op, {P::value("xq"), P::constant(is_8bit, "wq"), P::value("xz"), P::constant(is_8bit, "wz")})
+P conv_integer() {
+  return P::op("ConvInteger",
+               {P::value("xq"), P::constant(is_8bit, "wq"), P::value("xz"), P::constant(is_8bit, "wz")})
       .bind("int");
 }
 
-// Cast(acc) * (xs * ws), acc the integer op, or for a conv the integer op plus the bias that
-// the quantizer rounds to the accumulator's scale at run time.
+// Cast(acc) * (xs * ws), acc the ConvInteger, or the ConvInteger plus the bias that the quantizer
+// rounds to the accumulator's scale at run time.
 P dequantized(const P& acc) {
   return P::op("Mul", {P::op("Cast", {acc}).where([](const ir::Node& n) { return casts_to(n, DType::kFloat32); }),
                        scale_product("ws")})
@@ -62,13 +64,11 @@ std::optional<Tensor> dequantize(const Tensor& wq, const Tensor& wz, const Tenso
   if (wz.dtype() != wq.dtype() || wz.numel() != 1 || ws.numel() != 1) return std::nullopt;
   auto out = Tensor::make(DType::kFloat32, wq.shape());
   if (!out) return std::nullopt;
-  const bool s8 = wq.dtype() == DType::kInt8;
-  auto at = [&](const Tensor& t, int64_t i) -> float {
-    return s8 ? static_cast<float>(t.data<int8_t>()[i]) : static_cast<float>(t.data<uint8_t>()[i]);
-  };
   float* w = out->data<float>();
-  const float zero = at(wz, 0), scale = ws.data<float>()[0];
-  for (int64_t i = 0; i < wq.numel(); ++i) w[i] = (at(wq, i) - zero) * scale;
+  const float zero = static_cast<float>(load_as_double(wz.dtype(), wz.raw_data(), 0));
+  const float scale = ws.data<float>()[0];
+  for (int64_t i = 0; i < wq.numel(); ++i)
+    w[i] = (static_cast<float>(load_as_double(wq.dtype(), wq.raw_data(), i)) - zero) * scale;
   return std::move(out).value();
 }
 
@@ -104,9 +104,9 @@ class DynamicQuantFloat : public Pass {
     if (cpu_features().avx512_vnni) return 0;
     static const std::vector<Rule> rules = {
         {"conv-integer-biased",
-         dequantized(P::op("Add", {integer_op("ConvInteger"), conv_bias()}).commutative()),
+         dequantized(P::op("Add", {conv_integer(), conv_bias()}).commutative()),
          [](const Match& m, RuleContext& rc) { return to_float(m, rc, true); }},
-        {"conv-integer", dequantized(integer_op("ConvInteger")),
+        {"conv-integer", dequantized(conv_integer()),
          [](const Match& m, RuleContext& rc) { return to_float(m, rc, false); }},
     };
     return apply_rules(model, ctx, rules);

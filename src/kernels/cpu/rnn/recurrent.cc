@@ -48,8 +48,7 @@ CodedRows code_rows(const float* r, int64_t n, int64_t k) {
   CodedRows out;
   const int64_t tiles = (n + CodedRows::kTile - 1) / CodedRows::kTile;
   std::vector<int8_t> row_codes(static_cast<size_t>(k));
-  out.codes.assign(static_cast<size_t>(tiles * k * CodedRows::kTile), 0);
-  out.scale.assign(static_cast<size_t>(tiles * CodedRows::kTile), 0.0f);
+  std::vector<float> scale(static_cast<size_t>(tiles * CodedRows::kTile), 0.0f);
   for (int64_t j = 0; j < n; ++j) {
     const float* row = r + j * k;
     float top = 0.0f;
@@ -64,13 +63,15 @@ CodedRows code_rows(const float* r, int64_t n, int64_t k) {
         coded = std::fabs(c * step - row[i]) <= 4e-7f * std::fabs(row[i]);
         row_codes[i] = static_cast<int8_t>(c);
       }
-      if (coded) out.scale[j] = step;
+      if (coded) scale[j] = step;
     }
     if (!coded) return {};  // float weights: the first row fails, at the first values
+    if (out.codes.empty()) out.codes.assign(static_cast<size_t>(tiles * k * CodedRows::kTile), 0);
     const int64_t tile = j / CodedRows::kTile, lane = j % CodedRows::kTile;
     for (int64_t i = 0; i < k; ++i)
       out.codes[(tile * k + i) * CodedRows::kTile + lane] = top == 0.0f ? 0 : row_codes[i];
   }
+  out.scale = std::move(scale);
   out.n = n;
   out.k = k;
   return out;
@@ -113,7 +114,6 @@ void coded_product(const CodedRows& r, const float* h, int64_t batch, float* gh,
 struct DirectionWeights {
   gemm::PackedMatrix w, r, r_h;
   CodedRows r_codes;
-  int64_t r_bytes() const { return r_codes.empty() ? r.bytes() : static_cast<int64_t>(r_codes.codes.size()); }
 };
 
 // The cells' default activations, the ones the fused gates compute, by activations a direction.
@@ -359,10 +359,11 @@ class RecurrentKernel : public Kernel {
                          gates_n, w_bias, nullptr, ctx.pool);
     }
 
-    // The directions on threads of their own, unless one direction's R is too big for a core's
-    // L2: then they run one after the other, each step's product split over the threads, so each
-    // thread rereads only its share of R (bidirectional LSTM of hidden 512, R 4 MiB a direction).
-    const bool share_steps = ctx.pool && weights[0].r_bytes() > kStepWeightsPerCore && weights[0].r_codes.empty();
+    // The directions on threads of their own, unless one direction's float R is too big for a
+    // core's L2: then they run one after the other, each step's product split over the threads,
+    // so each thread rereads only its share of R (bidirectional LSTM of hidden 512, R 4 MiB a
+    // direction). Coded R (a quarter of the bytes) keeps a direction a thread.
+    const bool share_steps = ctx.pool && weights[0].r_codes.empty() && weights[0].r.bytes() > kStepWeightsPerCore;
     if (ctx.pool && s.dirs > 1 && !share_steps) {
       if (weights[0].r_codes.empty()) {
         gemm::GemmF32Args step;  // the step GEMMs' packing buffers, sized on every thread first
