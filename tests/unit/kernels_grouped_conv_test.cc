@@ -109,12 +109,17 @@ TEST(GroupedConv, AgreesWithPlainLoop) {
 TEST(Conv, FewPositionsManyChannelsAgreeWithPlainLoop) {
   // Group 1 (c = 1 group of cg channels, mult output channels): an STFT-like 1-D conv (stride 9,
   // 21 frames, 40 filters), a dilated one, a 3x3 on 6x6 (16 positions, 64 channels), a 1x1
-  // (9 positions, 32 channels), batch 2.
-  Dw cases[4] = {};
+  // (9 positions, 32 channels), batch 2. Then single-channel ones whose im2col rows are X read
+  // at a stride (no im2col): 1-D with an unread tail, 2-D with one row whose last window ends at
+  // X's end, batch 2; and one padded at the end, which must take im2col.
+  Dw cases[7] = {};
   cases[0] = {2, 1, 40, 1, 200, 1, 16, 1, 9, 1, 1, 0, 2, 0, 2, 3, true, true};
   cases[1] = {1, 1, 48, 1, 90, 1, 5, 1, 7, 1, 3, 0, 1, 0, 0, 5, false, true};
   cases[2] = {1, 1, 64, 6, 6, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 4, true, false};
   cases[3] = {2, 1, 32, 3, 3, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 8, true, false};
+  cases[4] = {2, 1, 70, 1, 600, 1, 64, 1, 20, 1, 1, 0, 0, 0, 0, 1, true, true};
+  cases[5] = {1, 1, 48, 1, 319, 1, 31, 1, 16, 1, 1, 0, 0, 0, 0, 1, false, false};
+  cases[6] = {1, 1, 40, 1, 100, 1, 16, 1, 8, 1, 1, 0, 0, 0, 5, 1, true, true};
   for (const Dw& d : cases)
     for (int threads : {1, 2}) check(d, threads);
 }

@@ -97,14 +97,18 @@ void check_type(DType dt) {
 TEST(StridedCopy, MatchesIndexLoop) {
   check_type<float>(DType::kFloat32);
   check_type<int8_t>(DType::kInt8);
+  check_type<int32_t>(DType::kInt32);
   check_type<int64_t>(DType::kInt64);
   check_type<std::string>(DType::kString);
 }
 
-// The tiled path: a 2-D transpose whose sides are not multiples of the tile.
+// The tiled path: transposes whose sides are not multiples of the 8x8 register block or the
+// tile, and one big 2-D transpose (a single row after collapsing) that the pool splits along
+// its contiguous side.
 TEST(StridedCopy, TransposeTiles) {
   ThreadPool two(2);
-  for (Shape in : {Shape{37, 53}, Shape{3, 300, 17}, Shape{1, 64, 1, 8}}) {
+  for (Shape in : {Shape{37, 53}, Shape{3, 300, 17}, Shape{1, 64, 1, 8}, Shape{93, 3139},
+                   Shape{2, 16, 9, 40}}) {
     const Tensor src = iota<float>(DType::kFloat32, in);
     const Shape st = strides_of(in);
     Shape out(in.rbegin(), in.rend()), strides(st.rbegin(), st.rend());

@@ -2,7 +2,10 @@
 // are memmove and memset-like loops for plain types and assignments for strings).
 #include "kernels/cpu/strided_copy.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -37,14 +40,59 @@ constexpr int64_t kTile = 16;              // a transposed block: 16 x 16 elemen
 constexpr int64_t kParallelBytes = 1 << 18;  // below this one thread copies it all
 constexpr int64_t kTaskBytes = 1 << 16;
 
-// Copies rows [r0, r1) of the view. A row is the innermost dim, or, when `tile` is set, the
-// block of the innermost dim by the dim whose src step is 1 (a transpose), copied in tiles so
-// that both sides stay in cache. `outer` are the remaining dims.
+// o[a * o_step + b] = s[a + b * s_step] for a < 8, b < 8, for 4-byte elements: eight row loads,
+// the unpack/shuffle/lane-swap transpose in registers, eight row stores. The scalar tile loop
+// read one element from each of 16 rows 12 KiB apart per store (convnext's NCHW->NHWC
+// transposes at 56x56: 2.3 ns an element, 9 % of the model).
+inline void transpose_8x8_b32(const void* src, int64_t s_step, void* dst, int64_t o_step) {
+  const float* s = static_cast<const float*>(src);
+  float* o = static_cast<float*>(dst);
+  __m256 r[8], t[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(s + i * s_step);
+#pragma GCC unroll 4
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+#pragma GCC unroll 2
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(o + i * o_step, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(o + (i + 4) * o_step, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+
+// One transposed block: o[a * o_step + b] = s[a + b * s_step] for a < na, b < nb.
 template <typename T>
-void copy_rows(const T* in, T* out, const std::vector<Dim>& outer, const Dim& inner, const Dim* tile,
-               int64_t r0, int64_t r1) {
-  for (int64_t r = r0; r < r1; ++r) {
-    int64_t so = 0, dofs = 0, rest = r;
+void transpose_block(const T* s, int64_t s_step, T* o, int64_t o_step, int64_t na, int64_t nb) {
+  int64_t a8 = 0, b8 = 0;
+  if constexpr (sizeof(T) == 4 && std::is_trivially_copyable_v<T>) {
+    a8 = na / 8 * 8, b8 = nb / 8 * 8;
+    for (int64_t a = 0; a < a8; a += 8)
+      for (int64_t b = 0; b < b8; b += 8)
+        transpose_8x8_b32(s + a + b * s_step, s_step, o + a * o_step + b, o_step);
+  }
+  for (int64_t a = 0; a < na; ++a)  // what the 8x8 blocks left: the right and bottom edges
+    for (int64_t b = a < a8 ? b8 : 0; b < nb; ++b) o[a * o_step + b] = s[a + b * s_step];
+}
+
+// Copies part [p0, p1) of the view. A part is one row: the innermost dim, or, when `tile` is
+// set, a run of up to `tile_run` indices of the dim whose src step is 1 (a transpose) by the
+// whole innermost dim, copied in blocks so that both sides stay in cache. `outer` are the
+// remaining dims.
+template <typename T>
+void copy_parts(const T* in, T* out, const std::vector<Dim>& outer, const Dim& inner,
+                const Dim* tile, int64_t tile_run, int64_t p0, int64_t p1) {
+  const int64_t runs = tile ? (tile->size + tile_run - 1) / tile_run : 1;
+  for (int64_t p = p0; p < p1; ++p) {
+    int64_t so = 0, dofs = 0, rest = p / runs;
     for (size_t d = outer.size(); d-- > 0;) {
       const int64_t i = rest % outer[d].size;
       rest /= outer[d].size;
@@ -54,12 +102,11 @@ void copy_rows(const T* in, T* out, const std::vector<Dim>& outer, const Dim& in
     const T* s = in + so;
     T* o = out + dofs;
     if (tile) {
-      for (int64_t a0 = 0; a0 < tile->size; a0 += kTile)
-        for (int64_t b0 = 0; b0 < inner.size; b0 += kTile) {
-          const int64_t a1 = std::min(tile->size, a0 + kTile), b1 = std::min(inner.size, b0 + kTile);
-          for (int64_t a = a0; a < a1; ++a)
-            for (int64_t b = b0; b < b1; ++b) o[a * tile->dst + b] = s[a + b * inner.src];
-        }
+      const int64_t a_begin = p % runs * tile_run, a_end = std::min(tile->size, a_begin + tile_run);
+      for (int64_t a0 = a_begin; a0 < a_end; a0 += 2 * kTile)
+        for (int64_t b0 = 0; b0 < inner.size; b0 += kTile)
+          transpose_block(s + a0 + b0 * inner.src, inner.src, o + a0 * tile->dst + b0, tile->dst,
+                          std::min(2 * kTile, a_end - a0), std::min(kTile, inner.size - b0));
     } else if (inner.src == 1) {
       std::copy_n(s, inner.size, o);
     } else if (inner.src == 0) {
@@ -92,16 +139,27 @@ Status copy_strided(const Tensor& src, int64_t offset, const Shape& strides, Ten
   }
   int64_t rows = 1;
   for (const Dim& d : outer) rows *= d.size;
-  const int64_t row_bytes = inner.size * (tile ? tile->size : 1) * static_cast<int64_t>(dtype_size(src.dtype()));
+  const int64_t elem = static_cast<int64_t>(dtype_size(src.dtype()));
+  const int64_t bytes = rows * inner.size * (tile ? tile->size : 1) * elem;
+  // A transpose is split along its contiguous-source dim as well, so that one big 2-D transpose
+  // (rows == 1) is shared out too; a run is a multiple of the block, about one task's bytes.
+  const int64_t tile_run =
+      tile ? std::clamp<int64_t>(kTaskBytes / std::max<int64_t>(1, inner.size * elem) / (2 * kTile) *
+                                     (2 * kTile),
+                                 2 * kTile, std::max<int64_t>(2 * kTile, tile->size))
+           : 1;
+  const int64_t parts = rows * (tile ? (tile->size + tile_run - 1) / tile_run : 1);
   return visit_any(src.dtype(), [&](auto tag) -> Status {
     using T = typename decltype(tag)::type;
     const T* in = src.data<T>() + offset;
     T* out = dst->data<T>();
-    if (pool == nullptr || rows < 2 || rows * row_bytes < kParallelBytes) {
-      copy_rows(in, out, outer, inner, tile, 0, rows);
+    if (pool == nullptr || parts < 2 || bytes < kParallelBytes) {
+      copy_parts(in, out, outer, inner, tile, tile_run, 0, parts);
     } else {
-      const int64_t grain = std::max<int64_t>(1, kTaskBytes / std::max<int64_t>(1, row_bytes));
-      pool->parallel_for(rows, grain, [&](int64_t r0, int64_t r1) { copy_rows(in, out, outer, inner, tile, r0, r1); });
+      const int64_t grain = std::max<int64_t>(1, kTaskBytes / std::max<int64_t>(1, bytes / parts));
+      pool->parallel_for(parts, grain, [&](int64_t p0, int64_t p1) {
+        copy_parts(in, out, outer, inner, tile, tile_run, p0, p1);
+      });
     }
     return Status::ok();
   });

@@ -139,24 +139,39 @@ struct FewPositions {
   std::vector<float> col, ct;
 };
 
+// True when the im2col matrix's transpose is X read with overlapping rows: one input channel,
+// one real spatial dim, no dilation or padding and every window inside X (an STFT's frames).
+bool is_window_rows(const ConvSetup& s) {
+  for (int i = 0; i < 2; ++i)
+    if (s.g3.in[i] != 1 || s.g3.k[i] != 1 || s.g3.pb[i] != 0 || s.g3.out[i] != 1) return false;
+  return s.c == 1 && s.g3.d[2] == 1 && s.g3.pb[2] == 0 &&
+         (s.g3.out[2] - 1) * s.g3.s[2] + s.g3.k[2] <= s.g3.in[2];
+}
+
 // Few output positions against many channels (an STFT's 257 filters over 97 frames): C^T =
 // col^T · W^T with W^T packed once, so the GEMM's columns are the channels (whole register
 // tiles, no per-call packing of W), then C^T is transposed into Y.
 Status conv_few_positions(KernelContext& ctx, const ConvSetup& s, const Tensor& x, const gemm::PackedMatrix& packed,
                           const Tensor* bias, Tensor& y, std::vector<float>& col, std::vector<float>& ct) {
   const int64_t k = s.c * s.ksz;
-  const bool direct = is_pointwise(s);
-  if (!direct) col.resize(static_cast<size_t>(k * s.out_sz));  // grow once: runs allocate nothing
+  const bool direct = is_pointwise(s), windows = is_window_rows(s);
+  if (!direct && !windows) col.resize(static_cast<size_t>(k * s.out_sz));  // grow once
   ct.resize(static_cast<size_t>(s.out_sz * s.m));
   for (int64_t ni = 0; ni < s.n; ++ni) {
     const float* xn = x.data<float>() + ni * s.c * s.in_sz;
-    const float* a = xn;
-    if (!direct) {
-      conv_util::im2col(xn, 0, s.c, s.g3, col.data());
-      a = col.data();
+    const float* bd = bias ? bias->data<float>() : nullptr;
+    if (windows) {  // row p of col^T is x[p * stride, + K): X itself with lda = stride
+      gemm_f32_prepacked(false, s.out_sz, 1.0f, xn, s.g3.s[2], packed, 0.0f, ct.data(), s.m, bd,
+                         nullptr, ctx.pool);
+    } else {
+      const float* a = xn;
+      if (!direct) {
+        conv_util::im2col(xn, 0, s.c, s.g3, col.data());
+        a = col.data();
+      }
+      gemm_f32_prepacked(true, s.out_sz, 1.0f, a, s.out_sz, packed, 0.0f, ct.data(), s.m, bd,
+                         nullptr, ctx.pool);
     }
-    gemm_f32_prepacked(true, s.out_sz, 1.0f, a, s.out_sz, packed, 0.0f, ct.data(), s.m,
-                       bias ? bias->data<float>() : nullptr, nullptr, ctx.pool);
     float* yn = y.data<float>() + ni * s.m * s.out_sz;
     for (int64_t p0 = 0; p0 < s.out_sz; p0 += 8)  // in 8 x 8 blocks, so both sides stay in cache
       for (int64_t c0 = 0; c0 < s.m; c0 += 8)
