@@ -11,7 +11,8 @@ namespace kiln::gemm {
 // One mr x nr tile of C from packed panels:
 //   C = alpha * (Ap * Bp) + beta * C (+ bias[j] when bias is set); beta == 0 never reads C.
 // Ap is kc x mr (column i of A's panel contiguous per k step), Bp is kc x nr, both packed by
-// pack.h; c is row-major with leading dimension ldc and must hold a full mr x nr tile.
+// pack.h; c is row-major with leading dimension ldc and must hold a full mr x nr tile. A kernel
+// with a strided-A entry (fn_strided_a) also reads A unpacked: row i of the tile at a + i * lda.
 struct TileArgs {
   int64_t kc;
   const float* a;
@@ -20,6 +21,7 @@ struct TileArgs {
   int64_t ldc;
   float alpha, beta;
   const float* bias;  // nr floats or null
+  int64_t lda = 0;    // fn_strided_a only
 };
 using MicroKernelFn = void (*)(const TileArgs&);
 
@@ -31,6 +33,10 @@ struct MicroKernel {
   // slice, so C is written once instead of read and rewritten once per kc slice.
   int64_t kc_packed;
   MicroKernelFn fn;
+  // The same tile reading A unpacked (TileArgs::lda), or null. Where B has few columns, each
+  // element of a packed A is used only n times, and packing it cost 17 % of convnext's
+  // K = 384, N = 96 products.
+  MicroKernelFn fn_strided_a = nullptr;
 };
 
 // Every kernel this CPU can run, best first.

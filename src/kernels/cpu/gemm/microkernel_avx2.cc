@@ -9,6 +9,8 @@ namespace {
 
 constexpr int kMr = 6, kNr = 16;
 
+// A packed (a[p * 6 + i]) or, with kStridedA, read in place (a[i * lda + p]).
+template <bool kStridedA>
 void f32_gemm_6x16_avx2(const TileArgs& t) {
   __m256 acc[kMr][2];
   // Every loop over acc fully unrolled, or GCC keeps acc in memory.
@@ -19,16 +21,17 @@ void f32_gemm_6x16_avx2(const TileArgs& t) {
   const float* a = t.a;
   const float* b = t.b;
   const int64_t kc = t.kc;
+  const int64_t lda = kStridedA ? t.lda : 1;
   // C's lines are wanted at the end (stored, or read when beta != 0): ask for them now.
   for (int i = 0; i < kMr; ++i) {
     _mm_prefetch(reinterpret_cast<const char*>(t.c + i * t.ldc), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(t.c + i * t.ldc + kNr - 1), _MM_HINT_T0);
   }
-  for (int64_t p = 0; p < kc; ++p, a += kMr, b += kNr) {
+  for (int64_t p = 0; p < kc; ++p, a += kStridedA ? 1 : kMr, b += kNr) {
     const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
 #pragma GCC unroll 6
     for (int i = 0; i < kMr; ++i) {
-      const __m256 av = _mm256_broadcast_ss(a + i);
+      const __m256 av = _mm256_broadcast_ss(kStridedA ? a + i * lda : a + i);
       acc[i][0] = _mm256_fmadd_ps(av, b0, acc[i][0]);
       acc[i][1] = _mm256_fmadd_ps(av, b1, acc[i][1]);
     }
@@ -57,7 +60,8 @@ void f32_gemm_6x16_avx2(const TileArgs& t) {
 
 MicroKernel f32_gemm_6x16_avx2_kernel() {
   // B micro-panel kc x 16 (16 KiB at kc 256) stays in L1; A block mc x kc (~190 KiB) in L2.
-  return {"f32_gemm_6x16_avx2", kMr, kNr, 186, 256, 3072, 1024, f32_gemm_6x16_avx2};
+  return {"f32_gemm_6x16_avx2", kMr, kNr, 186, 256, 3072, 1024, f32_gemm_6x16_avx2<false>,
+          f32_gemm_6x16_avx2<true>};
 }
 
 }  // namespace kiln::gemm
