@@ -2,13 +2,12 @@
 // are memmove and memset-like loops for plain types and assignments for strings).
 #include "kernels/cpu/strided_copy.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <type_traits>
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/vec_math_avx2.h"
 #include "kernels/kernel_util.h"
 
 namespace kiln {
@@ -40,36 +39,10 @@ constexpr int64_t kTile = 16;              // a transposed block: 16 x 16 elemen
 constexpr int64_t kParallelBytes = 1 << 18;  // below this one thread copies it all
 constexpr int64_t kTaskBytes = 1 << 16;
 
-// o[a * o_step + b] = s[a + b * s_step] for a < 8, b < 8, for 4-byte elements: eight row loads,
-// the unpack/shuffle/lane-swap transpose in registers, eight row stores. The scalar tile loop
-// read one element from each of 16 rows 12 KiB apart per store (convnext's NCHW->NHWC
-// transposes at 56x56: 2.3 ns an element, 9 % of the model).
-inline void transpose_8x8_b32(const void* src, int64_t s_step, void* dst, int64_t o_step) {
-  const float* s = static_cast<const float*>(src);
-  float* o = static_cast<float*>(dst);
-  __m256 r[8], t[8];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(s + i * s_step);
-#pragma GCC unroll 4
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-  }
-#pragma GCC unroll 2
-  for (int i = 0; i < 8; i += 4) {
-    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    _mm256_storeu_ps(o + i * o_step, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
-    _mm256_storeu_ps(o + (i + 4) * o_step, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
-  }
-}
-
-// One transposed block: o[a * o_step + b] = s[a + b * s_step] for a < na, b < nb.
+// One transposed block: o[a * o_step + b] = s[a + b * s_step] for a < na, b < nb. 4-byte
+// elements go 8x8 at a time through the register transpose; the scalar loop this replaces read
+// one element from each of 16 rows 12 KiB apart per store (convnext's NCHW->NHWC transposes at
+// 56x56: 2.3 ns an element, 9 % of the model).
 template <typename T>
 void transpose_block(const T* s, int64_t s_step, T* o, int64_t o_step, int64_t na, int64_t nb) {
   int64_t a8 = 0, b8 = 0;
@@ -77,7 +50,8 @@ void transpose_block(const T* s, int64_t s_step, T* o, int64_t o_step, int64_t n
     a8 = na / 8 * 8, b8 = nb / 8 * 8;
     for (int64_t a = 0; a < a8; a += 8)
       for (int64_t b = 0; b < b8; b += 8)
-        transpose_8x8_b32(s + a + b * s_step, s_step, o + a * o_step + b, o_step);
+        vec::transpose_8x8_avx2(reinterpret_cast<const float*>(s + a + b * s_step), s_step,
+                                reinterpret_cast<float*>(o + a * o_step + b), o_step);
   }
   for (int64_t a = 0; a < na; ++a)  // what the 8x8 blocks left: the right and bottom edges
     for (int64_t b = a < a8 ? b8 : 0; b < nb; ++b) o[a * o_step + b] = s[a + b * s_step];

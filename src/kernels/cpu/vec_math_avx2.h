@@ -1,10 +1,12 @@
 // Vector float math on 8 lanes (AVX2 + FMA, kiln's baseline ISA): exp, sigmoid, tanh and erf
-// accurate to a few ulp, horizontal sum / max, tail masks. Inline, for the softmax, norm and epilogue loops.
+// accurate to a few ulp, horizontal sum / max, tail masks, the 8x8 register transpose. Inline, for the softmax, norm and epilogue loops.
 // NaN propagates through exp and erf (their min/max take x as the second operand, which is the
 // one x86 returns when either is NaN).
 #pragma once
 
 #include <immintrin.h>
+
+#include <cstdint>
 
 namespace kiln::vec {
 
@@ -81,6 +83,41 @@ inline __m256 erf_avx2(__m256 x) {
   q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(-7.37332916720468e-03f));
   q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(-1.42647390514189e-02f));
   return _mm256_div_ps(p, q);
+}
+
+// Rows r[0..8) become columns: lane j of r[i] moves to lane i of r[j]. Pure data movement, so
+// it is exact for any 32-bit elements held as floats.
+inline void transpose_8x8_avx2(__m256 (&r)[8]) {
+  __m256 t[8], u[8];
+#pragma GCC unroll 4
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+#pragma GCC unroll 2
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  // u[k] (k < 4) holds column k of rows 0-3 in its low half and column k + 4 in its high half;
+  // u[k + 4] the same for rows 4-7. Pair the halves.
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+
+// dst[j * dst_step + i] = src[i * src_step + j] for an 8 x 8 block.
+inline void transpose_8x8_avx2(const float* src, int64_t src_step, float* dst, int64_t dst_step) {
+  __m256 r[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * src_step);
+  transpose_8x8_avx2(r);
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + i * dst_step, r[i]);
 }
 
 inline float hsum_avx2(__m256 v) {

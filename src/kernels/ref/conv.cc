@@ -157,9 +157,9 @@ Status conv_few_positions(KernelContext& ctx, const ConvSetup& s, const Tensor& 
   const bool direct = is_pointwise(s), windows = is_window_rows(s);
   if (!direct && !windows) col.resize(static_cast<size_t>(k * s.out_sz));  // grow once
   ct.resize(static_cast<size_t>(s.out_sz * s.m));
+  const float* bd = bias ? bias->data<float>() : nullptr;
   for (int64_t ni = 0; ni < s.n; ++ni) {
     const float* xn = x.data<float>() + ni * s.c * s.in_sz;
-    const float* bd = bias ? bias->data<float>() : nullptr;
     if (windows) {  // row p of col^T is x[p * stride, + K): X itself with lda = stride
       gemm_f32_prepacked(false, s.out_sz, 1.0f, xn, s.g3.s[2], packed, 0.0f, ct.data(), s.m, bd,
                          nullptr, ctx.pool);

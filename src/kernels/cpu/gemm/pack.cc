@@ -8,29 +8,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/cpu/vec_math_avx2.h"
+
 namespace kiln::gemm {
 namespace {
-
-// r[i] (lanes p) becomes r[p] (lanes i).
-inline void transpose8x8(__m256 r[8]) {
-  __m256 t[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-  }
-  __m256 s[8];
-  for (int i = 0; i < 8; i += 4)
-    for (int h = 0; h < 2; ++h) {
-      s[i + h] = _mm256_shuffle_ps(t[i + h], t[i + h + 2], _MM_SHUFFLE(1, 0, 1, 0));
-      s[i + h + 2] = _mm256_shuffle_ps(t[i + h], t[i + h + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-  // s[0]: rows 0-3 lane 0|4, s[2]: lane 1|5, s[1]: lane 2|6, s[3]: lane 3|7; s[4..7] rows 4-7.
-  const int order[4] = {0, 2, 1, 3};
-  for (int q = 0; q < 4; ++q) {
-    r[q] = _mm256_permute2f128_ps(s[order[q]], s[order[q] + 4], 0x20);
-    r[q + 4] = _mm256_permute2f128_ps(s[order[q]], s[order[q] + 4], 0x31);
-  }
-}
 
 // dst[p * w + i] = src[i * ld + p] for i < count, 0 for count <= i < w; p < kc.
 void pack_across(const float* src, int64_t ld, int64_t count, int64_t kc, int64_t w, float* dst) {
@@ -45,7 +26,7 @@ void pack_across(const float* src, int64_t ld, int64_t count, int64_t kc, int64_
     for (; p + 8 <= kc; p += 8) {
       __m256 r[8];
       for (int i = 0; i < 8; ++i) r[i] = i < rows ? _mm256_loadu_ps(s + i * ld + p) : _mm256_setzero_ps();
-      transpose8x8(r);
+      vec::transpose_8x8_avx2(r);
       if (lanes == 8)
         for (int q = 0; q < 8; ++q) _mm256_storeu_ps(d + (p + q) * w, r[q]);
       else

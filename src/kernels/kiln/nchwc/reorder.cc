@@ -3,30 +3,12 @@
 // eight channels by eight pixels, scalar at the row ends. Semantics: docs/ops.md.
 #include <immintrin.h>
 
+#include "kernels/cpu/vec_math_avx2.h"
 #include "kernels/kernel_util.h"
 #include "kernels/kiln/nchwc/blocked_layout.h"
 
 namespace kiln::nchwc {
 namespace {
-
-// Rows r[0..8) become columns.
-inline void transpose_8x8(__m256 (&r)[8]) {
-  __m256 t[8], u[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
-    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
-  }
-}
 
 // One channel block: `lanes` real channels of x (planes `hw` apart) into y [hw, 8].
 void to_blocked(const float* x, int64_t lanes, int64_t hw, float* y) {
@@ -35,7 +17,7 @@ void to_blocked(const float* x, int64_t lanes, int64_t hw, float* y) {
     __m256 r[8];
     for (int c = 0; c < 8; ++c)
       r[c] = c < lanes ? _mm256_loadu_ps(x + c * hw + p) : _mm256_setzero_ps();
-    transpose_8x8(r);
+    vec::transpose_8x8_avx2(r);
     for (int i = 0; i < 8; ++i) _mm256_storeu_ps(y + (p + i) * kBlock, r[i]);
   }
   for (; p < hw; ++p)
@@ -48,7 +30,7 @@ void from_blocked(const float* x, int64_t lanes, int64_t hw, float* y) {
   for (; p + 8 <= hw; p += 8) {
     __m256 r[8];
     for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(x + (p + i) * kBlock);
-    transpose_8x8(r);
+    vec::transpose_8x8_avx2(r);
     for (int c = 0; c < lanes; ++c) _mm256_storeu_ps(y + c * hw + p, r[c]);
   }
   for (; p < hw; ++p)
