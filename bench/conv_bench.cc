@@ -37,6 +37,8 @@ struct Layer {
   const char* name;
   int64_t c, m, hw, k, stride, pad;
   bool plain = false;  // the RGB stem reads plain NCHW
+  // A non-square layer: width, kernel width and horizontal pad (0, 0, -1: hw, k and pad).
+  int64_t w = 0, kw = 0, pad_w = -1;
 };
 
 const Layer kLayers[] = {
@@ -58,6 +60,12 @@ const Layer kLayers[] = {
     {"mobilenet_1x1_144to24_56", 144, 24, 56, 1, 1, 0},
     {"efficientnet_1x1_240to40_28", 240, 40, 28, 1, 1, 0},
     {"mobilenet_1x1_320to1280_7", 320, 1280, 7, 1, 1, 0},
+    // The speech-embedding CNN (tf2onnx): 1x3 and 3x1 convs on narrow planes.
+    {"speech_1x3_24_74x32", 24, 24, 74, 1, 1, 0, false, 32, 3, 1},
+    {"speech_3x1_72_30x8", 72, 72, 30, 3, 1, 0, false, 8, 1, 0},
+    {"speech_3x1_96_14x4", 96, 96, 14, 3, 1, 0, false, 4, 1, 0},
+    {"speech_1x3_96_10x2", 96, 96, 10, 1, 1, 0, false, 2, 3, 1},
+    {"speech_3x1_96_10x2", 96, 96, 10, 3, 1, 0, false, 2, 1, 0},
 };
 
 nchwc::DenseTuning tuning_from_env() {
@@ -79,13 +87,17 @@ void BM_Conv(benchmark::State& state, Layer l, bool avx512, int threads) {
   s.n = 1;
   s.cb = l.plain ? 1 : (l.c + 7) / 8;
   s.plain_channels = l.plain ? l.c : 0;
-  s.h = s.w = l.hw;
+  s.h = l.hw;
+  s.w = l.w ? l.w : l.hw;
   s.mb = (l.m + 7) / 8;
   s.channels = l.m;
-  s.kh = s.kw = l.k;
+  s.kh = l.k;
+  s.kw = l.kw ? l.kw : l.k;
   s.sh = s.sw = l.stride;
-  s.pt = s.pl = l.pad;
-  s.oh = s.ow = (l.hw + 2 * l.pad - l.k) / l.stride + 1;
+  s.pt = l.pad;
+  s.pl = l.pad_w >= 0 ? l.pad_w : l.pad;
+  s.oh = (s.h + 2 * s.pt - s.kh) / l.stride + 1;
+  s.ow = (s.w + 2 * s.pl - s.kw) / l.stride + 1;
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   auto random = [&](int64_t n) {
@@ -93,8 +105,8 @@ void BM_Conv(benchmark::State& state, Layer l, bool avx512, int threads) {
     for (float& f : v) f = dist(rng);
     return v;
   };
-  const int64_t taps = l.k * l.k;
-  const std::vector<float> x = random(s.n * (l.plain ? l.c : s.cb * 8) * l.hw * l.hw);
+  const int64_t taps = s.kh * s.kw;
+  const std::vector<float> x = random(s.n * (l.plain ? l.c : s.cb * 8) * s.h * s.w);
   const std::vector<float> w = random(s.mb * s.cb * taps * 64), bias = random(s.mb * 8);
   std::vector<float> y(s.n * s.mb * s.oh * s.ow * 8);
   kiln::AlignedBuffer paired;

@@ -114,6 +114,20 @@ TEST(OneDnn, BlockedConvPointwiseDilatedAndClip) {
   expect_blocked_same(b, {2, 20, 10, 10}, "pointwise then dilated");
 }
 
+// tf2onnx's Max(LeakyRelu(conv), -0.4): the Clip becomes the activation's clamp, a second
+// eltwise post-op.
+TEST(OneDnn, BlockedConvClampedLeakyRelu) {
+  Builder b;
+  b.input("x", {1, 16, 9, 9});
+  conv(b, "x", "a", 16, 24, 3, {pads(1)});
+  b.add("LeakyRelu", {"a"}, {"l"}, {attr_f("alpha", 0.3f)});
+  b.scalar("lo", -0.4f);
+  b.add("Clip", {"l", "lo"}, {"c"});
+  conv(b, "c", "y", 24, 16, 1, {});
+  b.output("y");
+  expect_blocked_same(b, {1, 16, 9, 9}, "clamped LeakyRelu");
+}
+
 TEST(OneDnn, BlockedConvDepthwise) {
   for (int64_t c : {20, 24})
     for (int64_t stride : {1, 2}) {
@@ -234,8 +248,14 @@ ir::Attribute floats(const std::string& name, std::vector<float> v) {
 
 // FusedGemm and FusedMatMul with each activation oneDNN expresses and the residual both ways.
 TEST(OneDnn, FusedGemmAndFusedMatMul) {
-  const std::vector<std::pair<std::string, std::vector<float>>> acts = {
+  struct Act {
+    std::string name;
+    std::vector<float> params, clip;  // clip: activation_clip, or none
+  };
+  const std::vector<Act> acts = {
       {"Relu", {}},
+      {"LeakyRelu", {0.1f}, {-0.05f, 0.4f}},
+      {"Gelu", {}, {-0.1f, 1.0f}},
       {"Clip", {-0.2f, 0.3f}},
       {"LeakyRelu", {0.1f}},
       {"Sigmoid", {}},
@@ -245,12 +265,14 @@ TEST(OneDnn, FusedGemmAndFusedMatMul) {
       {"Gelu", {}},
       {"GeluTanh", {}},
       {"Tanh", {}}};
-  for (const auto& [act, params] : acts)
+  for (const auto& [act, params, clip] : acts)
     for (int64_t before : {0, 1}) {
-      const std::string what = act + " residual_before_activation=" + std::to_string(before);
+      const std::string what = act + (clip.empty() ? "" : " clamped") +
+                               " residual_before_activation=" + std::to_string(before);
       std::vector<ir::Attribute> epilogue{attr_s("activation", act),
                                           attr_i("residual_before_activation", before)};
       if (!params.empty()) epilogue.push_back(floats("activation_params", params));
+      if (!clip.empty()) epilogue.push_back(floats("activation_clip", clip));
       {
         Builder b;
         b.m.opsets["ai.kiln"] = 1;

@@ -30,6 +30,7 @@ struct Case {
   bool bias = false;
   Act act = Act::kNone;
   bool residual = false, residual_first = false;
+  bool clamp = false;  // the activation's result clamped to [-0.3, 0.4]
 };
 
 std::vector<float> random_vec(size_t n, uint32_t seed) {
@@ -48,6 +49,7 @@ gemm::Epilogue epilogue_of(const Case& t) {
   if (t.act == Act::kClip) e.p0 = -0.25f, e.p1 = 0.5f;
   if (t.act == Act::kLeakyRelu) e.p0 = 0.1f;
   if (t.act == Act::kHardSigmoid) e.p0 = 0.2f, e.p1 = 0.5f;
+  if (t.clamp) e.lo = -0.3f, e.hi = 0.4f;
   e.residual_first = t.residual_first;
   return e;
 }
@@ -60,6 +62,7 @@ double reference_activation(const gemm::Epilogue& e, double x) {
   kiln_ops::Activation a;
   a.kind = kinds[static_cast<int>(e.activation)];
   a.p0 = e.p0, a.p1 = e.p1;
+  a.lo = e.lo, a.hi = e.hi;
   return a(x);
 }
 
@@ -89,7 +92,7 @@ void check(const Case& t, Run run, const std::string& what) {
   const auto c0 = c;
   gemm::Epilogue e = epilogue_of(t);
   if (t.residual) e.residual = z.data(), e.ld_residual = ldz;
-  const bool has_epilogue = t.act != Act::kNone || t.residual;
+  const bool has_epilogue = t.act != Act::kNone || t.residual || t.clamp;
   run(Operands{a.data(), lda, b.data(), ldb, c.data(), ldc, t.bias ? bias.data() : nullptr,
                has_epilogue ? &e : nullptr});
   double max_err = 0;
@@ -114,7 +117,8 @@ void check(const Case& t, Run run, const std::string& what) {
     }
   EXPECT_LE(max_err, 1e-5 * std::max<int64_t>(t.k, 1) / 8 + 1e-6)
       << what << " m=" << t.m << " n=" << t.n << " k=" << t.k << " ta=" << t.ta << " tb=" << t.tb
-      << " act=" << static_cast<int>(t.act) << " residual=" << t.residual;
+      << " act=" << static_cast<int>(t.act) << " residual=" << t.residual
+      << " clamp=" << t.clamp;
   // Padding columns of C beyond n must be untouched.
   for (int64_t i = 0; i < t.m; ++i)
     for (int64_t j = t.n; j < ldc; ++j)
@@ -141,6 +145,11 @@ std::vector<Case> cases() {
   for (int act = 1; act <= static_cast<int>(Act::kTanh); ++act) {
     v.push_back({21, 35, 40, false, false, 2.0f, 0.0f, true, static_cast<Act>(act)});
     v.push_back({9, 70, 24, false, true, 1.0f, 0.5f, false, static_cast<Act>(act), true, act % 2 == 0});
+  }
+  // A clamp after the activation (tf2onnx's Max(LeakyRelu(x), -0.4)), with and without a residual.
+  for (Act act : {Act::kLeakyRelu, Act::kGelu, Act::kRelu}) {
+    v.push_back({21, 35, 40, false, false, 1.0f, 0.0f, true, act, false, false, true});
+    v.push_back({9, 70, 24, false, true, 1.0f, 0.0f, false, act, true, act == Act::kGelu, true});
   }
   v.push_back({17, 40, 30, false, false, 1.0f, 0.0f, false, Act::kNone, true});
   v.push_back({2, 40, 30, true, false, 1.0f, 0.0f, true, Act::kGelu, true, true});

@@ -34,12 +34,12 @@ struct Case {
 // Runs one case through the fast path (with and without a pool) and the reference.
 // avx512: run the AVX-512 depthwise kernel instead of the AVX2 one.
 void check_case(const Case& c, K act, bool residual, bool residual_first, ThreadPool* pool,
-                bool avx512 = false) {
+                bool avx512 = false, bool clamp = false) {
   SCOPED_TRACE(::testing::Message() << "n" << c.n << " c" << c.c << " m" << c.m << " " << c.h << "x"
                                     << c.w << " k" << c.k << " s" << c.s << " d" << c.d << " pads "
                                     << c.pt << c.pl << c.pb << c.pr << " dw" << c.depthwise
                                     << " act" << static_cast<int>(act) << " z" << residual
-                                    << " avx512 " << avx512);
+                                    << " avx512 " << avx512 << " clamp " << clamp);
   std::mt19937 rng(static_cast<uint32_t>(c.c * 131 + c.m * 7 + c.h));
   BlockedConvShape s;
   s.n = c.n;
@@ -73,6 +73,7 @@ void check_case(const Case& c, K act, bool residual, bool residual_first, Thread
   e.act.kind = act;
   e.act.p0 = act == K::kClip ? 0.0 : 0.2;
   e.act.p1 = act == K::kClip ? 0.5 : 0.5;
+  if (clamp) e.act.lo = -0.05, e.act.hi = 0.3;
   std::vector<float> want(ysize, 7.0f), got(ysize, 7.0f);
   nchwc::blocked_conv_reference(s, x.data(), w.data(), e, want.data());
   if (c.depthwise)
@@ -105,6 +106,11 @@ const Case kDense[] = {
     {2, 3, 32, 17, 15, 3, 2, 1, 1, 0, 1, 1, false, true},  // plain, mobilenet-like stem
     {1, 5, 8, 9, 7, 1, 1, 1, 0, 0, 0, 0, false, true},     // plain pointwise
     {1, 8, 9, 6, 5, 3, 1, 2, 2, 2, 2, 2, false, true},     // plain, a full block, dilated
+    // Rows narrower than a tile: tiles run on across rows.
+    {1, 96, 96, 10, 2, 3, 1, 1, 0, 1, 0, 1, false},    // 2-pixel rows, 96 channels
+    {2, 20, 24, 9, 7, 3, 2, 1, 1, 1, 1, 1, false},     // stride 2, 4-pixel rows: row by row
+    {1, 16, 40, 7, 5, 3, 1, 2, 2, 1, 2, 1, false},     // dilation 2, 3-pixel rows, odd blocks
+    {2, 20, 24, 9, 5, 3, 2, 1, 1, 1, 1, 1, false},     // stride 2, 3-pixel rows, batch 2
 };
 
 const Case kDepthwise[] = {
@@ -158,6 +164,22 @@ TEST(BlockedConvKernel, EveryActivation) {
   for (K act : {K::kNone, K::kRelu, K::kClip, K::kLeakyRelu, K::kSigmoid, K::kHardSigmoid,
                 K::kHardSwish, K::kSilu, K::kGelu, K::kGeluTanh, K::kTanh})
     check_case(c, act, false, false, nullptr);
+}
+
+// A clamp after the activation (a Clip the fusion absorbed), in the dense, pointwise and
+// depthwise tiles, before a residual and after one.
+TEST(BlockedConvKernel, ClampAfterActivation) {
+  ThreadPool pool(2);
+  const Case dense{1, 10, 11, 6, 7, 3, 1, 1, 1, 1, 1, 1, false};
+  const Case pointwise{1, 16, 24, 5, 9, 1, 1, 1, 0, 0, 0, 0, false};
+  const Case depthwise{1, 20, 20, 10, 9, 5, 2, 1, 1, 2, 2, 1, true};
+  for (K act : {K::kLeakyRelu, K::kRelu, K::kSilu, K::kTanh})
+    for (const Case* c : {&dense, &pointwise, &depthwise}) {
+      check_case(*c, act, false, false, &pool, false, true);
+      check_case(*c, act, true, act == K::kRelu, nullptr, false, true);
+      if (c->depthwise && cpu_features().has_avx512())
+        check_case(*c, act, true, false, &pool, true, true);
+    }
 }
 
 // A one-node model of an ai.kiln op.

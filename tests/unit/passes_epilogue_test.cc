@@ -17,9 +17,9 @@ using test::Builder;
 using test::run_pass;
 using test::run_model;
 
-void check(Builder& b, const std::string& pass, const std::vector<std::string>& want_ops,
-           std::vector<Shape> input_shapes, float lo = -1, float hi = 1) {
-  test::check_pass(b, pass, want_ops, input_shapes, lo, hi);
+ir::Model check(Builder& b, const std::string& pass, const std::vector<std::string>& want_ops,
+                std::vector<Shape> input_shapes, float lo = -1, float hi = 1) {
+  return test::check_pass(b, pass, want_ops, input_shapes, lo, hi);
 }
 
 const ir::Node& only_node(const ir::Model& m) { return m.graph.nodes.at(0); }
@@ -173,6 +173,43 @@ TEST(ConvEpilogue, ClipAttributeForm) {
   ASSERT_EQ(b.m.graph.nodes.size(), 1u);
   EXPECT_EQ(only_node(b.m).attr_string("activation", ""), "Clip");
   EXPECT_EQ(only_node(b.m).attr_floats("activation_params"), (std::vector<float>{-1.0f, 2.0f}));
+}
+
+// tf2onnx's Max(LeakyRelu(x), -0.4), a Clip once clip-canonical ran: one FusedConv whose
+// activation carries the Clip's bounds as its clamp.
+TEST(ConvEpilogue, ClipAfterActivationIsItsClamp) {
+  Builder b;
+  b.input("x", {1, 2, 5, 5});
+  b.conv("x", "y", 2, 3);
+  b.add("LeakyRelu", {"y"}, {"a"}, {attr_f("alpha", 0.3f)});
+  b.scalar("lo", -0.4f);
+  b.add("Clip", {"a", "lo"}, {"r"});
+  b.output("r");
+  ir::Model m = check(b, "conv-epilogue", {"FusedConv"}, {{1, 2, 5, 5}}, -3, 3);
+  EXPECT_EQ(only_node(m).attr_string("activation", ""), "LeakyRelu");
+  const std::vector<float> clip = only_node(m).attr_floats("activation_clip");
+  ASSERT_EQ(clip.size(), 2u);
+  EXPECT_EQ(clip[0], -0.4f);
+  EXPECT_TRUE(std::isinf(clip[1]) && clip[1] > 0);
+}
+
+// The clamp of x*Sigmoid(x), then a residual Add: the clamp stays before the residual.
+TEST(ConvEpilogue, ClampedSiluThenResidual) {
+  Builder b;
+  b.input("x", {1, 3, 4, 4});
+  b.input("z", {1, 3, 4, 4});
+  b.conv("x", "y", 3, 3);
+  b.add("Sigmoid", {"y"}, {"s"});
+  b.add("Mul", {"y", "s"}, {"a"});
+  b.scalar("lo", -0.1f);
+  b.scalar("hi", 0.6f);
+  b.add("Clip", {"a", "lo", "hi"}, {"c"});
+  b.add("Add", {"c", "z"}, {"r"});
+  b.output("r");
+  ir::Model m = check(b, "conv-epilogue", {"FusedConv"}, {{1, 3, 4, 4}, {1, 3, 4, 4}}, -3, 3);
+  EXPECT_EQ(only_node(m).attr_string("activation", ""), "Silu");
+  EXPECT_EQ(only_node(m).attr_floats("activation_clip"), (std::vector<float>{-0.1f, 0.6f}));
+  EXPECT_EQ(only_node(m).attr_int("residual_before_activation", -1), 0);
 }
 
 TEST(ConvEpilogue, SharedOutputIsLeftAlone) {

@@ -47,7 +47,9 @@ Status error_of(const KernelContext& ctx, const char* doing, const dnnl::error& 
   return ctx.error(std::string("oneDNN failed ") + doing + ": " + e.what());
 }
 
-bool append_activation(const kiln_ops::Activation& act, dnnl::post_ops& ops) {
+namespace {
+
+bool append_unclamped(const kiln_ops::Activation& act, dnnl::post_ops& ops) {
   using K = kiln_ops::Activation::Kind;
   using A = dnnl::algorithm;
   const float p0 = static_cast<float>(act.p0), p1 = static_cast<float>(act.p1);
@@ -90,6 +92,16 @@ bool append_activation(const kiln_ops::Activation& act, dnnl::post_ops& ops) {
       return true;
   }
   return false;
+}
+
+}  // namespace
+
+bool append_activation(const kiln_ops::Activation& act, dnnl::post_ops& ops) {
+  if (!append_unclamped(act, ops)) return false;
+  if (act.clamped())
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, static_cast<float>(act.lo),
+                       static_cast<float>(act.hi));
+  return true;
 }
 
 bool activation_expressible(const ir::Node& node) {

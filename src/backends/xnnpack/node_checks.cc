@@ -2,6 +2,7 @@
 // since a kernel that fails at run time has no way back to kiln's own.
 #include "backends/xnnpack/node_checks.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "backends/backend.h"
@@ -16,18 +17,22 @@ std::optional<Clamp> epilogue_clamp(const ir::Node& node) {
   Clamp c;
   switch (act->kind) {
     case K::kNone:
-      return c;
+      break;
     case K::kRelu:
       c.min = 0.0f;
-      return c;
+      break;
     case K::kClip:
       c.min = static_cast<float>(act->p0), c.max = static_cast<float>(act->p1);
-      // NaN fails this too; XNNPACK's create calls reject min >= max.
-      if (!(c.min < c.max)) return std::nullopt;
-      return c;
+      break;
     default:
       return std::nullopt;
   }
+  // A clamp after a clamp is one clamp on the intersection, where the two overlap.
+  c.min = std::max(c.min, static_cast<float>(act->lo));
+  c.max = std::min(c.max, static_cast<float>(act->hi));
+  // NaN fails this too; XNNPACK's create calls reject min >= max.
+  if (!(c.min < c.max)) return std::nullopt;
+  return c;
 }
 
 bool is_float32_input(const ir::Node& node, const std::vector<const ir::TypeInfo*>& types,

@@ -17,8 +17,8 @@ struct Clamp {
 };
 
 // The clamp equal to the node's ai.kiln epilogue (attributes `activation`, `activation_params`):
-// none, Relu = [0, inf), Clip(min, max); nullopt for any other activation, malformed attributes,
-// or a Clip XNNPACK rejects (min not below max).
+// none, Relu = [0, inf), Clip(min, max), each narrowed by the activation's clamp; nullopt for any
+// other activation, malformed attributes, or a clamp XNNPACK rejects (min not below max).
 std::optional<Clamp> epilogue_clamp(const ir::Node& node);
 
 // True when input i of `node` is given and known to be a float32 tensor.

@@ -31,6 +31,11 @@ struct Activation {
   };
   Kind kind = Kind::kNone;
   double p0 = 0, p1 = 0;
+  // A clamp of the activation's result: a Clip the fusion absorbed after it (tf2onnx's
+  // Max(LeakyRelu(x), -0.4)); [-inf, inf] when there is none.
+  double lo = -HUGE_VAL, hi = HUGE_VAL;
+
+  bool clamped() const { return lo > -HUGE_VAL || hi < HUGE_VAL; }
 
   static double sigmoid(double x) {
     if (x >= 0) return 1.0 / (1.0 + std::exp(-x));
@@ -38,7 +43,9 @@ struct Activation {
     return e / (1.0 + e);
   }
 
-  double operator()(double x) const {
+  double operator()(double x) const { return std::min(std::max(unclamped(x), lo), hi); }
+
+  double unclamped(double x) const {
     switch (kind) {
       case Kind::kNone:
         return x;
@@ -69,7 +76,8 @@ struct Activation {
   }
 };
 
-// The activation named by attribute `name_attr` (absent or "": none) with its parameters.
+// The activation named by attribute `name_attr` (absent or "": none) with its parameters, and
+// the clamp after it from the floats attribute `<name_attr>_clip` ([lo, hi]; absent: none).
 inline Result<Activation> read_activation(const ir::Node& node, const char* name_attr,
                                           const char* params_attr) {
   using K = Activation::Kind;
@@ -90,11 +98,16 @@ inline Result<Activation> read_activation(const ir::Node& node, const char* name
                                  {"Tanh", K::kTanh, 0}};
   const std::string name = node.attr_string(name_attr, "");
   const std::vector<float> params = node.attr_floats(params_attr);
+  const std::string clip_attr = std::string(name_attr) + "_clip";
+  const std::vector<float> clip = node.attr_floats(clip_attr);
   if (name.empty()) {
-    if (!params.empty())
-      return Status::error(std::string(params_attr) + " given without " + name_attr);
+    if (!params.empty() || !clip.empty())
+      return Status::error(std::string(params.empty() ? clip_attr : params_attr) +
+                           " given without " + name_attr);
     return Activation{};
   }
+  if (!clip.empty() && (clip.size() != 2 || !(clip[0] <= clip[1])))
+    return Status::error(clip_attr + " must be two bounds [lo, hi] with lo <= hi");
   for (const Known& k : kKnown) {
     if (name != k.name) continue;
     if (params.size() != k.params)
@@ -105,6 +118,7 @@ inline Result<Activation> read_activation(const ir::Node& node, const char* name
     a.kind = k.kind;
     if (!params.empty()) a.p0 = params[0];
     if (params.size() > 1) a.p1 = params[1];
+    if (!clip.empty()) a.lo = clip[0], a.hi = clip[1];
     return a;
   }
   return Status::error(std::string("unknown ") + name_attr + " '" + name + "'");
@@ -130,6 +144,8 @@ inline gemm::Epilogue gemm_epilogue(const Activation& act) {
   }
   e.p0 = static_cast<float>(act.p0);
   e.p1 = static_cast<float>(act.p1);
+  e.lo = static_cast<float>(act.lo);
+  e.hi = static_cast<float>(act.hi);
   return e;
 }
 

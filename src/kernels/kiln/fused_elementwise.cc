@@ -21,7 +21,9 @@ using ir::EltwiseOp;
 using ir::EltwiseStep;
 
 constexpr int64_t kBlock = 256;            // elements per block: 1 KiB, stays in L1 across steps
-constexpr int64_t kParallelMin = 1 << 16;  // below this, threads cost more than they save
+// Below this many element-steps (elements x steps), threads cost more than they save: a
+// 4-step chain over 53K elements took 90 us on one thread (Zen 2).
+constexpr int64_t kParallelMin = 1 << 16;
 constexpr int64_t kGrainBlocks = 32;       // 8K elements per task at least
 
 // How an input is read for a block of the output: one value, the same row-major layout as the
@@ -357,7 +359,8 @@ class FusedElementwise : public Kernel {
         run_block(c, start, std::min(kBlock, total - start), out);
       }
     };
-    if (ctx.pool != nullptr && total >= kParallelMin) {
+    const int64_t work = total * static_cast<int64_t>(c.steps.size() + 1);
+    if (ctx.pool != nullptr && work >= kParallelMin) {
       ctx.pool->parallel_for(blocks, kGrainBlocks, body);
     } else {
       body(0, blocks);

@@ -107,8 +107,11 @@ std::optional<double> scalar_constant(const GraphIndex& idx, const std::string& 
   return load_as_double(t->dtype(), t->raw_data(), 0);
 }
 
-std::optional<ActivationMatch> match_activation(const ir::Graph&, const GraphIndex& idx,
-                                                const std::string& v, const Taken& taken) {
+namespace {
+
+// The activation alone, without a clamp after it.
+std::optional<ActivationMatch> match_unclamped(const GraphIndex& idx, const std::string& v,
+                                               const Taken& taken) {
   if (const ir::Node* n = sole_consumer(idx, v, taken)) {
     auto act = unary_activation(idx, *n, v);
     if (!act) return std::nullopt;
@@ -147,6 +150,25 @@ std::optional<ActivationMatch> match_activation(const ir::Graph&, const GraphInd
     return m;
   }
   return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ActivationMatch> match_activation(const ir::Graph&, const GraphIndex& idx,
+                                                const std::string& v, const Taken& taken) {
+  auto m = match_unclamped(idx, v, taken);
+  if (!m) return m;
+  // A Clip after the activation (tf2onnx writes Max(LeakyRelu(x), -0.4), which clip-canonical
+  // makes a Clip): its bounds clamp the activation's result.
+  if (const ir::Node* n = sole_consumer(idx, m->output, taken)) {
+    auto clamp = unary_activation(idx, *n, m->output);
+    if (clamp && clamp->name == "Clip" && clamp->params[0] <= clamp->params[1]) {
+      m->act.clip = clamp->params;
+      m->nodes.push_back(n);
+      m->output = n->outputs[0];
+    }
+  }
+  return m;
 }
 
 std::optional<ResidualMatch> match_residual(const ir::Graph&, const GraphIndex& idx,
@@ -196,6 +218,7 @@ void add_activation_attrs(ir::Node& n, const Activation& act, const std::string&
                           const std::string& params_attr) {
   n.attrs.push_back(ir::Attribute::of_string(name_attr, act.name));
   if (!act.params.empty()) n.attrs.push_back(ir::Attribute::of_floats(params_attr, act.params));
+  if (!act.clip.empty()) n.attrs.push_back(ir::Attribute::of_floats(name_attr + "_clip", act.clip));
 }
 
 void add_epilogue_attrs(ir::Node& n, const EpilogueMatch& e) {

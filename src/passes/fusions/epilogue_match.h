@@ -21,6 +21,7 @@ struct Activation {
   std::string
       name;  // Relu, Clip, LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Silu, Gelu, GeluTanh, Tanh
   std::vector<float> params;
+  std::vector<float> clip;  // [lo, hi] of a Clip after it (`activation_clip`), or empty
 };
 
 // What a matcher found: the nodes it absorbs and the value the last of them produces.
@@ -67,8 +68,9 @@ const ir::Node* sole_consumer(const GraphIndex& idx, const std::string& v, const
 
 // An activation reading `v` (v read by nothing else): Relu, Clip (attributes or constant inputs),
 // LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Tanh, Gelu (ONNX or ai.kiln), v*Sigmoid(v) and
-// v*HardSigmoid(v) (1/6, 1/2). Other spellings of the hard activations (v*Clip(v+3, 0, 6)/6 ...)
-// are canonicalised to these by the hard-sigmoid-canonical pass before the fusions run.
+// v*HardSigmoid(v) (1/6, 1/2), with the Clip that alone reads its result, if one does, as its
+// clamp. Other spellings of the hard activations (v*Clip(v+3, 0, 6)/6 ...) are canonicalised to
+// these by the hard-sigmoid-canonical pass before the fusions run.
 std::optional<ActivationMatch> match_activation(const ir::Graph& g, const GraphIndex& idx,
                                                 const std::string& v, const Taken& taken);
 
@@ -83,7 +85,8 @@ std::optional<EpilogueMatch> match_epilogue(const ir::Graph& g, const GraphIndex
                                             const Types& types, const std::string& v,
                                             const Taken& taken);
 
-// Appends the `activation`/`activation_params` (or other-named) attributes for `act`.
+// Appends the `activation`/`activation_params`/`activation_clip` (or other-named) attributes for
+// `act`.
 void add_activation_attrs(ir::Node& n, const Activation& act,
                           const std::string& name_attr = "activation",
                           const std::string& params_attr = "activation_params");

@@ -45,7 +45,7 @@ std::optional<Layer> layer(const GraphIndex& idx, const ir::Node& n) {
   Layer l{n.inputs[0], n.inputs[1], n.has_input(2) ? n.inputs[2] : "", {}, w->dim(0), w->dim(1)};
   if (!l.b.empty() && !bias(idx, l.b, l.cols)) return std::nullopt;
   for (const auto& a : n.attrs) {
-    if (a.name == "activation" || a.name == "activation_params") {
+    if (a.name == "activation" || a.name == "activation_params" || a.name == "activation_clip") {
       l.act.push_back(a);
     } else if (a.name != "residual_before_activation") {  // meaningless without a residual
       return std::nullopt;

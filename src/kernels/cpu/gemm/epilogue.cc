@@ -44,7 +44,12 @@ void apply_epilogue(const Epilogue& e, float* c, int64_t ldc, int64_t i0, int64_
   const float* z = e.residual ? e.residual + i0 * e.ld_residual + j0 : nullptr;
   const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f), half = _mm256_set1_ps(0.5f);
   const __m256 p0 = _mm256_set1_ps(e.p0), p1 = _mm256_set1_ps(e.p1);
-  auto run = [&](auto f) { for_each_lane_block(e, c, ldc, z, rows, cols, f); };
+  auto run = [&](auto f) {
+    if (!e.clamped()) return for_each_lane_block(e, c, ldc, z, rows, cols, f);
+    const __m256 lo = _mm256_set1_ps(e.lo), hi = _mm256_set1_ps(e.hi);
+    for_each_lane_block(e, c, ldc, z, rows, cols,
+                        [&](__m256 x) { return _mm256_min_ps(_mm256_max_ps(f(x), lo), hi); });
+  };
   switch (e.activation) {
     case Act::kNone:
       return run([](__m256 x) { return x; });

@@ -25,13 +25,16 @@ struct Epilogue {
   };
   Activation activation = Activation::kNone;
   float p0 = 0.0f, p1 = 0.0f;
+  // A clamp of the activation's result, [-inf, inf] when there is none.
+  float lo = -__builtin_inff(), hi = __builtin_inff();
   // z, read at the same (row, col) as C with its own leading dimension, or null. The result is
   // act(y) + z, or act(y + z) when residual_first.
   const float* residual = nullptr;
   int64_t ld_residual = 0;
   bool residual_first = false;
 
-  bool empty() const { return activation == Activation::kNone && residual == nullptr; }
+  bool clamped() const { return lo > -__builtin_inff() || hi < __builtin_inff(); }
+  bool empty() const { return activation == Activation::kNone && !clamped() && residual == nullptr; }
 };
 
 // Applies `e` to the rows x cols block of C at c (row i0, column j0 of the whole C, which is

@@ -41,8 +41,8 @@ inline __m512 silu_avx512(__m512 x) {
       x, _mm512_add_ps(_mm512_set1_ps(1.0f), exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), x))));
 }
 
-// v[i] = act(v[i]) for i < count.
-inline void apply_activation(const kiln_ops::Activation& act, __m512* v, int count) {
+// v[i] = act(v[i]) for i < count, without act's clamp.
+inline void apply_unclamped(const kiln_ops::Activation& act, __m512* v, int count) {
   using K = kiln_ops::Activation::Kind;
   const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
   switch (act.kind) {
@@ -87,34 +87,47 @@ inline void apply_activation(const kiln_ops::Activation& act, __m512* v, int cou
       for (int i = 0; i < count; ++i) {
         alignas(64) float lanes[16];
         _mm512_store_ps(lanes, v[i]);
-        for (float& l : lanes) l = static_cast<float>(act(l));
+        for (float& l : lanes) l = static_cast<float>(act.unclamped(l));
         v[i] = _mm512_load_ps(lanes);
       }
       return;
   }
 }
 
+// act's clamp (a Clip absorbed after it) on v[i], i < count.
+[[gnu::always_inline]] inline void apply_clamp(const kiln_ops::Activation& act, __m512* v, int count) {
+  if (!act.clamped()) return;
+  const __m512 lo = _mm512_set1_ps(static_cast<float>(act.lo));
+  const __m512 hi = _mm512_set1_ps(static_cast<float>(act.hi));
+#pragma GCC unroll 8
+  for (int i = 0; i < count; ++i) v[i] = _mm512_min_ps(_mm512_max_ps(v[i], lo), hi);
+}
+
+// v[i] = act(v[i]) for i < count.
+inline void apply_activation(const kiln_ops::Activation& act, __m512* v, int count) {
+  apply_unclamped(act, v, count);
+  apply_clamp(act, v, count);
+}
+
 // apply_activation on a tile held in registers: Relu, Clip (mobilenet's) and SiLU
-// (efficientnet's) inline, the rest through apply_activation, which GCC leaves out of line with
-// the tile spilled around the call.
+// (efficientnet's) inline, the rest through apply_unclamped, which GCC leaves out of line with
+// the tile spilled around the call; then the clamp.
 template <int R>
 [[gnu::always_inline]] inline void activate_tile(const kiln_ops::Activation& act, __m512 (&acc)[R]) {
   using K = kiln_ops::Activation::Kind;
-  if (act.kind == K::kNone) return;
   if (act.kind == K::kRelu || act.kind == K::kClip) {
     const bool clip = act.kind == K::kClip;
     const __m512 lo = _mm512_set1_ps(clip ? static_cast<float>(act.p0) : 0.0f);
     const __m512 hi = _mm512_set1_ps(clip ? static_cast<float>(act.p1) : __builtin_inff());
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) acc[r] = _mm512_min_ps(_mm512_max_ps(acc[r], lo), hi);
-    return;
-  }
-  if (act.kind == K::kSilu) {  // efficientnet's
+  } else if (act.kind == K::kSilu) {  // efficientnet's
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) acc[r] = silu_avx512(acc[r]);
-    return;
+  } else if (act.kind != K::kNone) {
+    apply_unclamped(act, acc, R);
   }
-  apply_activation(act, acc, R);
+  apply_clamp(act, acc, R);
 }
 
 }  // namespace kiln::nchwc

@@ -87,15 +87,21 @@ inline void finish(const Job& j, const Tile& t, __m256* v, float* y) {
 }
 
 // How a tile reads X: blocked with stride 1 (the pixels' offsets are constants), blocked with any
-// stride, or plain NCHW with C <= 8 channels (the RGB stem: one step per channel and tap).
-enum class Input { kBlockedUnit, kBlocked, kPlain };
+// stride, plain NCHW with C <= 8 channels (the RGB stem: one step per channel and tap), or
+// blocked with the tile's pixels running on across output rows (rows too narrow for a full
+// tile: a 2-pixel row is a 2 x 2 tile, 4 accumulators, latency-bound): each pixel's offset in X
+// then has a register of its own, while in Y the pixels stay consecutive.
+enum class Input { kBlockedUnit, kBlocked, kPlain, kAcrossRows };
 
-// R output pixels of output row oh from column ow; x: input block cb0 of the tile's image.
+// R output pixels of output row oh from column ow (kAcrossRows: output pixels ow.. of the image
+// in row-major order, oh unused); x: input block cb0 of the tile's image.
 template <int B, int R, Input kIn>
 void tile(const Job& j, const Tile& t, int64_t oh, int64_t ow) {
   constexpr bool kPlain = kIn == Input::kPlain;
+  constexpr bool kAcross = kIn == Input::kAcrossRows;
   constexpr int kLanes = kPlain ? 1 : kBlock;  // input lanes per step
   const BlockedConvShape& s = j.s;
+  if constexpr (kAcross) oh = 0;
   float* y = j.y + (t.n * s.mb + t.mb0) * j.out_plane + (oh * s.ow + ow) * kBlock;
   // Every b and r loop is unrolled by pragma: left to itself GCC unrolls them after it has
   // decided to keep acc in memory, and stores every accumulator after every FMA (measured: 1.15x
@@ -110,7 +116,20 @@ void tile(const Job& j, const Tile& t, int64_t oh, int64_t ow) {
                              : _mm256_setzero_ps();
   const int64_t xstep = kIn == Input::kBlockedUnit ? kBlock : s.sw * kLanes;
   const int64_t w_block = j.w_block;
-  const float* x = j.x + (t.n * s.cb + t.cb0) * j.in_plane + (oh * s.sh * s.w + ow * s.sw) * kLanes;
+  const float* x = j.x + (t.n * s.cb + t.cb0) * j.in_plane;
+  int64_t pixel[R];  // offset of each pixel's first tap in x, in floats
+  if constexpr (kAcross) {
+    int64_t ph = ow / s.ow, pw = ow % s.ow;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      pixel[r] = (ph * s.sh * s.w + pw * s.sw) * kBlock;
+      if (++pw == s.ow) pw = 0, ++ph;
+    }
+  } else {
+    x += (oh * s.sh * s.w + ow * s.sw) * kLanes;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) pixel[r] = r * xstep;
+  }
   const float* w = j.w + (t.mb0 * s.cb + t.cb0) * s.kh * s.kw * kBlock * kBlock;
   const int64_t* xo = j.steps->x.data();
   const int64_t* wo = j.steps->w.data();
@@ -125,7 +144,7 @@ void tile(const Job& j, const Tile& t, int64_t oh, int64_t ow) {
       for (int b = 0; b < B; ++b) wv[b] = _mm256_loadu_ps(wp + b * w_block + ci * kBlock);
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
-        const __m256 xv = _mm256_broadcast_ss(xp + r * xstep + ci);
+        const __m256 xv = _mm256_broadcast_ss(xp + pixel[r] + ci);
 #pragma GCC unroll 8
         for (int b = 0; b < B; ++b) acc[b][r] = _mm256_fmadd_ps(xv, wv[b], acc[b][r]);
       }
@@ -176,14 +195,16 @@ void fill_steps(const BlockedConvShape& s, int64_t in_plane, int64_t blocks, Ste
         }
 }
 
-// Output pixels [ow_begin, ow_end) of row oh, output blocks [mb0, mb0 + B), input blocks
-// [cb0, cb1), in tiles of equal width: 7 pixels are 4 + 3, not 6 + 1 (a 1-pixel tile loads its
-// weights for 2 FMAs).
-void row(const Job& j, int b, const Tile& t, int64_t oh, int64_t ow_begin, int64_t ow_end) {
+// Output pixels [ow_begin, ow_end) of row oh (across_rows: of the image, rows running on),
+// output blocks [mb0, mb0 + B), input blocks [cb0, cb1), in tiles of equal width: 7 pixels are
+// 4 + 3, not 6 + 1 (a 1-pixel tile loads its weights for 2 FMAs).
+void row(const Job& j, int b, const Tile& t, int64_t oh, int64_t ow_begin, int64_t ow_end,
+         bool across_rows) {
   const BlockedConvShape& s = j.s;
-  const TileTable& tiles = s.plain_channels > 0 ? kTiles<Input::kPlain>
-                           : s.sw == 1           ? kTiles<Input::kBlockedUnit>
-                                                 : kTiles<Input::kBlocked>;
+  const TileTable& tiles = across_rows            ? kTiles<Input::kAcrossRows>
+                           : s.plain_channels > 0 ? kTiles<Input::kPlain>
+                           : s.sw == 1            ? kTiles<Input::kBlockedUnit>
+                                                  : kTiles<Input::kBlocked>;
   const int64_t count = (ow_end - ow_begin + kMaxR[b] - 1) / kMaxR[b];
   const int64_t width = (ow_end - ow_begin + count - 1) / count;
   for (int64_t ow = ow_begin; ow < ow_end; ow += width)
@@ -248,6 +269,10 @@ void blocked_conv_dense_avx2(const BlockedConvShape& shape, const float* x, cons
     units = std::max(units, std::min((s.ow + 11) / 12, (want_tasks + s.n * groups - 1) / (s.n * groups)));
     unit_px = (s.ow + units - 1) / units;
   }
+  // Rows of at most half a tile (the late layers of small-image CNNs) are tiled as one run of
+  // pixels across rows: 1.5x on 96 -> 96 channels at 10 x 2 (Zen 2, one thread), where 4-pixel
+  // rows measured 10 % slower across rows than row by row.
+  const bool across_rows = !pointwise && !plain && 2 * s.ow <= kMaxR[kMaxB];
   const int64_t wanted_splits = std::clamp<int64_t>((want_tasks + s.n * units - 1) / (s.n * units), 1, groups);
   const int64_t groups_per_task = (groups + wanted_splits - 1) / wanted_splits;
   const int64_t splits = (groups + groups_per_task - 1) / groups_per_task;  // none of them empty
@@ -264,7 +289,8 @@ void blocked_conv_dense_avx2(const BlockedConvShape& shape, const float* x, cons
         const int64_t mb0 = g * kMaxB;
         const int b = static_cast<int>(std::min<int64_t>(kMaxB, s.mb - mb0));
         const Tile tl{n, mb0, cb0, std::min(s.cb, cb0 + chunk), cb0 == 0, cb0 + chunk >= s.cb};
-        for (int64_t oh = oh0; oh < oh1; ++oh) row(j, b, tl, oh, ow0, ow1);
+        if (across_rows) return row(j, b, tl, 0, oh0 * s.ow, oh1 * s.ow, true);
+        for (int64_t oh = oh0; oh < oh1; ++oh) row(j, b, tl, oh, ow0, ow1, false);
       };
       const int64_t chunk_end = std::max<int64_t>(s.cb, 1);  // cb 0: one pass, bias only
       if (pointwise) {

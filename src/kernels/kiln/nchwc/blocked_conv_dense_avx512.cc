@@ -112,7 +112,7 @@ template <int P, int R, class V, class F>
 }
 
 // The activation on the tile: the piecewise-linear ones and SiLU in registers, the rest through
-// apply_activation on a copy (their math outweighs the copy).
+// apply_unclamped on a copy (their math outweighs the copy); then the activation's clamp.
 template <class Reg, int P, int R>
 [[gnu::always_inline]] inline void activate(const kiln_ops::Activation& act,
                                             typename Reg::V (&acc)[P][R]) {
@@ -120,27 +120,31 @@ template <class Reg, int P, int R>
   using V = typename Reg::V;
   switch (act.kind) {
     case K::kNone:
-      return;
+      break;
     case K::kRelu:
       for_each(acc, [&](V& v, int, int) { v = Reg::max(v, Reg::zero()); });
-      return;
+      break;
     case K::kClip: {
       const V lo = Reg::set1(static_cast<float>(act.p0)), hi = Reg::set1(static_cast<float>(act.p1));
       for_each(acc, [&](V& v, int, int) { v = Reg::min(Reg::max(v, lo), hi); });
-      return;
+      break;
     }
     case K::kSilu:  // efficientnet's epilogue: its math in registers too, for the zmm tiles
       if constexpr (sizeof(V) == sizeof(__m512)) {  // a pair tile, not the lone block
         for_each(acc, [&](V& v, int, int) { v = silu_avx512(v); });
-        return;
+        break;
       }
       [[fallthrough]];
     default: {
       V v[P * R];
       for_each(acc, [&](V& a, int p, int r) { v[p * R + r] = a; });
-      apply_activation(act, v, P * R);
+      apply_unclamped(act, v, P * R);
       for_each(acc, [&](V& a, int p, int r) { a = v[p * R + r]; });
     }
+  }
+  if (act.clamped()) {
+    const V lo = Reg::set1(static_cast<float>(act.lo)), hi = Reg::set1(static_cast<float>(act.hi));
+    for_each(acc, [&](V& v, int, int) { v = Reg::min(Reg::max(v, lo), hi); });
   }
 }
 
