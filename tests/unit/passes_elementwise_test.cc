@@ -362,6 +362,10 @@ TEST(FusedElementwiseKernel, InnerDimRepeatedOverTheNextIsPeriodic) {
                     {0, 1, 0},
                     {}});
   expect_bit_exact({{3, 4, 9, 5}, {{4, 1, 5}, {1, 9, 1}}, {"Sub", "Mul"}, {1, 2}, {1, 0}, {}});
+  // Periods of whole vectors (copied a vector at a time): 24 starts a 256-element block 16
+  // elements into a period, and 16 with a scalar-tail output size.
+  expect_bit_exact({{2, 3, 5, 7, 24}, {{1, 3, 1, 1, 24}}, {"Mul", "Relu"}, {1, -1}, {1, 0}, {}});
+  expect_bit_exact({{3, 2, 3, 16}, {{2, 1, 16}, {1}}, {"Add", "Mul"}, {1, 2}, {0, 0}, {}});
 }
 
 TEST(FusedElementwiseKernel, LargeOddSizeRunsInParallel) {

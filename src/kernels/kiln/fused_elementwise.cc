@@ -69,8 +69,20 @@ Operand make_operand(const Tensor& t, const Shape& out, int64_t out_numel) {
 }
 
 // out[k] = src[(phase + k) % period] for k < n: the first partial period, then copies of what
-// is already written, doubling.
+// is already written, doubling. A period of whole 8-lane vectors from a vector's start (the
+// per-channel operand of a blocked value: period 8) goes a vector at a time, with no memcpy
+// calls (they were most of a 4-step BN-LeakyRelu chain's time).
 void periodic_copy(const float* src, int64_t period, int64_t phase, int64_t n, float* out) {
+  if (period % 8 == 0 && phase % 8 == 0) {
+    int64_t k = 0;
+    for (int64_t j = phase; k + 8 <= n; k += 8) {
+      _mm256_storeu_ps(out + k, _mm256_loadu_ps(src + j));
+      j += 8;
+      if (j == period) j = 0;
+    }
+    for (; k < n; ++k) out[k] = src[(phase + k) % period];
+    return;
+  }
   const int64_t head = std::min(n, period - phase);
   std::memcpy(out, src + phase, static_cast<size_t>(head) * sizeof(float));
   int64_t k = head;

@@ -258,8 +258,12 @@ void blocked_conv_dense_avx2(const BlockedConvShape& shape, const float* x, cons
     units = (s.ow + widest - 1) / widest;
     unit_px = (s.ow + units - 1) / units;  // units of equal width: 196 pixels are 98 + 98, not 168 + 28
   } else {
+    // A unit streams all the weights once, so past L2's share they set its size instead: fcn's
+    // 2048 -> 512 3x3 at 64x64 (38 MB of weights, a 270 KB input row) took a unit per output
+    // row and read its weights from memory 64 times (138 -> 162-166 GFLOP/s as one unit, Zen 2).
     const int64_t row_bytes = s.sh * s.w * s.cb * lane_bytes;
-    unit_rows = std::clamp<int64_t>(kUnitInputBytes / std::max<int64_t>(row_bytes, 1), 1, s.oh);
+    const int64_t weight_bytes = s.mb * j.w_block * int64_t{sizeof(float)};
+    unit_rows = std::clamp<int64_t>(std::max(kUnitInputBytes, weight_bytes) / std::max<int64_t>(row_bytes, 1), 1, s.oh);
     units = (s.oh + unit_rows - 1) / unit_rows;
   }
   const int64_t want_tasks = threads == 1 ? 1 : 8 * threads;
