@@ -415,5 +415,114 @@ TEST(FusedElementwiseKernel, BadAttributesAreErrors) {
   EXPECT_TRUE(fails(bad));
 }
 
+// ---- ai.kiln.ConcatElementwise: X0 read from the parts of a Concat ----
+
+// The chain case c with its X0 the Concat of inputs p0, p1, ... of `parts` along `axis`: the
+// unfused model (a Concat node feeding the steps) and the fused node.
+std::pair<ir::Model, ir::Model> concat_models(const ChainCase& c, const std::vector<Shape>& parts,
+                                              int64_t axis) {
+  auto with_parts = [&](ir::Model m) {
+    m.graph.inputs.erase(m.graph.inputs.begin());  // x0
+    std::vector<ir::ValueInfo> ins;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      Builder b;
+      b.input(numbered('p', i), parts[i]);
+      ins.push_back(b.m.graph.inputs[0]);
+    }
+    m.graph.inputs.insert(m.graph.inputs.begin(), ins.begin(), ins.end());
+    return m;
+  };
+  ir::Model unfused = with_parts(unfused_model(c));
+  ir::Node concat;
+  concat.op_type = "Concat";
+  concat.name = "concat";
+  for (size_t i = 0; i < parts.size(); ++i) concat.inputs.push_back(numbered('p', i));
+  concat.outputs = {"x0"};
+  concat.attrs.push_back(ir::Attribute::of_int("axis", axis));
+  unfused.graph.nodes.insert(unfused.graph.nodes.begin(), concat);
+  ir::Model fused = with_parts(fused_model(c));
+  ir::Node& f = fused.graph.nodes.at(0);
+  f.op_type = "ConcatElementwise";
+  f.inputs.erase(f.inputs.begin());
+  f.inputs.insert(f.inputs.begin(), concat.inputs.begin(), concat.inputs.end());
+  f.attrs.push_back(ir::Attribute::of_int("x0_parts", static_cast<int64_t>(parts.size())));
+  f.attrs.push_back(ir::Attribute::of_int("x0_axis", axis));
+  return {unfused, fused};
+}
+
+void expect_concat_bit_exact(const ChainCase& c, const std::vector<Shape>& parts, int64_t axis) {
+  auto [unfused, fused] = concat_models(c, parts, axis);
+  Builder feeds_from;
+  std::vector<Tensor> feeds;
+  for (const Shape& s : parts) feeds.push_back(feeds_from.random(s, -3, 3));
+  for (const Shape& s : c.extra) feeds.push_back(feeds_from.random(s, -3, 3));
+  const std::vector<Value> want = run_model(unfused, feeds), got = run_model(fused, feeds);
+  ASSERT_EQ(want.size(), 1u);
+  ASSERT_EQ(got.size(), 1u);
+  const Tensor& a = want[0].tensor;
+  const Tensor& b = got[0].tensor;
+  ASSERT_EQ(a.shape(), b.shape());
+  for (int64_t i = 0; i < a.numel(); ++i)
+    ASSERT_EQ(a.data<float>()[i], b.data<float>()[i]) << "element " << i;
+}
+
+TEST(ConcatElementwiseKernel, PartsInterleavedOverOuterDims) {
+  // Axis 1 of a batch of 2 (the parts interleave per image), parts of 3, 1 and 4 channels of
+  // 5x7 (runs that straddle the 256-element blocks), a per-channel operand and the X0 read twice.
+  const ChainCase c{{2, 8, 5, 7}, {{1, 8, 1, 1}}, {"Mul", "Relu", "Add"}, {1, -1, 0}, {0, 0, 1}, {}};
+  expect_concat_bit_exact(c, {{2, 3, 5, 7}, {2, 1, 5, 7}, {2, 4, 5, 7}}, 1);
+  // Axis 0 (one piece a part), and the last axis (pieces of a few elements).
+  expect_concat_bit_exact({{5, 9}, {{9}}, {"Sub"}, {1}, {1}, {}}, {{2, 9}, {3, 9}}, 0);
+  expect_concat_bit_exact({{6, 11}, {}, {"Tanh"}, {-1}, {0}, {}}, {{6, 4}, {6, 7}}, 1);
+}
+
+TEST(ConcatElementwiseKernel, BadPartsAreErrors) {
+  const ChainCase c{{2, 8, 3}, {}, {"Relu"}, {-1}, {0}, {}};
+  auto fails = [](const ir::Model& m, std::vector<Shape> shapes) {
+    auto s = Session::create(std::make_shared<const ir::Model>(m));
+    if (!s.is_ok()) return true;
+    std::vector<Value> in;
+    for (const Shape& sh : shapes) in.push_back(Value::of(Tensor::make(DType::kFloat32, sh).value()));
+    return !(*s)->run(in).is_ok();
+  };
+  ir::Model fused = concat_models(c, {{2, 3, 3}, {2, 5, 3}}, 1).second;
+  EXPECT_FALSE(fails(fused, {{2, 3, 3}, {2, 5, 3}}));
+  EXPECT_TRUE(fails(fused, {{2, 3, 3}, {2, 5, 4}}));  // the parts differ off the axis
+  EXPECT_TRUE(fails(fused, {{2, 3, 3}, {2, 5}}));     // and in rank
+  for (int64_t parts : {0, 3}) {
+    ir::Model bad = fused;
+    for (auto& a : bad.graph.nodes[0].attrs)
+      if (a.name == "x0_parts") a = ir::Attribute::of_int("x0_parts", parts);
+    EXPECT_TRUE(fails(bad, {{2, 3, 3}, {2, 5, 3}})) << "x0_parts " << parts;
+  }
+  ir::Model bad = fused;
+  for (auto& a : bad.graph.nodes[0].attrs)
+    if (a.name == "x0_axis") a = ir::Attribute::of_int("x0_axis", 3);
+  EXPECT_TRUE(fails(bad, {{2, 3, 3}, {2, 5, 3}}));
+}
+
+// The pass: a Concat read only by a chain fuses into it; one read by anything else stays.
+TEST(ConcatElementwiseFusion, ConcatReadOnlyByTheChain) {
+  for (bool shared : {false, true}) {
+    Builder b;
+    b.input("a", {1, 3, 4, 4});
+    b.input("c", {1, 5, 4, 4});
+    b.add("Concat", {"a", "c"}, {"x"}, {test::attr_i("axis", -3)});
+    b.floats("scale", {8, 1, 1}, {1, 2, 3, 4, 5, 6, 7, 8});
+    b.add("Mul", {"x", "scale"}, {"m"});
+    b.add("Relu", {"m"}, {"y"});
+    b.output("y");
+    if (shared) b.output("x");
+    ir::Model m = b.m;
+    ASSERT_TRUE(run_pass(m, "elementwise-fusion").is_ok());
+    ASSERT_TRUE(run_pass(m, "concat-elementwise").is_ok());
+    const std::vector<std::string> want =
+        shared ? std::vector<std::string>{"Concat", "FusedElementwise"}
+               : std::vector<std::string>{"ConcatElementwise"};
+    EXPECT_EQ(test::op_types(m), want);
+    test::expect_same_outputs(b.m, m, {b.random({1, 3, 4, 4}), b.random({1, 5, 4, 4})}, 0);
+  }
+}
+
 }  // namespace
 }  // namespace kiln

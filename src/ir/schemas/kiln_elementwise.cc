@@ -92,6 +92,17 @@ Result<std::vector<EltwiseStep>> decode_fused_elementwise(const Node& n, size_t 
   return steps;
 }
 
+Result<ConcatParts> decode_concat_parts(const Node& n, size_t num_inputs, int64_t rank) {
+  ConcatParts c{n.attr_int("x0_parts", 0), n.attr_int("x0_axis", -1)};
+  if (c.parts < 1 || c.parts > static_cast<int64_t>(num_inputs))
+    return Status::error("ConcatElementwise `x0_parts` must be 1 to the input count " +
+                         std::to_string(num_inputs) + ", got " + std::to_string(c.parts));
+  if (c.axis < 0 || c.axis >= rank)
+    return Status::error("ConcatElementwise `x0_axis` must be 0 to " + std::to_string(rank - 1) +
+                         " (X0's rank less 1), got " + std::to_string(c.axis));
+  return c;
+}
+
 namespace schemas::kiln_elementwise {
 
 // Y: float32, the numpy broadcast of every input.
@@ -115,6 +126,46 @@ Outputs infer_fused_elementwise(InferContext& ctx) {
   return one(tensor_type(DType::kFloat32, std::move(**b)));
 }
 
+// Y: float32, the broadcast of X0 (the Concat of the first x0_parts inputs) and the rest.
+Outputs infer_concat_elementwise(InferContext& ctx) {
+  if (ctx.num_inputs() == 0 || !ctx.has_input(0)) return ctx.error("ConcatElementwise needs its inputs");
+  const TypeInfo& first = ctx.input(0);
+  if (first.kind != TypeInfo::Kind::kTensor || !first.has_shape)
+    return one(tensor_type_unranked(DType::kFloat32));
+  auto parts = decode_concat_parts(ctx.node, ctx.num_inputs(), static_cast<int64_t>(first.shape.size()));
+  if (!parts) return ctx.error(parts.status().message());
+  auto steps = decode_fused_elementwise(ctx.node, parts->chain_inputs(ctx.num_inputs()));
+  if (!steps) return ctx.error(steps.status().message());
+  std::vector<Dim> x0 = first.shape;
+  std::vector<TypeInfo> chain;  // X0, then the other inputs
+  for (size_t i = 0; i < ctx.num_inputs(); ++i) {
+    if (!ctx.has_input(i)) return ctx.error("input " + std::to_string(i) + " is missing");
+    const TypeInfo& t = ctx.input(i);
+    if (t.kind != TypeInfo::Kind::kTensor || !t.has_shape) return one(tensor_type_unranked(DType::kFloat32));
+    if (t.dtype != DType::kUndefined && t.dtype != DType::kFloat32)
+      return ctx.error("input " + std::to_string(i) + " must be float32, got " + dtype_name(t.dtype));
+    if (i == 0 || i >= static_cast<size_t>(parts->parts)) {
+      if (i > 0) chain.push_back(t);
+      continue;
+    }
+    if (t.shape.size() != x0.size()) return ctx.error("the parts of X0 differ in rank");
+    for (size_t d = 0; d < x0.size(); ++d) {
+      if (static_cast<int64_t>(d) == parts->axis) {
+        x0[d] = x0[d].known() && t.shape[d].known() ? Dim{x0[d].value + t.shape[d].value, ""} : Dim{};
+      } else if (x0[d].known() && t.shape[d].known() && x0[d].value != t.shape[d].value) {
+        return ctx.error("the parts of X0 differ in dim " + std::to_string(d));
+      }
+    }
+  }
+  chain.insert(chain.begin(), tensor_type(DType::kFloat32, std::move(x0)));
+  std::vector<const TypeInfo*> ts;
+  for (const TypeInfo& t : chain) ts.push_back(&t);
+  auto b = broadcast_shapes(ts);
+  if (!b) return ctx.error(b.status().message());
+  if (!b->has_value()) return one(tensor_type_unranked(DType::kFloat32));
+  return one(tensor_type(DType::kFloat32, std::move(**b)));
+}
+
 // One flop per step per output element (what the unfused nodes count); bytes are the inputs read
 // once and the output written once, which is the point of the fusion.
 Cost cost_fused_elementwise(const InferContext& ctx, const std::vector<TypeInfo>& outs) {
@@ -128,6 +179,10 @@ KILN_REGISTER_OP_SCHEMA("ai.kiln",
                                   .elementwise = true,
                                   .broadcast = Broadcast::kMultidirectional}),
                         "FusedElementwise");
+
+KILN_REGISTER_OP_SCHEMA("ai.kiln",
+                        (OpSchema{.infer = infer_concat_elementwise, .cost = cost_fused_elementwise}),
+                        "ConcatElementwise");
 
 }  // namespace schemas::kiln_elementwise
 }  // namespace kiln::ir

@@ -47,4 +47,15 @@ struct EltwiseStep {
 // FusedElementwise node with `num_inputs` inputs; the error says which attribute is wrong.
 Result<std::vector<EltwiseStep>> decode_fused_elementwise(const Node& n, size_t num_inputs);
 
+// ai.kiln.ConcatElementwise: a FusedElementwise whose X0 is the Concat of its first `parts`
+// inputs along `axis` (attributes `x0_parts`, `x0_axis`); the chain's inputs 1, 2, ... are the
+// node's inputs parts, parts + 1, ... (`operands` count X0 as input 0).
+struct ConcatParts {
+  int64_t parts = 1, axis = 0;
+  // The chain's input count for a node of `num_inputs` inputs.
+  size_t chain_inputs(size_t num_inputs) const { return num_inputs - static_cast<size_t>(parts) + 1; }
+};
+// Reads and checks x0_parts (1 to num_inputs) and x0_axis (0 to rank - 1).
+Result<ConcatParts> decode_concat_parts(const Node& n, size_t num_inputs, int64_t rank);
+
 }  // namespace kiln::ir

@@ -1,6 +1,6 @@
-// Kernel of ai.kiln.FusedElementwise: a chain of elementwise steps run over the output in blocks
-// held in a stack buffer, one tight (vectorizable) loop per step, so the inputs are read once and
-// the output written once. Each step computes exactly what kiln's kernel of its op computes
+// Kernel of ai.kiln.FusedElementwise (and ConcatElementwise, whose X0 it reads from the parts of
+// a Concat): a chain of elementwise steps run over the output in blocks held in a stack buffer,
+// one tight (vectorizable) loop per step, so the inputs are read once and the output written once. Each step computes exactly what kiln's kernel of its op computes
 // (Relu, Sigmoid, Tanh, Exp and Erf on 8 lanes, as those kernels do for float32), so the result
 // is bit-identical to running the ops one by one.
 #include <immintrin.h>
@@ -31,19 +31,29 @@ constexpr int64_t kGrainBlocks = 32;       // 8K elements per task at least
 // A broadcast whose innermost dim repeats over the next one (a [C/8, 1, 1, 8] operand of a
 // blocked [N, C/8, H, W, 8] value) reads as one periodic dim: `period` > 0, element i of that
 // dim at data[i % period].
+// kConcat (ConcatElementwise's X0, of the output's shape): the output in row-major order is, for
+// each index of the dims before the Concat's axis, piece[0] elements of parts[0], then piece[1]
+// of parts[1], ...
 struct Operand {
-  enum class Kind { kScalar, kFull, kBroadcast } kind;
-  const float* data;
+  enum class Kind { kScalar, kFull, kBroadcast, kConcat } kind = Kind::kScalar;
+  const float* data = nullptr;
   Shape dims, strides;  // kBroadcast: collapsed output dims, input strides (0: broadcast)
   int64_t period = 0;
+  std::vector<const float*> parts;  // kConcat
+  std::vector<int64_t> piece;       // kConcat: each part's elements per index before the axis
+  int64_t row = 0;                  // kConcat: the sum of piece
 };
 
 Operand make_operand(const Tensor& t, const Shape& out, int64_t out_numel) {
   const float* p = t.data<float>();
-  if (t.numel() == 1) return {Operand::Kind::kScalar, p, {}, {}};
+  Operand o;
+  o.data = p;
+  o.kind = Operand::Kind::kScalar;
+  if (t.numel() == 1) return o;
   // Shapes that broadcast with equal sizes differ only by 1-dims: the layouts are the same.
-  if (t.numel() == out_numel) return {Operand::Kind::kFull, p, {}, {}};
-  Operand o{Operand::Kind::kBroadcast, p, {}, {}};
+  o.kind = Operand::Kind::kFull;
+  if (t.numel() == out_numel) return o;
+  o.kind = Operand::Kind::kBroadcast;
   const Shape st = broadcast_strides(t.shape(), out);
   for (size_t d = 0; d < out.size(); ++d) {
     if (out[d] == 1) continue;
@@ -101,6 +111,21 @@ void periodic_copy(const float* src, int64_t period, int64_t phase, int64_t n, f
 // Writes elements [start, start + n) of `o` broadcast to the output into dst, a run of the
 // innermost collapsed dim at a time (a fill, a copy, a periodic copy, or a strided read).
 void gather(const Operand& o, int64_t start, int64_t n, float* dst) {
+  if (o.kind == Operand::Kind::kConcat) {
+    int64_t outer = start / o.row, w = start % o.row;
+    size_t j = 0;
+    while (w >= o.piece[j]) w -= o.piece[j++];
+    for (int64_t done = 0; done < n;) {
+      const int64_t run = std::min(o.piece[j] - w, n - done);
+      std::memcpy(dst + done, o.parts[j] + outer * o.piece[j] + w, static_cast<size_t>(run) * sizeof(float));
+      done += run;
+      w += run;
+      if (w < o.piece[j]) continue;
+      w = 0;
+      if (++j == o.parts.size()) j = 0, ++outer;
+    }
+    return;
+  }
   if (o.kind == Operand::Kind::kScalar) {
     std::fill(dst, dst + n, o.data[0]);
     return;
@@ -334,34 +359,74 @@ void run_block(const Chain& c, int64_t start, int64_t n, float* out) {
 }
 
 // The chain is decoded from the node's attributes once, and its operand list reused, so that a
-// run allocates nothing.
+// run allocates nothing. `concat`: ai.kiln.ConcatElementwise, whose X0 is the Concat of its first
+// x0_parts inputs.
 class FusedElementwise : public Kernel {
  public:
+  explicit FusedElementwise(bool concat) : concat_(concat) {}
+
   Status run(KernelContext& ctx) override {
     if (ctx.num_inputs() == 0) return ctx.error("FusedElementwise needs at least one input");
-    Shape shape;
     for (size_t i = 0; i < ctx.num_inputs(); ++i) {
       if (!ctx.has_input(i) || !ctx.value(i).is_tensor() || !ctx.input(i).defined())
         return ctx.error("input " + std::to_string(i) + " is missing or not a tensor");
       if (ctx.input(i).dtype() != DType::kFloat32)
         return ctx.error("input " + std::to_string(i) + " must be float32, got " +
                          dtype_name(ctx.input(i).dtype()));
+    }
+    ir::ConcatParts parts;
+    Shape x0 = ctx.input(0).shape();
+    if (concat_) {
+      auto p = ir::decode_concat_parts(ctx.node, ctx.num_inputs(), static_cast<int64_t>(x0.size()));
+      if (!p) return ctx.error(p.status().message());
+      parts = *p;
+      for (int64_t i = 1; i < parts.parts; ++i) {
+        const Shape& t = ctx.input(static_cast<size_t>(i)).shape();
+        if (t.size() != x0.size()) return ctx.error("the parts of X0 differ in rank");
+        for (size_t d = 0; d < x0.size(); ++d)
+          if (static_cast<int64_t>(d) != parts.axis && t[d] != x0[d])
+            return ctx.error("the parts of X0 differ in dim " + std::to_string(d) + ": " +
+                             shape_str(x0) + " and " + shape_str(t));
+        x0[static_cast<size_t>(parts.axis)] += t[static_cast<size_t>(parts.axis)];
+      }
+    }
+    // Chain input i is node input i + first - 1 (i >= 1).
+    const size_t first = static_cast<size_t>(parts.parts), chain = parts.chain_inputs(ctx.num_inputs());
+    Shape shape = x0;
+    for (size_t i = first; i < ctx.num_inputs(); ++i) {
       auto b = broadcast_shapes(shape, ctx.input(i).shape());
       if (!b) return ctx.error(b.status().message());
       shape = std::move(b).value();
     }
-    if (decoded_inputs_ != ctx.num_inputs()) {
-      auto steps = ir::decode_fused_elementwise(ctx.node, ctx.num_inputs());
+    if (concat_ && shape != x0)
+      return ctx.error("X0, the Concat of the first inputs, " + shape_str(x0) +
+                       ", must have the output's shape " + shape_str(shape));
+    if (decoded_inputs_ != chain) {
+      auto steps = ir::decode_fused_elementwise(ctx.node, chain);
       if (!steps) return ctx.error(steps.status().message());
       chain_.steps = std::move(steps).value();
-      decoded_inputs_ = ctx.num_inputs();
+      decoded_inputs_ = chain;
     }
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, shape));
     const int64_t total = y->numel();
     if (total == 0) return Status::ok();
-    chain_.inputs.resize(ctx.num_inputs());
-    for (size_t i = 0; i < ctx.num_inputs(); ++i)
-      chain_.inputs[i] = make_operand(ctx.input(i), shape, total);
+    chain_.inputs.resize(chain);
+    if (concat_) {
+      Operand& o = chain_.inputs[0];
+      o.kind = Operand::Kind::kConcat;
+      o.parts.clear();
+      o.piece.clear();
+      int64_t inner = 1;  // elements per index of the axis
+      for (size_t d = static_cast<size_t>(parts.axis) + 1; d < x0.size(); ++d) inner *= x0[d];
+      for (size_t i = 0; i < first; ++i) {
+        o.parts.push_back(ctx.input(i).data<float>());
+        o.piece.push_back(ctx.input(i).shape()[static_cast<size_t>(parts.axis)] * inner);
+      }
+      o.row = x0[static_cast<size_t>(parts.axis)] * inner;
+    } else {
+      chain_.inputs[0] = make_operand(ctx.input(0), shape, total);
+    }
+    for (size_t i = 1; i < chain; ++i) chain_.inputs[i] = make_operand(ctx.input(i + first - 1), shape, total);
     const Chain& c = chain_;
     float* out = y->data<float>();
     const int64_t blocks = (total + kBlock - 1) / kBlock;
@@ -381,15 +446,18 @@ class FusedElementwise : public Kernel {
   }
 
  private:
+  bool concat_;
   Chain chain_;
   size_t decoded_inputs_ = 0;  // 0: not decoded yet
 };
 
+template <bool kConcat>
 Result<std::unique_ptr<Kernel>> create(const ir::Node&, int64_t) {
-  return std::unique_ptr<Kernel>(std::make_unique<FusedElementwise>());
+  return std::unique_ptr<Kernel>(std::make_unique<FusedElementwise>(kConcat));
 }
 
-const KernelRegistrar kRegistrar("ai.kiln", "FusedElementwise", "ref", create);
+const KernelRegistrar kRegistrar("ai.kiln", "FusedElementwise", "ref", create<false>);
+const KernelRegistrar kConcatRegistrar("ai.kiln", "ConcatElementwise", "ref", create<true>);
 
 }  // namespace
 
