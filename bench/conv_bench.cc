@@ -55,6 +55,7 @@ const Layer kLayers[] = {
     {"fcn_1x1_512to2048_64", 512, 2048, 64, 1, 1, 0},
     {"fcn_head_3x3_2048to512_64", 2048, 512, 64, 3, 1, 1},  // big weights: 38 MB
     {"mobilenet_stem_3x3s2_3to32_224", 3, 32, 224, 3, 2, 1, true},
+    {"mobilenet_v3_stem_3x3s2_3to16_224", 3, 16, 224, 3, 2, 1, true},  // one output-block group
     {"mobilenet_1x1_16to96_112", 16, 96, 112, 1, 1, 0},
     {"mobilenet_1x1_96to24_56", 96, 24, 56, 1, 1, 0},
     {"mobilenet_1x1_24to144_56", 24, 144, 56, 1, 1, 0},

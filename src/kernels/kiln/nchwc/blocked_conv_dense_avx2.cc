@@ -267,6 +267,12 @@ void blocked_conv_dense_avx2(const BlockedConvShape& shape, const float* x, cons
     units = (s.oh + unit_rows - 1) / unit_rows;
   }
   const int64_t want_tasks = threads == 1 ? 1 : 8 * threads;
+  if (!pointwise && s.n * units * groups < want_tasks) {
+    // Few output-block groups (mobilenet_v3's 16-channel stem has one): shorter units, so that
+    // the tasks share out evenly (the stem ran as 5 tasks on 2 threads).
+    unit_rows = std::max<int64_t>(1, s.oh / ((want_tasks + s.n * groups - 1) / (s.n * groups)));
+    units = (s.oh + unit_rows - 1) / unit_rows;
+  }
   if (pointwise && s.n * units * groups < want_tasks) {
     // A small image (7x7, 14x14): narrower units, down to two tiles, so that the tasks share
     // out evenly (mobilenet_v2's 960->160 at 7x7 was 5 tasks on 2 threads).
