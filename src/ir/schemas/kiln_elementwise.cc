@@ -1,8 +1,10 @@
-// Schema of ai.kiln.FusedElementwise (a chain of elementwise steps evaluated in one loop) and the
-// decoding of its step attributes. Semantics are in docs/ops.md.
+// Schemas of ai.kiln.FusedElementwise (a chain of elementwise steps evaluated in one loop) and
+// ConcatElementwise (the same on a Concat's parts), and the decoding of their attributes.
+// Semantics are in docs/ops.md.
 #include "ir/schemas/kiln_elementwise.h"
 
 #include <array>
+#include <optional>
 
 #include "ir/schemas/common.h"
 
@@ -104,12 +106,11 @@ Result<ConcatParts> decode_concat_parts(const Node& n, size_t num_inputs, int64_
 }
 
 namespace schemas::kiln_elementwise {
+namespace {
 
-// Y: float32, the numpy broadcast of every input.
-Outputs infer_fused_elementwise(InferContext& ctx) {
-  auto steps = decode_fused_elementwise(ctx.node, ctx.num_inputs());
-  if (!steps) return ctx.error(steps.status().message());
-  std::vector<const TypeInfo*> ts;
+// Every input given and float32 (or of unknown dtype): nullopt; else what the op infers, an error
+// naming the first bad input, or an unranked float32 when an input is not a tensor.
+std::optional<Outputs> check_inputs(InferContext& ctx) {
   for (size_t i = 0; i < ctx.num_inputs(); ++i) {
     if (!ctx.has_input(i)) return ctx.error("input " + std::to_string(i) + " is missing");
     const TypeInfo& t = ctx.input(i);
@@ -117,8 +118,12 @@ Outputs infer_fused_elementwise(InferContext& ctx) {
     if (t.dtype != DType::kUndefined && t.dtype != DType::kFloat32)
       return ctx.error("input " + std::to_string(i) + " must be float32, got " +
                        dtype_name(t.dtype));
-    ts.push_back(&t);
   }
+  return std::nullopt;
+}
+
+// Y: float32, the numpy broadcast of `ts` (unranked when a shape is unknown).
+Outputs broadcast_output(InferContext& ctx, const std::vector<const TypeInfo*>& ts) {
   if (ts.empty()) return ctx.error("FusedElementwise needs at least one input");
   auto b = broadcast_shapes(ts);
   if (!b) return ctx.error(b.status().message());
@@ -126,44 +131,44 @@ Outputs infer_fused_elementwise(InferContext& ctx) {
   return one(tensor_type(DType::kFloat32, std::move(**b)));
 }
 
+}  // namespace
+
+// Y: float32, the numpy broadcast of every input.
+Outputs infer_fused_elementwise(InferContext& ctx) {
+  auto steps = decode_fused_elementwise(ctx.node, ctx.num_inputs());
+  if (!steps) return ctx.error(steps.status().message());
+  if (auto early = check_inputs(ctx)) return *early;
+  std::vector<const TypeInfo*> ts;
+  for (size_t i = 0; i < ctx.num_inputs(); ++i) ts.push_back(&ctx.input(i));
+  return broadcast_output(ctx, ts);
+}
+
 // Y: float32, the broadcast of X0 (the Concat of the first x0_parts inputs) and the rest.
 Outputs infer_concat_elementwise(InferContext& ctx) {
-  if (ctx.num_inputs() == 0 || !ctx.has_input(0)) return ctx.error("ConcatElementwise needs its inputs");
-  const TypeInfo& first = ctx.input(0);
-  if (first.kind != TypeInfo::Kind::kTensor || !first.has_shape)
-    return one(tensor_type_unranked(DType::kFloat32));
-  auto parts = decode_concat_parts(ctx.node, ctx.num_inputs(), static_cast<int64_t>(first.shape.size()));
+  if (auto early = check_inputs(ctx)) return *early;
+  if (ctx.num_inputs() == 0) return ctx.error("ConcatElementwise needs its inputs");
+  for (size_t i = 0; i < ctx.num_inputs(); ++i)
+    if (!ctx.input(i).has_shape) return one(tensor_type_unranked(DType::kFloat32));
+  TypeInfo x0 = ctx.input(0);
+  auto parts = decode_concat_parts(ctx.node, ctx.num_inputs(), static_cast<int64_t>(x0.shape.size()));
   if (!parts) return ctx.error(parts.status().message());
   auto steps = decode_fused_elementwise(ctx.node, parts->chain_inputs(ctx.num_inputs()));
   if (!steps) return ctx.error(steps.status().message());
-  std::vector<Dim> x0 = first.shape;
-  std::vector<TypeInfo> chain;  // X0, then the other inputs
-  for (size_t i = 0; i < ctx.num_inputs(); ++i) {
-    if (!ctx.has_input(i)) return ctx.error("input " + std::to_string(i) + " is missing");
-    const TypeInfo& t = ctx.input(i);
-    if (t.kind != TypeInfo::Kind::kTensor || !t.has_shape) return one(tensor_type_unranked(DType::kFloat32));
-    if (t.dtype != DType::kUndefined && t.dtype != DType::kFloat32)
-      return ctx.error("input " + std::to_string(i) + " must be float32, got " + dtype_name(t.dtype));
-    if (i == 0 || i >= static_cast<size_t>(parts->parts)) {
-      if (i > 0) chain.push_back(t);
-      continue;
-    }
-    if (t.shape.size() != x0.size()) return ctx.error("the parts of X0 differ in rank");
-    for (size_t d = 0; d < x0.size(); ++d) {
+  for (size_t i = 1; i < static_cast<size_t>(parts->parts); ++i) {
+    const std::vector<Dim>& part = ctx.input(i).shape;
+    if (part.size() != x0.shape.size()) return ctx.error("the parts of X0 differ in rank");
+    for (size_t d = 0; d < part.size(); ++d) {
+      Dim& x = x0.shape[d];
       if (static_cast<int64_t>(d) == parts->axis) {
-        x0[d] = x0[d].known() && t.shape[d].known() ? Dim{x0[d].value + t.shape[d].value, ""} : Dim{};
-      } else if (x0[d].known() && t.shape[d].known() && x0[d].value != t.shape[d].value) {
+        x = x.known() && part[d].known() ? Dim{x.value + part[d].value, ""} : Dim{};
+      } else if (x.known() && part[d].known() && x.value != part[d].value) {
         return ctx.error("the parts of X0 differ in dim " + std::to_string(d));
       }
     }
   }
-  chain.insert(chain.begin(), tensor_type(DType::kFloat32, std::move(x0)));
-  std::vector<const TypeInfo*> ts;
-  for (const TypeInfo& t : chain) ts.push_back(&t);
-  auto b = broadcast_shapes(ts);
-  if (!b) return ctx.error(b.status().message());
-  if (!b->has_value()) return one(tensor_type_unranked(DType::kFloat32));
-  return one(tensor_type(DType::kFloat32, std::move(**b)));
+  std::vector<const TypeInfo*> ts{&x0};
+  for (size_t i = static_cast<size_t>(parts->parts); i < ctx.num_inputs(); ++i) ts.push_back(&ctx.input(i));
+  return broadcast_output(ctx, ts);
 }
 
 // One flop per step per output element (what the unfused nodes count); bytes are the inputs read

@@ -1,8 +1,9 @@
 // Kernel of ai.kiln.FusedElementwise (and ConcatElementwise, whose X0 it reads from the parts of
 // a Concat): a chain of elementwise steps run over the output in blocks held in a stack buffer,
-// one tight (vectorizable) loop per step, so the inputs are read once and the output written once. Each step computes exactly what kiln's kernel of its op computes
-// (Relu, Sigmoid, Tanh, Exp and Erf on 8 lanes, as those kernels do for float32), so the result
-// is bit-identical to running the ops one by one.
+// one tight (vectorizable) loop per step, so the inputs are read once and the output written
+// once. Each step computes exactly what kiln's kernel of its op computes (Relu, Sigmoid, Tanh,
+// Exp and Erf on 8 lanes, as those kernels do for float32), so the result is bit-identical to
+// running the ops one by one.
 #include <immintrin.h>
 
 #include <algorithm>

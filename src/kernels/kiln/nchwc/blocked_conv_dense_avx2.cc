@@ -94,14 +94,13 @@ inline void finish(const Job& j, const Tile& t, __m256* v, float* y) {
 enum class Input { kBlockedUnit, kBlocked, kPlain, kAcrossRows };
 
 // R output pixels of output row oh from column ow (kAcrossRows: output pixels ow.. of the image
-// in row-major order, oh unused); x: input block cb0 of the tile's image.
+// in row-major order, oh 0); x: input block cb0 of the tile's image.
 template <int B, int R, Input kIn>
 void tile(const Job& j, const Tile& t, int64_t oh, int64_t ow) {
   constexpr bool kPlain = kIn == Input::kPlain;
   constexpr bool kAcross = kIn == Input::kAcrossRows;
   constexpr int kLanes = kPlain ? 1 : kBlock;  // input lanes per step
   const BlockedConvShape& s = j.s;
-  if constexpr (kAcross) oh = 0;
   float* y = j.y + (t.n * s.mb + t.mb0) * j.out_plane + (oh * s.ow + ow) * kBlock;
   // Every b and r loop is unrolled by pragma: left to itself GCC unrolls them after it has
   // decided to keep acc in memory, and stores every accumulator after every FMA (measured: 1.15x
