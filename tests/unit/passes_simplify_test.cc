@@ -2,7 +2,6 @@
 // redundant-ops, transpose-matmul, fold-batchnorm): the structure each leaves, and the same numbers before and after.
 #include <gtest/gtest.h>
 
-#include "core/cpu_features.h"
 #include "pass_test_util.h"
 
 namespace kiln {
@@ -560,7 +559,6 @@ ir::Model quantized_conv(const Tensor& w_scale) {
 }
 
 TEST(DynamicQuantFloat, ConvIntegerChainBecomesConvOnDequantizedWeights) {
-  if (cpu_features().avx512_vnni) GTEST_SKIP() << "a VNNI CPU keeps the 8-bit conv";
   const ir::Model before = quantized_conv(Tensor::scalar<float>(DType::kFloat32, 0.02f));
   ir::Model after = before;
   auto n = test::run_pass(after, "dynamic-quant-float");
