@@ -34,6 +34,7 @@ constexpr double kTolOfScale = 1e-5;
 
 struct Case {
   int64_t n, c, m, h, w, pt, pl, pb, pr;
+  int64_t dh = 1, dw = 1;  // dilations
 };
 
 const Case kCases[] = {
@@ -48,6 +49,9 @@ const Case kCases[] = {
     {1, 16, 16, 3, 2, 2, 2, 2, 2},      // pads wider than the 3x3 reach: all-zero edge patches
     {1, 24, 16, 1, 1, 1, 1, 1, 1},      // 1x1 image
     {1, 33, 31, 23, 17, 1, 1, 1, 1},    // 6 x 5 tiles, both tails
+    {1, 16, 24, 13, 11, 2, 2, 2, 2, 2, 2},  // dilation 2: 4 phases of uneven sizes
+    {1, 16, 16, 9, 14, 4, 4, 4, 4, 4, 4},   // dilation 4: phases of 2-4 pixels, empty tiles
+    {2, 12, 20, 17, 10, 1, 3, 2, 0, 3, 2},  // dilations 3 x 2, uneven pads
 };
 
 struct Errors {
@@ -83,8 +87,10 @@ Operands make_operands(const Case& c) {
   s.kh = s.kw = 3;
   s.pt = c.pt;
   s.pl = c.pl;
-  s.oh = c.h + c.pt + c.pb - 2;
-  s.ow = c.w + c.pl + c.pr - 2;
+  s.dh = c.dh;
+  s.dw = c.dw;
+  s.oh = c.h + c.pt + c.pb - 2 * c.dh;
+  s.ow = c.w + c.pl + c.pr - 2 * c.dw;
   s.channels = c.m;
   // Padding lanes zero, as ReorderToBlocked and the nchwc-layout pass make them.
   o.x = random_floats(s.n * s.cb * s.h * s.w * 8, rng);
@@ -107,7 +113,7 @@ Errors check(const Case& c, int64_t tile, const nchwc::WinogradGemmKernel& kerne
              bool residual, bool residual_first, ThreadPool* pool, const WinogradTuning& tuning) {
   SCOPED_TRACE(::testing::Message()
                << "F(" << tile << "x" << tile << ") " << kernel.name << " n" << c.n << " c" << c.c << " m" << c.m << " " << c.h << "x"
-               << c.w << " pads " << c.pt << c.pl << c.pb << c.pr << " act"
+               << c.w << " pads " << c.pt << c.pl << c.pb << c.pr << " dilations " << c.dh << c.dw << " act"
                << static_cast<int>(act) << " z" << residual << residual_first << " threads "
                << (pool ? pool->threads() : 1) << " chunk " << tuning.chunk_tiles << " splits "
                << tuning.m_splits);
@@ -233,7 +239,10 @@ TEST(WinogradConv, TakesTheConvsItPaysFor) {
   EXPECT_FALSE(prepare(16, 64, {}).ready);  // too few input channels
   EXPECT_FALSE(prepare(64, 8, {}).ready);   // too few output channels
   EXPECT_FALSE(prepare(64, 64, {attr_ints("strides", {2, 2})}).ready);
-  EXPECT_FALSE(prepare(64, 64, {attr_ints("dilations", {2, 2})}).ready);
+  // Dilated: Winograd on the interleaved grids, the dense weights kept for small images.
+  const Prepared dilated = prepare(64, 64, {attr_ints("dilations", {2, 2})});
+  EXPECT_TRUE(dilated.ready);
+  EXPECT_TRUE(dilated.keeps_dense);
   EXPECT_FALSE(prepare(64, 64, {attr_i("group", 64)}).ready);
   const Prepared not_constant = prepare(64, 64, {}, false);
   EXPECT_FALSE(not_constant.ready);

@@ -101,7 +101,8 @@ struct Job {
   const BlockedEpilogue& e;
   float* y;
   int64_t tile;                         // output pixels per tile side: 4 or 2
-  int64_t tiles_w, image_tiles, tiles;  // per row, per image, in all
+  int64_t tiles_w, phase_tiles;         // per row and per phase of one image
+  int64_t image_tiles, tiles;           // per image (every phase), in all
   __m256 tail_keep;                     // real lanes of the last output block
   bool has_tail;
 };
@@ -110,9 +111,22 @@ struct TilePos {
   int64_t n, row, col;  // image, first output row and column
 };
 
+// A dilated conv is dh x dw convs of dilation 1 on interleaved grids (the phases: the output
+// pixels row % dh, col % dw, and the inputs they read), so a tile's pixels and its patch's are
+// dh rows and dw columns apart: tiles run phase by phase, then row by row.
 TilePos tile_pos(const Job& j, int64_t t) {
-  const int64_t r = t % j.image_tiles;
-  return {t / j.image_tiles, r / j.tiles_w * j.tile, r % j.tiles_w * j.tile};
+  const int64_t r = t % j.image_tiles, phase = r / j.phase_tiles, q = r % j.phase_tiles;
+  const BlockedConvShape& s = j.s;
+  return {t / j.image_tiles, phase / s.dw + q / j.tiles_w * j.tile * s.dh,
+          phase % s.dw + q % j.tiles_w * j.tile * s.dw};
+}
+
+// Tiles per row and per column of one phase.
+int64_t phase_tiles_w(const BlockedConvShape& s, int64_t tile) {
+  return ((s.ow + s.dw - 1) / s.dw + tile - 1) / tile;
+}
+int64_t phase_tiles_h(const BlockedConvShape& s, int64_t tile) {
+  return ((s.oh + s.dh - 1) / s.dh + tile - 1) / tile;
 }
 
 // V[xi][cb][i][8] for the `count` tiles from t0.
@@ -126,15 +140,17 @@ void transform_input(const Job& j, int64_t t0, int64_t count, float* v) {
       const TilePos p = tile_pos(j, t0 + i);
       const int64_t ih0 = p.row - s.pt, iw0 = p.col - s.pl;
       const float* xp = j.x + (p.n * s.cb + cb) * plane + (ih0 * s.w + iw0) * kBlock;
+      const int64_t row_step = s.dh * s.w * kBlock, col_step = s.dw * kBlock;
       __m256 d[kP][kP];
-      if (ih0 >= 0 && ih0 + kP <= s.h && iw0 >= 0 && iw0 + kP <= s.w) {
+      if (ih0 >= 0 && ih0 + (kP - 1) * s.dh < s.h && iw0 >= 0 && iw0 + (kP - 1) * s.dw < s.w) {
         for (int a = 0; a < kP; ++a)
-          for (int b = 0; b < kP; ++b) d[a][b] = _mm256_loadu_ps(xp + (a * s.w + b) * kBlock);
+          for (int b = 0; b < kP; ++b) d[a][b] = _mm256_loadu_ps(xp + a * row_step + b * col_step);
       } else {
         for (int a = 0; a < kP; ++a)
           for (int b = 0; b < kP; ++b) {
-            const bool inside = ih0 + a >= 0 && ih0 + a < s.h && iw0 + b >= 0 && iw0 + b < s.w;
-            d[a][b] = inside ? _mm256_loadu_ps(xp + (a * s.w + b) * kBlock) : _mm256_setzero_ps();
+            const int64_t ih = ih0 + a * s.dh, iw = iw0 + b * s.dw;
+            const bool inside = ih >= 0 && ih < s.h && iw >= 0 && iw < s.w;
+            d[a][b] = inside ? _mm256_loadu_ps(xp + a * row_step + b * col_step) : _mm256_setzero_ps();
           }
       }
       __m256 t[kP][kP], col[kP], out[kP];
@@ -161,8 +177,11 @@ void transform_output(const Job& j, int64_t t0, int64_t count, int64_t mb0, int6
   const int64_t plane = s.oh * s.ow * kBlock, point = count * ldm;
   for (int64_t i = 0; i < count; ++i) {
     const TilePos p = tile_pos(j, t0 + i);
-    const int rows = static_cast<int>(std::min<int64_t>(kTile, s.oh - p.row));
-    const int cols = static_cast<int>(std::min<int64_t>(kTile, s.ow - p.col));
+    // The tile's pixels inside Y (a phase's last tiles can hold none).
+    const int rows = static_cast<int>(std::min<int64_t>(kTile, (s.oh - p.row + s.dh - 1) / s.dh));
+    const int cols = static_cast<int>(std::min<int64_t>(kTile, (s.ow - p.col + s.dw - 1) / s.dw));
+    if (rows <= 0 || cols <= 0) continue;
+    const int64_t row_step = s.dh * s.ow * kBlock, col_step = s.dw * kBlock;
     for (int64_t mb = mb0; mb < mb1; ++mb) {
       const float* mp = m + i * ldm + (mb - mb0) * kBlock;
       __m256 q[kP], t[kTile][kP], o[kPixels];
@@ -183,19 +202,19 @@ void transform_output(const Job& j, int64_t t0, int64_t count, int64_t mb0, int6
         for (int a = 0; a < rows; ++a)
           for (int b = 0; b < cols; ++b)
             o[a * kTile + b] =
-                _mm256_add_ps(o[a * kTile + b], _mm256_loadu_ps(z + (a * s.ow + b) * kBlock));
+                _mm256_add_ps(o[a * kTile + b], _mm256_loadu_ps(z + a * row_step + b * col_step));
       apply_activation(j.e.act, o, kPixels);
       if (z && !j.e.residual_first)
         for (int a = 0; a < rows; ++a)
           for (int b = 0; b < cols; ++b)
             o[a * kTile + b] =
-                _mm256_add_ps(o[a * kTile + b], _mm256_loadu_ps(z + (a * s.ow + b) * kBlock));
+                _mm256_add_ps(o[a * kTile + b], _mm256_loadu_ps(z + a * row_step + b * col_step));
       if (j.has_tail && mb == s.mb - 1)
         for (__m256& v : o) v = _mm256_and_ps(v, j.tail_keep);
       float* yp = j.y + at;
       for (int a = 0; a < rows; ++a)
         for (int b = 0; b < cols; ++b)
-          _mm256_storeu_ps(yp + (a * s.ow + b) * kBlock, o[a * kTile + b]);
+          _mm256_storeu_ps(yp + a * row_step + b * col_step, o[a * kTile + b]);
     }
   }
 }
@@ -247,11 +266,11 @@ void run_task(const Job& j, int64_t t0, int64_t count, int64_t p0, int64_t p1) {
 
 bool winograd_fits(const BlockedConvShape& s) {
   return !s.depthwise && s.plain_channels == 0 && s.kh == 3 && s.kw == 3 && s.sh == 1 &&
-         s.sw == 1 && s.dh == 1 && s.dw == 1;
+         s.sw == 1 && s.dh >= 1 && s.dw >= 1;
 }
 
 int64_t winograd_tiles(const BlockedConvShape& s, int64_t tile) {
-  return s.n * ((s.oh + tile - 1) / tile) * ((s.ow + tile - 1) / tile);
+  return s.n * s.dh * s.dw * phase_tiles_h(s, tile) * phase_tiles_w(s, tile);
 }
 
 WinogradSplit winograd_split(const BlockedConvShape& s, const WinogradWeights& w, int64_t threads,
@@ -307,10 +326,10 @@ bool winograd_pays(const BlockedConvShape& s, const WinogradWeights& w, int64_t 
 void blocked_conv_winograd(const BlockedConvShape& s, const float* x, const WinogradWeights& w,
                            const BlockedEpilogue& e, float* y, ThreadPool* pool,
                            const WinogradTuning& tuning) {
-  const int64_t tiles_h = (s.oh + w.tile() - 1) / w.tile();
-  const int64_t tiles_w = (s.ow + w.tile() - 1) / w.tile();
+  const int64_t tiles_w = phase_tiles_w(s, w.tile()), phase_tiles = phase_tiles_h(s, w.tile()) * tiles_w;
   const int64_t rem = s.channels % kBlock;
-  const Job j{s, x, w, e, y, w.tile(), tiles_w, tiles_h * tiles_w, s.n * tiles_h * tiles_w,
+  const Job j{s, x, w, e, y, w.tile(), tiles_w, phase_tiles, s.dh * s.dw * phase_tiles,
+              winograd_tiles(s, w.tile()),
               _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(rem)),
                                                      _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))),
               rem != 0};

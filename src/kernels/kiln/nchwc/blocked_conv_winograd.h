@@ -1,5 +1,5 @@
-// Winograd F(4x4, 3x3) and F(2x2, 3x3) for ai.kiln.BlockedConv (group 1, 3x3, stride 1,
-// dilation 1): each m x m output tile is A^T [ (G g G^T) . (B^T d B) ] A over an (m+2)^2 input
+// Winograd F(4x4, 3x3) and F(2x2, 3x3) for ai.kiln.BlockedConv (group 1, 3x3, stride 1, any
+// dilation): each m x m output tile is A^T [ (G g G^T) . (B^T d B) ] A over an (m+2)^2 input
 // patch d, so the 9 m^2 multiplies per tile and channel pair of the direct convolution become
 // (m+2)^2 (36 for m = 4: 4x fewer; 16 for m = 2: 2.25x), done as that many independent GEMMs
 //   M[xi] (tiles x Cout) = V[xi] (tiles x Cin) * U[xi] (Cin x Cout).
@@ -90,7 +90,7 @@ void blocked_conv_winograd(const BlockedConvShape& s, const float* x, const Wino
                            const BlockedEpilogue& e, float* y, ThreadPool* pool,
                            const WinogradTuning& tuning = {});
 
-// A blocked (not plain), dense, 3x3, stride-1, dilation-1 convolution.
+// A blocked (not plain), dense, 3x3, stride-1 convolution (any dilation).
 bool winograd_fits(const BlockedConvShape& s);
 
 // How a call splits into tasks: `chunks` chunks of `chunk` tiles, each cut into `splits` tasks
@@ -132,6 +132,7 @@ class BlockedConvWinograd {
 
  private:
   bool candidate_ = false;  // the attributes allow it
+  bool dilated_ = false;
   bool keeps_dense_ = false;
   std::unique_ptr<const WinogradWeights> weights_;
 };

@@ -35,6 +35,17 @@ int64_t tile_for(int64_t cb, int64_t mb) {
   return 36 * cb * mb * kBlock * kBlock * int64_t{sizeof(float)} <= kMaxF4WeightBytes ? 4 : 2;
 }
 
+bool all_ones(const ir::Node& node, const char* name) {
+  for (int64_t v : node.attr_ints(name))
+    if (v != 1) return false;
+  return true;
+}
+bool positive(const ir::Node& node, const char* name) {
+  for (int64_t v : node.attr_ints(name))
+    if (v < 1) return false;
+  return true;
+}
+
 }  // namespace
 
 const std::vector<WinogradGemmKernel>& winograd_gemm_kernels() {
@@ -90,18 +101,13 @@ WinogradWeights::WinogradWeights(const float* w, int64_t mb, int64_t cb, int64_t
 bool BlockedConvWinograd::fits_node(const ir::Node& node) {
   const char* off = std::getenv("KILN_DISABLE_WINOGRAD");
   if (off != nullptr && *off != '\0' && std::string(off) != "0") return false;
-  auto all_ones = [&](const char* name) {
-    for (int64_t v : node.attr_ints(name))
-      if (v != 1) return false;
-    return true;
-  };
   const std::vector<int64_t> kernel = node.attr_ints("kernel_shape");
-  return node.attr_int("group", 1) == 1 && all_ones("strides") && all_ones("dilations") &&
+  return node.attr_int("group", 1) == 1 && all_ones(node, "strides") && positive(node, "dilations") &&
          (kernel.empty() || kernel == std::vector<int64_t>{3, 3});
 }
 
 BlockedConvWinograd::BlockedConvWinograd(const ir::Node& node, bool allowed)
-    : candidate_(allowed && fits_node(node)) {}
+    : candidate_(allowed && fits_node(node)), dilated_(!all_ones(node, "dilations")) {}
 
 Status BlockedConvWinograd::prepare(const std::vector<const Tensor*>& constants,
                                     std::vector<bool>& absorbed) {
@@ -116,9 +122,10 @@ Status BlockedConvWinograd::prepare(const std::vector<const Tensor*>& constants,
   if (kernels.empty()) return Status::ok();
   weights_ = std::make_unique<const WinogradWeights>(w.data<float>(), w.dim(0), w.dim(1),
                                                      tile_for(w.dim(1), w.dim(0)), kernels.front());
-  // A U too big to stay cached loses to the direct kernel on large images (winograd_pays): the
-  // dense weights stay for those runs. Otherwise run() never falls back to the direct kernel.
-  keeps_dense_ = winograd_weights_stream(*weights_);
+  // A U too big to stay cached loses to the direct kernel on large images, and a dilated conv's
+  // tiles on a small image are mostly padding (winograd_pays): the dense weights stay for those
+  // runs. Otherwise run() never falls back to the direct kernel.
+  keeps_dense_ = dilated_ || winograd_weights_stream(*weights_);
   if (!keeps_dense_) absorbed[1] = true;
   return Status::ok();
 }
