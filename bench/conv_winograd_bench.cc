@@ -2,7 +2,7 @@
 // it) vs Winograd F(4x4, 3x3) and
 // F(2x2, 3x3) (blocked_conv_winograd, per micro-kernel), in effective GFLOP/s: the direct
 // convolution's FLOPs over the time, so all are comparable. Layers: resnet50's four 3x3 stages,
-// and smaller channel counts that decide Winograd's channel threshold. Batch 1, pad 1, bias+Relu.
+// smaller channel counts that decide Winograd's channel threshold, and wide ones whose U streams. Batch 1, pad 1, bias+Relu.
 //   kiln_bench_conv_winograd [--benchmark_filter=...]
 //   KILN_BENCH_WINOGRAD=chunk_tiles,m_splits,l2_bytes forces the task split (for tuning it).
 //   KILN_BENCH_COLD=1 evicts the caches before every timed call, as a model's other layers do:
@@ -113,7 +113,10 @@ struct Layer {
 // resnet50's 3x3 stride-1 convs (counts per model: 3, 4, 6, 3 at batch 1), then smaller ones.
 const Layer kLayers[] = {{64, 64, 56},  {128, 128, 28}, {256, 256, 14}, {512, 512, 7},
                          {32, 32, 56},  {16, 16, 56},   {24, 24, 56},   {32, 64, 28},
-                         {64, 64, 7}};
+                         {64, 64, 7},
+                         // U past the caches over many tiles (the point-major order): a 640 ->
+                         // 256 at 16x16, resnet's 512 -> 512 at 32x32, FCN's 2048 -> 512 head.
+                         {640, 256, 16}, {512, 512, 32}, {2048, 512, 64}};
 
 int register_all() {
   for (const Layer& l : kLayers)

@@ -116,7 +116,7 @@ Errors check(const Case& c, int64_t tile, const nchwc::WinogradGemmKernel& kerne
                << c.w << " pads " << c.pt << c.pl << c.pb << c.pr << " dilations " << c.dh << c.dw << " act"
                << static_cast<int>(act) << " z" << residual << residual_first << " threads "
                << (pool ? pool->threads() : 1) << " chunk " << tuning.chunk_tiles << " splits "
-               << tuning.m_splits);
+               << tuning.m_splits << " point-major group " << tuning.point_major_group);
   const Operands o = make_operands(c);
   const BlockedConvShape& s = o.s;
   BlockedEpilogue e;
@@ -195,6 +195,20 @@ TEST(WinogradConv, ForcedSplitsMatchReference) {
         }
 }
 
+TEST(WinogradConv, PointMajorOrderMatchesReference) {
+  ThreadPool pool(2);
+  for (const auto& kernel : nchwc::winograd_gemm_kernels())
+    for (int64_t tile : {4, 2}) {
+      Errors e;
+      for (const Case& c : {kCases[1], kCases[7], kCases[10], kCases[12], kCases[13]})
+        // Groups of 2 chunks of 3 tiles (a short last chunk and group), and one group of all.
+        for (WinogradTuning t : {WinogradTuning{3, 0, 0, 2}, WinogradTuning{0, 0, 0, 1000}})
+          for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool})
+            e.add(check(c, tile, kernel, K::kRelu, true, false, p, t));
+      print("point-major", e);
+    }
+}
+
 TEST(WinogradConv, EveryActivation) {
   const Case c{1, 10, 11, 6, 7, 1, 1, 1, 1};
   ThreadPool pool(2);
@@ -266,19 +280,25 @@ TEST(WinogradConv, AnUncachedUStepsAsideWhereItWouldStreamOften) {
   using test::attr_ints;
   const auto& kernels = nchwc::winograd_gemm_kernels();
   ASSERT_FALSE(kernels.empty());
-  // resnet50's 512 -> 512: U of F(2x2) is 16 MiB, past what stays cached, so W is kept too.
+  // resnet50's 512 -> 512: U of F(2x2) is 16 MiB, past what stays cached, so W is kept too, and
+  // U streams either way: F(4x4), for the large images.
   const Prepared deep = prepare(512, 512, {attr_ints("pads", {1, 1, 1, 1})});
   EXPECT_TRUE(deep.ready);
   EXPECT_TRUE(deep.keeps_dense);
   EXPECT_FALSE(deep.absorbed);
+  EXPECT_EQ(deep.tile, 4);
   EXPECT_FALSE(prepare(64, 64, {}).keeps_dense);
   std::vector<float> w(512 / 8 * 512 / 8 * 9 * 64, 0.5f);
   const nchwc::WinogradWeights big(w.data(), 64, 64, 2, kernels.front());
   EXPECT_TRUE(nchwc::winograd_weights_stream(big));
   // 7x7 (16 tiles): one chunk streams U once, little more than the direct kernel's W.
   EXPECT_TRUE(nchwc::winograd_pays(square_shape(1, 512, 512, 7), big, 2));
-  // 64x64 (1024 tiles): U streamed once per chunk of a few tiles costs more than F(2x2) saves.
-  EXPECT_FALSE(nchwc::winograd_pays(square_shape(1, 512, 512, 64), big, 2));
+  // F(4x4)'s 36 MiB U over its 4 tiles of 7x7 streams for little saved; at 64x64 (256 tiles, in
+  // the point-major order) once per group of chunks, for 4x fewer flops.
+  const nchwc::WinogradWeights big4(w.data(), 64, 64, 4, kernels.front());
+  EXPECT_FALSE(nchwc::winograd_pays(square_shape(1, 512, 512, 7), big4, 2));
+  EXPECT_TRUE(nchwc::winograd_pays(square_shape(1, 512, 512, 64), big4, 2));
+  EXPECT_TRUE(nchwc::winograd_pays(square_shape(1, 512, 512, 64), big, 2));
   // A U that stays cached always pays.
   std::vector<float> w64(64 / 8 * 64 / 8 * 9 * 64, 0.5f);
   const nchwc::WinogradWeights small(w64.data(), 8, 8, 4, kernels.front());
@@ -342,15 +362,16 @@ TEST(WinogradConv, OptimizedModelMatchesPlainConvs) {
 }
 
 TEST(WinogradConv, KeptDenseWeightsRunWhereWinogradDoesNotPay) {
-  // 640 -> 256: U of F(2x2) is 10 MiB, so W stays. At 16x16 (64 tiles, 8 chunks) the direct
-  // kernel runs, bit for bit what it gives with Winograd off; at 8x8 (one chunk) Winograd does.
+  // 640 -> 256: U of F(2x2) is 10 MiB, so F(4x4) and W stays. At 4x4 (one tile) the direct
+  // kernel runs, bit for bit what it gives with Winograd off; at 16x16 (16 tiles, point-major)
+  // Winograd does.
   test::Builder b;
   b.input_dims("x", {test::num(1), test::num(640), test::sym("h"), test::sym("w")});
   b.conv("x", "y", 640, 256);
   b.output("y");
   const ir::Model optimized = optimized_o3(b.m);
   ASSERT_EQ(test::histogram(optimized)["BlockedConv"], 1);
-  for (const int64_t hw : {16, 8}) {
+  for (const int64_t hw : {4, 16}) {
     SCOPED_TRACE(hw);
     ThreeRuns r;
     ASSERT_NO_FATAL_FAILURE(run_three(b.m, optimized, {b.random({1, 640, hw, hw})}, &r));
@@ -362,7 +383,7 @@ TEST(WinogradConv, KeptDenseWeightsRunWhereWinogradDoesNotPay) {
       ASSERT_LE(std::fabs(p - q), 1e-2f * std::max(1.0f, std::fabs(p))) << "element " << i;
       same_as_direct = same_as_direct && q == r.direct.data<float>()[i];
     }
-    EXPECT_EQ(same_as_direct, hw == 16);
+    EXPECT_EQ(same_as_direct, hw == 4);
   }
 }
 

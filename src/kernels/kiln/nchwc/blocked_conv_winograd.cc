@@ -27,14 +27,11 @@ namespace {
 // One task's transformed input and products (bytes): about half of Zen 4's 1 MiB L2 (measured
 // by bench/conv_winograd_bench.cc: 256-768 KiB within noise on resnet50's layers).
 constexpr int64_t kDefaultL2Bytes = 512 * 1024;
-// U past this many bytes is not kept by the caches between chunks (2 cores' L2 and a share of
-// L3), and streaming a byte of it from memory costs about as long as this many flops of the
-// GEMMs (2-core AVX2/AVX-512 peaks of 190-340 GFLOP/s over 20-40 GB/s). FCN's 3x3 2048 -> 512
-// head at 64x64 streamed its 67 MB U 128 times: 784 ms against the direct kernel's 384
-// (Xeon family 6 model 207, 2 threads); resnet50's 512 -> 512 at 7x7 (16.7 MB, one chunk) keeps
-// Winograd, 1.64-1.90 ms against 2.08-2.27 for two such convs.
-constexpr double kCachedWeightBytes = 8 << 20;
+// Streaming a byte of U from memory costs about as long as this many flops of the GEMMs (2-core
+// AVX2/AVX-512 peaks of 190-340 GFLOP/s over 20-40 GB/s).
 constexpr double kFlopsPerStreamedByte = 8;
+// V and M of one group of chunks in the point-major order (run_point_major).
+constexpr int64_t kPointMajorGroupBytes = 64 << 20;
 
 // The 1-D transforms of F(m, 3), applied to the columns then the rows of a patch. F(4, 3):
 // o = B^T d over six values (a column or a row of the patch):
@@ -309,7 +306,93 @@ static double u_bytes(const WinogradWeights& w) {
          static_cast<double>(w.panels() * w.kernel().nr);
 }
 
-bool winograd_weights_stream(const WinogradWeights& w) { return u_bytes(w) > kCachedWeightBytes; }
+bool winograd_weights_stream(const WinogradWeights& w) { return u_bytes(w) > kWinogradCachedWeightBytes; }
+
+namespace {
+
+// The point-major order, for a U that streams from memory over many tiles: a group of chunks
+// has V transformed first (all points), then each task runs one point's GEMMs over one chunk for
+// every output panel, tasks of one point one after the other, so that U[xi] (Cin x Cout, a few
+// MB) is read from L3 by the group's chunks; M is transformed back last. U streams from memory
+// once per group instead of once per chunk (FCN's 2048 -> 512 head at 64x64: 3 times, not 128),
+// for V and M of the group written to memory and read back once.
+struct PointMajor {
+  int64_t chunk = 0, chunks = 0;  // tiles per chunk, chunks in all
+  int64_t group = 0;              // chunks per group
+};
+
+PointMajor point_major_split(const BlockedConvShape& s, const WinogradWeights& w,
+                             const WinogradTuning& tuning = {}) {
+  const WinogradGemmKernel& k = w.kernel();
+  const int64_t tiles = winograd_tiles(s, w.tile());
+  const int64_t tile_floats = s.cb * kBlock + w.panels() * k.nr;  // V and M of a tile, one point
+  PointMajor r;
+  r.chunk = std::max<int64_t>(k.rows, kDefaultL2Bytes / (4 * tile_floats) / k.rows * k.rows);
+  if (tuning.chunk_tiles > 0) r.chunk = tuning.chunk_tiles;
+  r.chunk = std::min(r.chunk, tiles);
+  r.chunks = (tiles + r.chunk - 1) / r.chunk;
+  r.group = tuning.point_major_group > 0
+                ? std::min(tuning.point_major_group, r.chunks)
+                : std::clamp<int64_t>(kPointMajorGroupBytes / (4 * w.points() * tile_floats * r.chunk), 1, r.chunks);
+  return r;
+}
+
+// Point-major only where the chunk-major order would stream U more than twice.
+bool uses_point_major(const BlockedConvShape& s, const WinogradWeights& w, int64_t threads) {
+  return winograd_weights_stream(w) && winograd_split(s, w, threads).chunks > 2;
+}
+
+void run_point_major(const Job& j, ThreadPool* pool, const WinogradTuning& tuning) {
+  const BlockedConvShape& s = j.s;
+  const WinogradGemmKernel& k = j.w.kernel();
+  const PointMajor pm = point_major_split(s, j.w, tuning);
+  const int64_t points = j.w.points(), ldm = j.w.panels() * k.nr;
+  const int64_t v_chunk = points * s.cb * pm.chunk * kBlock, m_chunk = points * pm.chunk * ldm;
+  thread_local AlignedBuffer v_buf, m_buf;  // the calling thread's: its tasks share them
+  float* v = v_buf.get(pm.group * v_chunk);
+  float* m = m_buf.get(pm.group * m_chunk);
+  const int64_t gemm_flops = 2 * points * pm.chunk * s.cb * ldm * kBlock;
+  for (int64_t c0 = 0; c0 < pm.chunks; c0 += pm.group) {
+    const int64_t group = std::min(pm.group, pm.chunks - c0);
+    auto count_of = [&](int64_t c) { return std::min(pm.chunk, j.tiles - (c0 + c) * pm.chunk); };
+    parallel_range(pool, group, gemm_flops / 16, [&](int64_t b, int64_t e) {
+      for (int64_t c = b; c < e; ++c)
+        if (j.tile == 4)
+          transform_input<4>(j, (c0 + c) * pm.chunk, count_of(c), v + c * v_chunk);
+        else
+          transform_input<2>(j, (c0 + c) * pm.chunk, count_of(c), v + c * v_chunk);
+    });
+    parallel_range(pool, points * group, gemm_flops / points, [&](int64_t b, int64_t e) {
+      for (int64_t task = b; task < e; ++task) {
+        const int64_t xi = task / group, c = task % group, count = count_of(c);
+        const float* vx = v + c * v_chunk + xi * s.cb * count * kBlock;
+        float* mx = m + c * m_chunk + xi * count * ldm;
+        for (int64_t p = 0; p < j.w.panels(); ++p)
+          for (int64_t kb = 0; kb < s.cb; kb += k.kc_blocks) {
+            WinogradGemmArgs g;
+            g.tiles = count;
+            g.k_blocks = std::min(k.kc_blocks, s.cb - kb);
+            g.v = vx + kb * count * kBlock;
+            g.v_block = count * kBlock;
+            g.u = j.w.panel(xi, p) + kb * kBlock * k.nr;
+            g.m = mx + p * k.nr;
+            g.ldm = ldm;
+            g.accumulate = kb > 0;
+            k.fn(g);
+          }
+      }
+    });
+    parallel_range(pool, group, gemm_flops / 16, [&](int64_t b, int64_t e) {
+      for (int64_t c = b; c < e; ++c)
+        if (j.tile == 4)
+          transform_output<4>(j, (c0 + c) * pm.chunk, count_of(c), 0, s.mb, m + c * m_chunk, ldm);
+        else
+          transform_output<2>(j, (c0 + c) * pm.chunk, count_of(c), 0, s.mb, m + c * m_chunk, ldm);
+    });
+  }
+}
+
+}  // namespace
 
 bool winograd_pays(const BlockedConvShape& s, const WinogradWeights& w, int64_t threads) {
   const double channels = static_cast<double>(s.cb * kBlock) * static_cast<double>(s.mb * kBlock);
@@ -317,9 +400,17 @@ bool winograd_pays(const BlockedConvShape& s, const WinogradWeights& w, int64_t 
   const double wino = 2.0 * w.points() * static_cast<double>(winograd_tiles(s, w.tile())) * channels;
   // Every chunk of tiles streams all of U from memory once U is past what the caches keep; the
   // direct kernel streams its own weights (9 floats per channel pair) once.
+  // In the point-major order, once per group, with V and M written and read back once.
   double extra = 0;
-  if (winograd_weights_stream(w))
+  if (uses_point_major(s, w, threads)) {
+    const PointMajor pm = point_major_split(s, w);
+    const double tiles = static_cast<double>(winograd_tiles(s, w.tile()));
+    extra = u_bytes(w) * static_cast<double>((pm.chunks + pm.group - 1) / pm.group) +
+            2 * 4.0 * w.points() * tiles * static_cast<double>(s.cb * kBlock + w.panels() * w.kernel().nr) -
+            4.0 * 9 * channels;
+  } else if (winograd_weights_stream(w)) {
     extra = u_bytes(w) * static_cast<double>(winograd_split(s, w, threads).chunks) - 4.0 * 9 * channels;
+  }
   return wino + kFlopsPerStreamedByte * std::max(0.0, extra) < direct;
 }
 
@@ -336,6 +427,9 @@ void blocked_conv_winograd(const BlockedConvShape& s, const float* x, const Wino
   if (j.tiles == 0 || s.mb == 0) return;
   const WinogradGemmKernel& k = w.kernel();
   const int64_t threads = pool ? pool->threads() : 1;
+  if (tuning.point_major_group > 0 ||
+      (tuning.chunk_tiles == 0 && tuning.m_splits == 0 && uses_point_major(s, w, threads)))
+    return run_point_major(j, pool, tuning);
   const WinogradSplit split = winograd_split(s, w, threads, tuning);
   const int64_t splits = split.splits, per_split = split.per_split, chunk = split.chunk,
                 chunks = split.chunks;

@@ -5,8 +5,7 @@
 //   M[xi] (tiles x Cout) = V[xi] (tiles x Cin) * U[xi] (Cin x Cout).
 // U = G g G^T is computed once per weight (prepare); V = B^T d B and the output transform (with
 // the bias / residual / activation epilogue) run per call on chunks of tiles sized for L2.
-// F(4x4) needs (6/3)^2 = 4x the weights' bytes in U, F(2x2) 16/9: deep layers, whose U is
-// streamed from memory on every call, take F(2x2) (see BlockedConvWinograd).
+// F(4x4) needs (6/3)^2 = 4x the weights' bytes in U, F(2x2) 16/9 (see tile_for).
 #pragma once
 
 #include <cstdint>
@@ -82,6 +81,7 @@ struct WinogradTuning {
   int64_t chunk_tiles = 0;  // tiles per task
   int64_t m_splits = 0;     // tasks per chunk, each with a range of output panels
   int64_t l2_bytes = 0;     // budget of one task's transformed input + products
+  int64_t point_major_group = 0;  // > 0: the point-major order, this many chunks per group
 };
 
 // s must satisfy winograd_fits and match w's blocks. Same result as blocked_conv_dense_avx2 up
@@ -105,6 +105,11 @@ WinogradSplit winograd_split(const BlockedConvShape& s, const WinogradWeights& w
 // from memory once per chunk of tiles when U is too big to stay cached (a wide 3x3 on a large
 // image: the chunks are many, U tens of MB).
 bool winograd_pays(const BlockedConvShape& s, const WinogradWeights& w, int64_t threads);
+// U past this many bytes is not kept by the caches between chunks (2 cores' L2 and a share of
+// L3). In the chunk-major order such a U streams from memory once per chunk: FCN's 3x3 2048 ->
+// 512 head at 64x64 streamed its 67 MB U 128 times, 784 ms against the direct kernel's 384 (Xeon
+// family 6 model 207, 2 threads); the point-major order streams it once per group of chunks.
+inline constexpr double kWinogradCachedWeightBytes = 8 << 20;
 // Whether U is too big to stay cached between chunks (then winograd_pays weighs its streaming).
 bool winograd_weights_stream(const WinogradWeights& w);
 

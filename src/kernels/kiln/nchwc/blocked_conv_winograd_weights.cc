@@ -26,13 +26,20 @@ constexpr double kG2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 
 constexpr int64_t kMinChannels = 32;
 
 // F(4x4) when its U (36 x Cin x Cout floats) is small enough to stay in cache between calls;
-// larger U are streamed from memory on every call, and F(2x2)'s 16/36 of them costs less
-// (bench/conv_winograd_bench.cc with KILN_BENCH_COLD=1; resnet50: 64 and 128 channels take
-// F(4x4), 256 and 512 F(2x2)).
+// F(2x2) when its 16/36 of that stays cached, as U streamed from memory on every call of a small
+// image costs more than F(4x4)'s fewer flops save (bench/conv_winograd_bench.cc with
+// KILN_BENCH_COLD=1; resnet50: 64 and 128 channels take F(4x4), 256 F(2x2)). A U that streams
+// either way (512 -> 512 and wider) takes F(4x4): on large images, in the point-major order, it
+// beats F(2x2) by 1.3-1.6x (FCN's 2048 -> 512 at 64x64: 138 ms against 220, direct 484; 512 ->
+// 512 at 32x32: 9.7 against 13.0, direct 25.2; Zen 4, 2 threads, cold caches), and on small
+// images those runs take the direct kernel (winograd_pays), within 1% of F(2x2) (512 -> 512 at
+// 7x7: 1.22 ms direct, 1.22 F(2x2), 1.38 F(4x4)).
 constexpr int64_t kMaxF4WeightBytes = 4 << 20;
 
 int64_t tile_for(int64_t cb, int64_t mb) {
-  return 36 * cb * mb * kBlock * kBlock * int64_t{sizeof(float)} <= kMaxF4WeightBytes ? 4 : 2;
+  const int64_t pair_bytes = cb * mb * kBlock * kBlock * int64_t{sizeof(float)};
+  const bool f2_streams = 16.0 * static_cast<double>(pair_bytes) > kWinogradCachedWeightBytes;
+  return 36 * pair_bytes <= kMaxF4WeightBytes || f2_streams ? 4 : 2;
 }
 
 bool all_ones(const ir::Node& node, const char* name) {
