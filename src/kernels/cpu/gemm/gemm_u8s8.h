@@ -1,0 +1,55 @@
+// The 8-bit GEMM of MatMulInteger on AVX-512 VNNI CPUs: vpdpbusd multiplies 4 pairs of u8 x s8
+// values and adds them into one int32 lane, exactly (the non-saturating form), 64 products per
+// instruction against gemm_s16's 32 (vpdpwssd), on B kept in 8 bits (half gemm_s16's bytes).
+// The zero points and the other signs become exact compensation terms: with A's values moved
+// to u8 (au = a, or a + 128 when signed) and B's to s8 (bs = b, or b - 128 when unsigned),
+//   sum_k (a - za)(b - zb) = sum_k au bs + beta_j sum_k au - alpha_i sum_k bs - K alpha_i beta_j
+// where alpha_i = za_i (+ 128 for a signed A) and beta_j = -zb_j (+ 128 for an unsigned B).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/cpu_features.h"
+
+namespace kiln {
+class ThreadPool;
+}
+
+namespace kiln::gemm {
+
+// Whether this CPU runs gemm_u8s8 (AVX-512 with VNNI).
+inline bool u8s8_available() { return cpu_features().has_avx512() && cpu_features().avx512_vnni; }
+
+// Sums of up to this many products: sum_k au bs stays well inside int32, and so does the
+// result; deeper ones take gemm_s16.
+inline constexpr int64_t kMaxU8S8Depth = 8192;
+
+// B [k x n] (int8 when b_signed, else uint8), row-major with leading dimension ldb, minus its
+// zero points zb (one, or one per column), packed once (Kernel::prepare).
+class PackedU8S8 {
+ public:
+  static PackedU8S8 pack(const void* b, bool b_signed, int64_t ldb, int64_t k, int64_t n,
+                         const std::vector<int32_t>& zb);
+  int64_t k() const { return k_; }
+  int64_t n() const { return n_; }
+  bool empty() const { return data_.empty(); }
+  // Panel p: ceil(k / 4) quads of 32 columns x 4 bytes.
+  const int8_t* panel(int64_t p) const { return data_.data() + p * quads() * 128; }
+  int64_t quads() const { return (k_ + 3) / 4; }
+  const std::vector<int32_t>& column_sums() const { return column_sums_; }  // sum_k bs, per column
+  const std::vector<int32_t>& beta() const { return beta_; }                // per column
+
+ private:
+  int64_t k_ = 0, n_ = 0;
+  std::vector<int8_t> data_;
+  std::vector<int32_t> column_sums_, beta_;
+};
+
+// C[m x n] = (A - za)(B - zb): A [m x k] (int8 when a_signed, else uint8) with leading
+// dimension lda, za one zero point or one per row (za.size() == m), C int32 with ldc.
+// u8s8_available() must hold. `pool` may be null.
+void gemm_u8s8(int64_t m, const void* a, bool a_signed, int64_t lda, const std::vector<int32_t>& za,
+               const PackedU8S8& b, int32_t* c, int64_t ldc, ThreadPool* pool);
+
+}  // namespace kiln::gemm

@@ -1,0 +1,67 @@
+// gemm_u8s8 against a plain int64 loop of (a - za)(b - zb), exactly: A and B each int8 or uint8
+// (the four sign pairs), scalar and per-row / per-column zero points, the extreme values, odd
+// shapes (partial row tiles and 32-column panels, depths that are no multiple of 4, the deepest
+// 8192), leading dimensions wider than the matrices, 1 and 2 threads. Only on VNNI CPUs.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/cpu/gemm/gemm_u8s8.h"
+
+namespace kiln {
+namespace {
+
+struct Shape3 {
+  int64_t m, n, k;
+};
+
+void check(const Shape3& s, bool a_signed, bool b_signed, bool per_row, bool extremes, int threads) {
+  SCOPED_TRACE(::testing::Message() << s.m << "x" << s.n << "x" << s.k << " A " << (a_signed ? "s8" : "u8")
+                                    << " B " << (b_signed ? "s8" : "u8") << (per_row ? " per-row zp" : "")
+                                    << (extremes ? " extremes" : "") << " threads " << threads);
+  std::mt19937 rng(static_cast<uint32_t>(s.m * 131 + s.n * 7 + s.k + a_signed * 3 + b_signed * 5));
+  std::uniform_int_distribution<int> byte(0, 255);
+  auto value = [&](bool is_signed) {
+    const int v = extremes ? (byte(rng) < 128 ? 0 : 255) : byte(rng);
+    return is_signed ? v - 128 : v;
+  };
+  const int64_t lda = s.k + 3, ldb = s.n + 5, ldc = s.n + 2;
+  std::vector<int> a(static_cast<size_t>(s.m * lda)), b(static_cast<size_t>(s.k * ldb));
+  for (int& v : a) v = value(a_signed);
+  for (int& v : b) v = value(b_signed);
+  std::vector<int32_t> za(per_row ? s.m : 1), zb(per_row ? s.n : 1);
+  for (int32_t& z : za) z = value(a_signed);
+  for (int32_t& z : zb) z = value(b_signed);
+  std::vector<int8_t> a8(a.begin(), a.end()), b8(b.begin(), b.end());  // the bytes, either sign
+  std::vector<int32_t> c(static_cast<size_t>(s.m * ldc), 12345);
+  ThreadPool pool(threads);
+  const gemm::PackedU8S8 packed = gemm::PackedU8S8::pack(b8.data(), b_signed, ldb, s.k, s.n, zb);
+  gemm::gemm_u8s8(s.m, a8.data(), a_signed, lda, za, packed, c.data(), ldc, threads > 1 ? &pool : nullptr);
+  for (int64_t i = 0; i < s.m; ++i)
+    for (int64_t j = 0; j < s.n; ++j) {
+      int64_t want = 0;
+      const int64_t zi = za[per_row ? i : 0], zj = zb[per_row ? j : 0];
+      for (int64_t q = 0; q < s.k; ++q) want += (a[i * lda + q] - zi) * (b[q * ldb + j] - zj);
+      ASSERT_EQ(c[i * ldc + j], want) << "element " << i << ", " << j;
+    }
+  // C's padding columns untouched.
+  for (int64_t i = 0; i < s.m; ++i) ASSERT_EQ(c[i * ldc + s.n], 12345);
+}
+
+TEST(GemmU8S8, MatchesPlainLoopExactly) {
+  if (!gemm::u8s8_available()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  for (const Shape3& s : {Shape3{1, 1, 1}, Shape3{6, 32, 4}, Shape3{7, 33, 5}, Shape3{20, 70, 1023},
+                          Shape3{13, 100, 130}, Shape3{2, 5, 8192}})
+    for (bool a_signed : {false, true})
+      for (bool b_signed : {false, true})
+        for (bool per_row : {false, true})
+          for (int threads : {1, 2}) check(s, a_signed, b_signed, per_row, false, threads);
+  // +-255 differences at the deepest K: the sums near their limits.
+  for (bool a_signed : {false, true})
+    for (bool b_signed : {false, true}) check({3, 40, 8192}, a_signed, b_signed, true, true, 2);
+}
+
+}  // namespace
+}  // namespace kiln
