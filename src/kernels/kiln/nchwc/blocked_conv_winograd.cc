@@ -7,6 +7,8 @@
 //      bias and the fused epilogue, and stores the pixels inside the output.
 // V and M of a task are sized to stay in L2 (chunk of tiles); when the image has few tiles (deep
 // layers), tasks split the output channels instead, so each thread streams only its part of U.
+// A U too big for the caches over many tiles runs point-major instead (run_point_major), and a
+// dilated conv runs on its interleaved grids (tile_pos).
 #include "kernels/kiln/nchwc/blocked_conv_winograd.h"
 
 #include <immintrin.h>

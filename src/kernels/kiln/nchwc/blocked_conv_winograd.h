@@ -126,8 +126,8 @@ class BlockedConvWinograd {
   static bool fits_node(const ir::Node& node);
   Status prepare(const std::vector<const Tensor*>& constants, std::vector<bool>& absorbed);
   bool ready() const { return weights_ != nullptr; }
-  // U too big to stay cached: the dense weights are kept too (not absorbed), and each run takes
-  // Winograd only where winograd_pays.
+  // U too big to stay cached, or a dilated conv: the dense weights are kept too (not absorbed),
+  // and each run takes Winograd only where winograd_pays.
   bool keeps_dense() const { return keeps_dense_; }
   // Whether this run of s goes to Winograd.
   bool takes(const BlockedConvShape& s, ThreadPool* pool) const;
