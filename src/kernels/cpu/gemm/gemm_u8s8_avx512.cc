@@ -18,8 +18,8 @@ constexpr int64_t kMr = 6, kNr = 32;
 struct Call {
   const uint8_t* a;  // u8 rows of `quads` int32 words
   int64_t quads, k;
-  const std::vector<int32_t>* alpha;  // per row
-  const int32_t* row_sums;            // sum_k au, per row
+  const int32_t* alpha;     // per row
+  const int32_t* row_sums;  // sum_k au, per row
   const PackedU8S8* b;
   int32_t* c;
   int64_t ldc;
@@ -48,7 +48,7 @@ void tile(const Call& call, int64_t i0, int64_t rows, int64_t p, int64_t cols) {
     alignas(64) int32_t t[kNr];
     _mm512_store_si512(t, acc[i][0]);
     _mm512_store_si512(t + 16, acc[i][1]);
-    const int64_t alpha = (*call.alpha)[static_cast<size_t>(i0 + i)], ra = call.row_sums[i0 + i];
+    const int64_t alpha = call.alpha[i0 + i], ra = call.row_sums[i0 + i];
     int32_t* out = call.c + (i0 + i) * call.ldc + j0;
     for (int64_t j = 0; j < cols; ++j)
       out[j] = static_cast<int32_t>(t[j] + beta[j] * ra - alpha * sums[j] - call.k * alpha * beta[j]);
@@ -103,7 +103,7 @@ void gemm_u8s8(int64_t m, const void* a, bool a_signed, int64_t lda, const std::
     row_sums[static_cast<size_t>(i)] = sum;
     alpha[static_cast<size_t>(i)] = (za.size() == 1 ? za[0] : za[static_cast<size_t>(i)]) + (a_signed ? 128 : 0);
   }
-  const Call call{au.data(), quads, k, &alpha, row_sums.data(), &b, c, ldc};
+  const Call call{au.data(), quads, k, alpha.data(), row_sums.data(), &b, c, ldc};
   const int64_t panels = (n + kNr - 1) / kNr;
   auto run = [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p)

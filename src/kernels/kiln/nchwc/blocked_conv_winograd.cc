@@ -218,6 +218,42 @@ void transform_output(const Job& j, int64_t t0, int64_t count, int64_t mb0, int6
   }
 }
 
+// The transforms for the Job's tile size.
+void transform_input(const Job& j, int64_t t0, int64_t count, float* v) {
+  if (j.tile == 4)
+    transform_input<4>(j, t0, count, v);
+  else
+    transform_input<2>(j, t0, count, v);
+}
+void transform_output(const Job& j, int64_t t0, int64_t count, int64_t mb0, int64_t mb1,
+                      const float* m, int64_t ldm) {
+  if (j.tile == 4)
+    transform_output<4>(j, t0, count, mb0, mb1, m, ldm);
+  else
+    transform_output<2>(j, t0, count, mb0, mb1, m, ldm);
+}
+
+// Point xi's GEMMs for `count` tiles and output panels [p0, p1): M (+ldm per tile, column 0
+// output panel p0) = V (cb blocks of count x 8) x U[xi].
+void point_gemms(const Job& j, int64_t xi, int64_t count, int64_t p0, int64_t p1, const float* v,
+                 float* m, int64_t ldm) {
+  const WinogradGemmKernel& k = j.w.kernel();
+  const int64_t cb = j.s.cb;
+  for (int64_t p = p0; p < p1; ++p)
+    for (int64_t kb = 0; kb < cb; kb += k.kc_blocks) {
+      WinogradGemmArgs g;
+      g.tiles = count;
+      g.k_blocks = std::min(k.kc_blocks, cb - kb);
+      g.v = v + kb * count * kBlock;
+      g.v_block = count * kBlock;
+      g.u = j.w.panel(xi, p) + kb * kBlock * k.nr;
+      g.m = m + (p - p0) * k.nr;
+      g.ldm = ldm;
+      g.accumulate = kb > 0;
+      k.fn(g);
+    }
+}
+
 // run_task's buffers, one pair per thread: the transformed input V and the products M.
 struct TaskScratch {
   AlignedBuffer v, m;
@@ -237,28 +273,10 @@ void run_task(const Job& j, int64_t t0, int64_t count, int64_t p0, int64_t p1) {
   const int64_t points = j.w.points();
   float* v = v_buf.get(points * v_point);
   float* m = m_buf.get(points * count * ldm);
-  if (j.tile == 4)
-    transform_input<4>(j, t0, count, v);
-  else
-    transform_input<2>(j, t0, count, v);
+  transform_input(j, t0, count, v);
   for (int64_t xi = 0; xi < points; ++xi)
-    for (int64_t p = p0; p < p1; ++p)
-      for (int64_t kb = 0; kb < s.cb; kb += k.kc_blocks) {
-        WinogradGemmArgs g;
-        g.tiles = count;
-        g.k_blocks = std::min(k.kc_blocks, s.cb - kb);
-        g.v = v + xi * v_point + kb * count * kBlock;
-        g.v_block = count * kBlock;
-        g.u = j.w.panel(xi, p) + kb * kBlock * k.nr;
-        g.m = m + xi * count * ldm + (p - p0) * k.nr;
-        g.ldm = ldm;
-        g.accumulate = kb > 0;
-        k.fn(g);
-      }
-  if (j.tile == 4)
-    transform_output<4>(j, t0, count, mb0, mb1, m, ldm);
-  else
-    transform_output<2>(j, t0, count, mb0, mb1, m, ldm);
+    point_gemms(j, xi, count, p0, p1, v + xi * v_point, m + xi * count * ldm, ldm);
+  transform_output(j, t0, count, mb0, mb1, m, ldm);
 }
 
 }  // namespace
@@ -321,14 +339,16 @@ namespace {
 struct PointMajor {
   int64_t chunk = 0, chunks = 0;  // tiles per chunk, chunks in all
   int64_t group = 0;              // chunks per group
+  int64_t tile_floats = 0;        // V and M of one tile at one point
 };
 
 PointMajor point_major_split(const BlockedConvShape& s, const WinogradWeights& w,
                              const WinogradTuning& tuning = {}) {
   const WinogradGemmKernel& k = w.kernel();
   const int64_t tiles = winograd_tiles(s, w.tile());
-  const int64_t tile_floats = s.cb * kBlock + w.panels() * k.nr;  // V and M of a tile, one point
   PointMajor r;
+  r.tile_floats = s.cb * kBlock + w.panels() * k.nr;
+  const int64_t tile_floats = r.tile_floats;
   r.chunk = std::max<int64_t>(k.rows, kDefaultL2Bytes / (4 * tile_floats) / k.rows * k.rows);
   if (tuning.chunk_tiles > 0) r.chunk = tuning.chunk_tiles;
   r.chunk = std::min(r.chunk, tiles);
@@ -358,38 +378,18 @@ void run_point_major(const Job& j, ThreadPool* pool, const WinogradTuning& tunin
     const int64_t group = std::min(pm.group, pm.chunks - c0);
     auto count_of = [&](int64_t c) { return std::min(pm.chunk, j.tiles - (c0 + c) * pm.chunk); };
     parallel_range(pool, group, gemm_flops / 16, [&](int64_t b, int64_t e) {
-      for (int64_t c = b; c < e; ++c)
-        if (j.tile == 4)
-          transform_input<4>(j, (c0 + c) * pm.chunk, count_of(c), v + c * v_chunk);
-        else
-          transform_input<2>(j, (c0 + c) * pm.chunk, count_of(c), v + c * v_chunk);
+      for (int64_t c = b; c < e; ++c) transform_input(j, (c0 + c) * pm.chunk, count_of(c), v + c * v_chunk);
     });
     parallel_range(pool, points * group, gemm_flops / points, [&](int64_t b, int64_t e) {
       for (int64_t task = b; task < e; ++task) {
         const int64_t xi = task / group, c = task % group, count = count_of(c);
-        const float* vx = v + c * v_chunk + xi * s.cb * count * kBlock;
-        float* mx = m + c * m_chunk + xi * count * ldm;
-        for (int64_t p = 0; p < j.w.panels(); ++p)
-          for (int64_t kb = 0; kb < s.cb; kb += k.kc_blocks) {
-            WinogradGemmArgs g;
-            g.tiles = count;
-            g.k_blocks = std::min(k.kc_blocks, s.cb - kb);
-            g.v = vx + kb * count * kBlock;
-            g.v_block = count * kBlock;
-            g.u = j.w.panel(xi, p) + kb * kBlock * k.nr;
-            g.m = mx + p * k.nr;
-            g.ldm = ldm;
-            g.accumulate = kb > 0;
-            k.fn(g);
-          }
+        point_gemms(j, xi, count, 0, j.w.panels(), v + c * v_chunk + xi * s.cb * count * kBlock,
+                    m + c * m_chunk + xi * count * ldm, ldm);
       }
     });
     parallel_range(pool, group, gemm_flops / 16, [&](int64_t b, int64_t e) {
       for (int64_t c = b; c < e; ++c)
-        if (j.tile == 4)
-          transform_output<4>(j, (c0 + c) * pm.chunk, count_of(c), 0, s.mb, m + c * m_chunk, ldm);
-        else
-          transform_output<2>(j, (c0 + c) * pm.chunk, count_of(c), 0, s.mb, m + c * m_chunk, ldm);
+        transform_output(j, (c0 + c) * pm.chunk, count_of(c), 0, s.mb, m + c * m_chunk, ldm);
     });
   }
 }
@@ -408,7 +408,7 @@ bool winograd_pays(const BlockedConvShape& s, const WinogradWeights& w, int64_t 
     const PointMajor pm = point_major_split(s, w);
     const double tiles = static_cast<double>(winograd_tiles(s, w.tile()));
     extra = u_bytes(w) * static_cast<double>((pm.chunks + pm.group - 1) / pm.group) +
-            2 * 4.0 * w.points() * tiles * static_cast<double>(s.cb * kBlock + w.panels() * w.kernel().nr) -
+            2 * 4.0 * w.points() * tiles * static_cast<double>(pm.tile_floats) -
             4.0 * 9 * channels;
   } else if (winograd_weights_stream(w)) {
     extra = u_bytes(w) * static_cast<double>(winograd_split(s, w, threads).chunks) - 4.0 * 9 * channels;
