@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Runs each benchmark model through `kiln run --random` and ONNX Runtime on the same inputs
 (the bench rule, ../shared/bench/ort_bench.py) and checks the outputs agree. With --portable,
-ONNX Runtime runs the model `kiln optimize --portable` wrote instead of kiln running it.
+ONNX Runtime runs the model `kiln optimize --portable` wrote instead of kiln running it. With
+--engine openvino, OpenVINO runs the model as ../shared/bench/ov_bench.py compiles it (f32 hint,
+the same threads), so a peer's ratio can be read together with its accuracy.
 
     ~/.cache/kiln-bench/venv/bin/python scripts/check_bench_models.py [MODEL.onnx ...]
         [--kiln build/kiln] [--batch N] [--seq N] [--rtol 1e-3] [--atol 1e-4] [--portable]
-        [--decision argmax]
+        [--decision argmax] [--engine kiln|openvino] [--threads N]
 With --decision argmax, a float output passes when its argmax along the last axis (the label
 per row: a class, a character per time step) equals ONNX Runtime's, for models whose raw values
 are not expected to match (ONNX Runtime's dynamic quantization rounds activations kiln does not).
@@ -68,6 +70,19 @@ def run_portable(a, model, feeds, out):
         return f"ONNX Runtime cannot run the portable model: {e}"
 
 
+def run_openvino(a, model, feeds):
+    """OpenVINO's outputs, compiled with ov_bench.py's settings, or an error message."""
+    import openvino as ov  # only this mode needs the wheel
+    try:
+        compiled = ov.Core().compile_model(model, "CPU", {
+            "INFERENCE_NUM_THREADS": a.threads, "PERFORMANCE_HINT": "LATENCY",
+            "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": "f32"})
+        res = compiled.create_infer_request().infer(feeds)
+        return [np.asarray(res[o]) for o in compiled.outputs]
+    except Exception as e:  # noqa: BLE001  any OpenVINO refusal is the failure being reported
+        return f"OpenVINO cannot run the model: {str(e).strip().splitlines()[0][:120]}"
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("models", nargs="*")
@@ -78,6 +93,8 @@ def main():
     p.add_argument("--atol", type=float, default=1e-4)
     p.add_argument("--portable", action="store_true")
     p.add_argument("--decision", choices=["argmax"])
+    p.add_argument("--engine", default="kiln", choices=["kiln", "openvino"])
+    p.add_argument("--threads", type=int, default=2)
     a = p.parse_args()
     models = a.models or sorted(glob.glob(os.path.expanduser("~/.cache/kiln-bench/models/*.onnx")))
     failed = 0
@@ -87,7 +104,12 @@ def main():
         maps = {k for k, o in enumerate(sess.get_outputs()) if o.type.startswith("seq(map")}
         want = [maps_to_array(w) if isinstance(w, list) else w for w in sess.run(None, feeds)]
         with tempfile.TemporaryDirectory() as out:
-            got_all = run_portable(a, model, feeds, out) if a.portable else run_kiln(a, model, out, maps)
+            if a.engine == "openvino":
+                got_all = run_openvino(a, model, feeds)
+            elif a.portable:
+                got_all = run_portable(a, model, feeds, out)
+            else:
+                got_all = run_kiln(a, model, out, maps)
             if isinstance(got_all, str):
                 print(f"FAIL {os.path.basename(model)}: {got_all}")
                 failed += 1
