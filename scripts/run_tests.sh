@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test kiln has, on an already built ./build: unit tests, heap allocations of steady-state
-# runs, ONNX conformance (against the checked-in list of known failures), exported models checked
+# runs, ONNX conformance (against the checked-in list of known failures), both again at every ISA
+# level below the CPU's (KILN_ISA=avx2 on an AVX-512 machine), exported models checked
 # by onnx.checker, the ai.onnx.ml kernels against ONNX Runtime (from PyPI), the model-loader
 # fuzzer for 60 s, and unit tests and conformance again under ASan+UBSan. Ends with a line "test stages: N passed, N failed" and a non-zero exit when any stage
 # failed.
@@ -38,6 +39,28 @@ ml_ops_vs_onnxruntime() {  # ONNX Runtime from PyPI, in a venv kept in build/ be
     $venv/bin/python tests/check_ml_ops.py build
 }
 
+lower_isa_levels() {  # the ISA levels below this CPU's highest (core/cpu_features.h), lowest first
+  local flags
+  flags=$(grep -m1 '^flags' /proc/cpuinfo)
+  has() { [[ " $flags " == *" $1 "* ]]; }
+  if has avx512f && has avx512bw && has avx512vl && has avx512dq; then
+    echo avx2
+    has avx512_vnni && echo avx512
+  fi
+}
+
+at_lower_isa_levels() {  # unit tests and -O3 conformance again with KILN_ISA at each lower level
+  local level levels rc=0
+  levels=$(lower_isa_levels)
+  [ -n "$levels" ] || { echo "no ISA level below this CPU's: nothing to run"; return 0; }
+  for level in $levels; do
+    echo "-- KILN_ISA=$level"
+    KILN_ISA=$level ./build/tests/kiln_unit_tests --gtest_brief=1 || rc=1
+    KILN_ISA=$level conformance build --optimize 3 || rc=1
+  done
+  return $rc
+}
+
 sanitized_tests() {  # the clang ASan+UBSan build made by run_fuzz.sh serves these too
   ninja -C build-fuzz kiln_unit_tests kiln_conformance &&
     ASAN_OPTIONS=detect_leaks=1 ./build-fuzz/tests/kiln_unit_tests --gtest_brief=1 &&
@@ -48,6 +71,7 @@ stage "unit tests" ./build/tests/kiln_unit_tests --gtest_brief=1
 stage "steady-state runs allocate no tensor (malloc counted)" ./build/tests/kiln_alloc_tests --gtest_brief=1
 stage "ONNX conformance" conformance build
 stage "ONNX conformance, every model optimized at -O3 (the default) first" conformance build --optimize 3
+stage "unit tests and conformance at every lower ISA level (KILN_ISA)" at_lower_isa_levels
 stage "exported models pass onnx.checker" /usr/bin/python3 tests/check_export.py build
 stage "ai.onnx.ml kernels agree with ONNX Runtime" ml_ops_vs_onnxruntime
 stage "fuzzing the model loader (clang libFuzzer + ASan + UBSan, 60 s)" tests/fuzz/run_fuzz.sh 60

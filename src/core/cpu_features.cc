@@ -4,7 +4,9 @@
 
 #include <cpuid.h>
 
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 namespace kiln {
@@ -83,8 +85,82 @@ std::string CpuFeatures::to_string() const {
   return s;
 }
 
-const CpuFeatures& cpu_features() {
+IsaLevel CpuFeatures::level() const {
+  if (has_avx512_vnni()) return IsaLevel::kAvx512Vnni;
+  return has_avx512() ? IsaLevel::kAvx512 : IsaLevel::kAvx2;
+}
+
+const char* isa_name(IsaLevel level) {
+  switch (level) {
+    case IsaLevel::kAvx2: return "avx2";
+    case IsaLevel::kAvx512: return "avx512";
+    case IsaLevel::kAvx512Vnni: return "avx512_vnni";
+  }
+  return "?";
+}
+
+std::optional<IsaLevel> parse_isa(std::string_view name) {
+  for (IsaLevel l : {IsaLevel::kAvx2, IsaLevel::kAvx512, IsaLevel::kAvx512Vnni})
+    if (name == isa_name(l)) return l;
+  return std::nullopt;
+}
+
+const CpuFeatures& detected_cpu_features() {
   static const CpuFeatures features = detect();
+  return features;
+}
+
+namespace {
+
+// The cap set_max_isa asked for (-1: none), and whether cpu_features() has fixed the level.
+std::atomic<int> g_max_isa{-1};
+std::atomic<bool> g_level_fixed{false};
+
+// The detected features without those above `cap`.
+CpuFeatures capped(CpuFeatures f, IsaLevel cap) {
+  if (cap < IsaLevel::kAvx512Vnni) f.avx512_vnni = false;
+  if (cap < IsaLevel::kAvx512) f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512_bf16 = false;
+  return f;
+}
+
+std::string unavailable(IsaLevel level) {
+  const CpuFeatures& f = detected_cpu_features();
+  return std::string("ISA level '") + isa_name(level) + "' is not available on this CPU (" +
+         (f.model.empty() ? "" : f.model + ", ") + "highest: " + isa_name(f.level()) + "; has: " + f.to_string() + ")";
+}
+
+}  // namespace
+
+std::string isa_env_error() {
+  const char* env = std::getenv("KILN_ISA");
+  if (env == nullptr || *env == '\0') return "";
+  const auto level = parse_isa(env);
+  if (!level) return std::string("KILN_ISA='") + env + "' is not an ISA level (avx2, avx512, avx512_vnni)";
+  return *level > detected_cpu_features().level() ? "KILN_ISA: " + unavailable(*level) : "";
+}
+
+std::string set_max_isa(IsaLevel level) {
+  if (level > detected_cpu_features().level()) return unavailable(level);
+  if (g_level_fixed.load()) {
+    if (cpu_features().level() == level) return "";
+    return std::string("the ISA level cannot change to '") + isa_name(level) + "' after kernels were chosen at '" +
+           isa_name(cpu_features().level()) + "'";
+  }
+  g_max_isa.store(static_cast<int>(level));
+  return "";
+}
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = [] {
+    IsaLevel cap = detected_cpu_features().level();
+    if (const char* env = std::getenv("KILN_ISA"); env != nullptr) {
+      // An unknown or unavailable KILN_ISA is reported by isa_env_error(); here it caps nothing.
+      if (const auto l = parse_isa(env); l && *l < cap) cap = *l;
+    }
+    if (const int m = g_max_isa.load(); m >= 0 && static_cast<IsaLevel>(m) < cap) cap = static_cast<IsaLevel>(m);
+    g_level_fixed.store(true);
+    return capped(detected_cpu_features(), cap);
+  }();
   return features;
 }
 

@@ -1,10 +1,21 @@
-// What the CPU we run on can execute, read once (cpuid + xgetbv) at first use. Kernels compiled
-// for wider ISAs than the x86-64 AVX2 baseline are only called when these flags say so.
+// What the CPU we run on can execute, read once (cpuid + xgetbv) at first use, and the one place
+// that decides which instruction-set level kiln's kernels use. Kernels compiled for wider ISAs
+// than the x86-64 AVX2 baseline are only called when cpu_features() says so.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace kiln {
+
+// The instruction-set levels kiln has kernels for, lowest first. Each level includes the ones
+// below it: avx2 is AVX2 + FMA + F16C (the baseline), avx512 adds AVX-512 F/BW/VL/DQ (and BF16
+// where the CPU has it), avx512_vnni adds AVX512-VNNI.
+enum class IsaLevel { kAvx2, kAvx512, kAvx512Vnni };
+
+const char* isa_name(IsaLevel level);                      // "avx2", "avx512", "avx512_vnni"
+std::optional<IsaLevel> parse_isa(std::string_view name);  // the inverse; nullopt if unknown
 
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
@@ -14,10 +25,25 @@ struct CpuFeatures {
 
   // AVX-512 F/BW/VL/DQ with the OS saving the zmm state: what kiln's AVX-512 kernels need.
   bool has_avx512() const { return avx512f && avx512bw && avx512vl && avx512dq; }
+  bool has_avx512_vnni() const { return has_avx512() && avx512_vnni; }
+  IsaLevel level() const;          // the highest level these features reach
   std::string to_string() const;  // e.g. "avx2 fma f16c avx512f ..."
 };
 
-// Detected once; thread-safe.
+// What cpuid reports, whatever the level in use.
+const CpuFeatures& detected_cpu_features();
+
+// What kernels may use: the detected features without those above the level in use, which is
+// the CPU's own unless KILN_ISA (or set_max_isa, e.g. the CLI's --isa) caps it, so that a lower
+// ISA's kernels run and are tested on a wider CPU. Fixed at the first call; thread-safe.
 const CpuFeatures& cpu_features();
+
+// Caps the level before the first cpu_features() call (as oneDNN's set_max_cpu_isa does): "" on
+// success, else why not (a level the CPU lacks, or a cap after kernels were chosen).
+std::string set_max_isa(IsaLevel level);
+
+// "" when KILN_ISA is unset or names a level this CPU has, else the error to report. Session
+// creation and the optimizer return it as their error, so a bad KILN_ISA never passes silently.
+std::string isa_env_error();
 
 }  // namespace kiln

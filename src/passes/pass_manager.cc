@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/cpu_features.h"
 #include "ir/topological_order.h"
 #include "passes/graph_edit.h"
 #include "passes/pass.h"
@@ -63,6 +64,8 @@ std::vector<std::pair<std::string, int>> list_passes() {
 
 Result<OptimizeReport> optimize(ir::Model& model, const OptimizeOptions& options) {
   using namespace passes;
+  // Passes choose layouts and kernels for the ISA level in use: a bad KILN_ISA is an error.
+  if (const std::string e = isa_env_error(); !e.empty()) return Status::error(e);
   OptimizeReport report;
   report.nodes_before = count_nodes(model.graph);
   // Passes follow producer-to-consumer chains: a cycle would send them round it forever.

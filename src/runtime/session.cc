@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "backends/backend.h"
+#include "core/cpu_features.h"
 #include "core/thread_pool.h"
 #include "ir/function_inline.h"
 #include "ir/gradient.h"
@@ -150,6 +151,7 @@ Result<std::unique_ptr<Session>> Session::create_owned(std::shared_ptr<ir::Model
 // `owned`, when set, is `model` itself, which this session alone holds and may change.
 Result<std::unique_ptr<Session>> Session::create_shared(std::shared_ptr<const ir::Model> model, ir::Model* owned,
                                                         const SessionOptions& options) {
+  if (const std::string e = isa_env_error(); !e.empty()) return Status::error(e);
   const std::set<std::string> known = backends::registered();
   if (!known.count(options.backend)) {
     std::string names;

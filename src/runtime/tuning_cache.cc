@@ -55,7 +55,8 @@ std::string tuning_key(const ir::Node& node, const std::vector<const Value*>& in
     k += std::string(" ") + dtype_name(v->tensor.dtype()) + shape_str(v->tensor.shape()) +
          (constant[i] ? "c" : "");
   }
-  k += " | threads " + std::to_string(threads) + " | " + cpu_features().model;
+  // The ISA level too: KILN_ISA=avx2 on an AVX-512 CPU times other kernels than its default.
+  k += " | threads " + std::to_string(threads) + " | " + cpu_features().model + " | " + isa_name(cpu_features().level());
   for (const std::string& b : backends) k += " | " + backends::version(b);
   return k;
 }

@@ -11,6 +11,7 @@
 
 #include "backends/backend.h"
 #include "cli.h"
+#include "core/cpu_features.h"
 #include "io_files.h"
 #include "run_timing.h"
 #include "tuning.h"
@@ -182,6 +183,7 @@ void add_bench_command(CLI::App& app, int* exit_code) {
       nlohmann::ordered_json j = {{"engine", "kiln"},
                                   {"model", opt->model},
                                   {"threads", session->threads()},
+                                  {"isa", isa_name(cpu_features().level())},
                                   {"batch", opt->shape.batch},
                                   {"seq", opt->shape.seq},
                                   {"shapes", opt->shape.shapes},
@@ -196,8 +198,8 @@ void add_bench_command(CLI::App& app, int* exit_code) {
       std::cout << j.dump() << std::endl;
       return;
     }
-    std::printf("model       %s\nthreads     %d\nload        %.1f ms\n", opt->model.c_str(),
-                session->threads(), load_ms);
+    std::printf("model       %s\nthreads     %d\nisa         %s\nload        %.1f ms\n", opt->model.c_str(),
+                session->threads(), isa_name(cpu_features().level()), load_ms);
     print_node_backends(*session, opt->verbose);
     std::printf("latency     p50 %.3f  p90 %.3f  p99 %.3f  mean %.3f  min %.3f ms (%d runs)\n", pct(50), pct(90),
                 pct(99), mean, s.front(), opt->iters);

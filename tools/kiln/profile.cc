@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "core/cpu_features.h"
 #include "io_files.h"
 #include "runtime/cpu_peak.h"
 
@@ -147,9 +148,9 @@ void add_profile_command(CLI::App& app, int* exit_code) {
     const double sum_us = std::max(node_us, 1e-9);
 
     std::printf(
-        "model    %s (-O%d)\nthreads  %d\npeak     %.1f GFLOP/s (%s)\nruns     %d profiled after "
+        "model    %s (-O%d)\nthreads  %d\nisa      %s\npeak     %.1f GFLOP/s (%s)\nruns     %d profiled after "
         "%d warmup\n",
-        opt->model.c_str(), opt->level, threads, peak,
+        opt->model.c_str(), opt->level, threads, isa_name(cpu_features().level()), peak,
         measured ? "AVX2 FMA, measured; --peak sets it" : "--peak", opt->iters, opt->warmup);
 
     std::vector<const NodeStats*> order;

@@ -4,12 +4,30 @@
 #include <omp.h>
 
 #include "backends/backend.h"
+#include "core/cpu_features.h"
 #include "core/thread_pool.h"
 
 namespace kiln::backends::onednn {
 
+namespace {
+
+// oneDNN follows kiln's ISA level (KILN_ISA, --isa): capped before its first primitive, the only
+// time it can be.
+void cap_isa() {
+  const IsaLevel level = cpu_features().level();
+  if (level == detected_cpu_features().level()) return;
+  (void)dnnl::set_max_cpu_isa(level == IsaLevel::kAvx2     ? dnnl::cpu_isa::avx2
+                              : level == IsaLevel::kAvx512 ? dnnl::cpu_isa::avx512_core
+                                                           : dnnl::cpu_isa::avx512_core_vnni);
+}
+
+}  // namespace
+
 const dnnl::engine& engine() {
-  static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  static const dnnl::engine e = [] {
+    cap_isa();
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return e;
 }
 

@@ -2,7 +2,7 @@
 // packed into tiles of 6 rows, each k pair of a row one int32 word (broadcast to all lanes); B
 // into panels of nr columns, each k pair of a column one int32 word, so that one vpmaddwd of a
 // broadcast A word and 8 B words gives 8 columns' two products summed. The AVX2 tile is 6 x 16
-// (12 ymm accumulators); the AVX-512 VNNI one (gemm_s16_avx512.cc) 6 x 32 with vpdpwssd. Threads
+// (12 ymm accumulators); the AVX-512 VNNI one (gemm_s16_avx512vnni.cc) 6 x 32 with vpdpwssd. Threads
 // take column (or, for narrow C, row) ranges of C with their own packing buffers.
 #include "kernels/cpu/gemm/gemm_s16.h"
 
@@ -199,7 +199,7 @@ const std::vector<S16Kernel>& s16_kernels() {
   static const std::vector<S16Kernel> kernels = [] {
     std::vector<S16Kernel> k;
     const CpuFeatures& f = cpu_features();
-    if (f.has_avx512() && f.avx512_vnni) k.push_back(s16_avx512_vnni_kernel());
+    if (f.has_avx512_vnni()) k.push_back(s16_avx512_vnni_kernel());
     k.push_back(s16_avx2_kernel());
     return k;
   }();

@@ -28,7 +28,7 @@ struct S16Kernel {
 // Every tile this CPU can run, best first (tests and benchmarks try each).
 const std::vector<S16Kernel>& s16_kernels();
 S16Kernel s16_avx2_kernel();         // gemm_s16.cc
-S16Kernel s16_avx512_vnni_kernel();  // gemm_s16_avx512.cc
+S16Kernel s16_avx512_vnni_kernel();  // gemm_s16_avx512vnni.cc
 
 // Sums of up to this many products of 8-bit values minus zero points (each <= 255 x 255 in size)
 // stay inside int32; longer ones the callers run on their plain loops.

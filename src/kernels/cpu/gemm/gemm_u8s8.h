@@ -19,7 +19,7 @@ class ThreadPool;
 namespace kiln::gemm {
 
 // Whether this CPU runs gemm_u8s8 (AVX-512 with VNNI).
-inline bool u8s8_available() { return cpu_features().has_avx512() && cpu_features().avx512_vnni; }
+inline bool u8s8_available() { return cpu_features().has_avx512_vnni(); }
 
 // Sums of up to this many products: sum_k au bs stays well inside int32, and so does the
 // result; deeper ones take gemm_s16.

@@ -19,14 +19,10 @@ namespace kiln::nchwc {
 namespace {
 
 // The dense direct path: the AVX-512 kernel on weights paired once (prepare), or per run when W
-// is not a constant; the AVX2 kernel on W itself without AVX-512 or with
-// KILN_DISABLE_AVX512_CONV=1 in the environment.
+// is not a constant; the AVX2 kernel on W itself without AVX-512 (or at KILN_ISA=avx2).
 class DenseDirect {
  public:
-  DenseDirect() {
-    const char* off = std::getenv("KILN_DISABLE_AVX512_CONV");
-    avx512_ = cpu_features().has_avx512() && !(off && off[0] == '1');
-  }
+  DenseDirect() : avx512_(cpu_features().has_avx512()) {}
 
   // W [Mb, Cb / groups, KH, KW, 8, 8] paired group by group (each group's output blocks are its
   // own). Groups of one output block stay unpaired: a pair would be half zeros, no faster than
@@ -273,12 +269,12 @@ Result<std::unique_ptr<Kernel>> create(const ir::Node& node, int64_t) {
   return std::unique_ptr<Kernel>(std::make_unique<BlockedConv>(*act, node, winograd_allowed));
 }
 
-const KernelRegistrar kRegistrar("ai.kiln", "BlockedConv", "avx2", create<true>);
+const KernelRegistrar kRegistrar("ai.kiln", "BlockedConv", "blocked", create<true>);
 
 // A variant of kiln's own kernel for the tuner (backends/backend.h, runtime/tuner.cc): the direct
 // kernel on the 3x3s Winograd would take, timed against Winograd on the node's real shapes.
 const KernelRegistrar kDirect(
-    "ai.kiln", "BlockedConv", "avx2_direct", create<false>, "kiln.direct",
+    "ai.kiln", "BlockedConv", "direct", create<false>, "kiln.direct",
     [](const ir::Node& node, const std::vector<const ir::TypeInfo*>& types) {
       // Dense 3x3 weights [Mb, Cb, 3, 3, 8, 8] (kernel_shape may be absent) on a blocked X.
       const ir::TypeInfo* x = types.size() > 1 ? types[0] : nullptr;

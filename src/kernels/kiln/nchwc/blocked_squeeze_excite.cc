@@ -218,7 +218,7 @@ Result<std::unique_ptr<Kernel>> create(const ir::Node& node, int64_t) {
   return std::unique_ptr<Kernel>(std::make_unique<BlockedSqueezeExcite>(node, *act, *gate));
 }
 
-const KernelRegistrar kRegistrar("ai.kiln", "BlockedSqueezeExcite", "avx2", create);
+const KernelRegistrar kRegistrar("ai.kiln", "BlockedSqueezeExcite", "blocked", create);
 
 }  // namespace
 }  // namespace kiln::nchwc
