@@ -37,7 +37,7 @@ std::vector<float> random_vec(int64_t n, float lo, float hi) {
 void report(benchmark::State& state, double flops, double seconds, int threads) {
   const double gflops = flops * static_cast<double>(state.iterations()) / seconds * 1e-9;
   state.counters["GFLOPs"] = gflops;
-  state.counters["pct_peak"] = 100.0 * gflops / (kiln::bench::peak_gflops_per_core() * threads);
+  state.counters["pct_peak"] = 100.0 * gflops / kiln::bench::peak_gflops(threads);
 }
 
 // The core on Q|K|V rows as the op's projection lays them out, with BERT's padding mask.

@@ -1,6 +1,6 @@
 // ai.kiln.BlockedConv's dense direct kernels (AVX2, AVX-512) on conv layers of resnet50 and
 // mobilenet_v2, and its depthwise kernels on mobilenet_v2's and efficientnet_b0's, per thread count, as GFLOP/s of the fastest run and as % of the peak the FMA loop
-// of fma_peak.h measures on this machine (times the threads). Bias + Relu epilogue, batch 1.
+// fma_peak.h measures on this machine for the thread count. Bias + Relu epilogue, batch 1.
 //   kiln_bench_conv [--benchmark_filter=resnet_3x3]
 //   KILN_BENCH_CONV_TUNING=pairs,chunk_bytes,unit_bytes overrides the AVX-512 kernel's split.
 //   KILN_BENCH_CONV_COLD=1 evicts the caches before each run.
@@ -147,7 +147,7 @@ void BM_Conv(benchmark::State& state, Layer l, bool avx512, int threads) {
   const double flops = 2.0 * s.n * l.m * s.oh * s.ow * l.c * taps;
   const double gflops = flops / best * 1e-9;
   state.counters["GFLOPs"] = gflops;
-  state.counters["pct_peak"] = 100.0 * gflops / (kiln::bench::peak_gflops_per_core() * threads);
+  state.counters["pct_peak"] = 100.0 * gflops / kiln::bench::peak_gflops(threads);
 }
 
 struct DepthwiseLayer {
@@ -216,7 +216,7 @@ void BM_Depthwise(benchmark::State& state, DepthwiseLayer l, bool avx512, int th
   const double gflops = 2.0 * l.c * s.oh * s.ow * l.k * l.k / best * 1e-9;
   state.counters["us"] = best * 1e6;
   state.counters["GFLOPs"] = gflops;
-  state.counters["pct_peak"] = 100.0 * gflops / (kiln::bench::peak_gflops_per_core() * threads);
+  state.counters["pct_peak"] = 100.0 * gflops / kiln::bench::peak_gflops(threads);
 }
 
 // Each layer of `layers` through `bench`, on AVX2 and AVX-512, 1 and 2 threads.

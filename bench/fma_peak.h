@@ -1,19 +1,13 @@
-// Peak float throughput of this core: a loop of independent FMAs and nothing else, one per ISA
-// (each in a translation unit compiled for that ISA). The GEMM benchmark reports % of this.
+// The peak the micro-benchmarks report their pct_peak of: runtime::measure_fma_peak_gflops, the
+// same measurement `kiln profile` divides by, at the same ISA level and thread count.
 #pragma once
-
-#include <cstdint>
 
 namespace kiln::bench {
 
-// Runs `iters` rounds of 24 independent vector FMAs; returns a value that depends on them all.
-float fma_loop_avx2(int64_t iters);
-float fma_loop_avx512(int64_t iters);
-constexpr int64_t kFlopsPerIterAvx2 = 24 * 8 * 2, kFlopsPerIterAvx512 = 24 * 16 * 2;
-
-// GFLOP/s of one core on the best ISA's loop, measured once (printed when first measured).
-double peak_gflops_per_core();
-// Registers the "FmaPeak" benchmark, which reports it.
+// GFLOP/s that `threads` threads sustain together, measured once per thread count (and printed
+// then).
+double peak_gflops(int threads);
+// Registers the "FmaPeak" benchmark, which reports it for 1 and 2 threads.
 void register_fma_peak();
 
 }  // namespace kiln::bench

@@ -1,7 +1,7 @@
 // FP32 GEMM throughput at the shapes kiln's models run (BERT projections and MLP, ResNet-50
 // convolutions as im2col GEMMs), per micro-kernel, thread count and way of getting B (packed by
 // every call, or prepacked once as the MatMul-like kernels do with weights), as GFLOP/s and as %
-// of the peak the FMA loop of fma_peak.h measures on this machine.
+// of the peak fma_peak.h measures on this machine.
 //   kiln_bench_gemm [--benchmark_filter=...]
 //   KILN_BENCH_BLOCKS=mc,kc,nc[,kc_packed] overrides the kernels' cache blocks (for tuning them).
 #include <benchmark/benchmark.h>
@@ -63,7 +63,7 @@ void BM_Gemm(benchmark::State& state, kiln::gemm::MicroKernel kernel, int64_t m,
   }
   const double gflops = 2.0 * m * n * k * state.iterations() / seconds * 1e-9;
   state.counters["GFLOPs"] = gflops;
-  state.counters["pct_peak"] = 100.0 * gflops / (kiln::bench::peak_gflops_per_core() * threads);
+  state.counters["pct_peak"] = 100.0 * gflops / kiln::bench::peak_gflops(threads);
 }
 
 void register_all() {

@@ -1,5 +1,5 @@
 // `kiln profile MODEL`: where the time of a run goes — per node and per op type, with GFLOP/s
-// against a measured AVX2 FMA peak — and optionally a Chrome trace of one run.
+// against the FMA peak of its threads and ISA — and optionally a Chrome trace of one run.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -99,7 +99,7 @@ void add_profile_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--trace", opt->trace,
                   "Write a Chrome trace (chrome://tracing, Perfetto) of the last run");
   cmd->add_option("--peak", opt->peak,
-                  "GFLOP/s taken as 100% (default: AVX2 FMA peak measured at start)")
+                  "GFLOP/s taken as 100% (default: the FMA peak of the run's threads and ISA, measured at start)")
       ->check(CLI::PositiveNumber);
   cmd->callback([opt, exit_code] {
     auto fail = [&](const Status& st) {
@@ -151,7 +151,8 @@ void add_profile_command(CLI::App& app, int* exit_code) {
         "model    %s (-O%d)\nthreads  %d\nisa      %s\npeak     %.1f GFLOP/s (%s)\nruns     %d profiled after "
         "%d warmup\n",
         opt->model.c_str(), opt->level, threads, isa_name(cpu_features().level()), peak,
-        measured ? "AVX2 FMA, measured; --peak sets it" : "--peak", opt->iters, opt->warmup);
+        measured ? "FMA loop on every thread at once, at this ISA; --peak sets it" : "--peak", opt->iters,
+        opt->warmup);
 
     std::vector<const NodeStats*> order;
     for (const NodeStats& n : nodes) order.push_back(&n);
