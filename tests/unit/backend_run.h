@@ -1,5 +1,6 @@
 // Running a model with one backend forced, as the backend tests do: saved, loaded back at -O0
-// with SessionOptions::backend, and run twice (the second run reuses what the first set up).
+// (or `level`) with SessionOptions::backend, and run twice (the second run reuses what the first
+// set up).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -21,14 +22,14 @@ struct Ran {
 };
 
 inline Result<Ran> run_with(const ir::Model& m, const std::vector<Tensor>& feeds,
-                            const std::string& backend, int threads = 2) {
+                            const std::string& backend, int threads = 2, int level = 0) {
   const std::string path = ::testing::TempDir() + "kiln_backend_" +
                            ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
-                           backend + ".onnx";
+                           backend + "_O" + std::to_string(level) + ".onnx";
   KILN_RETURN_IF_ERROR(onnx_io::save_model(m, path));
   SessionOptions options;
   options.threads = threads;
-  options.optimize_level = 0;
+  options.optimize_level = level;
   options.backend = backend;
   auto s = Session::load(path, options);
   std::remove(path.c_str());
