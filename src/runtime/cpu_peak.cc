@@ -17,9 +17,10 @@ double measure_fma_peak_gflops(int threads, double ms) {
   threads = std::max(threads, 1);
   const bool wide = cpu_features().has_avx512();
   const double flops_per_round = wide ? kFlopsPerRoundAvx512 : kFlopsPerRoundAvx2;
-  // About 1 ms a batch at a few GHz: long enough to time, short enough that most batches run
+  // 2.4M FMAs a batch, 0.3-0.7 ms at a few GHz with one or two FMA pipes: long enough to time
+  // with the threads' start and finish a small part, short enough that most batches run
   // undisturbed on a shared machine.
-  const long rounds = wide ? 20'000 : 40'000;
+  const long rounds = wide ? 100'000 : 200'000;
   auto loop = [wide](long n) { return wide ? fma_rounds_avx512(n) : fma_rounds_avx2(n); };
 
   // Each batch: thread 0 (this one) opens it by bumping `batch`; every thread runs its rounds and
