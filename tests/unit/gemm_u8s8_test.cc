@@ -51,7 +51,7 @@ void check(const Shape3& s, bool a_signed, bool b_signed, bool per_row, bool ext
 }
 
 TEST(GemmU8S8, MatchesPlainLoopExactly) {
-  if (!gemm::u8s8_available()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  if (!gemm::u8s8_available()) GTEST_SKIP() << "no AVX-512 VNNI at this ISA level (the CPU, or KILN_ISA below it)";
   for (const Shape3& s : {Shape3{1, 1, 1}, Shape3{6, 32, 4}, Shape3{7, 33, 5}, Shape3{20, 70, 1023},
                           Shape3{13, 100, 130}, Shape3{2, 5, 8192}})
     for (bool a_signed : {false, true})
