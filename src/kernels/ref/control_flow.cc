@@ -1,4 +1,5 @@
 // If, Loop and Scan: run their body graphs through ctx.subgraphs, in the scope of the node.
+#include "kernels/fast_path.h"
 #include "kernels/kernel_util.h"
 #include "kernels/ref/tensor_list.h"
 
@@ -181,6 +182,9 @@ Status scan_kernel(KernelContext& ctx) {
 }  // namespace
 
 KILN_REGISTER_KERNEL("", "If", if_kernel);
+// If computes nothing itself: it runs one branch, whose nodes run on their own kernels, and hands
+// on the branch's outputs without a copy. Loop and Scan slice and join per-iteration values.
+KILN_REGISTER_FAST_PATH("", "If", always_fast);
 KILN_REGISTER_KERNEL("", "Loop", loop_kernel);
 KILN_REGISTER_KERNEL("", "Scan", scan_kernel);
 
