@@ -28,8 +28,8 @@ double peak_gflops(int threads) {
   auto it = peaks.find(threads);
   if (it != peaks.end()) return it->second;
   const double peak = runtime::measure_fma_peak_gflops(threads, 200);
-  std::printf("measured FP32 peak: %.1f GFLOP/s on %d thread(s) together (%s FMA loop)\n", peak, threads,
-              cpu_features().has_avx512() ? "zmm" : "ymm");
+  std::printf("measured FP32 peak: %.1f GFLOP/s on %d thread(s) together (FMA loop at %s)\n", peak, threads,
+              isa_name(cpu_features().level()));
   return peaks[threads] = peak;
 }
 

@@ -100,9 +100,16 @@ const char* isa_name(IsaLevel level) {
 }
 
 std::optional<IsaLevel> parse_isa(std::string_view name) {
-  for (IsaLevel l : {IsaLevel::kAvx2, IsaLevel::kAvx512, IsaLevel::kAvx512Vnni})
+  for (IsaLevel l : kIsaLevels)
     if (name == isa_name(l)) return l;
   return std::nullopt;
+}
+
+std::string not_an_isa_level(std::string_view name) {
+  std::string s = "'";
+  s.append(name).append("' is not an ISA level (");
+  for (IsaLevel l : kIsaLevels) s.append(l == kIsaLevels[0] ? "" : ", ").append(isa_name(l));
+  return s.append(")");
 }
 
 const CpuFeatures& detected_cpu_features() {
@@ -129,13 +136,19 @@ std::string unavailable(IsaLevel level) {
          (f.model.empty() ? "" : f.model + ", ") + "highest: " + isa_name(f.level()) + "; has: " + f.to_string() + ")";
 }
 
+// KILN_ISA as set: null when unset or empty.
+const char* isa_env() {
+  const char* env = std::getenv("KILN_ISA");
+  return env != nullptr && *env != '\0' ? env : nullptr;
+}
+
 }  // namespace
 
 std::string isa_env_error() {
-  const char* env = std::getenv("KILN_ISA");
-  if (env == nullptr || *env == '\0') return "";
+  const char* env = isa_env();
+  if (env == nullptr) return "";
   const auto level = parse_isa(env);
-  if (!level) return std::string("KILN_ISA='") + env + "' is not an ISA level (avx2, avx512, avx512_vnni)";
+  if (!level) return "KILN_ISA=" + not_an_isa_level(env);
   return *level > detected_cpu_features().level() ? "KILN_ISA: " + unavailable(*level) : "";
 }
 
@@ -153,7 +166,7 @@ std::string set_max_isa(IsaLevel level) {
 const CpuFeatures& cpu_features() {
   static const CpuFeatures features = [] {
     IsaLevel cap = detected_cpu_features().level();
-    if (const char* env = std::getenv("KILN_ISA"); env != nullptr) {
+    if (const char* env = isa_env()) {
       // An unknown or unavailable KILN_ISA is reported by isa_env_error(); here it caps nothing.
       if (const auto l = parse_isa(env); l && *l < cap) cap = *l;
     }

@@ -13,9 +13,12 @@ namespace kiln {
 // below it: avx2 is AVX2 + FMA + F16C (the baseline), avx512 adds AVX-512 F/BW/VL/DQ (and BF16
 // where the CPU has it), avx512_vnni adds AVX512-VNNI.
 enum class IsaLevel { kAvx2, kAvx512, kAvx512Vnni };
+inline constexpr IsaLevel kIsaLevels[] = {IsaLevel::kAvx2, IsaLevel::kAvx512, IsaLevel::kAvx512Vnni};
 
 const char* isa_name(IsaLevel level);                      // "avx2", "avx512", "avx512_vnni"
 std::optional<IsaLevel> parse_isa(std::string_view name);  // the inverse; nullopt if unknown
+// "'NAME' is not an ISA level (avx2, avx512, avx512_vnni)": what a bad --isa or KILN_ISA says.
+std::string not_an_isa_level(std::string_view name);
 
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;

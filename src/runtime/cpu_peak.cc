@@ -22,6 +22,8 @@ double measure_fma_peak_gflops(int threads, double ms) {
   // undisturbed on a shared machine.
   const long rounds = wide ? 100'000 : 200'000;
   auto loop = [wide](long n) { return wide ? fma_rounds_avx512(n) : fma_rounds_avx2(n); };
+  // GFLOP/s of `n` threads' batches that took `s` seconds from the first start to the last end.
+  auto gflops = [&](int n, double s) { return s > 0 ? n * rounds * flops_per_round / s / 1e9 : 0.0; };
 
   // Each batch: thread 0 (this one) opens it by bumping `batch`; every thread runs its rounds and
   // counts itself in `done`; the batch ends when the last one has.
@@ -46,8 +48,7 @@ double measure_fma_peak_gflops(int threads, double ms) {
   for (int b = 0; b < 8; ++b) {
     const auto t0 = Clock::now();
     sink.store(loop(rounds), std::memory_order_relaxed);
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (s > 0) alone = std::max(alone, rounds * flops_per_round / s / 1e9);
+    alone = std::max(alone, gflops(1, std::chrono::duration<double>(Clock::now() - t0).count()));
   }
   // Then all together. A window whose best stays under 90 % of `threads` times `alone` is run
   // again, up to three more times: on these virtual machines a vCPU is at times descheduled for
@@ -68,8 +69,7 @@ double measure_fma_peak_gflops(int threads, double ms) {
     sink.store(loop(rounds), std::memory_order_relaxed);
     done.fetch_add(1, std::memory_order_acq_rel);
     while (done.load(std::memory_order_acquire) < threads) std::this_thread::yield();
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (s > 0) best = std::max(best, threads * rounds * flops_per_round / s / 1e9);
+    best = std::max(best, gflops(threads, std::chrono::duration<double>(Clock::now() - t0).count()));
   }
   stop.store(true, std::memory_order_release);
   for (std::thread& h : helpers) h.join();

@@ -14,8 +14,6 @@
 namespace kiln {
 namespace {
 
-constexpr IsaLevel kLevels[] = {IsaLevel::kAvx2, IsaLevel::kAvx512, IsaLevel::kAvx512Vnni};
-
 // Sets KILN_ISA for one scope and puts the old value back.
 class ScopedIsaEnv {
  public:
@@ -31,7 +29,7 @@ class ScopedIsaEnv {
 };
 
 TEST(IsaLevel, NamesRoundTrip) {
-  for (IsaLevel l : kLevels) EXPECT_EQ(parse_isa(isa_name(l)), l);
+  for (IsaLevel l : kIsaLevels) EXPECT_EQ(parse_isa(isa_name(l)), l);
   EXPECT_FALSE(parse_isa("sse4"));
   EXPECT_FALSE(parse_isa("AVX2"));
   EXPECT_FALSE(parse_isa(""));
@@ -62,7 +60,7 @@ TEST(IsaLevel, SetMaxIsaAfterKernelsChoseIsRefusedUnlessUnchanged) {
     EXPECT_NE(e.find("cannot change"), std::string::npos) << e;
     EXPECT_EQ(cpu_features().level(), now);
   }
-  for (IsaLevel l : kLevels)
+  for (IsaLevel l : kIsaLevels)
     if (l > detected_cpu_features().level())
       EXPECT_NE(set_max_isa(l).find("not available on this CPU"), std::string::npos);
 }
@@ -98,7 +96,7 @@ TEST(IsaLevel, BadKilnIsaIsAnErrorOfSessionCreation) {
     ASSERT_FALSE(s.is_ok());
     EXPECT_NE(s.status().message().find("KILN_ISA='avx1024'"), std::string::npos) << s.status().message();
   }
-  for (IsaLevel l : kLevels) {
+  for (IsaLevel l : kIsaLevels) {
     ScopedIsaEnv env(isa_name(l));
     const bool available = l <= detected_cpu_features().level();
     EXPECT_EQ(isa_env_error().empty(), available) << isa_name(l) << ": " << isa_env_error();

@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
       ->trigger_on_parse()
       ->each([](const std::string& name) {
         const auto level = kiln::parse_isa(name);
-        if (!level) throw CLI::ValidationError("'" + name + "' is not an ISA level (avx2, avx512, avx512_vnni)");
+        if (!level) throw CLI::ValidationError(kiln::not_an_isa_level(name));
         if (const std::string e = kiln::set_max_isa(*level); !e.empty()) throw CLI::ValidationError(e);
       });
   int exit_code = 0;
