@@ -22,11 +22,13 @@ namespace {
 // call, 20-row blocks took 1.6-1.8x the unfused time and 64-row blocks 0.9-0.95x; ViT-B/16's 197
 // rows, prepacked, one 104-row block per thread took 107-112 ms over the 12 layers where four
 // 52-row blocks took 124-127 ms. The intermediate of 128 rows is 1.5 MB for H = 3072: it spills
-// from L2 to L3, which costs far less than another pass over the weights. Rows come in multiples
-// of 8, the AVX-512 tile's height, so only the last block has a partial tile.
+// from L2 to L3, which costs far less than another pass over the weights. Blocks are whole
+// micro-kernel tiles (8 rows at AVX-512, 6 at AVX2), evened out over the blocks, so that only
+// the last block has a partial tile and no thread runs a tile more than it must (ViT's 197 rows
+// at AVX2: 102 + 95 rows, 17 and 16 tiles, where blocks of 8-row multiples made 104 + 93, 18
+// and 16).
 constexpr int64_t kBlockRows = 128;
 constexpr int64_t kIntermediateBytes = 2 * 1024 * 1024;
-constexpr int64_t kRowTile = 8;
 constexpr int64_t kMinThreadRows = 32;  // fewer rows a thread: split the columns instead
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
@@ -113,9 +115,11 @@ class FusedMlp : public Kernel {
     if (rows == 0) return Status::ok();
 
     const int64_t threads = ctx.pool ? ctx.pool->threads() : 1;
-    const int64_t target = std::clamp<int64_t>(
-        kIntermediateBytes / (4 * std::max<int64_t>(op.h, 1)) / kRowTile * kRowTile, kRowTile,
-        kBlockRows);
+    const int64_t row_tile = (packed ? w1_.kernel() : *gemm::best_f32_kernel()).mr;
+    const int64_t target =
+        std::max(std::min(kIntermediateBytes / (4 * std::max<int64_t>(op.h, 1)), kBlockRows) /
+                     row_tile * row_tile,
+                 row_tile);
     if (threads > 1 && rows < threads * kMinThreadRows) {
       // Too few rows to share out: each thread would stream all of both weights for a few rows,
       // so run all rows as one block and let gemm_f32 split the columns over the threads.
@@ -126,7 +130,8 @@ class FusedMlp : public Kernel {
     // Blocks evened out so every thread gets the same number (no short last block holding one
     // thread back).
     const int64_t blocks = round_up((rows + target - 1) / target, threads);
-    const int64_t rb = std::min(target, round_up((rows + blocks - 1) / blocks, kRowTile));
+    const int64_t tiles = (rows + row_tile - 1) / row_tile;
+    const int64_t rb = std::min(target, (tiles + blocks - 1) / blocks * row_tile);
     // Every thread that may take a block has its intermediate and GEMM buffers sized first, so
     // that runs after the first allocate nothing whichever threads take the blocks.
     for (const bool fc2 : {false, true}) {
