@@ -17,6 +17,7 @@
 #include "core/thread_pool.h"
 #include "fma_peak.h"
 #include "kernels/cpu/gemm/gemm.h"
+#include "kernels/cpu/gemm/gemm_s16.h"
 
 namespace {
 
@@ -66,6 +67,49 @@ void BM_Gemm(benchmark::State& state, kiln::gemm::MicroKernel kernel, int64_t m,
   state.counters["pct_peak"] = 100.0 * gflops / kiln::bench::peak_gflops(threads);
 }
 
+// The integer GEMM of MatMulInteger/ConvInteger (gemm_s16.h) on a prepacked B, per tile, as
+// GOP/s (two a product) and as % of the FP32 peak: its vpmaddwd does twice an FMA's products, so
+// 200 % is this kernel's ceiling where the CPU issues two of them a cycle.
+void BM_GemmS16(benchmark::State& state, kiln::gemm::S16Kernel kernel, int64_t m, int64_t n, int64_t k,
+                int threads) {
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int> dist(-255, 255);
+  std::vector<int16_t> a(m * k), b(k * n);
+  std::vector<int32_t> c(m * n);
+  for (int16_t& x : a) x = static_cast<int16_t>(dist(rng));
+  for (int16_t& x : b) x = static_cast<int16_t>(dist(rng));
+  kiln::ThreadPool pool(threads);
+  const auto packed = kiln::gemm::PackedS16::pack(b.data(), n, k, n, &kernel);
+  kiln::gemm::gemm_s16(m, a.data(), k, packed, c.data(), n, &pool);
+  double seconds = 0;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    kiln::gemm::gemm_s16(m, a.data(), k, packed, c.data(), n, &pool);
+    seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    benchmark::ClobberMemory();
+  }
+  const double gops = 2.0 * m * n * k * state.iterations() / seconds * 1e-9;
+  state.counters["GOPs"] = gops;
+  state.counters["pct_f32_peak"] = 100.0 * gops / kiln::bench::peak_gflops(threads);
+}
+
+void register_integer() {
+  struct Shape {
+    const char* name;
+    int64_t m, n, k;
+  };
+  const Shape shapes[] = {{"crnn_cls_20x8210x1024", 20, 8210, 1024}, {"square_256x1024x1024", 256, 1024, 1024}};
+  for (const auto& kernel : kiln::gemm::s16_kernels())
+    for (const Shape& s : shapes)
+      for (int threads : {1, 2}) {
+        const std::string name = std::string(kernel.name) + "/" + s.name + "/threads:" + std::to_string(threads);
+        benchmark::RegisterBenchmark(name.c_str(), BM_GemmS16, kernel, s.m, s.n, s.k, threads)
+            ->UseRealTime()
+            ->MinTime(0.3)
+            ->Unit(benchmark::kMillisecond);
+      }
+}
+
 void register_all() {
   kiln::bench::register_fma_peak();
   struct Shape {
@@ -93,6 +137,7 @@ void register_all() {
               ->MinTime(0.3)
               ->Unit(benchmark::kMillisecond);
         }
+  register_integer();
 }
 
 }  // namespace
