@@ -27,7 +27,7 @@ struct Case {
   int64_t layout = 0, seq = 5, batch = 1, input = 5, hidden = 8;
   bool bias = false, lens = false, initial = false, peepholes = false, clip = false;
   bool input_forget = false, linear_before_reset = false, weights_as_inputs = false;
-  bool coded_r = false;  // R dequantized from 8 bits: codes in [-127, 127] times a scale a row
+  bool coded = false;  // W and R dequantized from 8 bits: codes in [-127, 127] times a scale a row
 };
 
 const char* op_name(RecurrentCell c) {
@@ -40,7 +40,7 @@ std::string describe(const Case& c) {
          " hidden " + std::to_string(c.hidden) + (c.bias ? " bias" : "") + (c.lens ? " lens" : "") +
          (c.initial ? " initial" : "") + (c.peepholes ? " peepholes" : "") + (c.clip ? " clip" : "") +
          (c.input_forget ? " input_forget" : "") + (c.linear_before_reset ? " lbr" : "") +
-         (c.weights_as_inputs ? " weights-as-inputs" : "") + (c.coded_r ? " coded-r" : "");
+         (c.weights_as_inputs ? " weights-as-inputs" : "") + (c.coded ? " coded" : "");
 }
 
 // Runs the case through a Session (the fast kernel) and through the reference on the same
@@ -55,16 +55,20 @@ void check(const Case& c, int threads, double tol = 2e-5) {
   const Shape state = c.layout == 0 ? Shape{dirs, c.batch, c.hidden} : Shape{c.batch, dirs, c.hidden};
   std::vector<std::pair<std::string, Tensor>> tensors;  // every input, in the node's order
   tensors.push_back({"x", b.random(x_shape)});
-  tensors.push_back({"w", b.random({dirs, gates * c.hidden, c.input}, -0.6f, 0.6f)});
+  Tensor w = b.random({dirs, gates * c.hidden, c.input}, -0.6f, 0.6f);
   Tensor r = b.random({dirs, gates * c.hidden, c.hidden}, -0.6f, 0.6f);
-  if (c.coded_r)  // as contrib-lstm dequantizes: one scale a direction, every 7th row its own
-    for (int64_t j = 0; j < r.numel() / c.hidden; ++j) {
+  // As contrib-lstm dequantizes: one scale a direction, every 7th row its own.
+  auto code = [&](Tensor& t, int64_t k) {
+    for (int64_t j = 0; j < t.numel() / k; ++j) {
       const float scale = j % 7 == 3 ? 0.002f + 0.0001f * static_cast<float>(j % 5) : 0.6f / 127 + 0.001f * (j / (gates * c.hidden));
-      for (int64_t i = 0; i < c.hidden; ++i) {
-        float& v = r.data<float>()[j * c.hidden + i];
+      for (int64_t i = 0; i < k; ++i) {
+        float& v = t.data<float>()[j * k + i];
         v = std::nearbyint(std::clamp(v / scale, -127.0f, 127.0f)) * scale;
       }
     }
+  };
+  if (c.coded) code(w, c.input), code(r, c.hidden);
+  tensors.push_back({"w", w});
   tensors.push_back({"r", r});
   tensors.push_back({c.bias ? "b" : "", c.bias ? b.random({dirs, 2 * gates * c.hidden}) : Tensor()});
   Tensor lens_t = Tensor::make(DType::kInt32, {c.batch}).value();
@@ -177,20 +181,22 @@ TEST(RecurrentKernels, ClipInputForgetAndRunTimeWeights) {
   }
 }
 
-TEST(RecurrentKernels, EightBitRRunsFromItsCodes) {
-  // Hidden 40 (LSTM: 160 outputs, a part tile of 32; RNN: 40), batch 3 with lengths and initial
-  // states; hidden 288 (R of 1.3 MB in float, 332 KB in codes); run-time weights too.
-  for (const RecurrentCell cell : {RecurrentCell::kLstm, RecurrentCell::kRnn})
+TEST(RecurrentKernels, EightBitWeightsRunFromTheirCodes) {
+  // W and R dequantized from 8 bits. Hidden 40 (LSTM: 160 outputs, a part tile of 32; RNN: 40, a
+  // part group of 8), 6 steps of batch 3 with lengths and initial states (the projection's 18 rows
+  // in groups of 6); hidden 288 (R of 1.3 MB in float, 332 KB in codes), 7 steps (6 rows and 1);
+  // run-time weights too. GRU codes W only.
+  for (const RecurrentCell cell : {RecurrentCell::kLstm, RecurrentCell::kRnn, RecurrentCell::kGru})
     for (const int64_t hidden : {40, 288}) {
       Case c;
       c.cell = cell;
       c.direction = "bidirectional";
-      c.seq = 6;
+      c.seq = hidden == 40 ? 6 : 7;
       c.batch = hidden == 40 ? 3 : 1;
       c.hidden = hidden;
-      c.input = 24;
+      c.input = hidden == 40 ? 24 : 100;
       c.bias = c.lens = c.initial = hidden == 40;
-      c.coded_r = true;
+      c.coded = true;
       for (int threads : {1, 2}) check(c, threads, 1e-4);
       c.weights_as_inputs = true;
       check(c, 2, 1e-4);

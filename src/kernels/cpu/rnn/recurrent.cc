@@ -28,11 +28,12 @@ namespace {
 // Above this many bytes of R a direction's steps are split over the threads (see run_fast).
 constexpr int64_t kStepWeightsPerCore = 1 << 20;
 
-// R of RNN and LSTM as 8-bit codes with one scale a row, when every element is code * scale to
-// float rounding: R dequantized from 8 bits (ONNX Runtime's DynamicQuantizeLSTM, which
-// contrib-lstm lowers). A step's h R^T then reads a quarter of the bytes of float R: a
+// W, and R of RNN and LSTM, as 8-bit codes with one scale a row, when every element is code *
+// scale to float rounding: weights dequantized from 8 bits (ONNX Runtime's DynamicQuantizeLSTM,
+// which contrib-lstm lowers). A step's h R^T then reads a quarter of the bytes of float R: a
 // bidirectional LSTM of hidden 512 rereads 1 MiB instead of 4 MiB a direction and step, from L3
-// (measured on Zen 2: 4.7 -> 1.x ms for a crnn's LSTM).
+// (measured on Zen 2: 4.7 -> 1.x ms for a crnn's LSTM); the projection streams 1 MiB of W a
+// direction instead of 4 from memory.
 struct CodedRows {
   static constexpr int64_t kTile = 64;  // outputs a tile: 8 ymm accumulators
   std::vector<int8_t> codes;            // [ceil(n / kTile), k, kTile], the last tile zero-padded
@@ -77,35 +78,69 @@ CodedRows code_rows(const float* r, int64_t n, int64_t k) {
   return out;
 }
 
-// gh[b, :n] = h[b, :k] R^T for `batch` rows (h rows k apart, gh rows ldgh apart), from the codes:
-// per tile of 64 outputs, each h[b, i] broadcast times the tile's 64 codes of row i.
-void coded_product(const CodedRows& r, const float* h, int64_t batch, float* gh, int64_t ldgh) {
+// out[row, col0 + j] = a[row, :k] . codes of output col0 + j, times its scale, plus bias[col0 + j]
+// when given, for j < 8V, of R rows (a rows lda apart, out rows ldo apart): each code row's 8V
+// codes are widened to float once and serve R broadcasts of a. One row takes the 64 columns of a
+// whole tile (8 accumulators, each code feeding one FMA); six rows 16 columns (12 accumulators,
+// each code feeding six). Every loop over acc is unrolled, or GCC keeps acc in memory and stores
+// it at every step (2.5x slower); codes are widened at most 4 vectors at a time, or GCC hoists all
+// 8 ahead of the FMAs and one accumulator goes to the stack (1.8x slower at one row).
+template <int R, int V>
+void coded_tile(const CodedRows& r, const float* a, int64_t lda, int64_t col0, const float* bias, float* out,
+                int64_t ldo) {
   constexpr int64_t kTile = CodedRows::kTile;
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t t0 = 0; t0 < r.n; t0 += kTile) {
-      const int8_t* c = r.codes.data() + t0 * r.k;
-      const float* hb = h + b * r.k;
-      __m256 acc[8];
+  constexpr int kWiden = V < 4 ? V : 4;
+  const int8_t* c = r.codes.data() + (col0 / kTile) * kTile * r.k + col0 % kTile;
+  __m256 acc[R][V];
 #pragma GCC unroll 8
-      for (int v = 0; v < 8; ++v) acc[v] = _mm256_setzero_ps();
-      for (int64_t i = 0; i < r.k; ++i, c += kTile) {
-        const __m256 x = _mm256_broadcast_ss(hb + i);
+  for (int i = 0; i < R; ++i)
 #pragma GCC unroll 8
-        for (int v = 0; v < 8; ++v) {
-          const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + 8 * v));
-          acc[v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), x, acc[v]);
-        }
-      }
-      float* out = gh + b * ldgh + t0;
-      const int64_t lanes = std::min(kTile, r.n - t0);
+    for (int v = 0; v < V; ++v) acc[i][v] = _mm256_setzero_ps();
+  for (int64_t p = 0; p < r.k; ++p, c += kTile)
 #pragma GCC unroll 8
-      for (int v = 0; v < 8; ++v) {
-        const __m256 y = _mm256_mul_ps(acc[v], _mm256_loadu_ps(r.scale.data() + t0 + 8 * v));
-        const int64_t left = lanes - 8 * v;
-        if (left >= 8) _mm256_storeu_ps(out + 8 * v, y);
-        else if (left > 0) _mm256_maskstore_ps(out + 8 * v, vec::tail_mask_avx2(static_cast<int>(left)), y);
+    for (int v0 = 0; v0 < V; v0 += kWiden) {
+      __m256 w[kWiden];
+#pragma GCC unroll 8
+      for (int v = 0; v < kWiden; ++v)
+        w[v] = _mm256_cvtepi32_ps(
+            _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + 8 * (v0 + v)))));
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        const __m256 x = _mm256_broadcast_ss(a + i * lda + p);
+#pragma GCC unroll 8
+        for (int v = 0; v < kWiden; ++v) acc[i][v0 + v] = _mm256_fmadd_ps(x, w[v], acc[i][v0 + v]);
       }
     }
+#pragma GCC unroll 8
+  for (int v = 0; v < V; ++v) {
+    const int64_t left = std::min<int64_t>(8, r.n - col0 - 8 * v);
+    if (left <= 0) continue;
+    const __m256i m = vec::tail_mask_avx2(static_cast<int>(left));
+    const __m256 scale = _mm256_loadu_ps(r.scale.data() + col0 + 8 * v);  // zero-padded to whole tiles
+    const __m256 b = bias ? _mm256_maskload_ps(bias + col0 + 8 * v, m) : _mm256_setzero_ps();
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) _mm256_maskstore_ps(out + i * ldo + col0 + 8 * v, m, _mm256_fmadd_ps(acc[i][v], scale, b));
+  }
+}
+
+// out[:rows, :n] = a[:rows, :k] R^T (+ bias), from R's codes: the recurrence's h R^T (one row a
+// step at batch 1) and the input projection x W^T of a whole sequence (rows: its steps). Over
+// `pool`'s threads by tiles of 64 outputs when given.
+void coded_product(const CodedRows& r, const float* a, int64_t rows, int64_t lda, const float* bias, float* out,
+                   int64_t ldo, ThreadPool* pool = nullptr) {
+  constexpr int64_t kTile = CodedRows::kTile;
+  auto tiles = [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      int64_t i = 0;
+      for (; i + 6 <= rows; i += 6)
+        for (int64_t col = t * kTile; col < std::min(r.n, (t + 1) * kTile); col += 16)
+          coded_tile<6, 2>(r, a + i * lda, lda, col, bias, out + i * ldo, ldo);
+      for (; i < rows; ++i) coded_tile<1, 8>(r, a + i * lda, lda, t * kTile, bias, out + i * ldo, ldo);
+    }
+  };
+  const int64_t count = (r.n + kTile - 1) / kTile;
+  if (pool && count > 1 && rows * r.n * r.k >= (int64_t{1} << 18)) pool->parallel_for(count, 1, tiles);
+  else tiles(0, count);
 }
 
 // The weights of one direction packed for the GEMMs: W (the input projection, K = input_size)
@@ -113,7 +148,7 @@ void coded_product(const CodedRows& r, const float* h, int64_t batch, float* gh,
 // parts, its z and r gates and its h gate, since the h gate's product waits for the reset gate.
 struct DirectionWeights {
   gemm::PackedMatrix w, r, r_h;
-  CodedRows r_codes;
+  CodedRows w_codes, r_codes;
 };
 
 // The cells' default activations, the ones the fused gates compute, by activations a direction.
@@ -133,12 +168,13 @@ Result<std::vector<DirectionWeights>> pack_weights(const Tensor& W, const Tensor
     const float* w = W.data<float>() + d * gh * in;
     const float* r = R.data<float>() + d * gh * h;
     DirectionWeights& p = out[d];
-    p.w = gemm::PackedMatrix::pack_b(w, in, true, in, gh);
+    p.w_codes = code_rows(w, gh, in);
+    if (p.w_codes.empty()) p.w = gemm::PackedMatrix::pack_b(w, in, true, in, gh);
     const bool gru = s.cell == RecurrentCell::kGru;
     if (!gru) p.r_codes = code_rows(r, gh, h);
     if (p.r_codes.empty()) p.r = gemm::PackedMatrix::pack_b(r, h, true, h, gru ? 2 * h : gh);
     if (gru) p.r_h = gemm::PackedMatrix::pack_b(r + 2 * h * h, h, true, h, h);
-    if (p.w.empty() || (p.r.empty() && p.r_codes.empty()) || (gru && p.r_h.empty()))
+    if ((p.w.empty() && p.w_codes.empty()) || (p.r.empty() && p.r_codes.empty()) || (gru && p.r_h.empty()))
       return Status::error("out of memory packing the recurrent weights");
   }
   return out;
@@ -235,7 +271,7 @@ void run_direction(const Direction& r, ThreadPool* pool) {
   const bool gru = s.cell == RecurrentCell::kGru;
   for (int64_t step = 0; step < steps; ++step) {
     if (!r.weights->r_codes.empty())
-      coded_product(r.weights->r_codes, r.h, s.batch, r.gh, gates_n);
+      coded_product(r.weights->r_codes, r.h, s.batch, n, nullptr, r.gh, gates_n);
     else
       gemm_f32_prepacked(false, s.batch, 1.0f, r.h, n, r.weights->r, 0.0f, r.gh, r.weights->r.n(), nullptr, nullptr,
                          pool);
@@ -355,8 +391,12 @@ class RecurrentKernel : public Kernel {
         if (lstm) init(6, r.c);
       }
       // The input projection of every step at once.
-      gemm_f32_prepacked(false, rows, 1.0f, ctx.input(0).data<float>(), s.input_size, weights[d].w, 0.0f, gx,
-                         gates_n, w_bias, nullptr, ctx.pool);
+      const float* x = ctx.input(0).data<float>();
+      if (!weights[d].w_codes.empty())
+        coded_product(weights[d].w_codes, x, rows, s.input_size, w_bias, gx, gates_n, ctx.pool);
+      else
+        gemm_f32_prepacked(false, rows, 1.0f, x, s.input_size, weights[d].w, 0.0f, gx, gates_n, w_bias, nullptr,
+                           ctx.pool);
     }
 
     // The directions on threads of their own, unless one direction's float R is too big for a
