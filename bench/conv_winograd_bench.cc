@@ -20,6 +20,7 @@
 
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
+#include "evict_caches.h"
 #include "kernels/kiln/nchwc/blocked_conv_dense_prep.h"
 #include "kernels/kiln/nchwc/blocked_conv_winograd.h"
 
@@ -38,19 +39,9 @@ kiln::nchwc::WinogradTuning tuning_from_env() {
   return t;
 }
 
-// kernel null: the direct kernel.
-// Writes 64 MiB, more than the L3, so that the next call finds nothing of its data in cache.
-void evict_caches() {
-  static std::vector<char> junk(64 << 20);
-  static char v = 0;
-  ++v;
-  for (size_t i = 0; i < junk.size(); i += 64) junk[i] = v;
-  benchmark::ClobberMemory();
-}
-
 enum class Path { kDirectAvx2, kDirectAvx512, kWinograd };
 
-// kernel and tile: Winograd's micro-kernel and F(tile x tile, 3x3).
+// kernel and tile: Winograd's micro-kernel and F(tile x tile, 3x3); kernel null: the direct kernel.
 void BM_Conv3x3(benchmark::State& state, int64_t c, int64_t m, int64_t hw, int threads, Path path,
                 const kiln::nchwc::WinogradGemmKernel* kernel, int64_t tile) {
   BlockedConvShape s;
@@ -75,8 +66,7 @@ void BM_Conv3x3(benchmark::State& state, int64_t c, int64_t m, int64_t hw, int t
   if (path == Path::kDirectAvx512)
     kiln::nchwc::pair_dense_weights(w.data(), s.mb, s.cb, 9,
                                     paired.get(kiln::nchwc::paired_weights_floats(s.mb, s.cb, 9)));
-  const char* cold_env = std::getenv("KILN_BENCH_COLD");
-  const bool cold = cold_env != nullptr && std::string(cold_env) == "1";
+  const bool cold = kiln::bench::cold_from_env();
   const kiln::nchwc::WinogradTuning tuning = tuning_from_env();
   auto once = [&] {
     if (ww)
@@ -91,7 +81,7 @@ void BM_Conv3x3(benchmark::State& state, int64_t c, int64_t m, int64_t hw, int t
   for (auto _ : state) {
     if (cold) {
       state.PauseTiming();
-      evict_caches();
+      kiln::bench::evict_caches();
       state.ResumeTiming();
     }
     const auto t0 = Clock::now();
