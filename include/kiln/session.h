@@ -28,8 +28,9 @@ struct SessionOptions {
   bool memory_arena = true;
   // The backend whose kernels run the nodes it takes ("openblas", ...); kiln's own kernels run
   // the rest. With "kiln" (the default), the choices a tuned model records in its metadata
-  // (kiln::tune, `kiln optimize --tune`) apply, kiln's own kernels running every other node. An
-  // unknown name is an error.
+  // (kiln::tune, `kiln optimize --tune`) apply, kiln's own kernels running every other node. One
+  // of kiln's kernel variants ("kiln.direct"), which tuning otherwise chooses node by node, may
+  // be forced the same way, to test or compare it. An unknown name is an error.
   std::string backend = "kiln";
 };
 

@@ -43,7 +43,7 @@ struct ModelTiming {
 
 // One candidate kernel of a node: its median time per run, or why it was not timed or chosen.
 struct CandidateTiming {
-  std::string backend;
+  std::string backend;  // a backend, or a variant of kiln's kernels ("kiln.direct")
   double median_us = 0;
   std::string rejected;  // "" when timed and correct
 };

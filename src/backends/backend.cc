@@ -21,9 +21,7 @@ VersionRegistrar::VersionRegistrar(const char* backend, std::string (*version)()
 }
 
 std::string version(const std::string& backend) {
-  // kiln's own kernels and their variants ("kiln.direct"): kiln's version.
-  if (backend == kKiln || backend.rfind(std::string(kKiln) + ".", 0) == 0)
-    return std::string("kiln ") + KILN_VERSION;
+  if (backend == kKiln || variants().count(backend)) return std::string("kiln ") + KILN_VERSION;
   auto it = versions().find(backend);
   return it == versions().end() ? "" : it->second();
 }
@@ -31,6 +29,13 @@ std::string version(const std::string& backend) {
 std::set<std::string> registered() {
   std::set<std::string> names;
   for (const KernelDef* d : KernelRegistry::global().all()) names.insert(d->backend);
+  return names;
+}
+
+std::set<std::string> variants() {
+  std::set<std::string> names;
+  for (const KernelDef* d : KernelRegistry::global().all())
+    if (!d->variant.empty()) names.insert(d->choice());
   return names;
 }
 
@@ -85,7 +90,7 @@ std::vector<const KernelDef*> candidates(const ir::Node& node,
                                          const std::vector<const ir::TypeInfo*>& input_types) {
   std::vector<const KernelDef*> out, others;
   for (const KernelDef* d : KernelRegistry::global().find(node.domain, node.op_type)) {
-    if (d->backend == kKiln)
+    if (d->backend == kKiln && d->variant.empty())
       out.push_back(d);
     else if (d->accepts && d->accepts(node, input_types))
       others.push_back(d);
@@ -107,11 +112,11 @@ const std::string& Assignment::backend_for(const ir::Node& node) const {
 }
 
 const KernelDef* choose(const ir::Node& node, const std::vector<const ir::TypeInfo*>& input_types,
-                        const std::string& backend) {
+                        const std::string& choice) {
   const KernelDef* own = nullptr;
   for (const KernelDef* d : candidates(node, input_types)) {
-    if (d->backend == backend) return d;
-    if (!own && d->backend == kKiln) own = d;
+    if (d->choice() == choice) return d;
+    if (!own && d->choice() == kKiln) own = d;
   }
   return own;
 }

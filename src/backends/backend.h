@@ -21,9 +21,14 @@ inline constexpr const char* kKiln = kKilnBackend;
 // Every backend that registered a kernel, kiln included.
 std::set<std::string> registered();
 
+// The named variants of kiln's kernels (KernelDef::variant), as tuning choices name them
+// ("kiln.direct"). Not backends: the tuner times them per node beside kiln's own kernel; a
+// session may force one (SessionOptions::backend) to test or compare it.
+std::set<std::string> variants();
+
 // The version of the library behind `backend` as it reports it at run time ("kiln 0.1.0" for kiln's
-// own kernels; "" for a backend that registered none): part of the tuning cache's key, so that a
-// timing taken with one library version is not reused with another.
+// own kernels and their variants; "" for a backend that registered none): part of the tuning
+// cache's key, so that a timing taken with one library version is not reused with another.
 std::string version(const std::string& backend);
 
 // Registers a third-party backend's version function, once, at namespace scope in its source:
@@ -54,16 +59,18 @@ void run_parts(ThreadPool* pool, int64_t count, FunctionRef<void(int64_t)> fn);
 std::vector<const ir::TypeInfo*> input_types(const ir::Node& node, const ir::Graph& graph,
                                              std::vector<ir::TypeInfo>& storage);
 
-// The kernels that can run `node`: kiln's own first, then each other backend's that accepts it.
+// The kernels that can run `node`: kiln's own first, then kiln's variants and each other
+// backend's kernel that accept it.
 std::vector<const KernelDef*> candidates(const ir::Node& node,
                                          const std::vector<const ir::TypeInfo*>& input_types);
 
-// The backend each node should run with. `forced` ("--backend") applies to every node when it is
-// not kiln; otherwise a node takes the backend `chosen` holds for its key (what tuning picked and
-// the model's metadata recorded), else kiln.
+// The kernel choice (KernelDef::choice: a backend, or one of kiln's variants) each node should
+// run with. `forced` ("--backend") applies to every node when it is not kiln; otherwise a node
+// takes the choice `chosen` holds for its key (what tuning picked and the model's metadata
+// recorded), else kiln.
 struct Assignment {
   std::string forced = kKiln;
-  std::map<std::string, std::string> chosen;  // node_key -> backend
+  std::map<std::string, std::string> chosen;  // node_key -> choice
   const std::string& backend_for(const ir::Node& node) const;
 };
 
@@ -71,10 +78,10 @@ struct Assignment {
 // other node of the graph writes (node names may be empty or repeated).
 std::string node_key(const ir::Node& node);
 
-// The kernel to run `node` with: `backend`'s when it has one that accepts the node, else kiln's
-// own (the fallback a forced or recorded backend gets for what it cannot run); null when there is
+// The kernel to run `node` with: the one `choice` names when it accepts the node, else kiln's
+// own (the fallback a forced or recorded choice gets for what it cannot run); null when there is
 // none.
 const KernelDef* choose(const ir::Node& node, const std::vector<const ir::TypeInfo*>& input_types,
-                        const std::string& backend);
+                        const std::string& choice);
 
 }  // namespace kiln::backends

@@ -43,7 +43,7 @@ std::vector<const KernelDef*> KernelRegistry::find(const std::string& domain,
 
 const KernelDef* KernelRegistry::own(const std::string& domain, const std::string& op_type) const {
   for (const KernelDef* d : find(domain, op_type))
-    if (d->backend == kKilnBackend) return d;
+    if (d->backend == kKilnBackend && d->variant.empty()) return d;
   return nullptr;
 }
 
@@ -66,15 +66,36 @@ class FnKernel : public Kernel {
 
 std::unique_ptr<Kernel> kernel_from_fn(KernelFn fn) { return std::make_unique<FnKernel>(fn); }
 
+namespace {
+KernelDef make_def(const char* domain, const char* op_type, const char* name, KernelFactory f) {
+  KernelDef d;
+  d.domain = ir::normalize_domain(domain);
+  d.op_type = op_type;
+  d.name = name;
+  d.create = std::move(f);
+  return d;
+}
+}  // namespace
+
 KernelRegistrar::KernelRegistrar(const char* domain, const char* op_type, const char* name,
                                  KernelFactory f) {
-  KernelRegistry::global().add({ir::normalize_domain(domain), op_type, name, std::move(f)});
+  KernelRegistry::global().add(make_def(domain, op_type, name, std::move(f)));
 }
 
 KernelRegistrar::KernelRegistrar(const char* domain, const char* op_type, const char* name,
                                  KernelFactory f, const char* backend, KernelAccepts accepts) {
-  KernelRegistry::global().add({ir::normalize_domain(domain), op_type, name, std::move(f), backend,
-                                std::move(accepts)});
+  KernelDef d = make_def(domain, op_type, name, std::move(f));
+  d.backend = backend;
+  d.accepts = std::move(accepts);
+  KernelRegistry::global().add(std::move(d));
+}
+
+KernelVariantRegistrar::KernelVariantRegistrar(const char* domain, const char* op_type, const char* variant,
+                                               KernelFactory f, KernelAccepts accepts) {
+  KernelDef d = make_def(domain, op_type, variant, std::move(f));
+  d.accepts = std::move(accepts);
+  d.variant = variant;
+  KernelRegistry::global().add(std::move(d));
 }
 
 KernelRegistrar::KernelRegistrar(const char* domain, const char* op_type, KernelFn fn)

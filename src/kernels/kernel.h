@@ -115,6 +115,12 @@ struct KernelDef {
   // another backend's says which nodes it takes in `accepts`.
   std::string backend = kKilnBackend;
   KernelAccepts accepts;
+  // A named variant of kiln's kernel of the op ("direct": BlockedConv's direct convolution where
+  // the kernel would run Winograd), taking the nodes `accepts` takes: one more candidate the
+  // tuner times, not a backend of its own. Empty for a backend's kernel.
+  std::string variant;
+  // How a tuning choice names this kernel: its backend ("kiln", "onednn"), or "kiln.VARIANT".
+  std::string choice() const { return variant.empty() ? backend : backend + "." + variant; }
 };
 
 // All kernels, collected at start-up from the registrars in their files.
@@ -124,7 +130,7 @@ class KernelRegistry {
   void add(KernelDef def);
   // Every kernel for (domain, op_type), in registration order.
   std::vector<const KernelDef*> find(const std::string& domain, const std::string& op_type) const;
-  // kiln's own kernel for (domain, op_type) (backend "kiln"), or null.
+  // kiln's own kernel for (domain, op_type) (backend "kiln", no variant), or null.
   const KernelDef* own(const std::string& domain, const std::string& op_type) const;
   std::vector<const KernelDef*> all() const;
 
@@ -141,6 +147,13 @@ struct KernelRegistrar {
   KernelRegistrar(const char* domain, const char* op_type, const char* name, KernelFactory f,
                   const char* backend, KernelAccepts accepts);
   KernelRegistrar(const char* domain, const char* op_type, KernelFn fn);  // name "ref"
+};
+
+// Registers a named variant of kiln's kernel of an op (KernelDef::variant), for the nodes
+// `accepts` takes.
+struct KernelVariantRegistrar {
+  KernelVariantRegistrar(const char* domain, const char* op_type, const char* variant, KernelFactory f,
+                         KernelAccepts accepts);
 };
 
 }  // namespace kiln

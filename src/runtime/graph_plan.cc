@@ -141,7 +141,7 @@ Result<std::unique_ptr<GraphPlan>> GraphPlan::compile(const ir::Graph& g, const 
     if (!def)
       return Status::error(n.describe() + ": operator " + (n.domain.empty() ? "" : n.domain + ".") +
                            n.op_type + " is not supported");
-    step.backend = def->backend;
+    step.backend = def->choice();
     auto kernel = def->create(n, step.opset);
     if (!kernel) return kernel.status().with_context(n.describe());
     step.kernel = std::move(kernel).value();

@@ -47,8 +47,8 @@ class GraphPlan {
   // `outer` names the values visible from enclosing graphs (empty for the main graph). `owned` is
   // `graph` itself when the caller owns the model and lets the plan drop the data of initializers
   // that kernels absorbed from it too (else null: only the plan's references go). Each node runs
-  // the kernel of the backend `assignment` gives it where that backend takes the node, else kiln's
-  // own (backends/backend.h).
+  // the kernel `assignment` chooses for it where that kernel takes the node, else kiln's own
+  // (backends/backend.h).
   static Result<std::unique_ptr<GraphPlan>> compile(const ir::Graph& graph, const ir::Model& model,
                                                     const std::set<std::string>& outer,
                                                     ir::Graph* owned = nullptr,
@@ -97,7 +97,7 @@ class GraphPlan {
     const ir::Node* node = nullptr;
     int64_t opset = 0;
     std::unique_ptr<Kernel> kernel;
-    std::string backend;       // whose kernel it is (KernelDef::backend)
+    std::string backend;       // whose kernel it is (KernelDef::choice: "kiln.direct" for a variant)
     std::vector<int> inputs;   // slot per input, -1 when omitted
     std::vector<int> outputs;  // slot per output, -1 when unnamed
     std::vector<int> free_after;

@@ -152,11 +152,15 @@ Result<std::unique_ptr<Session>> Session::create_owned(std::shared_ptr<ir::Model
 Result<std::unique_ptr<Session>> Session::create_shared(std::shared_ptr<const ir::Model> model, ir::Model* owned,
                                                         const SessionOptions& options) {
   if (const std::string e = isa_env_error(); !e.empty()) return Status::error(e);
-  const std::set<std::string> known = backends::registered();
-  if (!known.count(options.backend)) {
-    std::string names;
-    for (const std::string& b : known) names += (names.empty() ? "" : ", ") + b;
-    return Status::error("unknown backend '" + options.backend + "' (this build has: " + names + ")");
+  const std::set<std::string> known = backends::registered(), variants = backends::variants();
+  if (!known.count(options.backend) && !variants.count(options.backend)) {
+    auto list = [](const std::set<std::string>& names) {
+      std::string s;
+      for (const std::string& b : names) s += (s.empty() ? "" : ", ") + b;
+      return s;
+    };
+    return Status::error("unknown backend '" + options.backend + "' (this build has: " + list(known) +
+                         "; and kiln's kernel variants " + list(variants) + ")");
   }
   backends::Assignment assignment;
   assignment.forced = options.backend;

@@ -78,7 +78,7 @@ CandidateTiming time_candidate(const KernelDef& def, const ir::Node& node, int64
                                const NodeValues& values, ThreadPool* pool, double budget_ms,
                                const TuneOptions& options) {
   CandidateTiming t;
-  t.backend = def.backend;
+  t.backend = def.choice();
   auto kernel = def.create(node, opset);
   if (!kernel) {
     t.rejected = kernel.status().message();
@@ -369,7 +369,7 @@ Result<TuneReport> tune(const ir::Model& model, const std::vector<Value>& inputs
     if (!node_values(n, g, values, constant_values, v)) continue;
     nt.shapes = shapes_of(v);
     std::vector<std::string> names;
-    for (const KernelDef* d : candidates) names.push_back(d->backend);
+    for (const KernelDef* d : candidates) names.push_back(d->choice());
     const std::string key = runtime::tuning_key(n, v.inputs, v.constant, pool->threads(), names);
     node_keys.push_back(key);
     const std::string* known = cache.find(key);

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,18 @@ namespace {
 using test::run_with;
 
 TEST(Backends, KilnIsAlwaysThere) { EXPECT_TRUE(backends::registered().count(backends::kKiln)); }
+
+// kiln's kernel variants are choices the tuner times, under kiln's version, not backends.
+TEST(Backends, VariantsOfKilnsKernelsAreNotBackends) {
+  const std::set<std::string> variants = backends::variants(), libraries = backends::registered();
+  EXPECT_TRUE(variants.count("kiln.direct"));
+  for (const std::string& v : variants) {
+    EXPECT_EQ(v.rfind("kiln.", 0), 0u) << v;
+    EXPECT_FALSE(libraries.count(v)) << v;
+    EXPECT_EQ(backends::version(v), backends::version(backends::kKiln)) << v;
+  }
+  for (const std::string& b : libraries) EXPECT_EQ(b.find('.'), std::string::npos) << b;
+}
 
 // Every registered backend reports a version (the tuning cache's key holds it); others have none.
 TEST(Backends, VersionsOfRegisteredBackends) {
@@ -45,8 +58,9 @@ TEST(Backends, UnknownBackendIsAnErrorNamingIt) {
       << r.status().message();
 }
 
-// kiln's direct variant of BlockedConv (backend "kiln.direct") takes the 3x3 stride-1 convs that
-// Winograd would run, and only those; its outputs agree with kiln's own (Winograd) kernel's.
+// kiln's direct variant of BlockedConv ("kiln.direct", forced here as a backend is) takes the 3x3
+// stride-1 convs that Winograd would run, and only those; its outputs agree with kiln's own
+// (Winograd) kernel's.
 TEST(Backends, KilnDirectVariantTakesWinogradConvs) {
   test::Builder b;
   b.input("x", {1, 32, 14, 14});
@@ -71,7 +85,7 @@ TEST(Backends, KilnDirectVariantTakesWinogradConvs) {
     ASSERT_NEAR(a.data<float>()[i], d.data<float>()[i], 1e-4 * (1 + std::fabs(a.data<float>()[i])));
 }
 
-// kiln's narrow-tile variant (backend "kiln.tile6x16": the AVX2 6x16 register tile where the
+// kiln's narrow-tile variant ("kiln.tile6x16": the AVX2 6x16 register tile where the
 // best is AVX-512's) takes MatMul, Gemm (transB), and FusedMatMul (MatMul + Add + Relu optimized)
 // against a 2-D weight; over sizes that leave partial tiles of rows and columns its outputs agree
 // with kiln's own kernel's.

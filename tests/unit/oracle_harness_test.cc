@@ -56,11 +56,19 @@ std::string compare(const Expected& want, const Value& got, const Shape& shape) 
   return "";
 }
 
-// Runs `m` on every backend at -O0 and -O3 and compares with the oracle; counts, per backend,
-// the nodes that ran on it, so that a test can require that a backend was reached at all.
+// Every backend and every variant of kiln's kernels, each forced in turn.
+std::set<std::string> every_kernel_choice() {
+  std::set<std::string> all = backends::registered();
+  for (const std::string& v : backends::variants()) all.insert(v);
+  return all;
+}
+
+// Runs `m` on every backend and kernel variant at -O0 and -O3 and compares with the oracle;
+// counts, per backend or variant, the nodes that ran on it, so that a test can require that one
+// was reached at all.
 void run_everywhere(const ir::Model& m, const std::vector<Tensor>& feeds, const Expected& want, const Shape& shape,
                     const std::string& what, std::map<std::string, int>* ran_on) {
-  for (const std::string& backend : backends::registered()) {
+  for (const std::string& backend : every_kernel_choice()) {
     for (int level : {0, 3}) {
       auto r = test::run_with(m, feeds, backend, 2, level);
       ASSERT_TRUE(r.is_ok()) << what << ", backend " << backend << ", -O" << level << ": " << r.status().message();
@@ -76,7 +84,7 @@ void run_everywhere(const ir::Model& m, const std::vector<Tensor>& feeds, const 
 // harness that silently ran everything on one kernel would prove little).
 void expect_reached(std::map<std::string, int>& ran_on, std::initializer_list<const char*> wanted) {
   for (const char* backend : wanted) {
-    if (backends::registered().count(backend)) {
+    if (every_kernel_choice().count(backend)) {
       EXPECT_GT(ran_on[backend], 0) << backend;
     }
   }

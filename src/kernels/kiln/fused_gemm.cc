@@ -152,10 +152,10 @@ const KernelRegistrar kGemm("ai.kiln", "FusedGemm", "ref", create<false, false>)
 const KernelRegistrar kMatMul("ai.kiln", "FusedMatMul", "ref", create<true, false>);
 
 // kiln's narrow-tile variant for the tuner (ref/gemm_f32.h).
-const KernelRegistrar kGemmNarrow("ai.kiln", "FusedGemm", "tile_6x16", create<false, true>,
-                                  kNarrowTileBackend, takes_narrow_tile);
-const KernelRegistrar kMatMulNarrow("ai.kiln", "FusedMatMul", "tile_6x16", create<true, true>,
-                                    kNarrowTileBackend, takes_narrow_tile);
+const KernelVariantRegistrar kGemmNarrow("ai.kiln", "FusedGemm", kNarrowTileVariant, create<false, true>,
+                                         takes_narrow_tile);
+const KernelVariantRegistrar kMatMulNarrow("ai.kiln", "FusedMatMul", kNarrowTileVariant, create<true, true>,
+                                           takes_narrow_tile);
 
 }  // namespace
 }  // namespace kiln

@@ -34,12 +34,12 @@ void gemm_f32_prepacked(bool trans_a, int64_t m, float alpha, const float* a, in
 Result<gemm::PackedMatrix> pack_weight(const Tensor& w, bool trans,
                                        const gemm::MicroKernel* kernel = nullptr);
 
-// A variant of kiln's own kernels for the tuner (backends/backend.h, runtime/tuner.cc): the
+// A variant of kiln's own kernels for the tuner (KernelDef::variant, runtime/tuner.cc): the
 // products against a packed 2-D weight (MatMul, Gemm, FusedMatMul, FusedGemm) on the AVX2 6x16
 // register tile, timed against the best tile on the node's real shapes. It packs A in blocks of 6
 // rows instead of 8 and wastes less of a tile on a last block of columns. Only on a CPU whose
 // best tile is another (AVX-512's, 4x wider); narrow_tile() is null elsewhere.
-inline constexpr const char* kNarrowTileBackend = "kiln.tile6x16";
+inline constexpr const char* kNarrowTileVariant = "tile6x16";  // tuning choice "kiln.tile6x16"
 const gemm::MicroKernel* narrow_tile();
 // The nodes the variant takes: a 2-D float32 B (input 1), where narrow_tile() exists.
 bool takes_narrow_tile(const ir::Node& node, const std::vector<const ir::TypeInfo*>& types);

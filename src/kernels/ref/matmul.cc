@@ -396,10 +396,9 @@ Result<std::unique_ptr<Kernel>> create_gemm(const ir::Node& node, int64_t) {
 const KernelRegistrar kMatMul("", "MatMul", "ref", create_matmul<false>);
 const KernelRegistrar kGemm("", "Gemm", "ref", create_gemm<false>);
 // kiln's narrow-tile variant for the tuner (gemm_f32.h).
-const KernelRegistrar kMatMulNarrow("", "MatMul", "tile_6x16", create_matmul<true>,
-                                    kNarrowTileBackend, takes_narrow_tile);
-const KernelRegistrar kGemmNarrow("", "Gemm", "tile_6x16", create_gemm<true>, kNarrowTileBackend,
-                                  takes_narrow_tile);
+const KernelVariantRegistrar kMatMulNarrow("", "MatMul", kNarrowTileVariant, create_matmul<true>,
+                                           takes_narrow_tile);
+const KernelVariantRegistrar kGemmNarrow("", "Gemm", kNarrowTileVariant, create_gemm<true>, takes_narrow_tile);
 const KernelRegistrar kMatMulInteger("", "MatMulInteger", "s16", [](const ir::Node& node, int64_t) {
   return Result<std::unique_ptr<Kernel>>(std::unique_ptr<Kernel>(std::make_unique<MatMulIntegerKernel>(node)));
 });

@@ -271,10 +271,10 @@ Result<std::unique_ptr<Kernel>> create(const ir::Node& node, int64_t) {
 
 const KernelRegistrar kRegistrar("ai.kiln", "BlockedConv", "blocked", create<true>);
 
-// A variant of kiln's own kernel for the tuner (backends/backend.h, runtime/tuner.cc): the direct
+// A variant of kiln's own kernel for the tuner (KernelDef::variant, runtime/tuner.cc): the direct
 // kernel on the 3x3s Winograd would take, timed against Winograd on the node's real shapes.
-const KernelRegistrar kDirect(
-    "ai.kiln", "BlockedConv", "direct", create<false>, "kiln.direct",
+const KernelVariantRegistrar kDirect(
+    "ai.kiln", "BlockedConv", "direct", create<false>,
     [](const ir::Node& node, const std::vector<const ir::TypeInfo*>& types) {
       // Dense 3x3 weights [Mb, Cb, 3, 3, 8, 8] (kernel_shape may be absent) on a blocked X.
       const ir::TypeInfo* x = types.size() > 1 ? types[0] : nullptr;
