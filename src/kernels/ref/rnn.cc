@@ -156,7 +156,7 @@ Result<RecurrentSpec> parse_recurrent(KernelContext& ctx, RecurrentCell cell) {
 Status reference_recurrent(KernelContext& ctx, const RecurrentSpec& s) {
   const RecurrentCell cell = s.cell;
   const int gates = s.gates, dirs = s.dirs, n_act = s.acts_per_dir();
-  const int64_t seq = s.seq, batch = s.batch, input_size = s.input_size, hidden = s.hidden;
+  const int64_t batch = s.batch, input_size = s.input_size, hidden = s.hidden;
   const DType dt = ctx.input(0).dtype();
   std::vector<double> w = load_all(ctx.input(1)), r = load_all(ctx.input(2));
   std::vector<double> b(static_cast<size_t>(dirs * 2 * gates * hidden), 0.0);
