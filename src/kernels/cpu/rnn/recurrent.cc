@@ -35,7 +35,7 @@ constexpr int64_t kStepWeightsPerCore = 1 << 20;
 // (measured on Zen 2: 4.7 -> 1.x ms for a crnn's LSTM); the projection streams 1 MiB of W a
 // direction instead of 4 from memory.
 struct CodedRows {
-  static constexpr int64_t kTile = 64;  // outputs a tile: 8 ymm accumulators
+  static constexpr int64_t kTile = 64;  // outputs a tile: one row's 8 ymm accumulators
   std::vector<int8_t> codes;            // [ceil(n / kTile), k, kTile], the last tile zero-padded
   std::vector<float> scale;             // [tiles * kTile], zero past n
   int64_t n = 0, k = 0;
