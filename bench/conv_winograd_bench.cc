@@ -11,7 +11,6 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -20,13 +19,12 @@
 
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
-#include "evict_caches.h"
 #include "kernels/kiln/nchwc/blocked_conv_dense_prep.h"
 #include "kernels/kiln/nchwc/blocked_conv_winograd.h"
+#include "timed_runs.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using kiln::nchwc::BlockedConvShape;
 
 kiln::nchwc::WinogradTuning tuning_from_env() {
@@ -66,7 +64,6 @@ void BM_Conv3x3(benchmark::State& state, int64_t c, int64_t m, int64_t hw, int t
   if (path == Path::kDirectAvx512)
     kiln::nchwc::pair_dense_weights(w.data(), s.mb, s.cb, 9,
                                     paired.get(kiln::nchwc::paired_weights_floats(s.mb, s.cb, 9)));
-  const bool cold = kiln::bench::cold_from_env();
   const kiln::nchwc::WinogradTuning tuning = tuning_from_env();
   auto once = [&] {
     if (ww)
@@ -77,24 +74,11 @@ void BM_Conv3x3(benchmark::State& state, int64_t c, int64_t m, int64_t hw, int t
       kiln::nchwc::blocked_conv_dense_avx2(s, x.data(), w.data(), e, y.data(), p);
   };
   once();  // warm up buffers and threads
-  double seconds = 0, best = 1e30;
-  for (auto _ : state) {
-    if (cold) {
-      state.PauseTiming();
-      kiln::bench::evict_caches();
-      state.ResumeTiming();
-    }
-    const auto t0 = Clock::now();
-    once();
-    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-    seconds += dt;
-    best = std::min(best, dt);
-    benchmark::ClobberMemory();
-  }
+  const kiln::bench::RunTimes t = kiln::bench::time_runs(state, once);
   const double flops = 2.0 * hw * hw * c * m * 9;
-  state.counters["GFLOPs"] = flops * state.iterations() / seconds * 1e-9;
-  state.counters["GFLOPs_best"] = flops / best * 1e-9;
-  state.counters["ms_best"] = best * 1e3;
+  state.counters["GFLOPs"] = flops * state.iterations() / t.seconds * 1e-9;
+  state.counters["GFLOPs_best"] = flops / t.best * 1e-9;
+  state.counters["ms_best"] = t.best * 1e3;
 }
 
 struct Layer {

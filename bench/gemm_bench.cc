@@ -4,12 +4,10 @@
 // of the peak fma_peak.h measures on this machine.
 //   kiln_bench_gemm [--benchmark_filter=...]
 //   KILN_BENCH_BLOCKS=mc,kc,nc[,kc_packed] overrides the kernels' cache blocks (for tuning them).
-//   KILN_BENCH_COLD=1 evicts the caches before every timed call (evict_caches.h).
+//   KILN_BENCH_COLD=1 evicts the caches before every timed call (timed_runs.h).
 // "GFLOPs_best" uses the fastest iteration: on a shared machine it is the steadier figure.
 #include <benchmark/benchmark.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -18,14 +16,13 @@
 
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
-#include "evict_caches.h"
 #include "fma_peak.h"
 #include "kernels/cpu/gemm/gemm.h"
 #include "kernels/cpu/gemm/gemm_s16.h"
+#include "timed_runs.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
 kiln::gemm::MicroKernel with_blocks_from_env(kiln::gemm::MicroKernel k) {
   if (const char* env = std::getenv("KILN_BENCH_BLOCKS")) {
@@ -59,24 +56,11 @@ void BM_Gemm(benchmark::State& state, kiln::gemm::MicroKernel kernel, int64_t m,
     g.packed_b = &packed;
   }
   kiln::gemm::gemm_f32_blocked(g, &pool, &kernel);  // warm up buffers and threads
-  const bool cold = kiln::bench::cold_from_env();
-  double seconds = 0, best = 1e30;
-  for (auto _ : state) {
-    if (cold) {
-      state.PauseTiming();
-      kiln::bench::evict_caches();
-      state.ResumeTiming();
-    }
-    const auto t0 = Clock::now();
-    kiln::gemm::gemm_f32_blocked(g, &pool, &kernel);
-    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-    seconds += dt;
-    best = std::min(best, dt);
-    benchmark::ClobberMemory();
-  }
-  const double gflops = 2.0 * m * n * k * state.iterations() / seconds * 1e-9;
+  const kiln::bench::RunTimes t =
+      kiln::bench::time_runs(state, [&] { kiln::gemm::gemm_f32_blocked(g, &pool, &kernel); });
+  const double gflops = 2.0 * m * n * k * state.iterations() / t.seconds * 1e-9;
   state.counters["GFLOPs"] = gflops;
-  state.counters["GFLOPs_best"] = 2.0 * m * n * k / best * 1e-9;
+  state.counters["GFLOPs_best"] = 2.0 * m * n * k / t.best * 1e-9;
   state.counters["pct_peak"] = 100.0 * gflops / kiln::bench::peak_gflops(threads);
 }
 
@@ -94,15 +78,11 @@ void BM_GemmS16(benchmark::State& state, kiln::gemm::S16Kernel kernel, int64_t m
   kiln::ThreadPool pool(threads);
   const auto packed = kiln::gemm::PackedS16::pack(b.data(), n, k, n, &kernel);
   kiln::gemm::gemm_s16(m, a.data(), k, packed, c.data(), n, &pool);
-  double seconds = 0;
-  for (auto _ : state) {
-    const auto t0 = Clock::now();
-    kiln::gemm::gemm_s16(m, a.data(), k, packed, c.data(), n, &pool);
-    seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-    benchmark::ClobberMemory();
-  }
-  const double gops = 2.0 * m * n * k * state.iterations() / seconds * 1e-9;
+  const kiln::bench::RunTimes t =
+      kiln::bench::time_runs(state, [&] { kiln::gemm::gemm_s16(m, a.data(), k, packed, c.data(), n, &pool); });
+  const double gops = 2.0 * m * n * k * state.iterations() / t.seconds * 1e-9;
   state.counters["GOPs"] = gops;
+  state.counters["GOPs_best"] = 2.0 * m * n * k / t.best * 1e-9;
   state.counters["pct_f32_peak"] = 100.0 * gops / kiln::bench::peak_gflops(threads);
 }
 

@@ -1,4 +1,4 @@
-#include "evict_caches.h"
+#include "timed_runs.h"
 
 #include <benchmark/benchmark.h>
 
