@@ -7,11 +7,13 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend_run.h"
@@ -190,10 +192,10 @@ TEST(Backends, OpenBlasGemmMatchesLoops) {
       }
 }
 
-// The slices kiln's pool runs: rows of a transposed A (Gemm, 40 rows on 2 threads), one row (a
-// matrix-vector product, in column slices), and a batched MatMul with both operands given, one
-// batch (sliced) and three (a batch a task).
-TEST(Backends, OpenBlasSlicesMatchLoops) {
+// The operand layouts the backend passes to OpenBLAS: a transposed A (Gemm, 40 rows), one row (a
+// matrix-vector product, cblas_sgemv) with A and B each stored either way, and a batched MatMul
+// with both operands given, one batch and three.
+TEST(Backends, OpenBlasOperandLayoutsMatchLoops) {
   const int64_t m = 40, k = 19, n = 23;
   {
     test::Builder b;
@@ -250,6 +252,47 @@ TEST(Backends, OpenBlasSlicesMatchLoops) {
     }
     expect_near(r->outputs[0].tensor, want, "batches=" + std::to_string(batches));
   }
+}
+
+// Two sessions running OpenBLAS products at once, as two threads of a server would: Debian's serial
+// OpenBLAS has an unlocked table of packing buffers, and without the backend's lock two calls at
+// once pack into the same buffer (46 wrong products in 4000 pairs of bare calls here).
+TEST(Backends, OpenBlasProductsFromTwoThreadsAtOnceAgree) {
+  test::Builder b;
+  b.input("a", {test::GemmCase::kM, 64});
+  b.weight("w", {64, 96});
+  b.add("MatMul", {"a", "w"}, {"y"});
+  b.output("y");
+  const std::string path = ::testing::TempDir() + "kiln_openblas_two_threads.onnx";
+  ASSERT_TRUE(onnx_io::save_model(b.m, path).is_ok());
+  SessionOptions options;
+  options.threads = 1;
+  options.optimize_level = 0;
+  options.backend = "openblas";
+  const Tensor a = b.random({test::GemmCase::kM, 64});
+  const std::vector<double> want =
+      product(f32(a), f32(b.m.graph.initializers.at("w")), test::GemmCase::kM, 64, 96);
+  std::atomic<int> wrong{0}, failed{0};
+  auto runs = [&] {
+    auto s = Session::load(path, options);
+    if (!s) return void(++failed);
+    for (int rep = 0; rep < 400; ++rep) {
+      auto y = (*s)->run({Value::of(a)});
+      if (!y) return void(++failed);
+      const float* yd = f32(y->at(0).tensor);
+      for (size_t i = 0; i < want.size(); ++i)
+        if (std::fabs(yd[i] - want[i]) > 1e-4 * (1 + std::fabs(want[i]))) {
+          ++wrong;
+          break;
+        }
+    }
+  };
+  std::thread first(runs), second(runs);
+  first.join();
+  second.join();
+  std::remove(path.c_str());
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(wrong.load(), 0) << "of 800 products";
 }
 
 // A node the backend does not take (an int32 MatMul) runs kiln's own kernel: forcing a backend

@@ -1,18 +1,23 @@
 // The OpenBLAS backend: float32 MatMul and Gemm through cblas_sgemm, from Debian's serial build
-// of OpenBLAS (libopenblas-serial-dev; its buffer pool is locked, so calls may run concurrently).
-// kiln's pool runs the calls: a matrix product is cut into one slice a thread (rows of the
-// result, or columns when it has too few rows) and each slice is one single-threaded sgemm. No
-// second thread pool competes with kiln's for the cores. It takes only the nodes whose operand
-// types are known float32 at compile time; kiln's own kernels run the rest (backends/backend.h).
+// of OpenBLAS (libopenblas-serial-dev). It takes only the nodes whose operand types are known
+// float32 at compile time; kiln's own kernels run the rest (backends/backend.h).
+//
+// One call at a time, process-wide, on the calling thread. Debian's serial OpenBLAS (0.3.21) is
+// built without USE_LOCKING, so its table of packing buffers is unlocked: two sgemm calls at
+// once can take the same buffer and pack over each other. Measured here: 46 wrong products in
+// 4000 made by two threads together, and Backends.OpenBlasGemmMatchesLoops failing 6 times in 30
+// under ASan while kiln's pool ran column slices of one product concurrently. So the backend
+// no longer slices a product over kiln's pool; on several threads the tuner's timings say
+// whether it still pays.
 #include <cblas.h>
 
 #include <algorithm>
 #include <initializer_list>
 #include <limits>
+#include <mutex>
 #include <string>
 
 #include "backends/backend.h"
-#include "core/thread_pool.h"
 #include "kernels/cpu/gemm/gemm.h"
 #include "kernels/kernel.h"
 #include "kernels/ref/gemm_f32.h"
@@ -26,6 +31,8 @@ constexpr const char* kName = "openblas";
 using Sgemm = gemm::GemmF32Args;
 
 void call(const Sgemm& g) {
+  static std::mutex openblas_buffers;  // see the top of this file
+  const std::lock_guard<std::mutex> one_call_at_a_time(openblas_buffers);
   // One row of C is a matrix-vector product, which sgemm would still pack B for (10x slower on
   // resnet50's classifier): C[1, n] = alpha * a · op(B), the vector a read with A's stride.
   if (g.m == 1) {
@@ -42,37 +49,6 @@ void call(const Sgemm& g) {
               g.trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(g.m), static_cast<int>(g.n),
               static_cast<int>(g.k), g.alpha, g.a, static_cast<int>(g.lda), g.b,
               static_cast<int>(g.ldb), g.beta, g.c, static_cast<int>(g.ldc));
-}
-
-// Rows of C [first, first + count), or columns when `columns`.
-Sgemm slice(const Sgemm& g, bool columns, int64_t first, int64_t count) {
-  Sgemm s = g;
-  if (columns) {
-    s.n = count;
-    s.b += g.trans_b ? first * g.ldb : first;
-    s.c += first;
-  } else {
-    s.m = count;
-    s.a += g.trans_a ? first : first * g.lda;
-    s.c += first * g.ldc;
-  }
-  return s;
-}
-
-// Runs `g` as one slice per thread of `pool`. Each slice packs its operands itself, so slices are
-// as few as threads; rows while every thread gets at least kMinRows of them (a slice of rows packs
-// all of B), else columns in multiples of 16 (a whole vector register's worth).
-void run_sliced(const Sgemm& g, ThreadPool* pool) {
-  constexpr int64_t kMinRows = 16, kColumnStep = 16;
-  const int64_t threads = pool ? pool->threads() : 1;
-  const bool columns = g.m < threads * kMinRows;
-  const int64_t step = columns ? kColumnStep : 1, extent = columns ? g.n : g.m;
-  const int64_t slices = std::min(threads, (extent + step - 1) / step);
-  if (slices <= 1) return call(g);
-  run_parts(pool, slices, [&](int64_t i) {
-    const auto [first, last] = part_range(extent, step, slices, i);
-    call(slice(g, columns, first, last - first));
-  });
 }
 
 // sgemm's dimensions are C ints.
@@ -121,22 +97,16 @@ Status matmul(KernelContext& ctx) {
   g.ldc = p.n;
   if (b.rank() <= 2 && a.rank() >= 1) {  // the batches are consecutive rows of A
     g.m = batches * p.m;
-    run_sliced(g, ctx.pool);
+    call(g);
     return Status::ok();
   }
-  auto batch = [&](int64_t i) {
+  for (int64_t i = 0; i < batches; ++i) {
     Sgemm gi = g;
     gi.a += p.a_offsets[i];
     gi.b += p.b_offsets[i];
     gi.c += i * p.m * p.n;
-    return gi;
-  };
-  const int threads = ctx.pool ? ctx.pool->threads() : 1;
-  if (batches < threads) {
-    for (int64_t i = 0; i < batches; ++i) run_sliced(batch(i), ctx.pool);
-    return Status::ok();
+    call(gi);
   }
-  run_parts(ctx.pool, batches, [&](int64_t i) { call(batch(i)); });
   return Status::ok();
 }
 
@@ -182,7 +152,7 @@ Status gemm(KernelContext& ctx) {
   g.beta = has_c ? 1.0f : 0.0f;
   g.c = yd;
   g.ldc = n;
-  run_sliced(g, ctx.pool);
+  call(g);
   return Status::ok();
 }
 

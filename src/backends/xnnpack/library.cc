@@ -3,7 +3,7 @@
 // XNNPACK runs its parallel loops on a pthreadpool, not on kiln's ThreadPool. A second set of
 // threads is acceptable because the two never compete for long: while a library kernel runs, kiln's
 // workers have no task and yield their cores after a few microseconds (core/thread_pool.cc), as
-// they do under OpenBLAS's own threads (backends/openblas/sgemm.cc). One pool per thread count is
+// they do under oneDNN's OpenMP threads (backends/onednn). One pool per thread count is
 // created lazily and kept, so that sessions with the same count share it instead of each spawning
 // threads.
 #include "backends/xnnpack/library.h"
