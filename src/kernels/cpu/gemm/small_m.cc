@@ -14,36 +14,67 @@ namespace {
 
 constexpr int kRows = 4;
 
-// Rows [i0, i0 + R) x the nr = 8 * NV columns of panel column j0.
+// Rows [i0, i0 + R) x the nr = 8 * NV columns of panel column j0. With few rows the sum over K
+// runs as kChains interleaved chains (p, p + kChains, ...) added at the end, so that about 8
+// accumulators are in flight: one row of a 16-wide panel is 2 accumulators, each FMA waiting on
+// the last (4 cycles), which held a batch-1 LSTM step's h R^T to a quarter of the FMA rate, too
+// slow to use the L3 bandwidth its 4 MiB of R needs.
 template <int NV, int R>
 void panel_rows(const GemmF32Args& g, int64_t i0, int64_t j0) {
+  constexpr int kChains = std::clamp(8 / (R * NV), 1, 4);
   const PackedMatrix& b = *g.packed_b;
-  __m256 acc[R][NV];
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_setzero_ps();
+  __m256 acc[kChains][R][NV];
+#pragma GCC unroll 4
+  for (int c = 0; c < kChains; ++c)
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[c][r][v] = _mm256_setzero_ps();
   // A's element (i, p) sits at a + i * ia + p * pa.
   const int64_t ia = g.trans_a ? 1 : g.lda, pa = g.trans_a ? g.lda : 1;
   for (int64_t p0 = 0; p0 < g.k; p0 += b.kc()) {
     const int64_t depth = std::min(b.kc(), g.k - p0);
     const float* panel = b.panel(p0, j0);
     const float* a = g.a + i0 * ia + p0 * pa;
-    for (int64_t p = 0; p < depth; ++p, panel += 8 * NV, a += pa) {
-      __m256 bv[NV];
-      for (int v = 0; v < NV; ++v) bv[v] = _mm256_load_ps(panel + 8 * v);
-      for (int r = 0; r < R; ++r) {
-        const __m256 av = _mm256_broadcast_ss(a + r * ia);
-        for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
+    // Rows p, p + 1, ... of the panel into chains 0, 1, ...; the last depth % kChains into chain 0.
+    for (int64_t p = 0; p < depth; p += kChains) {
+      const int chains = depth - p >= kChains ? kChains : 1;
+#pragma GCC unroll 4
+      for (int c = 0; c < kChains; ++c) {
+        if (c >= chains) break;
+        const float* row = panel + (p + c) * 8 * NV;
+        __m256 bv[NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) bv[v] = _mm256_load_ps(row + 8 * v);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+          const __m256 av = _mm256_broadcast_ss(a + (p + c) * pa + r * ia);
+#pragma GCC unroll 4
+          for (int v = 0; v < NV; ++v) acc[c][r][v] = _mm256_fmadd_ps(av, bv[v], acc[c][r][v]);
+        }
       }
+      if (chains == 1) p += 1 - kChains;  // one row taken, not kChains
     }
   }
+#pragma GCC unroll 4
+  for (int c = 1; c < kChains; ++c)
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[0][r][v] = _mm256_add_ps(acc[0][r][v], acc[c][r][v]);
   const int64_t cols = std::min<int64_t>(8 * NV, g.n - j0);
   const __m256 alpha = _mm256_set1_ps(g.alpha);
+  // acc is indexed by constants only (every loop over it unrolled), or GCC keeps it in memory and
+  // stores each accumulator after each FMA (measured: 3 rows ran at a third of the FMA rate).
+  alignas(32) float out[R][8 * NV];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) _mm256_store_ps(out[r] + 8 * v, _mm256_mul_ps(alpha, acc[0][r][v]));
   for (int64_t r = 0; r < R; ++r) {
-    alignas(32) float out[8 * NV];
-    for (int v = 0; v < NV; ++v) _mm256_store_ps(out + 8 * v, _mm256_mul_ps(alpha, acc[r][v]));
     float* c = g.c + (i0 + r) * g.ldc + j0;
     for (int64_t j = 0; j < cols; ++j) {
-      float y = out[j];
+      float y = out[r][j];
       if (g.beta != 0.0f) y += g.beta * c[j];
       if (g.bias) y += g.bias[j0 + j];
       c[j] = y;
