@@ -5,6 +5,8 @@
 
 #include <immintrin.h>
 
+#include <type_traits>
+
 #include "kernels/kiln/epilogue_activation.h"
 
 namespace kiln::nchwc {
@@ -33,48 +35,48 @@ inline __m256 sigmoid_avx2(__m256 x) {
   return _mm256_div_ps(one, _mm256_add_ps(one, exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), x))));
 }
 
+// act(v) without act's clamp for a kind known at compile time, p0 and p1 its parameters as
+// vectors: what apply_unclamped computes, for tiles that keep their accumulators in registers.
+// Not for Gelu, GeluTanh and Tanh, which go lane by lane.
+template <kiln_ops::Activation::Kind kKind>
+[[gnu::always_inline]] inline __m256 unclamped_vector(__m256 v, __m256 p0, __m256 p1) {
+  using K = kiln_ops::Activation::Kind;
+  const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
+  if constexpr (kKind == K::kNone) return v;
+  if constexpr (kKind == K::kRelu) return _mm256_max_ps(v, zero);
+  if constexpr (kKind == K::kClip) return _mm256_min_ps(_mm256_max_ps(v, p0), p1);
+  if constexpr (kKind == K::kLeakyRelu)
+    return _mm256_blendv_ps(_mm256_mul_ps(v, p0), v, _mm256_cmp_ps(v, zero, _CMP_GE_OQ));
+  if constexpr (kKind == K::kHardSigmoid)
+    return _mm256_max_ps(zero, _mm256_min_ps(one, _mm256_fmadd_ps(p0, v, p1)));
+  if constexpr (kKind == K::kHardSwish)
+    return _mm256_mul_ps(v, _mm256_max_ps(zero, _mm256_min_ps(one, _mm256_fmadd_ps(
+                                                                    v, _mm256_set1_ps(1.0f / 6.0f),
+                                                                    _mm256_set1_ps(0.5f)))));
+  if constexpr (kKind == K::kSigmoid) return sigmoid_avx2(v);
+  if constexpr (kKind == K::kSilu) return _mm256_mul_ps(v, sigmoid_avx2(v));
+  static_assert(kKind != K::kGelu && kKind != K::kGeluTanh && kKind != K::kTanh,
+                "computed lane by lane");
+  return v;
+}
+
 // v[i] = act(v[i]) for i < count, without act's clamp.
 inline void apply_unclamped(const kiln_ops::Activation& act, __m256* v, int count) {
   using K = kiln_ops::Activation::Kind;
-  const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
+  const __m256 p0 = _mm256_set1_ps(static_cast<float>(act.p0));
+  const __m256 p1 = _mm256_set1_ps(static_cast<float>(act.p1));
+  auto each = [&](auto kind) {
+    for (int i = 0; i < count; ++i) v[i] = unclamped_vector<decltype(kind)::value>(v[i], p0, p1);
+  };
   switch (act.kind) {
-    case K::kNone:
-      return;
-    case K::kRelu:
-      for (int i = 0; i < count; ++i) v[i] = _mm256_max_ps(v[i], zero);
-      return;
-    case K::kClip: {
-      const __m256 lo = _mm256_set1_ps(static_cast<float>(act.p0));
-      const __m256 hi = _mm256_set1_ps(static_cast<float>(act.p1));
-      for (int i = 0; i < count; ++i) v[i] = _mm256_min_ps(_mm256_max_ps(v[i], lo), hi);
-      return;
-    }
-    case K::kLeakyRelu: {
-      const __m256 a = _mm256_set1_ps(static_cast<float>(act.p0));
-      for (int i = 0; i < count; ++i)
-        v[i] = _mm256_blendv_ps(_mm256_mul_ps(v[i], a), v[i], _mm256_cmp_ps(v[i], zero, _CMP_GE_OQ));
-      return;
-    }
-    case K::kHardSigmoid: {
-      const __m256 a = _mm256_set1_ps(static_cast<float>(act.p0));
-      const __m256 b = _mm256_set1_ps(static_cast<float>(act.p1));
-      for (int i = 0; i < count; ++i)
-        v[i] = _mm256_max_ps(zero, _mm256_min_ps(one, _mm256_fmadd_ps(a, v[i], b)));
-      return;
-    }
-    case K::kHardSwish: {
-      const __m256 sixth = _mm256_set1_ps(1.0f / 6.0f), half = _mm256_set1_ps(0.5f);
-      for (int i = 0; i < count; ++i)
-        v[i] = _mm256_mul_ps(
-            v[i], _mm256_max_ps(zero, _mm256_min_ps(one, _mm256_fmadd_ps(v[i], sixth, half))));
-      return;
-    }
-    case K::kSigmoid:
-      for (int i = 0; i < count; ++i) v[i] = sigmoid_avx2(v[i]);
-      return;
-    case K::kSilu:
-      for (int i = 0; i < count; ++i) v[i] = _mm256_mul_ps(v[i], sigmoid_avx2(v[i]));
-      return;
+    case K::kNone: return;
+    case K::kRelu: return each(std::integral_constant<K, K::kRelu>{});
+    case K::kClip: return each(std::integral_constant<K, K::kClip>{});
+    case K::kLeakyRelu: return each(std::integral_constant<K, K::kLeakyRelu>{});
+    case K::kHardSigmoid: return each(std::integral_constant<K, K::kHardSigmoid>{});
+    case K::kHardSwish: return each(std::integral_constant<K, K::kHardSwish>{});
+    case K::kSigmoid: return each(std::integral_constant<K, K::kSigmoid>{});
+    case K::kSilu: return each(std::integral_constant<K, K::kSilu>{});
     default:
       for (int i = 0; i < count; ++i) {
         alignas(32) float lanes[8];

@@ -86,6 +86,36 @@ inline void finish(const Job& j, const Tile& t, __m256* v, float* y) {
     for (int r = 0; r < R; ++r) _mm256_storeu_ps(y + b * j.out_plane + r * kBlock, v[b * R + r]);
 }
 
+// finish() on the accumulators in registers, for an activation computed on them (kKind): residual,
+// activation, its clamp, padding lanes, store, without taking acc's address. GCC then keeps acc
+// in registers; finish() needs a copy of them in memory: 5-9 % of the time of 1x1s with 16-24
+// input channels and of the RGB stems (Zen 3).
+template <kiln_ops::Activation::Kind kKind, int B, int R>
+[[gnu::always_inline]] inline void finish_in_registers(const Job& j, const Tile& t, __m256 (&acc)[B][R],
+                                                       float* y) {
+  const kiln_ops::Activation& act = j.e.act;
+  const __m256 p0 = _mm256_set1_ps(static_cast<float>(act.p0));
+  const __m256 p1 = _mm256_set1_ps(static_cast<float>(act.p1));
+  const __m256 lo = _mm256_set1_ps(static_cast<float>(act.lo));
+  const __m256 hi = _mm256_set1_ps(static_cast<float>(act.hi));
+  const bool clamped = act.clamped();
+  const float* z = j.e.z ? j.e.z + (y - j.y) : nullptr;
+  const bool tail = j.has_tail && t.mb0 + B == j.s.mb;
+#pragma GCC unroll 8
+  for (int b = 0; b < B; ++b)
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      __m256 v = acc[b][r];
+      const __m256 zv = z ? _mm256_loadu_ps(z + b * j.out_plane + r * kBlock) : _mm256_setzero_ps();
+      if (z && j.e.residual_first) v = _mm256_add_ps(v, zv);
+      v = unclamped_vector<kKind>(v, p0, p1);
+      if (clamped) v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+      if (z && !j.e.residual_first) v = _mm256_add_ps(v, zv);
+      if (b == B - 1 && tail) v = _mm256_and_ps(v, j.tail_keep);
+      _mm256_storeu_ps(y + b * j.out_plane + r * kBlock, v);
+    }
+}
+
 // How a tile reads X: blocked with stride 1 (the pixels' offsets are constants), blocked with any
 // stride, plain NCHW with C <= 8 channels (the RGB stem: one step per channel and tap), or
 // blocked with the tile's pixels running on across output rows (rows too narrow for a full
@@ -147,6 +177,18 @@ void tile(const Job& j, const Tile& t, int64_t oh, int64_t ow) {
 #pragma GCC unroll 8
         for (int b = 0; b < B; ++b) acc[b][r] = _mm256_fmadd_ps(xv, wv[b], acc[b][r]);
       }
+    }
+  }
+  if (t.last) {
+    using K = kiln_ops::Activation::Kind;
+    switch (j.e.act.kind) {
+      case K::kNone: return finish_in_registers<K::kNone>(j, t, acc, y);
+      case K::kRelu: return finish_in_registers<K::kRelu>(j, t, acc, y);
+      case K::kClip: return finish_in_registers<K::kClip>(j, t, acc, y);
+      case K::kLeakyRelu: return finish_in_registers<K::kLeakyRelu>(j, t, acc, y);
+      case K::kHardSwish: return finish_in_registers<K::kHardSwish>(j, t, acc, y);
+      case K::kSilu: return finish_in_registers<K::kSilu>(j, t, acc, y);
+      default: break;  // on a copy, below
     }
   }
   if (t.last) {
