@@ -32,29 +32,28 @@ void panel_rows(const GemmF32Args& g, int64_t i0, int64_t j0) {
       for (int v = 0; v < NV; ++v) acc[c][r][v] = _mm256_setzero_ps();
   // A's element (i, p) sits at a + i * ia + p * pa.
   const int64_t ia = g.trans_a ? 1 : g.lda, pa = g.trans_a ? g.lda : 1;
+  // Row p of the slice's panel into chain c.
+  auto step = [&](const float* panel, const float* a, int64_t p, int c) {
+    __m256 bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = _mm256_load_ps(panel + p * 8 * NV + 8 * v);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m256 av = _mm256_broadcast_ss(a + p * pa + r * ia);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[c][r][v] = _mm256_fmadd_ps(av, bv[v], acc[c][r][v]);
+    }
+  };
   for (int64_t p0 = 0; p0 < g.k; p0 += b.kc()) {
     const int64_t depth = std::min(b.kc(), g.k - p0);
     const float* panel = b.panel(p0, j0);
     const float* a = g.a + i0 * ia + p0 * pa;
-    // Rows p, p + 1, ... of the panel into chains 0, 1, ...; the last depth % kChains into chain 0.
-    for (int64_t p = 0; p < depth; p += kChains) {
-      const int chains = depth - p >= kChains ? kChains : 1;
+    int64_t p = 0;
+    for (; p + kChains <= depth; p += kChains) {
 #pragma GCC unroll 4
-      for (int c = 0; c < kChains; ++c) {
-        if (c >= chains) break;
-        const float* row = panel + (p + c) * 8 * NV;
-        __m256 bv[NV];
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) bv[v] = _mm256_load_ps(row + 8 * v);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) {
-          const __m256 av = _mm256_broadcast_ss(a + (p + c) * pa + r * ia);
-#pragma GCC unroll 4
-          for (int v = 0; v < NV; ++v) acc[c][r][v] = _mm256_fmadd_ps(av, bv[v], acc[c][r][v]);
-        }
-      }
-      if (chains == 1) p += 1 - kChains;  // one row taken, not kChains
+      for (int c = 0; c < kChains; ++c) step(panel, a, p + c, c);
     }
+    for (; p < depth; ++p) step(panel, a, p, 0);
   }
 #pragma GCC unroll 4
   for (int c = 1; c < kChains; ++c)
