@@ -49,7 +49,9 @@ TEST(IsaLevel, FeaturesFollowKilnIsa) {
     EXPECT_FALSE(f.avx512f || f.avx512bw || f.avx512vl || f.avx512dq || f.avx512_bf16);
     EXPECT_STREQ(gemm::best_f32_kernel()->name, "f32_gemm_6x16_avx2");
   }
-  if (want < IsaLevel::kAvx512Vnni) EXPECT_FALSE(f.avx512_vnni);
+  if (want < IsaLevel::kAvx512Vnni) {
+    EXPECT_FALSE(f.avx512_vnni);
+  }
 }
 
 TEST(IsaLevel, SetMaxIsaAfterKernelsChoseIsRefusedUnlessUnchanged) {
@@ -60,9 +62,11 @@ TEST(IsaLevel, SetMaxIsaAfterKernelsChoseIsRefusedUnlessUnchanged) {
     EXPECT_NE(e.find("cannot change"), std::string::npos) << e;
     EXPECT_EQ(cpu_features().level(), now);
   }
-  for (IsaLevel l : kIsaLevels)
-    if (l > detected_cpu_features().level())
+  for (IsaLevel l : kIsaLevels) {
+    if (l > detected_cpu_features().level()) {
       EXPECT_NE(set_max_isa(l).find("not available on this CPU"), std::string::npos);
+    }
+  }
 }
 
 // In a fresh process (the death-test child re-executes the binary): a cap set before the first

@@ -103,6 +103,8 @@ void run_block(const GemmF32Args& g, const MicroKernel& mk, int64_t i0, int64_t 
             if (ir < in_place) t.a = g.a + (ic + ir) * g.lda + pc, t.lda = g.lda, fn = strided_a;
             if (rows == mr && cols == nr) {
               fn(t);
+            } else if (cols == nr && ir >= in_place && mk.fn_short[rows]) {
+              mk.fn_short[rows](t);
             } else {
               t.c = edge, t.ldc = nr, t.beta = 0.0f, t.bias = nullptr;
               fn(t);

@@ -3,6 +3,8 @@
 // only this header's plain-C++ interface crosses between them.
 #pragma once
 
+#include <array>
+
 #include <cstdint>
 #include <vector>
 
@@ -37,6 +39,11 @@ struct MicroKernel {
   // element of a packed A is used only n times, and packing it cost 17 % of convnext's
   // K = 384, N = 96 products.
   MicroKernelFn fn_strided_a = nullptr;
+  // fn_short[r], 0 < r < mr: the tile for the last r rows of a packed A (the partial row tile),
+  // computing and writing only those rows of C; null where the kernel has none, and the whole
+  // tile then runs into a scratch tile. 20 rows (an LSTM's projection over 20 steps, a CRNN's
+  // classifier) cost 24 that way at mr 6.
+  std::array<MicroKernelFn, 8> fn_short{};
 };
 
 // Every kernel this CPU can run, best first.
