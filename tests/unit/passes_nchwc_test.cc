@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "ir/shape_inference.h"
 #include "pass_test_util.h"
 
 namespace kiln {
@@ -120,6 +121,10 @@ TEST(NchwcLayout, GroupedConvsOfWholeBlocks) {
   for (const auto& n : m.graph.nodes)
     if (n.op_type == "BlockedConv" && n.attr_int("group", 1) > 1) groups.push_back(n.attr_int("group", 1));
   EXPECT_EQ(groups, (std::vector<int64_t>{3, 3, 2, 8, 8}));
+  // Shape inference runs through the grouped BlockedConvs (their dense W is not a depthwise one).
+  ir::Model inferred = m;
+  ASSERT_TRUE(ir::infer_shapes(inferred).is_ok());
+  EXPECT_EQ(inferred.graph.outputs[0].type.static_shape(), (std::optional<Shape>{Shape{2, 64, 4, 4}}));
 }
 
 TEST(NchwcLayout, GroupsThatDoNotTileABlockStayPlain) {
@@ -440,10 +445,13 @@ TEST(NchwcLayout, ChannelConcatAndChannelChainStayBlocked) {
                                    "FusedElementwise", "BlockedConv", "ReorderFromBlocked"},
                                {{1, 16, 9, 9}});
   for (const auto& n : m.graph.nodes) {
-    if (n.op_type == "Concat") EXPECT_EQ(n.attr_int("axis", 0), 1);
-    if (n.op_type == "FusedElementwise")
+    if (n.op_type == "Concat") {
+      EXPECT_EQ(n.attr_int("axis", 0), 1);
+    }
+    if (n.op_type == "FusedElementwise") {
       for (size_t i = 1; i < 3; ++i)
         EXPECT_EQ(m.graph.initializers.at(n.inputs[i]).shape(), (Shape{1, 3, 1, 1, 8}));
+    }
   }
 }
 

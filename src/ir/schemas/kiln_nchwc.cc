@@ -74,7 +74,12 @@ Result<TypeInfo> conv_weight_view(const InferContext& ctx, const TypeInfo& w, bo
 }
 
 Outputs infer_blocked_conv(InferContext& ctx) {
-  const bool depthwise = ctx.node.attr_int("group", 1) != 1;
+  // Depthwise W is [C/8, KH, KW, 8]; dense W [M/8, C/8/group, KH, KW, 8, 8], also for groups of
+  // whole blocks (group > 1: regnet's, resnext's), which were taken for depthwise, failing
+  // inference and leaving every type after the first grouped conv unknown.
+  const TypeInfo& w_blocked = ctx.input(1);
+  const bool depthwise =
+      ctx.node.attr_int("group", 1) != 1 && ranked(w_blocked) && w_blocked.shape.size() == 4;
   // X is blocked, or plain NCHW with at most 8 channels (read as one block).
   const TypeInfo& xin = ctx.input(0);
   const bool plain = ranked(xin) && xin.shape.size() == 4;
