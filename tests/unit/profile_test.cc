@@ -1,5 +1,6 @@
 // Session::run_profiled: one timing per node, consistent times, FLOPs from the run's own shapes,
 // and the same outputs as run().
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -115,11 +116,15 @@ TEST(Profile, FmaPeakIsPlausibleAndMeasuredTogether) {
   // cores can (the old product of one thread's best times the count read 2x here).
   const int cores = ThreadPool::default_threads();
   const double over = runtime::measure_fma_peak_gflops(2 * cores, 5);
+  // One thread again after: on a shared VM the core's speed moves between measurements (one
+  // thread read 61 GFLOP/s and the threads together then 183, 1.5x the ceiling that gave), so
+  // the bounds use the faster and the slower of the two.
+  const double one_after = runtime::measure_fma_peak_gflops(1, 5);
   // The floor is loose: with twice the threads the scheduler time-slices them, and under
   // ASan on a busy CI vCPU that read 0.92x one thread (CI, 2 cores); 0.4x still catches a
   // measurement that lost most of its threads' work.
-  EXPECT_GT(over, 0.4 * one);
-  EXPECT_LT(over, 1.15 * cores * one);
+  EXPECT_GT(over, 0.4 * std::min(one, one_after));
+  EXPECT_LT(over, 1.15 * cores * std::max(one, one_after));
 }
 
 }  // namespace
