@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,8 +22,9 @@ struct Ran {
   std::vector<std::pair<std::string, std::string>> backends;  // Session::node_backends()
 };
 
-inline Result<Ran> run_with(const ir::Model& m, const std::vector<Tensor>& feeds,
-                            const std::string& backend, int threads = 2, int level = 0) {
+// The model saved and loaded back at -O`level` with `backend` forced, on `threads` threads.
+inline Result<std::unique_ptr<Session>> load_with(const ir::Model& m, const std::string& backend,
+                                                  int threads = 2, int level = 0) {
   const std::string path = ::testing::TempDir() + "kiln_backend_" +
                            ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
                            backend + "_O" + std::to_string(level) + ".onnx";
@@ -33,6 +35,12 @@ inline Result<Ran> run_with(const ir::Model& m, const std::vector<Tensor>& feeds
   options.backend = backend;
   auto s = Session::load(path, options);
   std::remove(path.c_str());
+  return s;
+}
+
+inline Result<Ran> run_with(const ir::Model& m, const std::vector<Tensor>& feeds,
+                            const std::string& backend, int threads = 2, int level = 0) {
+  auto s = load_with(m, backend, threads, level);
   if (!s) return s.status();
   std::vector<Value> in;
   for (const Tensor& t : feeds) in.push_back(Value::of(t));

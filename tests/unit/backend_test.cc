@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -113,7 +114,9 @@ TEST(Backends, KilnNarrowTileVariantAgreesWithOwnKernel) {
             }
           }
           b.output("y");
-          if (op_type == "FusedMatMul") ASSERT_TRUE(optimize(b.m, OptimizeOptions{}).is_ok());
+          if (op_type == "FusedMatMul") {
+            ASSERT_TRUE(optimize(b.m, OptimizeOptions{}).is_ok());
+          }
           ASSERT_EQ(b.m.graph.nodes.size(), 1u) << op_type;
           const Tensor x = b.random({m, k});
           auto own = run_with(b.m, {x}, backends::kKiln, 2);
@@ -263,21 +266,18 @@ TEST(Backends, OpenBlasProductsFromTwoThreadsAtOnceAgree) {
   b.weight("w", {64, 96});
   b.add("MatMul", {"a", "w"}, {"y"});
   b.output("y");
-  const std::string path = ::testing::TempDir() + "kiln_openblas_two_threads.onnx";
-  ASSERT_TRUE(onnx_io::save_model(b.m, path).is_ok());
-  SessionOptions options;
-  options.threads = 1;
-  options.optimize_level = 0;
-  options.backend = "openblas";
+  // Two sessions, loaded here: load_with saves the model under the test's name.
+  auto first_session = test::load_with(b.m, "openblas", 1);
+  auto second_session = test::load_with(b.m, "openblas", 1);
+  ASSERT_TRUE(first_session.is_ok()) << first_session.status().message();
+  ASSERT_TRUE(second_session.is_ok()) << second_session.status().message();
   const Tensor a = b.random({test::GemmCase::kM, 64});
   const std::vector<double> want =
       product(f32(a), f32(b.m.graph.initializers.at("w")), test::GemmCase::kM, 64, 96);
   std::atomic<int> wrong{0}, failed{0};
-  auto runs = [&] {
-    auto s = Session::load(path, options);
-    if (!s) return void(++failed);
+  auto runs = [&](Session& s) {
     for (int rep = 0; rep < 400; ++rep) {
-      auto y = (*s)->run({Value::of(a)});
+      auto y = s.run({Value::of(a)});
       if (!y) return void(++failed);
       const float* yd = f32(y->at(0).tensor);
       for (size_t i = 0; i < want.size(); ++i)
@@ -287,10 +287,9 @@ TEST(Backends, OpenBlasProductsFromTwoThreadsAtOnceAgree) {
         }
     }
   };
-  std::thread first(runs), second(runs);
+  std::thread first(runs, std::ref(**first_session)), second(runs, std::ref(**second_session));
   first.join();
   second.join();
-  std::remove(path.c_str());
   EXPECT_EQ(failed.load(), 0);
   EXPECT_EQ(wrong.load(), 0) << "of 800 products";
 }
