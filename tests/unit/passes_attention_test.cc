@@ -180,11 +180,15 @@ void split_block(Builder& b) {
 
 // torch 2's scaled_dot_product_attention export: K^T by Reshape [b*h, s, d] / Transpose /
 // Reshape [b, h, d, s], Q and K each scaled by d^-1/4, a boolean mask made additive by
-// Where(keep, 0, -inf), and the probabilities guarded by Where(IsNaN(P), guard, P).
+// Where(keep, 0, -inf), and the probabilities guarded by Where(IsNaN(P), guard, P). With
+// `dynamic_seq`, as the dynamo exporter writes a model of dynamic sequence: the heads split by
+// [b, s, -1, d] and the K^T shapes ([-1, s, d] and [b, h, d, s]) come from Shape ops, and the
+// model declares [b*h, s, d] as [unk__0, unk__1, d], the names it gives dims it could not infer.
 constexpr int64_t kSdpaSeq = 5;
-void sdpa_block(Builder& b, float guard = 0.0f) {
-  b.input_dims("x", {sym("batch"), num(kSdpaSeq), num(kE)});
-  b.input_dims("keep", {sym("batch"), num(1), num(kSdpaSeq), num(kSdpaSeq)}, DType::kBool);
+void sdpa_block(Builder& b, float guard = 0.0f, bool dynamic_seq = false) {
+  const ir::Dim seq = dynamic_seq ? sym("seq") : num(kSdpaSeq);
+  b.input_dims("x", {sym("batch"), seq, num(kE)});
+  b.input_dims("keep", {sym("batch"), num(1), seq, seq}, DType::kBool);
   b.output("y");
   for (const std::string p : {"q", "k", "v"}) {
     b.weight("w" + p, {kE, kE});
@@ -198,11 +202,38 @@ void sdpa_block(Builder& b, float guard = 0.0f) {
   b.scalar("zero", 0.0f);
   b.scalar("guard", guard);
   b.scalar("neg_inf", -std::numeric_limits<float>::infinity());
+  if (dynamic_seq) {
+    b.ints("i0", {0});
+    b.ints("i2", {2});
+    b.ints("minus_one_d", {-1, kD});
+    b.add("Shape", {"x"}, {"x_dims"});
+    b.add("Slice", {"x_dims", "i0", "i2"}, {"x_batch_seq"});
+    b.add("Concat", {"x_batch_seq", "minus_one_d"}, {"heads_shape"}, {attr_i("axis", 0)});
+    b.m.graph.initializers.erase("heads_shape");
+  }
   for (const std::string p : {"q", "k", "v"}) {
     b.add("MatMul", {"x", "w" + p}, {p + "_mm"});
     b.add("Add", {p + "_mm", "b" + p}, {p + "_p"});
     b.add("Reshape", {p + "_p", "heads_shape"}, {p + "_r"});
     b.add("Transpose", {p + "_r"}, {p + "_t"}, {attr_ints("perm", {0, 2, 1, 3})});
+  }
+  if (dynamic_seq) {
+    b.ints("minus_one", {-1});
+    b.ints("d", {kD});
+    b.ints("at_minus_2", {-2});
+    b.ints("at_minus_1", {-1});
+    b.ints("from_start", {std::numeric_limits<int64_t>::min()});
+    b.add("Shape", {"k_t"}, {"k_dims"});
+    b.add("Slice", {"k_dims", "at_minus_2", "at_minus_1"}, {"k_seq"});
+    b.add("Slice", {"k_dims", "from_start", "at_minus_2"}, {"k_batch_heads"});
+    b.add("Concat", {"minus_one", "k_seq", "d"}, {"flat_shape"}, {attr_i("axis", 0)});
+    b.add("Concat", {"k_batch_heads", "d", "k_seq"}, {"kt_shape"}, {attr_i("axis", 0)});
+    b.m.graph.initializers.erase("flat_shape");
+    b.m.graph.initializers.erase("kt_shape");
+    ir::ValueInfo declared{"k_flat", ir::TypeInfo::tensor(DType::kFloat32), ""};
+    declared.type.has_shape = true;
+    declared.type.shape = {sym("unk__0"), sym("unk__1"), num(kD)};
+    b.m.graph.value_info.push_back(declared);
   }
   b.add("Reshape", {"k_t", "flat_shape"}, {"k_flat"});
   b.add("Transpose", {"k_flat"}, {"k_flat_t"}, {attr_ints("perm", {0, 2, 1})});
@@ -222,14 +253,14 @@ void sdpa_block(Builder& b, float guard = 0.0f) {
 
 // x, and a mask keeping every key but the last of each query, and no key of query 2 of the
 // last batch element (a fully masked row).
-std::vector<Tensor> sdpa_feeds(Builder& b, int64_t batch) {
-  Tensor keep = Tensor::make(DType::kBool, {batch, 1, kSdpaSeq, kSdpaSeq}).value();
+std::vector<Tensor> sdpa_feeds(Builder& b, int64_t batch, int64_t seq = kSdpaSeq) {
+  Tensor keep = Tensor::make(DType::kBool, {batch, 1, seq, seq}).value();
   bool* k = keep.data<bool>();
   for (int64_t i = 0; i < keep.numel(); ++i) {
-    const int64_t bq = i / kSdpaSeq, key = i % kSdpaSeq;
-    k[i] = key != kSdpaSeq - 1 && bq != (batch - 1) * kSdpaSeq + 2;
+    const int64_t bq = i / seq, key = i % seq;
+    k[i] = key != seq - 1 && bq != (batch - 1) * seq + 2;
   }
-  return {b.random({batch, kSdpaSeq, kE}), keep};
+  return {b.random({batch, seq, kE}), keep};
 }
 
 TEST(AttentionFusion, TorchSdpaExportWithNanGuard) {
@@ -256,6 +287,19 @@ TEST(AttentionFusion, TorchSdpaExportWithNanGuard) {
     const float* row = y[0].tensor.data<float>() + ((batch - 1) * kSdpaSeq + 2) * kE;
     for (int64_t c = 0; c < kE; ++c) EXPECT_EQ(row[c], 0.0f) << c;
   }
+}
+
+// The same with the sequence dynamic: the K^T reshapes are replayed through their inferred
+// shapes ([?, seq, d] from a -1 among Shape values) and the exporter's unk__ names.
+TEST(AttentionFusion, TorchSdpaExportOfDynamicSequence) {
+  Builder b(18);
+  sdpa_block(b, 0.0f, true);
+  ir::Model m = b.m;
+  EXPECT_EQ(run_fusion(m), 1);
+  auto ops = qualified_histogram(m);
+  EXPECT_EQ(ops["ai.kiln.MultiHeadAttention"], 1);
+  EXPECT_EQ(ops["Softmax"], 0);
+  for (int64_t seq : {3, 7}) expect_same_outputs(b.m, m, sdpa_feeds(b, 2, seq));
 }
 
 TEST(AttentionFusion, NanGuardToAnotherValueIsLeftAlone) {

@@ -271,6 +271,13 @@ Model bert_like() {
   cat.attrs.push_back(axis);
   g.nodes.push_back(cat);
   g.nodes.push_back(make_node("Reshape", {"proj", "shape2"}, {"r2"}));
+  // [batch, seq, -1, 64]: a -1 among symbolic values, as torch's dynamo exporter writes them.
+  g.initializers["minus_one"] = i64({-1});
+  g.initializers["d64"] = i64({64});
+  Node cat3 = make_node("Concat", {"bs", "minus_one", "d64"}, {"shape3"});
+  cat3.attrs.push_back(axis);
+  g.nodes.push_back(cat3);
+  g.nodes.push_back(make_node("Reshape", {"proj", "shape3"}, {"r3"}));
   Node tr = make_node("Transpose", {"r2"}, {"t"});
   tr.attrs.push_back(ints_attr("perm", {0, 2, 1, 3}));
   g.nodes.push_back(tr);
@@ -291,6 +298,7 @@ TEST(ShapeInference, SymbolicDimsFlowThroughBertLikeChain) {
   EXPECT_EQ(str(type_of(m, "r1")), "[batch,seq,12,64]");
   EXPECT_EQ(str(type_of(m, "xs")), "[3]");
   EXPECT_EQ(str(type_of(m, "r2")), "[batch,seq,12,64]");
+  EXPECT_EQ(str(type_of(m, "r3")), "[batch,seq,12,64]");  // 768 / 64
   EXPECT_EQ(str(type_of(m, "t")), "[batch,12,seq,64]");
   // -1 stands for batch*seq: not a single symbol, so it stays unknown rather than guessed.
   EXPECT_EQ(str(type_of(m, "f")), "[?,768]");

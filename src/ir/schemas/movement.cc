@@ -72,15 +72,17 @@ Outputs infer_reshape(InferContext& ctx) {
       minus_one = i;
     }
   }
-  if (minus_one) {
-    if (has_rank(x)) {
-      Dims others;
-      for (size_t i = 0; i < out.size(); ++i)
-        if (i != *minus_one) others.push_back(out[i]);
-      out[*minus_one] = infer_minus_one(x.shape, others);
-    } else {
-      out[*minus_one] = unknown_dim();
-    }
+  // One dim left unknown is fixed by the element count, which Reshape keeps: a literal -1, or
+  // a value computed at run time (torch's dynamo exporter writes [-1, Shape(x)[-2], 32], whose
+  // -1 no constant shows). With two unknowns neither is fixed.
+  std::vector<size_t> open;
+  for (size_t i = 0; i < out.size(); ++i)
+    if (!out[i].known() && out[i].symbol.empty()) open.push_back(i);
+  if (open.size() == 1 && has_rank(x)) {
+    Dims others;
+    for (size_t i = 0; i < out.size(); ++i)
+      if (i != open[0]) others.push_back(out[i]);
+    out[open[0]] = infer_minus_one(x.shape, others);
   }
   return one(shaped_like(x, std::move(out)));
 }

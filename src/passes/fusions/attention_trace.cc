@@ -164,9 +164,19 @@ std::optional<Branch> trace_branch(const GraphIndex& idx, const Types& types, co
   return b;
 }
 
+// Whether a Reshape output dim is one the atoms cannot name: unknown, or a symbol none of the
+// four atom sizes has (exporters name dims they could not infer, "unk__29" for batch x heads).
+// A Reshape keeps the element count, so one such dim is whatever the other dims leave.
+static bool opaque(const ir::Dim& d, const ir::Dim* size) {
+  if (d.known()) return false;
+  for (int a = 0; a < 4; ++a)
+    if (!d.symbol.empty() && ir::same_dim(d, size[a])) return false;
+  return true;
+}
+
 // Whether `atoms` (consecutive, row-major) can form one output dim `want`.
 static bool group_fits(const ir::Dim& want, const Group& atoms, const ir::Dim* size) {
-  if (!want.known() && want.symbol.empty()) return true;  // the one unknown dim takes the rest
+  if (opaque(want, size)) return true;  // the one opaque dim takes the rest
   if (atoms.size() == 1 && ir::same_dim(want, size[atoms[0]])) return true;
   if (!want.known()) return false;
   int64_t p = 1;
@@ -210,7 +220,7 @@ bool apply(const ir::Node& n, const Types& types, const ir::Dim* size, Layout& l
     const ir::TypeInfo* t = type_of(types, n.outputs[0]);
     if (!t) return false;
     int unknown = 0;
-    for (const auto& d : t->shape) unknown += !d.known() && d.symbol.empty();
+    for (const auto& d : t->shape) unknown += opaque(d, size);
     if (unknown > 1) return false;
     Group atoms;
     for (const auto& g : layout) atoms.insert(atoms.end(), g.begin(), g.end());
