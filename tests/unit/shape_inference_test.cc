@@ -343,6 +343,47 @@ TEST(ShapeInference, BroadcastKeepsSymbolsAndRejectsClashes) {
   EXPECT_NE(st.message().find("Add"), std::string::npos) << st.message();
 }
 
+// Window sweeps of a named dim get derived names, the same for the same arithmetic: a 3x3
+// stride-2 conv padded 1, a 1x1 stride-2 conv and a 3x3 stride-2 max pool padded 1 all give
+// (W+1)//2, so their sum keeps a known shape; a stride-1 3x3 unpadded conv gives W-2, and a
+// ceil_mode pool stays unknown.
+TEST(ShapeInference, WindowSweepsNameTheirOutputDims) {
+  Model m;
+  m.opsets[""] = 17;
+  m.graph.inputs.push_back({"x", tensor_type(DType::kFloat32, {known_dim(1), known_dim(4), known_dim(16), sym("W")}), ""});
+  m.graph.initializers["w3"] = Tensor::make(DType::kFloat32, {4, 4, 3, 3}).value();
+  m.graph.initializers["w1"] = Tensor::make(DType::kFloat32, {4, 4, 1, 1}).value();
+  Node c3 = make_node("Conv", {"x", "w3"}, {"c3"});
+  c3.attrs.push_back(ints_attr("strides", {2, 2}));
+  c3.attrs.push_back(ints_attr("pads", {1, 1, 1, 1}));
+  m.graph.nodes.push_back(c3);
+  Node c1 = make_node("Conv", {"x", "w1"}, {"c1"});
+  c1.attrs.push_back(ints_attr("strides", {2, 2}));
+  m.graph.nodes.push_back(c1);
+  Node pool = make_node("MaxPool", {"x"}, {"p"});
+  pool.attrs.push_back(ints_attr("kernel_shape", {3, 3}));
+  pool.attrs.push_back(ints_attr("strides", {2, 2}));
+  pool.attrs.push_back(ints_attr("pads", {1, 1, 1, 1}));
+  m.graph.nodes.push_back(pool);
+  Node ceil_pool = pool;
+  ceil_pool.outputs = {"pc"};
+  Attribute ceil;
+  ceil.name = "ceil_mode";
+  ceil.type = Attribute::Type::kInt;
+  ceil.i = 1;
+  ceil_pool.attrs.push_back(ceil);
+  m.graph.nodes.push_back(ceil_pool);
+  m.graph.nodes.push_back(make_node("Add", {"c3", "c1"}, {"sum"}));
+  m.graph.nodes.push_back(make_node("Conv", {"x", "w3"}, {"valid"}));
+  ASSERT_TRUE(infer_shapes(m).is_ok());
+  EXPECT_EQ(str(type_of(m, "c3")), "[1,4,8,(W+1)//2]");
+  EXPECT_EQ(str(type_of(m, "c1")), "[1,4,8,(W+1)//2]");
+  EXPECT_EQ(str(type_of(m, "p")), "[1,4,8,(W+1)//2]");
+  EXPECT_EQ(str(type_of(m, "sum")), "[1,4,8,(W+1)//2]");
+  EXPECT_EQ(str(type_of(m, "pc")), "[1,4,9,?]");
+  EXPECT_EQ(str(type_of(m, "valid")), "[1,4,14,W-2]");
+}
+
 TEST(ShapeInference, UnknownStaysUnknown) {
   Model m;
   m.opsets[""] = 17;

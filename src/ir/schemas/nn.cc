@@ -13,6 +13,19 @@ std::vector<int64_t> ints_or(const Node& n, const char* name, size_t count, int6
   return v;
 }
 
+// floor((d + b) / s) of a named dim d, as a name: "W" for d + 0, "W-2" at stride 1, "(W+1)//2"
+// at stride 2. Sweeps that compute the same thing from the same dim get the same name, so their
+// outputs are provably the same size (a ResNet's 3x3 stride-2 conv and its 1x1 stride-2
+// shortcut, padded 1 and 0: both (W+1)//2), and what adds them stays fusable when W is dynamic.
+Dim swept_dim(const Dim& d, int64_t b, int64_t s) {
+  if (s == 1 && b == 0) return d;
+  std::string name = s == 1 ? d.symbol : "(" + d.symbol;
+  if (b > 0) name += '+';
+  if (b != 0) name += std::to_string(b);
+  if (s != 1) name += ")//" + std::to_string(s);
+  return Dim{-1, name};
+}
+
 // Spatial output dims of a convolution or pooling window sweep.
 Result<Dims> window_dims(const InferContext& ctx, const Dims& in, const std::vector<int64_t>& kernel,
                          bool ceil_mode) {
@@ -25,12 +38,16 @@ Result<Dims> window_dims(const InferContext& ctx, const Dims& in, const std::vec
   const std::string ap = ctx.node.attr_string("auto_pad", "NOTSET");
   Dims out;
   for (size_t i = 0; i < n; ++i) {
+    const int64_t s = strides[i], ek = (kernel[i] - 1) * dil[i] + 1;
+    if (s <= 0) return ctx.error("stride must be positive");
     if (!in[i].known()) {
-      out.push_back(unknown_dim());
+      // floor((d + b) / s) for the modes below; ceil_mode's last-window rule has no such form.
+      const bool same = ap == "SAME_UPPER" || ap == "SAME_LOWER";
+      const int64_t b = same ? s - 1 : ap == "VALID" ? s - ek : pads[i] + pads[i + n] - ek + s;
+      out.push_back(in[i].symbol.empty() || ceil_mode ? unknown_dim() : swept_dim(in[i], b, s));
       continue;
     }
-    const int64_t d = in[i].value, s = strides[i], ek = (kernel[i] - 1) * dil[i] + 1;
-    if (s <= 0) return ctx.error("stride must be positive");
+    const int64_t d = in[i].value;
     int64_t o;
     if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
       o = (d + s - 1) / s;
