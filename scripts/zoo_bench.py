@@ -3,7 +3,8 @@
 torchvision export of scripts/export_zoo_models.py, run through kiln and ONNX Runtime (and
 OpenVINO) on the same inputs: accuracy against ONNX Runtime (scripts/check_bench_models.py) and
 the ../shared/bench/compare.sh ratios, alternating engines in one run. Dynamic dims are fixed to
-each model's real input size in a copy (compare.sh's peers have no per-dim shape flag).
+each model's real input size in a copy (compare.sh's peers have no per-dim shape flag); the last
+column times kiln on the model as shipped (its dims set by --shape) against that copy.
 
     ~/.cache/kiln-bench/venv/bin/python scripts/zoo_bench.py [--kiln build/kiln] [--rounds 3]
         [--peers onnxruntime,openvino] [--only SUBSTRING ...] [--no-check]
@@ -89,6 +90,28 @@ def compare(model, peer, kiln, rounds, extra):
     return "error: " + (tail[-1][:60] if tail else f"exit {r.returncode}")
 
 
+def kiln_p50(kiln, model, extra):
+    r = subprocess.run([kiln, "bench", model, "--json"] + extra, capture_output=True, text=True)
+    m = re.search(r'"p50_ms": *([0-9.eE+-]+)', r.stdout)
+    return float(m.group(1)) if m else None
+
+
+def shipped_vs_fixed(path, fixed, shapes, kiln, rounds, extra):
+    """kiln on the model as shipped (dynamic dims, sized by --shape) over kiln on the fixed copy,
+    alternated, the median of the rounds: above 1 the dynamic dims cost kiln fusions or kernels
+    (users run models as shipped; the peers' ratios use the fixed copy)."""
+    if fixed == path:
+        return "-"
+    sized = [f for n, d in shapes.items() for f in ("--shape", n + "=" + ",".join(map(str, d)))]
+    ratios = []
+    for _ in range(rounds):
+        a, b = kiln_p50(kiln, path, sized + extra), kiln_p50(kiln, fixed, extra)
+        if not a or not b:
+            return "error"
+        ratios.append(a / b)
+    return f"{sorted(ratios)[(len(ratios) - 1) // 2]:.3f}"
+
+
 def check(model, kiln, decision, engine="kiln"):
     extra = ["--decision", "argmax"] if decision else []
     r = subprocess.run([sys.executable, os.path.join(HERE, "check_bench_models.py"), model, "--kiln", kiln,
@@ -106,15 +129,15 @@ def main():
     p.add_argument("--no-check", action="store_true")
     a = p.parse_args()
     peers = [x for x in a.peers.split(",") if x]
-    print("| model | accuracy vs ORT | " + " | ".join(f"kiln/{x}" for x in peers) + " |")
-    print("|---|---|" + "---|" * len(peers))
+    print("| model | accuracy vs ORT | " + " | ".join(f"kiln/{x}" for x in peers) + " | kiln shipped/fixed |")
+    print("|---|---|" + "---|" * (len(peers) + 1))
     passed = failed = 0
     for name, (rel, shapes) in ZOO.items():
         if a.only and not any(s in name or s in rel for s in a.only):
             continue
         path = os.path.join(HOME, rel)
         if not os.path.exists(path):
-            print(f"| {name} | missing: run fetch_zoo.sh / export_zoo_models.py | " + " | ".join("-" for _ in peers) + " |")
+            print(f"| {name} | missing: run fetch_zoo.sh / export_zoo_models.py | " + " | ".join("-" for _ in peers) + " | - |")
             continue
         model = fixed_copy(path, shapes)
         ok, what = (True, "not checked") if a.no_check else check(model, a.kiln, name in DECISION)
@@ -126,7 +149,8 @@ def main():
             k = peers.index("openvino")
             if not ov_ok and not ratios[k].startswith("error"):
                 ratios[k] += f" (OpenVINO inaccurate: {ov_what})"
-        print(f"| {name} | {'' if ok else 'FAIL '}{what} | " + " | ".join(ratios) + " |", flush=True)
+        dynamic = shipped_vs_fixed(path, model, shapes, a.kiln, a.rounds, SLOW.get(name, [])) if ok else "-"
+        print(f"| {name} | {'' if ok else 'FAIL '}{what} | " + " | ".join(ratios) + f" | {dynamic} |", flush=True)
         passed += ok
         failed += not ok
     print(f"zoo: {passed} passed, {failed} failed")
