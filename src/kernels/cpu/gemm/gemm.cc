@@ -101,6 +101,10 @@ void run_block(const GemmF32Args& g, const MicroKernel& mk, int64_t i0, int64_t 
             TileArgs t{kc, ap + ir * kc, b_panel, c, g.ldc, g.alpha, beta, bias};
             MicroKernelFn fn = mk.fn;
             if (ir < in_place) t.a = g.a + (ic + ir) * g.lda + pc, t.lda = g.lda, fn = strided_a;
+            // A prepacked panel's first row tile streams the next panel into L2 (microkernel.h).
+            if (packed && mk.fn_prefetch && fn == mk.fn && ir == 0 && rows == mr && cols == nr &&
+                jr + nr < nc)
+              t.prefetch_b = packed->panel(pc, jc + jr + nr), fn = mk.fn_prefetch;
             if (rows == mr && cols == nr) {
               fn(t);
             } else if (cols == nr && ir >= in_place && mk.fn_short[rows]) {

@@ -10,8 +10,9 @@ namespace {
 constexpr int kMr = 6, kNr = 16;
 
 // A packed (a[p * 6 + i]) or, with kStridedA, read in place (a[i * lda + p]); the first kRows
-// rows of the tile (kRows < 6: the partial last row tile of a packed A).
-template <bool kStridedA, int kRows = kMr>
+// rows of the tile (kRows < 6: the partial last row tile of a packed A). kPrefetch also asks L2
+// for line p of t.prefetch_b at step p (a 16-float panel row is one line).
+template <bool kStridedA, int kRows = kMr, bool kPrefetch = false>
 void f32_gemm_6x16_avx2(const TileArgs& t) {
   __m256 acc[kRows][2];
   // Every loop over acc fully unrolled, or GCC keeps acc in memory.
@@ -28,7 +29,9 @@ void f32_gemm_6x16_avx2(const TileArgs& t) {
     _mm_prefetch(reinterpret_cast<const char*>(t.c + i * t.ldc), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(t.c + i * t.ldc + kNr - 1), _MM_HINT_T0);
   }
+  const float* next = t.prefetch_b;
   for (int64_t p = 0; p < kc; ++p, a += kStridedA ? 1 : kMr, b += kNr) {
+    if constexpr (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(next + p * kNr), _MM_HINT_T1);
     const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
 #pragma GCC unroll 6
     for (int i = 0; i < kRows; ++i) {
@@ -63,6 +66,7 @@ MicroKernel f32_gemm_6x16_avx2_kernel() {
   // B micro-panel kc x 16 (16 KiB at kc 256) stays in L1; A block mc x kc (~190 KiB) in L2.
   MicroKernel k{"f32_gemm_6x16_avx2", kMr, kNr, 186, 256, 3072, 1024, f32_gemm_6x16_avx2<false>,
                 f32_gemm_6x16_avx2<true>};
+  k.fn_prefetch = f32_gemm_6x16_avx2<false, kMr, true>;
   k.fn_short = {nullptr,
                 f32_gemm_6x16_avx2<false, 1>,
                 f32_gemm_6x16_avx2<false, 2>,
