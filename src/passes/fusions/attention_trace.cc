@@ -168,10 +168,7 @@ std::optional<Branch> trace_branch(const GraphIndex& idx, const Types& types, co
 // four atom sizes has (exporters name dims they could not infer, "unk__29" for batch x heads).
 // A Reshape keeps the element count, so one such dim is whatever the other dims leave.
 static bool opaque(const ir::Dim& d, const ir::Dim* size) {
-  if (d.known()) return false;
-  for (int a = 0; a < 4; ++a)
-    if (!d.symbol.empty() && ir::same_dim(d, size[a])) return false;
-  return true;
+  return !d.known() && std::none_of(size, size + 4, [&](const ir::Dim& a) { return ir::same_dim(d, a); });
 }
 
 // Whether `atoms` (consecutive, row-major) can form one output dim `want`.
