@@ -214,7 +214,7 @@ Status conv(KernelContext& ctx, FewPositions* few) {
       return conv_few_positions(ctx, s, x, few->packed, bias, *y, few->col, few->ct);
     }
   }
-  if (dt == DType::kFloat32 && grouped_conv_direct_fits(s.group, s.cg, s.g3)) {
+  if (dt == DType::kFloat32 && grouped_conv_direct_fits(s.group, s.cg, s.m, s.g3)) {
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, dt, s.y_shape));
     grouped_conv_f32(x.data<float>(), w.data<float>(), bias ? bias->data<float>() : nullptr, y->data<float>(), s.n,
                      s.c, s.m, s.group, s.g3, ctx.pool);
