@@ -82,41 +82,46 @@ void check(const Dw& d, int threads) {
         }
 }
 
+// Trial `trial`'s kernel (up to max_k), strides, dilations, pads (up to max_pad), width, bias and
+// 1-D, drawn from rng; then kept to at least one output (the padded input holds the dilated
+// kernel). d's n, c, mult, cg and h are the caller's.
+void draw_geometry(std::mt19937& rng, int trial, int64_t max_k, int64_t max_pad, Dw& d) {
+  auto pick = [&](int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(rng() % (hi - lo + 1)); };
+  const int64_t strides[][2] = {{1, 1}, {2, 1}, {1, 2}, {2, 2}, {3, 3}};
+  d.w = trial % 6 == 0 ? pick(65, 140) : pick(1, 40);
+  d.kh = pick(1, max_k);
+  d.kw = trial % 3 == 0 ? d.kh : pick(1, max_k);
+  d.sh = strides[trial % 5][0];
+  d.sw = strides[trial % 5][1];
+  d.dh = trial % 4 == 1 ? 2 : 1;
+  d.dw = trial % 4 == 2 ? 2 : 1;
+  d.pt = pick(0, max_pad), d.pl = pick(0, max_pad), d.pb = pick(0, max_pad), d.pr = pick(0, max_pad);
+  d.bias = trial % 2 == 0;
+  d.one_d = trial % 8 == 3;
+  if ((d.one_d ? 1 : d.h + d.pt + d.pb) < d.dh * (d.kh - 1) + 1 && !d.one_d) d.h = d.dh * (d.kh - 1) + 1;
+  if (d.w + d.pl + d.pr < d.dw * (d.kw - 1) + 1) d.w = d.dw * (d.kw - 1) + 1;
+}
+
 TEST(GroupedConv, AgreesWithPlainLoop) {
   std::mt19937 rng(5);
   auto pick = [&](int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(rng() % (hi - lo + 1)); };
-  const int64_t strides[][2] = {{1, 1}, {2, 1}, {1, 2}, {2, 2}, {3, 3}};
   for (int trial = 0; trial < 40; ++trial) {
     Dw d;
     d.n = trial % 7 == 0 ? 2 : 1;
     d.c = pick(2, 9);
     d.mult = trial % 5 == 0 ? 2 : 1;
     d.h = pick(1, 23);
-    d.w = trial % 6 == 0 ? pick(65, 140) : pick(1, 40);
-    d.kh = pick(1, 7);
-    d.kw = trial % 3 == 0 ? d.kh : pick(1, 7);
-    d.sh = strides[trial % 5][0];
-    d.sw = strides[trial % 5][1];
-    d.dh = trial % 4 == 1 ? 2 : 1;
-    d.dw = trial % 4 == 2 ? 2 : 1;
-    d.pt = pick(0, 3), d.pl = pick(0, 3), d.pb = pick(0, 3), d.pr = pick(0, 3);
-    d.bias = trial % 2 == 0;
-    d.one_d = trial % 8 == 3;
     d.cg = trial % 4 == 3 ? pick(2, 32) : 1;
-    // Keep at least one output: the padded input must hold the dilated kernel.
-    if ((d.one_d ? 1 : d.h + d.pt + d.pb) < d.dh * (d.kh - 1) + 1 && !d.one_d) d.h = d.dh * (d.kh - 1) + 1;
-    if (d.w + d.pl + d.pr < d.dw * (d.kw - 1) + 1) d.w = d.dw * (d.kw - 1) + 1;
+    draw_geometry(rng, trial, 7, 3, d);
     for (int threads : {1, 2}) check(d, threads);
   }
 }
 
 // Group-1 convs with 1-3 output channels (a segmentation or depth head) run the direct kernel in
-// bands of output rows: 1-48 input channels, the tall and short images, strides, dilations and
-// pads of the grouped trials, batch 2, 1 and 2 threads.
+// bands of output rows: 1-48 input channels, tall and short images, batch 2, 1 and 2 threads.
 TEST(GroupedConv, OneGroupFewOutputsAgreesWithPlainLoop) {
   std::mt19937 rng(11);
   auto pick = [&](int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(rng() % (hi - lo + 1)); };
-  const int64_t strides[][2] = {{1, 1}, {2, 1}, {1, 2}, {2, 2}, {3, 3}};
   for (int trial = 0; trial < 24; ++trial) {
     Dw d;
     d.n = trial % 5 == 0 ? 2 : 1;
@@ -124,18 +129,7 @@ TEST(GroupedConv, OneGroupFewOutputsAgreesWithPlainLoop) {
     d.mult = pick(1, kDirectConvMinGemmOutputs - 1);
     d.cg = trial % 3 == 0 ? pick(33, 48) : pick(1, 20);
     d.h = trial % 4 == 0 ? pick(40, 70) : pick(1, 23);
-    d.w = trial % 6 == 0 ? pick(65, 140) : pick(1, 40);
-    d.kh = pick(1, 5);
-    d.kw = pick(1, 5);
-    d.sh = strides[trial % 5][0];
-    d.sw = strides[trial % 5][1];
-    d.dh = trial % 4 == 1 ? 2 : 1;
-    d.dw = trial % 4 == 2 ? 2 : 1;
-    d.pt = pick(0, 2), d.pl = pick(0, 2), d.pb = pick(0, 2), d.pr = pick(0, 2);
-    d.bias = trial % 2 == 0;
-    d.one_d = trial % 8 == 3;
-    if ((d.one_d ? 1 : d.h + d.pt + d.pb) < d.dh * (d.kh - 1) + 1 && !d.one_d) d.h = d.dh * (d.kh - 1) + 1;
-    if (d.w + d.pl + d.pr < d.dw * (d.kw - 1) + 1) d.w = d.dw * (d.kw - 1) + 1;
+    draw_geometry(rng, trial, 5, 2, d);
     for (int threads : {1, 2}) check(d, threads);
   }
 }
