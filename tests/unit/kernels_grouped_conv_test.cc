@@ -132,6 +132,9 @@ TEST(GroupedConv, OneGroupFewOutputsAgreesWithPlainLoop) {
     draw_geometry(rng, trial, 5, 2, d);
     for (int threads : {1, 2}) check(d, threads);
   }
+  // Batch 0: an empty output and no work (the fuzzer's division by zero when bands were sized).
+  const Dw empty{0, 1, 1, 9, 9, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 4, false, false};
+  for (int threads : {1, 2}) check(empty, threads);
 }
 
 TEST(Conv, FewPositionsManyChannelsAgreeWithPlainLoop) {

@@ -129,13 +129,14 @@ bool grouped_conv_direct_fits(int64_t group, int64_t channels_per_group, int64_t
 void grouped_conv_f32(const float* x, const float* w, const float* bias, float* y, int64_t n, int64_t c, int64_t m,
                       int64_t group, const conv_util::Geo3& g, ThreadPool* pool) {
   const int64_t cg = c / group, mg = m / group, oh = g.out[1];
+  if (n == 0 || m == 0 || oh == 0 || g.out[2] == 0) return;  // no output
   // Groups too few to share out over the threads (one: a group-1 conv) are cut into bands of
   // rows, and so are planes whose buffers would not stay in L2 (a 1-channel 3x3 head on 16
   // channels at 640 x 640, Zen 3: 3.4 MB bands of 80 rows, 7.6 ms for the node; L2-sized bands,
   // 6.0).
   const int64_t threads = pool ? pool->threads() : 1;
   const int64_t row_bytes = cg * g.s[2] * ((g.out[2] + 7) / 8 * 8 + (g.k[2] - 1) * g.d[2] / g.s[2] + 1) * 4;
-  const int64_t fit = std::max<int64_t>(1, (kBandBytes / row_bytes - (g.k[1] - 1) * g.d[1]) / g.s[1]);
+  const int64_t fit = std::max<int64_t>(1, (kBandBytes / std::max<int64_t>(row_bytes, 1) - (g.k[1] - 1) * g.d[1]) / g.s[1]);
   const int64_t bands = std::clamp<int64_t>(std::max((4 * threads + n * group - 1) / (n * group), (oh + fit - 1) / fit), 1, oh);
   const int64_t band = (oh + bands - 1) / bands;
   const Geometry s = geometry(g, cg, band);
