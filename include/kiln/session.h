@@ -108,6 +108,9 @@ class Session {
   // The main graph's nodes that run on a plain reference loop, in plan order (infers the model's
   // shapes: a call costs what inference does).
   std::vector<ReferenceNode> reference_nodes() const;
+  // The same for a run on `inputs` (one per input(), as run() takes them): the model's dynamic
+  // dims bound to theirs, so that a kernel whose fast path needs known sizes is judged on them.
+  std::vector<ReferenceNode> reference_nodes(const std::vector<Value>& inputs) const;
 
   // Runs with one value per input(), in order; checks kinds, dtypes and static dims first.
   Result<std::vector<Value>> run(const std::vector<Value>& inputs);

@@ -199,9 +199,16 @@ const std::vector<IoInfo>& Session::inputs() const { return impl_->inputs; }
 const std::vector<IoInfo>& Session::outputs() const { return impl_->outputs; }
 const ir::Model& Session::model() const { return *impl_->model; }
 int Session::threads() const { return impl_->pool->threads(); }
-std::vector<ReferenceNode> Session::reference_nodes() const {
+std::vector<ReferenceNode> Session::reference_nodes() const { return reference_nodes({}); }
+
+std::vector<ReferenceNode> Session::reference_nodes(const std::vector<Value>& inputs) const {
   // Judged on inferred types: a model run as loaded may carry none for its inner values.
   ir::Model typed = *impl_->model;
+  for (size_t k = 0; k < inputs.size() && k < impl_->input_positions.size(); ++k)
+    if (inputs[k].is_tensor() && inputs[k].tensor.defined()) {
+      ir::TypeInfo& t = typed.graph.inputs[impl_->input_positions[k]].type;
+      t = ir::TypeInfo::tensor(inputs[k].tensor.dtype(), inputs[k].tensor.shape());
+    }
   (void)ir::infer_shapes(typed);
   return impl_->plan->reference_nodes(typed.graph, typed);
 }

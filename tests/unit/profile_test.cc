@@ -164,5 +164,25 @@ TEST(Profile, ReferenceKernelsAreNamed) {
   EXPECT_EQ(refs[0].attributes, "kernel_shape=[2,2]");
 }
 
+// A model shipped with dynamic dims: an Add of two [batch, 3] values whose sizes inference cannot
+// prove equal runs its flat loop at run time; judged on the run's inputs it is not a reference
+// node, judged on the model's types alone it is (the static judgement `kiln info --kernels` gives).
+TEST(Profile, ReferenceKernelsAreJudgedOnTheShapesOfTheRun) {
+  test::Builder b(17);
+  b.input_dims("x", {sym("batch"), num(3)});
+  b.input_dims("y", {sym("rows"), num(3)});
+  b.add("Add", {"x", "y"}, {"s"});
+  b.output("s");
+  SessionOptions opts;
+  opts.optimize_level = 0;
+  auto s = Session::create(std::make_shared<const ir::Model>(b.m), opts);
+  ASSERT_TRUE(s.is_ok()) << s.status().message();
+  ASSERT_EQ((*s)->reference_nodes().size(), 1u);
+  const std::vector<Value> inputs = {Value::of(b.random({4, 3})), Value::of(b.random({4, 3}))};
+  EXPECT_TRUE((*s)->reference_nodes(inputs).empty());
+  const std::vector<Value> broadcast = {Value::of(b.random({4, 3})), Value::of(b.random({1, 3}))};
+  EXPECT_EQ((*s)->reference_nodes(broadcast).size(), 1u);  // a 3-long row broadcast: the row loop
+}
+
 }  // namespace
 }  // namespace kiln

@@ -132,7 +132,7 @@ void add_profile_command(CLI::App& app, int* exit_code) {
         return fail(Status::error("the number of nodes run changed between runs"));
     }
     std::set<std::string> reference;  // nodes on plain reference loops
-    for (const ReferenceNode& r : (*session)->reference_nodes()) reference.insert(r.node);
+    for (const ReferenceNode& r : (*session)->reference_nodes(*inputs)) reference.insert(r.node);
     std::vector<NodeStats> nodes;
     for (const NodeTiming& t : runs.front().nodes) nodes.push_back({&t});
     double wall_us = 0;

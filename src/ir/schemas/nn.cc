@@ -19,7 +19,9 @@ std::vector<int64_t> ints_or(const Node& n, const char* name, size_t count, int6
 // shortcut, padded 1 and 0: both (W+1)//2), and what adds them stays fusable when W is dynamic.
 Dim swept_dim(const Dim& d, int64_t b, int64_t s) {
   if (s == 1 && b == 0) return d;
-  std::string name = s == 1 ? d.symbol : "(" + d.symbol;
+  std::string name;  // built by appends: GCC 12 warns (-Wrestrict) on "(" + symbol here
+  if (s != 1) name += '(';
+  name += d.symbol;
   if (b > 0) name += '+';
   if (b != 0) name += std::to_string(b);
   if (s != 1) name += ")//" + std::to_string(s);
