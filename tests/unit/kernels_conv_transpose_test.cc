@@ -122,8 +122,11 @@ TEST(ConvTranspose, AgreesWithScatterLoop) {
 TEST(ConvTranspose, DecoderLayersAgreeWithScatterLoop) {
   // The U-Net decoder's upsampling layers: 4x4 stride 2 pad 1, and 3x3 stride 2 pad 1 with
   // output_padding 1 (outputs wider than 64, so the gather runs long rows), and a 1-D k5 s3.
+  // Then a DB text detector's last layer, 2x2 stride 2 to one channel, batch 2: its rows gathered
+  // over the threads.
   const Deconv cases[] = {
       {2, 1, 16, 8, 1, {20, 70}, {4, 4}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, {0, 0}, true},
+      {2, 2, 16, 1, 1, {90, 100}, {2, 2}, {2, 2}, {1, 1}, {0, 0}, {0, 0}, {0, 0}, true},
       {2, 1, 8, 4, 1, {33, 40}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, true},
       {1, 2, 6, 5, 1, {50}, {5}, {3}, {1}, {1}, {1}, {0}, false},
   };

@@ -47,44 +47,44 @@ void interleave(const T* phases, int64_t per_phase, int64_t sw, int64_t n, T b, 
   for (int64_t o = full * sw; o < n; ++o) y[o] = b + phases[(o - full * sw) * per_phase + full];
 }
 
-// Output channels [c0, c1), gathered output row by output row: y = bias + the columns that land
-// on each output pixel. Within a row the outputs of one residue mod sw read consecutive columns
-// of every tap, so each tap adds one contiguous run into that residue's row of `phases`
-// (vectorizable, unlike a scatter with stride sw), and the residues interleave into y at the end.
-// phases: sw * ceil(out_w / sw) floats of scratch.
+// Output rows [r0, r1) of the group's channels (row r: channel r / (out_d * out_h), then depth
+// and height), gathered row by row: y = bias + the columns that land on each output pixel.
+// Within a row the outputs of one residue mod sw read consecutive columns of every tap, so each
+// tap adds one contiguous run into that residue's row of `phases` (vectorizable, unlike a scatter
+// with stride sw), and the residues interleave into y at the end. phases: sw * ceil(out_w / sw)
+// floats of scratch.
 template <typename T>
-void col2im(const T* col, const T* bias, int64_t c0, int64_t c1, const Geo3& g, T* y, T* phases) {
+void col2im(const T* col, const T* bias, int64_t r0, int64_t r1, const Geo3& g, T* y, T* phases) {
   const int64_t in_sz = g.in[0] * g.in[1] * g.in[2];
   const int64_t ksz = g.k[0] * g.k[1] * g.k[2];
   const int64_t sw = g.s[2], ow_n = g.out[2], per_phase = (ow_n + sw - 1) / sw;
-  for (int64_t c = c0; c < c1; ++c)
-    for (int64_t od = 0; od < g.out[0]; ++od)
-      for (int64_t oh = 0; oh < g.out[1]; ++oh) {
-        std::fill(phases, phases + sw * per_phase, T(0));
-        for (int64_t kd = 0; kd < g.k[0]; ++kd) {
-          const TapRun rd = tap_run(kd, g.s[0], g.d[0], g.pb[0]);
-          const int64_t id = (od - rd.q) / g.s[0] + rd.shift;
-          if ((od - rd.q) % g.s[0] != 0 || id < 0 || id >= g.in[0]) continue;
-          for (int64_t kh = 0; kh < g.k[1]; ++kh) {
-            const TapRun rh = tap_run(kh, g.s[1], g.d[1], g.pb[1]);
-            const int64_t ih = (oh - rh.q) / g.s[1] + rh.shift;
-            if ((oh - rh.q) % g.s[1] != 0 || ih < 0 || ih >= g.in[1]) continue;
-            for (int64_t kw = 0; kw < g.k[2]; ++kw) {
-              const TapRun rw = tap_run(kw, sw, g.d[2], g.pb[2]);
-              // Outputs q + sw * j for j in [j0, j1): inside the row, reading inputs inside.
-              const int64_t j0 = std::max<int64_t>(0, -rw.shift);
-              const int64_t j1 = std::min((ow_n - rw.q + sw - 1) / sw, g.in[2] - rw.shift);
-              const T* __restrict src = col + (c * ksz + (kd * g.k[1] + kh) * g.k[2] + kw) * in_sz +
-                                        (id * g.in[1] + ih) * g.in[2] + rw.shift;
-              T* __restrict dst = phases + rw.q * per_phase;
-              for (int64_t j = j0; j < j1; ++j) dst[j] += src[j];
-            }
-          }
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t c = r / (g.out[0] * g.out[1]), od = r / g.out[1] % g.out[0], oh = r % g.out[1];
+    std::fill(phases, phases + sw * per_phase, T(0));
+    for (int64_t kd = 0; kd < g.k[0]; ++kd) {
+      const TapRun rd = tap_run(kd, g.s[0], g.d[0], g.pb[0]);
+      const int64_t id = (od - rd.q) / g.s[0] + rd.shift;
+      if ((od - rd.q) % g.s[0] != 0 || id < 0 || id >= g.in[0]) continue;
+      for (int64_t kh = 0; kh < g.k[1]; ++kh) {
+        const TapRun rh = tap_run(kh, g.s[1], g.d[1], g.pb[1]);
+        const int64_t ih = (oh - rh.q) / g.s[1] + rh.shift;
+        if ((oh - rh.q) % g.s[1] != 0 || ih < 0 || ih >= g.in[1]) continue;
+        for (int64_t kw = 0; kw < g.k[2]; ++kw) {
+          const TapRun rw = tap_run(kw, sw, g.d[2], g.pb[2]);
+          // Outputs q + sw * j for j in [j0, j1): inside the row, reading inputs inside.
+          const int64_t j0 = std::max<int64_t>(0, -rw.shift);
+          const int64_t j1 = std::min((ow_n - rw.q + sw - 1) / sw, g.in[2] - rw.shift);
+          const T* __restrict src = col + (c * ksz + (kd * g.k[1] + kh) * g.k[2] + kw) * in_sz +
+                                    (id * g.in[1] + ih) * g.in[2] + rw.shift;
+          T* __restrict dst = phases + rw.q * per_phase;
+          for (int64_t j = j0; j < j1; ++j) dst[j] += src[j];
         }
-        T* __restrict yrow = y + ((c * g.out[0] + od) * g.out[1] + oh) * ow_n;
-        const T b = bias ? bias[c] : T(0);
-        interleave(phases, per_phase, sw, ow_n, b, yrow);
       }
+    }
+    T* __restrict yrow = y + r * ow_n;
+    const T b = bias ? bias[c] : T(0);
+    interleave(phases, per_phase, sw, ow_n, b, yrow);
+  }
 }
 
 template <typename T>
@@ -107,14 +107,17 @@ void run_typed(KernelContext& ctx, const T* x, const T* w, const T* bias, T* y, 
       T* yg = y + (ni * m + gi * mg) * out_sz;
       const T* bg = bias ? bias + gi * mg : nullptr;
       const int64_t phase_len = g3.s[2] * ((g3.out[2] + g3.s[2] - 1) / g3.s[2]);
-      auto gather = [&](int64_t c0, int64_t c1) {
+      auto gather = [&](int64_t r0, int64_t r1) {
         std::vector<T> phases(phase_len);
-        col2im(col, bg, c0, c1, g3, yg, phases.data());
+        col2im(col, bg, r0, r1, g3, yg, phases.data());
       };
-      if (ctx.pool != nullptr && mg > 1 && mg * ksz * in_sz > (1 << 15))
-        ctx.pool->parallel_for(mg, 1, gather);
+      // Over the output rows of every channel, so that one channel (a 1-channel upsampling
+      // head) shares out too: 16 rows a chunk at least.
+      const int64_t rows = mg * g3.out[0] * g3.out[1];
+      if (ctx.pool != nullptr && mg * ksz * in_sz > (1 << 15))
+        ctx.pool->parallel_for(rows, 16, gather);
       else
-        gather(0, mg);
+        gather(0, rows);
     }
 }
 
