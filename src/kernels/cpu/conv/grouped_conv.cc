@@ -25,20 +25,23 @@ constexpr int64_t kBandBytes = 256 * 1024;
 struct Geometry {
   int64_t ih, iw, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw;
   int64_t cg;                       // input channels a group
-  int64_t band;                     // output rows a task
-  int64_t band_rows;                // input rows a band reads, at most
   int64_t phase_len;                // floats in one phase of a padded row
-  int64_t plane_len;                // floats of one channel's buffer: band_rows * sw phases
+  int64_t plane_len;                // floats of one channel's buffer: a band's input rows x sw phases
   std::vector<int64_t> tap_offset;  // per kernel column: its phase's start plus its shift in it
 };
 
+// Floats in one phase of a padded row: the outputs rounded up to whole vectors, plus the
+// furthest tap's shift.
+int64_t phase_len_of(const conv_util::Geo3& g) {
+  return (g.out[2] + 7) / 8 * 8 + (g.k[2] - 1) * g.d[2] / g.s[2] + 1;
+}
+
+// The geometry of tasks of `band` output rows.
 Geometry geometry(const conv_util::Geo3& g, int64_t cg, int64_t band) {
   Geometry s{g.in[1], g.in[2], g.out[1], g.out[2], g.k[1], g.k[2], g.s[1], g.s[2], g.d[1], g.d[2],
-             g.pb[1], g.pb[2], cg, band, 0, 0, 0, {}};
-  s.band_rows = std::min(s.ih, (band - 1) * s.sh + (s.kh - 1) * s.dh + 1);
-  // Outputs rounded up to whole vectors, plus the furthest tap's shift.
-  s.phase_len = (s.ow + 7) / 8 * 8 + (s.kw - 1) * s.dw / s.sw + 1;
-  s.plane_len = s.band_rows * s.sw * s.phase_len;
+             g.pb[1], g.pb[2], cg, phase_len_of(g), 0, {}};
+  const int64_t band_rows = std::min(s.ih, (band - 1) * s.sh + (s.kh - 1) * s.dh + 1);  // input rows
+  s.plane_len = band_rows * s.sw * s.phase_len;
   for (int64_t j = 0; j < s.kw; ++j) s.tap_offset.push_back((j * s.dw % s.sw) * s.phase_len + j * s.dw / s.sw);
   return s;
 }
@@ -69,8 +72,8 @@ void fill_phases(const float* x, const Geometry& s, int64_t row0, int64_t row1, 
 }
 
 // Outputs [o, o + 8 * B) of output row r of one output channel, whose weights are w [cg, kh, kw]
-// (the last vector masked to `tail` lanes when tail < 8).
-// `row0` is the first input row in buf.
+// (the last vector masked to `tail` lanes when tail < 8), from buffers that start at input row
+// row0.
 template <int B>
 inline void row_block(const float* buf, const float* w, float bias, const Geometry& s, int64_t r, int64_t row0,
                       int64_t i0, int64_t i1, int64_t o, int tail, float* yr) {
@@ -135,9 +138,11 @@ void grouped_conv_f32(const float* x, const float* w, const float* bias, float* 
   // channels at 640 x 640, Zen 3: 3.4 MB bands of 80 rows, 7.6 ms for the node; L2-sized bands,
   // 6.0).
   const int64_t threads = pool ? pool->threads() : 1;
-  const int64_t row_bytes = cg * g.s[2] * ((g.out[2] + 7) / 8 * 8 + (g.k[2] - 1) * g.d[2] / g.s[2] + 1) * 4;
-  const int64_t fit = std::max<int64_t>(1, (kBandBytes / std::max<int64_t>(row_bytes, 1) - (g.k[1] - 1) * g.d[1]) / g.s[1]);
-  const int64_t bands = std::clamp<int64_t>(std::max((4 * threads + n * group - 1) / (n * group), (oh + fit - 1) / fit), 1, oh);
+  const int64_t row_bytes = std::max<int64_t>(1, cg * g.s[2] * phase_len_of(g) * 4);  // an input row
+  const int64_t halo = (g.k[1] - 1) * g.d[1];  // input rows a band reads past its strides
+  const int64_t fit = std::max<int64_t>(1, (kBandBytes / row_bytes - halo) / g.s[1]);  // output rows
+  const int64_t for_threads = (4 * threads + n * group - 1) / (n * group);
+  const int64_t bands = std::clamp<int64_t>(std::max(for_threads, (oh + fit - 1) / fit), 1, oh);
   const int64_t band = (oh + bands - 1) / bands;
   const Geometry s = geometry(g, cg, band);
   const int64_t in_plane = s.ih * s.iw, out_plane = s.oh * s.ow, taps = cg * s.kh * s.kw;

@@ -1,9 +1,9 @@
 // Grouped 1-D / 2-D convolution with few input channels a group (depthwise: one; ResNeXt's and
 // RegNet's 4-32), or with one group and few outputs (a 1-channel head), in the plain NCHW layout,
-// computed directly: any kernel size, stride, dilation
-// and padding, any channel multiplier. What Conv runs for the grouped convs the blocked layout
-// does not take (ConvNeXt's 7x7 depthwise between channels-last LayerNorms, every grouped conv
-// that is not depthwise); im2col and a GEMM of a few rows per group ran those at 2-12 GFLOP/s.
+// computed directly: any kernel size, stride, dilation and padding, any channel multiplier. What
+// Conv runs for the grouped convs the blocked layout does not take (ConvNeXt's 7x7 depthwise
+// between channels-last LayerNorms, every grouped conv that is not depthwise); im2col and a GEMM
+// of a few rows per group ran those at 2-12 GFLOP/s.
 #pragma once
 
 #include <cstdint>
