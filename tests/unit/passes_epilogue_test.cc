@@ -162,6 +162,50 @@ TEST(ConvEpilogue, OtherActivations) {
   }
 }
 
+// A decoder's upsampling (4x4/2 pad 1), a DB text detector's head (2x2/2 to one channel, batch 2,
+// then Sigmoid) and a 3x3/2: ai.kiln.FusedConvTranspose runs the tail on each gathered row.
+TEST(ConvEpilogue, ConvTransposeActivations) {
+  struct Case {
+    Shape x;
+    int64_t m, k, pad;
+    std::string op;
+    std::vector<ir::Attribute> attrs;
+  };
+  const std::vector<Case> cases = {
+      {{1, 4, 9, 11}, 3, 4, 1, "Relu", {}},
+      {{2, 3, 40, 70}, 1, 2, 0, "Sigmoid", {}},
+      {{1, 2, 5, 6}, 2, 3, 1, "LeakyRelu", {attr_f("alpha", 0.2f)}},
+  };
+  for (const Case& c : cases) {
+    Builder b;
+    b.input("x", c.x);
+    b.weight("w", {c.x[1], c.m, c.k, c.k});
+    b.weight("b", {c.m});
+    b.add("ConvTranspose", {"x", "w", "b"}, {"y"},
+          {attr_ints("strides", {2, 2}), attr_ints("pads", {c.pad, c.pad, c.pad, c.pad})});
+    b.add(c.op, {"y"}, {"r"}, c.attrs);
+    b.output("r");
+    const ir::Model m = check(b, "conv-epilogue", {"FusedConvTranspose"}, {c.x}, -3, 3);
+    EXPECT_EQ(only_node(m).attr_string("activation", ""), c.op);
+  }
+}
+
+// A U-Net's skip connection added to the upsampled map, then Relu: the residual before the
+// activation, read at each gathered row.
+TEST(ConvEpilogue, ConvTransposeResidualThenRelu) {
+  Builder b;
+  b.input("x", {1, 4, 6, 7});
+  b.input("skip", {1, 3, 12, 14});
+  b.weight("w", {4, 3, 2, 2});
+  b.add("ConvTranspose", {"x", "w"}, {"y"}, {attr_ints("strides", {2, 2})});
+  b.add("Add", {"y", "skip"}, {"s"});
+  b.add("Relu", {"s"}, {"r"});
+  b.output("r");
+  const ir::Model m = check(b, "conv-epilogue", {"FusedConvTranspose"}, {{1, 4, 6, 7}, {1, 3, 12, 14}});
+  EXPECT_EQ(only_node(m).inputs, (std::vector<std::string>{"x", "w", "", "skip"}));
+  EXPECT_EQ(only_node(m).attr_int("residual_before_activation", 0), 1);
+}
+
 TEST(ConvEpilogue, ClipAttributeForm) {
   Builder b;
   b.m.opsets[""] = 6;

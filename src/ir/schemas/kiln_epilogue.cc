@@ -1,5 +1,6 @@
-// Schemas of the ai.kiln epilogue ops (FusedConv, FusedGemm, FusedMatMul, SqueezeExcite): shapes
-// and cost are those of the standard op they extend, plus the elementwise tail.
+// Schemas of the ai.kiln epilogue ops (FusedConv, FusedConvTranspose, FusedGemm, FusedMatMul,
+// SqueezeExcite): shapes and cost are those of the standard op they extend, plus the elementwise
+// tail.
 #include "ir/schemas/common.h"
 
 namespace kiln::ir::schemas::kiln_epilogue {
@@ -7,9 +8,10 @@ namespace {
 
 // The schema of the standard op a fused op wraps; registered at start-up like this one.
 const OpSchema* base_of(const Node& n) {
-  const char* base = n.op_type == "FusedConv"   ? "Conv"
-                     : n.op_type == "FusedGemm" ? "Gemm"
-                                                : "MatMul";
+  const char* base = n.op_type == "FusedConv"            ? "Conv"
+                     : n.op_type == "FusedConvTranspose" ? "ConvTranspose"
+                     : n.op_type == "FusedGemm"          ? "Gemm"
+                                                         : "MatMul";
   return OpSchemaRegistry::global().find("", base);
 }
 
@@ -66,7 +68,7 @@ Cost cost_squeeze_excite(const InferContext& ctx, const std::vector<TypeInfo>& o
 }  // namespace
 
 KILN_REGISTER_OP_SCHEMA("ai.kiln", (OpSchema{.infer = infer_fused, .cost = cost_fused}),
-                        "FusedConv", "FusedGemm", "FusedMatMul");
+                        "FusedConv", "FusedConvTranspose", "FusedGemm", "FusedMatMul");
 KILN_REGISTER_OP_SCHEMA("ai.kiln",
                         (OpSchema{.infer = infer_squeeze_excite, .cost = cost_squeeze_excite}),
                         "SqueezeExcite");

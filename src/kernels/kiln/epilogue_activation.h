@@ -150,24 +150,31 @@ inline gemm::Epilogue gemm_epilogue(const Activation& act) {
   return e;
 }
 
+// The node's epilogue attributes and residual (input z_index, which must be float32 of the
+// result's shape y_shape when given) as the fast GEMM's tail, the residual read as one row.
+inline Result<gemm::Epilogue> read_epilogue(KernelContext& ctx, const Shape& y_shape, size_t z_index) {
+  auto act = read_activation(ctx.node, "activation", "activation_params");
+  if (!act) return ctx.error(act.status().message());
+  gemm::Epilogue e = gemm_epilogue(*act);
+  if (ctx.has_input(z_index) && ctx.input(z_index).defined()) {
+    const Tensor& z = ctx.input(z_index);
+    if (z.dtype() != DType::kFloat32 || z.shape() != y_shape)
+      return ctx.error("residual input must be float32 of the result's shape " +
+                       shape_str(y_shape) + ", got " + shape_str(z.shape()));
+    e.residual = z.data<float>();
+    e.ld_residual = z.numel();
+    e.residual_first = ctx.node.attr_int("residual_before_activation", 0) != 0;
+  }
+  return e;
+}
+
 // The tail of FusedConv/FusedGemm/FusedMatMul on the float32 result `y` (bias already added):
 // y = act(y + z) when residual_before_activation is 1, else act(y) + z; z is input z_index when
 // given and must have y's shape. Over the pool, 8 lanes at a time (a scalar loop in double took
 // 4 ms of a 1-channel 640 x 640 segmentation head's sigmoid).
 inline Status apply_epilogue(KernelContext& ctx, Tensor& y, size_t z_index) {
-  auto act = read_activation(ctx.node, "activation", "activation_params");
-  if (!act) return ctx.error(act.status().message());
-  gemm::Epilogue e = gemm_epilogue(*act);
+  KILN_ASSIGN_OR_RETURN(const gemm::Epilogue e, read_epilogue(ctx, y.shape(), z_index));
   const int64_t n = y.numel();
-  if (ctx.has_input(z_index) && ctx.input(z_index).defined()) {
-    const Tensor& z = ctx.input(z_index);
-    if (z.dtype() != DType::kFloat32 || z.shape() != y.shape())
-      return ctx.error("residual input must be float32 of the result's shape " +
-                       shape_str(y.shape()) + ", got " + shape_str(z.shape()));
-    e.residual = z.data<float>();
-    e.ld_residual = n;  // y as one row
-    e.residual_first = ctx.node.attr_int("residual_before_activation", 0) != 0;
-  }
   if (e.empty() || n == 0) return Status::ok();
   constexpr int64_t kChunk = 16384;
   float* yd = y.data<float>();

@@ -1,12 +1,15 @@
 // Reference ConvTranspose (1-3 spatial dims, groups, dilations, output_padding, output_shape,
 // auto_pad): GEMM of W^T with X into columns, then col2im gathers each output row from them (bias
-// included), output channels over the pool.
+// included), output channels over the pool. Also ai.kiln.FusedConvTranspose: each gathered row
+// then takes the activation and residual while it is in L1, where a Relu after a decoder's
+// upsampling had been a pass of its own over the largest tensor of the model.
 #include <algorithm>
 #include <vector>
 
 #include "core/thread_pool.h"
 #include "kernels/fast_path.h"
 #include "kernels/kernel_util.h"
+#include "kernels/kiln/epilogue_activation.h"
 #include "kernels/ref/conv_util.h"
 #include "kernels/ref/gemm_f32.h"
 
@@ -48,13 +51,15 @@ void interleave(const T* phases, int64_t per_phase, int64_t sw, int64_t n, T b, 
 }
 
 // Output rows [r0, r1) of the group's channels (row r: channel r / (out_d * out_h), then depth
-// and height), gathered row by row: y = bias + the columns that land on each output pixel.
+// and height), gathered row by row: y = bias + the columns that land on each output pixel; then
+// the fused tail `e` (float only; its residual starts at the group's first output).
 // Within a row the outputs of one residue mod sw read consecutive columns of every tap, so each
 // tap adds one contiguous run into that residue's row of `phases` (vectorizable, unlike a scatter
 // with stride sw), and the residues interleave into y at the end. phases: sw * ceil(out_w / sw)
 // floats of scratch.
 template <typename T>
-void col2im(const T* col, const T* bias, int64_t r0, int64_t r1, const Geo3& g, T* y, T* phases) {
+void col2im(const T* col, const T* bias, int64_t r0, int64_t r1, const Geo3& g, T* y, T* phases,
+            const gemm::Epilogue* e) {
   const int64_t in_sz = g.in[0] * g.in[1] * g.in[2];
   const int64_t ksz = g.k[0] * g.k[1] * g.k[2];
   const int64_t sw = g.s[2], ow_n = g.out[2], per_phase = (ow_n + sw - 1) / sw;
@@ -84,12 +89,14 @@ void col2im(const T* col, const T* bias, int64_t r0, int64_t r1, const Geo3& g, 
     T* __restrict yrow = y + r * ow_n;
     const T b = bias ? bias[c] : T(0);
     interleave(phases, per_phase, sw, ow_n, b, yrow);
+    if constexpr (std::is_same_v<T, float>)
+      if (e) gemm::apply_epilogue(*e, yrow, ow_n, 0, r * ow_n, 1, ow_n);
   }
 }
 
 template <typename T>
 void run_typed(KernelContext& ctx, const T* x, const T* w, const T* bias, T* y, T* col, int64_t n,
-               int64_t c, int64_t m, int64_t group, const Geo3& g3) {
+               int64_t c, int64_t m, int64_t group, const Geo3& g3, const gemm::Epilogue* e) {
   const int64_t cg = c / group, mg = m / group;
   const int64_t in_sz = g3.in[0] * g3.in[1] * g3.in[2], out_sz = g3.out[0] * g3.out[1] * g3.out[2];
   const int64_t ksz = g3.k[0] * g3.k[1] * g3.k[2];
@@ -107,9 +114,14 @@ void run_typed(KernelContext& ctx, const T* x, const T* w, const T* bias, T* y, 
       T* yg = y + (ni * m + gi * mg) * out_sz;
       const T* bg = bias ? bias + gi * mg : nullptr;
       const int64_t phase_len = g3.s[2] * ((g3.out[2] + g3.s[2] - 1) / g3.s[2]);
+      gemm::Epilogue eg;
+      if (e) {
+        eg = *e;
+        if (eg.residual) eg.residual += (ni * m + gi * mg) * out_sz;
+      }
       auto gather = [&](int64_t r0, int64_t r1) {
         std::vector<T> phases(phase_len);
-        col2im(col, bg, r0, r1, g3, yg, phases.data());
+        col2im(col, bg, r0, r1, g3, yg, phases.data(), e ? &eg : nullptr);
       };
       // Over the output rows of every channel, so that one channel (a 1-channel upsampling
       // head) shares out too: 16 rows a chunk at least.
@@ -189,12 +201,18 @@ Status conv_transpose(KernelContext& ctx) {
   if (bias && (bias->dtype() != dt || bias->numel() != m))
     return ctx.error("ConvTranspose bias must have " + std::to_string(m) + " values of X's type");
   const DType ct = dt == DType::kFloat64 ? dt : DType::kFloat32;
+  gemm::Epilogue tail;  // FusedConvTranspose's
+  const bool fused = ctx.node.op_type == "FusedConvTranspose";
+  if (fused) {
+    if (dt != DType::kFloat32) return ctx.error("FusedConvTranspose supports float32 only");
+    KILN_ASSIGN_OR_RETURN(tail, kiln_ops::read_epilogue(ctx, y_shape, 3));
+  }
   KILN_ASSIGN_OR_RETURN(Tensor col, Tensor::make_for_overwrite(ct, {m / group * ksz, in_sz}));  // GEMM output
   KILN_ASSIGN_OR_RETURN(Tensor yc, Tensor::make_for_overwrite(ct, y_shape));  // col2im writes all
   if (ct == DType::kFloat64) {
     run_typed<double>(ctx, x.data<double>(), w.data<double>(),
                       bias ? bias->data<double>() : nullptr, yc.data<double>(), col.data<double>(),
-                      n, c, m, group, g3);
+                      n, c, m, group, g3, nullptr);
   } else {
     KILN_ASSIGN_OR_RETURN(Tensor xf, to_float32(x));
     KILN_ASSIGN_OR_RETURN(Tensor wf, to_float32(w));
@@ -203,7 +221,8 @@ Status conv_transpose(KernelContext& ctx) {
       KILN_ASSIGN_OR_RETURN(bf, to_float32(*bias));
     }
     run_typed<float>(ctx, xf.data<float>(), wf.data<float>(), bias ? bf.data<float>() : nullptr,
-                     yc.data<float>(), col.data<float>(), n, c, m, group, g3);
+                     yc.data<float>(), col.data<float>(), n, c, m, group, g3,
+                     fused && !tail.empty() ? &tail : nullptr);
   }
   KILN_ASSIGN_OR_RETURN(Tensor y, cast_float_to(yc, dt));
   ctx.set_output(0, std::move(y));
@@ -213,8 +232,10 @@ Status conv_transpose(KernelContext& ctx) {
 }  // namespace
 
 KILN_REGISTER_KERNEL("", "ConvTranspose", conv_transpose);
+KILN_REGISTER_KERNEL("ai.kiln", "FusedConvTranspose", conv_transpose);
 
 // float32: the GEMM and the run-wise col2im over the pool.
 KILN_REGISTER_FAST_PATH("", "ConvTranspose", float32_input);
+KILN_REGISTER_FAST_PATH("ai.kiln", "FusedConvTranspose", float32_input);
 
 }  // namespace kiln

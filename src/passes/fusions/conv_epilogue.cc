@@ -1,5 +1,6 @@
-// -O2 fusion of a float Conv with what follows it elementwise (an activation and/or a residual
-// Add, in either order) into one ai.kiln.FusedConv (docs/ops.md).
+// -O2 fusion of a float Conv or ConvTranspose with what follows it elementwise (an activation
+// and/or a residual Add, in either order) into one ai.kiln.FusedConv or FusedConvTranspose
+// (docs/ops.md).
 #include "ir/shape_inference.h"
 #include "passes/fusions/epilogue_match.h"
 #include "passes/graph_edit.h"
@@ -13,11 +14,11 @@ using namespace epilogue;
 class ConvEpilogue : public Pass {
  public:
   Result<int64_t> run(ir::Model& model, PassContext& ctx) override {
-    if (!has_op(model.graph, {"Conv"})) return int64_t{0};
+    if (!has_op(model.graph, {"Conv", "ConvTranspose"})) return int64_t{0};
     // Residuals need shapes and every fusion needs types.
     return fuse_sweep(model, ctx, [](const ir::Graph& g, const GraphIndex& idx, const Types& types,
                                 const ir::Node& n, Rewrites& rw) {
-      if (!n.domain.empty() || n.op_type != "Conv") return;
+      if (!n.domain.empty() || (n.op_type != "Conv" && n.op_type != "ConvTranspose")) return;
       if (n.inputs.size() < 2 || n.inputs.size() > 3 || !n.has_input(0) || !n.has_input(1) ||
           n.outputs.size() != 1)
         return;
@@ -27,7 +28,7 @@ class ConvEpilogue : public Pass {
       if (!e) return;
       ir::Node f;
       f.name = n.name;
-      f.op_type = "FusedConv";
+      f.op_type = n.op_type == "Conv" ? "FusedConv" : "FusedConvTranspose";
       f.domain = "ai.kiln";
       f.inputs = {n.inputs[0], n.inputs[1], n.has_input(2) ? n.inputs[2] : ""};
       if (!e->z.empty()) f.inputs.push_back(e->z);
