@@ -463,5 +463,68 @@ TEST(NchwcLayout, ConcatOfPartBlocksStaysPlain) {
            {{1, 16, 9, 9}});
 }
 
+// An FPN's top-down step: a lateral conv's map upsampled (Resize of H and W) and added to the next
+// level's conv (its residual after conv-epilogue), then a conv. Nearest and linear, scales and
+// sizes (a ratio that is not whole), up and down, the coordinate modes that move the taps, 12
+// channels (a padded block). The Resize runs blocked: no reorder cuts the region. A Resize of the
+// channels stays plain.
+TEST(NchwcLayout, ResizeOfHAndWStaysBlocked) {
+  struct Case {
+    std::string mode, coord;
+    std::vector<float> scales;
+    std::vector<int64_t> sizes;
+    Shape top, next;  // the input of the level resized, and of the level it is added to
+  };
+  const std::vector<Case> cases = {
+      {"nearest", "asymmetric", {1, 1, 2, 2}, {}, {1, 12, 5, 6}, {1, 12, 10, 12}},
+      {"nearest", "half_pixel", {}, {1, 12, 9, 11}, {1, 12, 4, 5}, {1, 12, 9, 11}},
+      {"linear", "align_corners", {}, {1, 12, 17, 23}, {1, 12, 6, 7}, {1, 12, 17, 23}},
+      {"linear", "pytorch_half_pixel", {1, 1, 0.5f, 0.5f}, {}, {1, 12, 14, 18}, {1, 12, 7, 9}},
+  };
+  for (const Case& c : cases) {
+    Builder b;
+    b.input("x", c.top);
+    b.input("y", c.next);
+    conv(b, "x", "a", 12, 12, 3, {attr_ints("pads", {1, 1, 1, 1})});
+    std::vector<std::string> in{"a", "roi"};
+    b.m.graph.initializers["roi"] = Tensor::make(DType::kFloat32, {0}).value();
+    if (!c.scales.empty()) {
+      Tensor t = Tensor::make(DType::kFloat32, {4}).value();
+      std::copy(c.scales.begin(), c.scales.end(), t.data<float>());
+      b.m.graph.initializers["scales"] = t;
+      in.push_back("scales");
+    } else {
+      Tensor t = Tensor::make(DType::kInt64, {4}).value();
+      std::copy(c.sizes.begin(), c.sizes.end(), t.data<int64_t>());
+      b.m.graph.initializers["sizes"] = t;
+      in.push_back("");
+      in.push_back("sizes");
+    }
+    b.add("Resize", in, {"up"}, {attr_s("mode", c.mode), attr_s("coordinate_transformation_mode", c.coord)});
+    conv(b, "y", "d", 12, 12, 1, {});
+    b.add("Add", {"d", "up"}, {"s"});
+    conv(b, "s", "e", 12, 12, 3, {attr_ints("pads", {1, 1, 1, 1})});
+    b.output("e");
+    const ir::Model m = check_o3(b,
+                                 {"ReorderToBlocked", "BlockedConv", "BlockedResize", "ReorderToBlocked",
+                                  "BlockedConv", "BlockedConv", "ReorderFromBlocked"},
+                                 {c.top, c.next}, -2, 2);
+    EXPECT_EQ(count(m, "Resize"), 0) << c.mode << " " << c.coord;
+  }
+  // Channels resized: plain, between two regions.
+  Builder b;
+  b.input("x", {1, 8, 6, 6});
+  conv(b, "x", "a", 8, 8, 3, {attr_ints("pads", {1, 1, 1, 1})});
+  conv(b, "a", "a2", 8, 8, 3, {attr_ints("pads", {1, 1, 1, 1})});
+  b.m.graph.initializers["roi"] = Tensor::make(DType::kFloat32, {0}).value();
+  Tensor t = Tensor::make(DType::kFloat32, {4}).value();
+  std::copy_n(std::vector<float>{1, 2, 1, 1}.data(), 4, t.data<float>());
+  b.m.graph.initializers["scales"] = t;
+  b.add("Resize", {"a2", "roi", "scales"}, {"up"});
+  b.output("up");
+  const ir::Model m = check_o3(b, {"ReorderToBlocked", "BlockedConv", "BlockedConv", "ReorderFromBlocked", "Resize"},
+                               {{1, 8, 6, 6}});
+}
+
 }  // namespace
 }  // namespace kiln

@@ -1,6 +1,7 @@
 // Schemas of the ai.kiln NCHWc layout ops (ReorderToBlocked, ReorderFromBlocked, BlockedConv,
-// BlockedMaxPool, BlockedAveragePool, BlockedGlobalAveragePool, BlockedSqueezeExcite): a blocked tensor is
-// [N, ceil(C/8), H, W, 8]; shapes come from the standard op's schema run on the NCHW view.
+// BlockedMaxPool, BlockedAveragePool, BlockedGlobalAveragePool, BlockedSqueezeExcite,
+// BlockedResize): a blocked tensor is [N, ceil(C/8), H, W, 8]; shapes come from the standard op's
+// schema run on the NCHW view.
 #include "ir/schemas/common.h"
 
 namespace kiln::ir::schemas::kiln_nchwc {
@@ -30,12 +31,17 @@ Outputs blocked_result(const TypeInfo& plain, const Dim& blocks) {
                          {plain.shape[0], blocks, plain.shape[2], plain.shape[3], known_dim(kBlock)}));
 }
 
-// Runs the schema of standard op `op` on `inputs` with this node's attributes.
+// Runs the schema of standard op `op` on `inputs` with this node's attributes, and the values of
+// inputs after the first (Resize's scales and sizes).
 Result<TypeInfo> infer_as(const InferContext& ctx, const char* op, std::vector<TypeInfo> inputs) {
   const OpSchema* base = OpSchemaRegistry::global().find("", op);
   if (!base || !base->infer) return ctx.error(std::string("the schema of ") + op + " is missing");
   InferContext inner(ctx.node, 21);
   inner.inputs = std::move(inputs);
+  inner.constants = ctx.constants;
+  inner.values = ctx.values;
+  if (!inner.constants.empty()) inner.constants[0] = nullptr;  // the blocked X is not the view
+  if (!inner.values.empty()) inner.values[0].reset();
   KILN_ASSIGN_OR_RETURN(std::vector<TypeInfo> outs, base->infer(inner));
   if (outs.empty()) return ctx.error(std::string(op) + " inferred no output");
   return outs[0];
@@ -141,6 +147,22 @@ Outputs infer_blocked_squeeze_excite(InferContext& ctx) {
   return one(ctx.input(0));
 }
 
+// The Resize of the NCHW view; the blocks of X.
+Outputs infer_blocked_resize(InferContext& ctx) {
+  std::vector<TypeInfo> inputs;
+  KILN_ASSIGN_OR_RETURN(TypeInfo x, nchw_view(ctx, ctx.input(0)));
+  inputs.push_back(x);
+  for (size_t i = 1; i < ctx.num_inputs(); ++i) inputs.push_back(ctx.input(i));
+  KILN_ASSIGN_OR_RETURN(TypeInfo y, infer_as(ctx, "Resize", std::move(inputs)));
+  const TypeInfo& xb = ctx.input(0);
+  return blocked_result(y, ranked(xb) && xb.shape.size() == 5 ? xb.shape[1] : unknown_dim());
+}
+
+// Two taps a pixel and axis at most, 8 lanes a pixel.
+Cost cost_blocked_resize(const InferContext& ctx, const std::vector<TypeInfo>& outs) {
+  return Cost{outs.empty() ? 0 : 4 * numel_or_zero(outs[0]), io_bytes(ctx, outs), 0};
+}
+
 Cost cost_copy(const InferContext& ctx, const std::vector<TypeInfo>& outs) {
   return Cost{0, io_bytes(ctx, outs), 0};
 }
@@ -160,6 +182,9 @@ KILN_REGISTER_OP_SCHEMA("ai.kiln",
                                     return cost_per_input(ctx, outs, 2);
                                   }}),
                         "BlockedSqueezeExcite");
+KILN_REGISTER_OP_SCHEMA("ai.kiln",
+                        (OpSchema{.infer = infer_blocked_resize, .cost = cost_blocked_resize}),
+                        "BlockedResize");
 KILN_REGISTER_OP_SCHEMA("ai.kiln",
                         (OpSchema{.infer = infer_blocked_pool, .cost = cost_blocked_pool}),
                         "BlockedMaxPool", "BlockedAveragePool", "BlockedGlobalAveragePool");

@@ -1,7 +1,8 @@
 // Reference kernels for Resize (opset 10 to 19+: nearest/linear/cubic, every coordinate transform,
 // antialias, axes, keep_aspect_ratio_policy) and Upsample. Separable: one axis at a time, in
 // double; float32 nearest and linear resizes of the last two axes (images) run in float, both
-// axes at once.
+// axes at once. Also ai.kiln.BlockedResize, the same resize of the H and W of a blocked
+// [N, C/8, H, W, 8] tensor: each pixel is then 8 lanes resampled together.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -124,25 +125,53 @@ AxisPlan plan_axis(const ResizeParams& p, int64_t in_len, int64_t out_len, doubl
   return a;
 }
 
-// float32 nearest or linear over the last two axes only (an image's H and W; every other axis
-// kept): each output row blends at most two input rows resampled along W, with the axis plans'
-// weights in float. Planes split over the pool.
-bool resize_2d_f32_fits(const ResizeParams& p, const Tensor& x, const Shape& out_shape) {
-  if (x.dtype() != DType::kFloat32 || x.rank() < 2 || p.antialias || p.coord == "tf_crop_and_resize") return false;
+// float32 nearest or linear over two axes only, the last two or (lanes 8: a blocked tensor) the
+// two before the last (an image's H and W; every other axis kept): each output row blends at
+// most two input rows resampled along W, with the axis plans' weights in float. Planes split
+// over the pool.
+bool resize_2d_f32_fits(const ResizeParams& p, const Tensor& x, const Shape& out_shape, int64_t lanes = 1) {
+  const int64_t h_axis = x.rank() - (lanes > 1 ? 3 : 2);
+  if (x.dtype() != DType::kFloat32 || h_axis < 0 || p.antialias || p.coord == "tf_crop_and_resize") return false;
   if (p.mode != "nearest" && p.mode != "linear") return false;
-  for (int64_t i = 0; i + 2 < x.rank(); ++i)
-    if (out_shape[i] != x.dim(i)) return false;
+  for (int64_t i = 0; i < x.rank(); ++i)
+    if ((i < h_axis || i > h_axis + 1) && out_shape[i] != x.dim(i)) return false;
   return true;
 }
 
+// One W-resampled row of a plane: dst[ox] = sum over taps of wx * src[idx] (each a pixel of
+// kLanes floats; 0: `lanes`, read at run time).
+template <int kLanes>
+void resample_row(const float* __restrict src, const AxisPlan& px, const float* wx, int64_t ow,
+                  int64_t lanes, float* __restrict dst) {
+  const int64_t n = kLanes ? kLanes : lanes, tx = px.taps;
+  for (int64_t ox = 0; ox < ow; ++ox) {
+    float v[kLanes ? kLanes : 1] = {};
+    if constexpr (kLanes == 0) {
+      for (int64_t l = 0; l < n; ++l) {
+        float a = 0;
+        for (int64_t kx = 0; kx < tx; ++kx) a += wx[ox * tx + kx] * src[px.idx[ox * tx + kx] * n + l];
+        dst[ox * n + l] = a;
+      }
+    } else {
+      for (int64_t kx = 0; kx < tx; ++kx) {
+        const float wk = wx[ox * tx + kx];
+        const float* s = src + px.idx[ox * tx + kx] * n;
+        for (int64_t l = 0; l < kLanes; ++l) v[l] += wk * s[l];
+      }
+      for (int64_t l = 0; l < kLanes; ++l) dst[ox * n + l] = v[l];
+    }
+  }
+}
+
 Status resize_2d_f32(KernelContext& ctx, const ResizeParams& p, const Tensor& x, const Shape& out_shape,
-                     const std::vector<double>& scales, Tensor* y) {
-  const int64_t r = x.rank(), h = x.dim(r - 2), w = x.dim(r - 1), oh = out_shape[r - 2], ow = out_shape[r - 1];
+                     const std::vector<double>& scales, Tensor* y, int64_t lanes = 1) {
+  const int64_t ha = x.rank() - (lanes > 1 ? 3 : 2);  // the H axis
+  const int64_t h = x.dim(ha), w = x.dim(ha + 1), oh = out_shape[ha], ow = out_shape[ha + 1];
   if (y->numel() == 0) return Status::ok();
-  const AxisPlan py = plan_axis(p, h, oh, scales[r - 2], 0.0, 1.0);
-  const AxisPlan px = plan_axis(p, w, ow, scales[r - 1], 0.0, 1.0);
+  const AxisPlan py = plan_axis(p, h, oh, scales[ha], 0.0, 1.0);
+  const AxisPlan px = plan_axis(p, w, ow, scales[ha + 1], 0.0, 1.0);
   const std::vector<float> wx(px.w.begin(), px.w.end());
-  const int64_t planes = x.numel() / (h * w), tx = px.taps, ty = py.taps;
+  const int64_t planes = x.numel() / (h * w * lanes), ty = py.taps, row = ow * lanes;
   const float* xd = x.data<float>();
   float* yd = y->data<float>();
   // Plane by plane: each input row is resampled along W once (upsampling reads it for several
@@ -150,33 +179,31 @@ Status resize_2d_f32(KernelContext& ctx, const ResizeParams& p, const Tensor& x,
   auto run_planes = [&](int64_t p0, int64_t p1) {
     thread_local std::vector<float> cache;
     thread_local std::vector<int64_t> cached_row;
-    cache.resize(static_cast<size_t>(ty * ow));
+    cache.resize(static_cast<size_t>(ty * row));
     cached_row.assign(static_cast<size_t>(ty), -1);
     for (int64_t plane = p0; plane < p1; ++plane) {
       std::fill(cached_row.begin(), cached_row.end(), -1);
       // The W-resampled input row `iy`, from the cache slot it lands in.
       auto resampled = [&](int64_t iy) -> const float* {
         const int64_t slot = iy % ty;
-        float* dst = cache.data() + slot * ow;
+        float* dst = cache.data() + slot * row;
         if (cached_row[slot] != iy) {
-          const float* src = xd + (plane * h + iy) * w;
-          for (int64_t ox = 0; ox < ow; ++ox) {
-            float v = 0;
-            for (int64_t kx = 0; kx < tx; ++kx) v += wx[ox * tx + kx] * src[px.idx[ox * tx + kx]];
-            dst[ox] = v;
-          }
+          const float* src = xd + (plane * h + iy) * w * lanes;
+          if (lanes == 8) resample_row<8>(src, px, wx.data(), ow, lanes, dst);
+          else if (lanes == 1) resample_row<1>(src, px, wx.data(), ow, lanes, dst);
+          else resample_row<0>(src, px, wx.data(), ow, lanes, dst);
           cached_row[slot] = iy;
         }
         return dst;
       };
       for (int64_t oy = 0; oy < oh; ++oy) {
-        float* __restrict out = yd + (plane * oh + oy) * ow;
-        std::fill(out, out + ow, 0.0f);
+        float* __restrict out = yd + (plane * oh + oy) * row;
+        std::fill(out, out + row, 0.0f);
         for (int64_t ky = 0; ky < ty; ++ky) {
           const float wy = static_cast<float>(py.w[oy * ty + ky]);
           if (wy == 0) continue;
-          const float* __restrict row = resampled(py.idx[oy * ty + ky]);
-          for (int64_t ox = 0; ox < ow; ++ox) out[ox] += wy * row[ox];
+          const float* __restrict in = resampled(py.idx[oy * ty + ky]);
+          for (int64_t i = 0; i < row; ++i) out[i] += wy * in[i];
         }
       }
     }
@@ -268,20 +295,26 @@ Result<std::vector<double>> read_doubles(const Tensor& t) {
   return v;
 }
 
-Status resize(KernelContext& ctx) {
-  if (ctx.num_inputs() < 1 || !ctx.has_input(0)) return ctx.error("expected input 'X'");
-  const Tensor& x = ctx.input(0);
-  const int64_t r = x.rank();
+// What a Resize node asks of an input of shape x_shape: the parameters, the output shape, and the
+// scales and roi of every axis.
+struct ResizeCall {
+  ResizeParams p;
+  Shape out_shape;
+  std::vector<double> scales, roi;
+};
+
+Result<ResizeCall> read_resize(KernelContext& ctx, const Shape& x_shape, int64_t opset) {
+  const int64_t r = static_cast<int64_t>(x_shape.size());
   ResizeParams p;
   p.mode = ctx.node.attr_string("mode", "nearest");
   if (p.mode != "nearest" && p.mode != "linear" && p.mode != "cubic")
     return ctx.error("mode must be nearest, linear or cubic, got '" + p.mode + "'");
-  if (ctx.opset < 11 && p.mode == "cubic") return ctx.error("mode 'cubic' needs opset 11");
+  if (opset < 11 && p.mode == "cubic") return ctx.error("mode 'cubic' needs opset 11");
 
   std::vector<double> scales, roi;
   std::vector<int64_t> sizes;
   bool have_scales = false, have_sizes = false;
-  if (ctx.opset < 11) {
+  if (opset < 11) {
     p.coord = "asymmetric";
     p.nearest_mode = "simple";
     if (!ctx.has_input(1)) return ctx.error("expected input 'scales'");
@@ -321,7 +354,7 @@ Status resize(KernelContext& ctx) {
 
   // Axes (opset 18+) let scales/sizes/roi cover a subset of dims.
   std::vector<int64_t> axes;
-  if (ctx.opset >= 18 && ctx.node.has_attr("axes")) {
+  if (opset >= 18 && ctx.node.has_attr("axes")) {
     for (int64_t a : ctx.node.attr_ints("axes")) {
       auto n = normalize_axis(a, r);
       if (!n.is_ok()) return ctx.error("axes: " + n.status().message());
@@ -344,7 +377,7 @@ Status resize(KernelContext& ctx) {
                      std::to_string(2 * na));
 
   std::vector<double> full_scales(static_cast<size_t>(r), 1.0), full_roi;
-  Shape out_shape = x.shape();
+  Shape out_shape = x_shape;
   if (!roi.empty()) {
     full_roi.assign(static_cast<size_t>(2 * r), 0.0);
     for (int64_t i = 0; i < r; ++i) full_roi[r + i] = 1.0;
@@ -360,19 +393,19 @@ Status resize(KernelContext& ctx) {
       full_scales[axes[i]] = scales[i];
       // floor(dim * scale): the roi does not shrink the output, as in ONNX shape inference and the
       // reference implementation (the spec text's roi factor is not what either does).
-      const double len = static_cast<double>(x.dim(axes[i])) * scales[i];
+      const double len = static_cast<double>(x_shape[axes[i]]) * scales[i];
       if (!(len >= 0) || len > 9.0e18) return ctx.error("output size out of range");
       out_shape[axes[i]] = static_cast<int64_t>(std::floor(len));
     }
   } else {
     for (size_t i = 0; i < na; ++i) {
       if (sizes[i] < 0) return ctx.error("sizes must be non-negative");
-      if (x.dim(axes[i]) == 0) return ctx.error("cannot resize an empty axis by sizes");
-      full_scales[axes[i]] = static_cast<double>(sizes[i]) / static_cast<double>(x.dim(axes[i]));
+      if (x_shape[axes[i]] == 0) return ctx.error("cannot resize an empty axis by sizes");
+      full_scales[axes[i]] = static_cast<double>(sizes[i]) / static_cast<double>(x_shape[axes[i]]);
       out_shape[axes[i]] = sizes[i];
     }
     const std::string policy =
-        ctx.opset >= 18 ? ctx.node.attr_string("keep_aspect_ratio_policy", "stretch") : "stretch";
+        opset >= 18 ? ctx.node.attr_string("keep_aspect_ratio_policy", "stretch") : "stretch";
     if (policy == "not_larger" || policy == "not_smaller") {
       double s = full_scales[axes[0]];
       for (size_t i = 1; i < na; ++i)
@@ -380,13 +413,45 @@ Status resize(KernelContext& ctx) {
                                    : std::max(s, full_scales[axes[i]]);
       for (size_t i = 0; i < na; ++i) {
         full_scales[axes[i]] = s;
-        out_shape[axes[i]] = static_cast<int64_t>(s * static_cast<double>(x.dim(axes[i])) + 0.5);
+        out_shape[axes[i]] = static_cast<int64_t>(s * static_cast<double>(x_shape[axes[i]]) + 0.5);
       }
     } else if (policy != "stretch") {
       return ctx.error("unknown keep_aspect_ratio_policy '" + policy + "'");
     }
   }
-  return resize_core(ctx, p, x, out_shape, full_scales, full_roi);
+  return ResizeCall{p, out_shape, full_scales, full_roi};
+}
+
+Status resize(KernelContext& ctx) {
+  if (ctx.num_inputs() < 1 || !ctx.has_input(0)) return ctx.error("expected input 'X'");
+  const Tensor& x = ctx.input(0);
+  KILN_ASSIGN_OR_RETURN(const ResizeCall c, read_resize(ctx, x.shape(), ctx.opset));
+  return resize_core(ctx, c.p, x, c.out_shape, c.scales, c.roi);
+}
+
+// ai.kiln.BlockedResize: X [N, C/8, H, W, 8]; its inputs and attributes are those of the (opset
+// 11+) Resize of the NCHW tensor X stands for, which may change H and W only.
+Status blocked_resize(KernelContext& ctx) {
+  if (ctx.num_inputs() < 1 || !ctx.has_input(0)) return ctx.error("expected input 'X'");
+  const Tensor& x = ctx.input(0);
+  if (x.dtype() != DType::kFloat32 || x.rank() != 5 || x.dim(4) != 8)
+    return ctx.error("X must be a blocked float32 [N, C/8, H, W, 8], got " + shape_str(x.shape()));
+  const Shape view{x.dim(0), x.dim(1) * 8, x.dim(2), x.dim(3)};
+  KILN_ASSIGN_OR_RETURN(const ResizeCall c, read_resize(ctx, view, 13));
+  // The channels stay: scales 1, or sizes naming the real channel count within X's blocks.
+  const int64_t channels = c.out_shape[1];
+  if (c.out_shape[0] != view[0] || channels <= view[1] - 8 || channels > view[1] ||
+      std::fabs(c.scales[1] * static_cast<double>(view[1]) - static_cast<double>(channels)) > 1e-6)
+    return ctx.error("BlockedResize may resize H and W only, asked for " + shape_str(c.out_shape) +
+                     " from " + shape_str(view));
+  const Shape out{x.dim(0), x.dim(1), c.out_shape[2], c.out_shape[3], 8};
+  const std::vector<double> scales{1, 1, c.scales[2], c.scales[3], 1};
+  if (!resize_2d_f32_fits(c.p, x, out, 8))
+    return ctx.error("BlockedResize runs nearest and linear modes without antialias or tf_crop_and_resize");
+  for (int a = 2; a < 4; ++a)
+    if (!(scales[a] > 0) || (x.dim(a) == 0 && out[a] > 0)) return ctx.error("cannot resize " + shape_str(x.shape()) + " to " + shape_str(out));
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, out));
+  return resize_2d_f32(ctx, c.p, x, out, scales, y, 8);
 }
 
 Status upsample(KernelContext& ctx) {
@@ -424,6 +489,8 @@ Status upsample(KernelContext& ctx) {
 
 KILN_REGISTER_KERNEL("", "Resize", resize);
 KILN_REGISTER_KERNEL("", "Upsample", upsample);
+KILN_REGISTER_KERNEL("ai.kiln", "BlockedResize", blocked_resize);
+KILN_REGISTER_FAST_PATH("ai.kiln", "BlockedResize", [](const FastPathQuery&) { return true; });
 
 // float32 nearest and linear without antialias (resize_2d_f32_fits also needs the resized axes to
 // be the last two, which the scales tell only at run time).

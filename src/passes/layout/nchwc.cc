@@ -1,6 +1,7 @@
 // -O3 layout pass "nchwc-layout": runs convolutions in the blocked NCHWc layout (the scheme of
 // ONNX Runtime's NchwcTransformer). Conv/FusedConv with constant weights become
-// ai.kiln.BlockedConv (weights reordered here, once); pools, SqueezeExcite, same-shape Add/Mul,
+// ai.kiln.BlockedConv (weights reordered here, once); pools, SqueezeExcite, Resizes of H and W,
+// same-shape Add/Mul,
 // zero-preserving activations, channel Concats of whole blocks and FusedElementwise chains with
 // per-channel operands (DenseNet's BN-ReLU) reading blocked values stay blocked, so a chain of
 // them forms one region with a ReorderToBlocked where a plain value enters and a
@@ -23,7 +24,7 @@ namespace {
 using epilogue::Types;
 using namespace nchwc;
 
-enum class Kind { kConv, kDepthwiseConv, kPool, kSqueezeExcite, kElementwise, kUnary, kConcat, kChain };
+enum class Kind { kConv, kDepthwiseConv, kPool, kSqueezeExcite, kResize, kElementwise, kUnary, kConcat, kChain };
 
 bool is_conv(const ir::Node& n) {
   return (n.domain.empty() && n.op_type == "Conv") ||
@@ -173,6 +174,30 @@ bool blockable_pool(const ir::Node& n) {
   return n.attr_ints("kernel_shape").size() == 2;
 }
 
+// A float Resize (opset 11+) of H and W only, nearest or linear, with constant scales [1, 1, sh,
+// sw] or sizes [N, C, OH, OW] naming the input's static N and C: ai.kiln.BlockedResize runs it on
+// the blocked layout (an FPN's upsampling between its convs, which had cut the region with two
+// reorders).
+bool blockable_resize(const ir::Node& n, const GraphIndex& idx, const Types& types) {
+  if (!n.domain.empty() || n.op_type != "Resize" || n.outputs.size() != 1 || n.inputs.size() < 3 ||
+      !n.has_input(0))
+    return false;
+  const std::string mode = n.attr_string("mode", "nearest");
+  if ((mode != "nearest" && mode != "linear") || n.attr_int("antialias", 0) != 0 || n.has_attr("axes") ||
+      n.attr_string("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize" ||
+      n.attr_string("keep_aspect_ratio_policy", "stretch") != "stretch")
+    return false;
+  const int64_t c = static_channels(types, n.inputs[0]);
+  if (c == 0) return false;
+  const Tensor* scales = n.has_input(2) ? idx.constant(n.inputs[2]) : nullptr;
+  const Tensor* sizes = n.inputs.size() > 3 && n.has_input(3) ? idx.constant(n.inputs[3]) : nullptr;
+  if (scales && scales->numel() == 4 && scales->dtype() == DType::kFloat32)
+    return scales->data<float>()[0] == 1 && scales->data<float>()[1] == 1;
+  if (!sizes || sizes->numel() != 4 || sizes->dtype() != DType::kInt64) return false;
+  const auto x = types.of(n.inputs[0]);
+  return x->shape[0].known() && sizes->data<int64_t>()[0] == x->shape[0].value && sizes->data<int64_t>()[1] == c;
+}
+
 // Fewest convs a region needs to pay for its reorders, unless its one conv does enough work per
 // element the reorders move: kMinLoneConvWork multiply-adds (output channels x kernel taps) per
 // input element. A lone conv between plain ops with less (a few channels out), or a patchify conv
@@ -233,6 +258,8 @@ std::map<const ir::Node*, Kind> plan_regions(const ir::Graph& g, const GraphInde
       kind = conv;
     } else if (blockable_pool(n) && blocked.count(n.inputs[0])) {
       kind = Kind::kPool;
+    } else if (blockable_resize(n, idx, types) && blocked.count(n.inputs[0])) {
+      kind = Kind::kResize;
     } else if (n.domain == "ai.kiln" && n.op_type == "SqueezeExcite" && n.outputs.size() == 1 &&
                n.has_input(0) && blocked.count(n.inputs[0])) {
       kind = Kind::kSqueezeExcite;
@@ -345,7 +372,7 @@ class NchwcLayout : public Pass {
         if (n.has_input(3)) b.inputs[3] = blocked_input(n.inputs[3]);
         b.attrs.push_back(ir::Attribute::of_int("channels", w.dim(0)));
         channels[plain] = w.dim(0);
-      } else if (p->second == Kind::kPool || p->second == Kind::kSqueezeExcite) {
+      } else if (p->second == Kind::kPool || p->second == Kind::kSqueezeExcite || p->second == Kind::kResize) {
         b.op_type = "Blocked" + n.op_type;
         b.domain = "ai.kiln";
         b.outputs.resize(1);
