@@ -526,5 +526,34 @@ TEST(NchwcLayout, ResizeOfHAndWStaysBlocked) {
                                {{1, 8, 6, 6}});
 }
 
+// Add and Mul of blocked values with the same channels broadcast over N, H and W exactly as on
+// NCHW, so they stay blocked without a proof that the shapes match (a dynamic FPN's lateral +
+// upsampled maps): here a 1-row map added to a 5-row one, and 2 images times 1. A Mul whose
+// operands differ in channels stays plain.
+TEST(NchwcLayout, BroadcastOverSpatialDimsStaysBlocked) {
+  Builder b;
+  b.input("x", {1, 12, 1, 6});
+  b.input("y", {2, 12, 5, 6});
+  conv(b, "x", "a", 12, 12, 3, {attr_ints("pads", {1, 1, 1, 1})});
+  conv(b, "y", "c", 12, 12, 3, {attr_ints("pads", {1, 1, 1, 1})});
+  b.add("Add", {"a", "c"}, {"s"});
+  b.add("Mul", {"s", "a"}, {"t"});
+  conv(b, "t", "e", 12, 12, 1, {});
+  b.output("e");
+  check_o3(b,
+           {"ReorderToBlocked", "BlockedConv", "ReorderToBlocked", "BlockedConv", "Add", "Mul",
+            "BlockedConv", "ReorderFromBlocked"},
+           {{1, 12, 1, 6}, {2, 12, 5, 6}}, -2, 2);
+
+  Builder p;
+  p.input("x", {1, 8, 4, 4});
+  conv(p, "x", "a", 8, 8, 3, {attr_ints("pads", {1, 1, 1, 1})});
+  conv(p, "a", "c", 8, 1, 3, {attr_ints("pads", {1, 1, 1, 1})});
+  p.add("Mul", {"a", "c"}, {"m"});  // [1, 8, 4, 4] * [1, 1, 4, 4]
+  p.output("m");
+  check_o3(p, {"ReorderToBlocked", "BlockedConv", "ReorderFromBlocked", "BlockedConv", "ReorderFromBlocked", "Mul"},
+           {{1, 8, 4, 4}});
+}
+
 }  // namespace
 }  // namespace kiln

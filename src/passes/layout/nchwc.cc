@@ -265,8 +265,12 @@ std::map<const ir::Node*, Kind> plan_regions(const ir::Graph& g, const GraphInde
       kind = Kind::kSqueezeExcite;
     } else if (n.domain.empty() && (n.op_type == "Add" || n.op_type == "Mul") &&
                n.inputs.size() == 2 && n.outputs.size() == 1 && blocked.count(n.inputs[0]) &&
-               blocked.count(n.inputs[1]) && types.same_float_shape(n.inputs[0], n.inputs[1])) {
-      kind = Kind::kElementwise;  // zero padding lanes stay zero under + and *
+               blocked.count(n.inputs[1]) &&
+               static_channels(types, n.inputs[0]) == static_channels(types, n.inputs[1])) {
+      // Zero padding lanes stay zero under + and *. With the channels equal, broadcasting over N,
+      // H or W is the same on [N, C/8, H, W, 8] as on NCHW: so an FPN's Add of a lateral conv
+      // and an upsampled map, whose H and W a dynamic input leaves unproven equal, stays blocked.
+      kind = Kind::kElementwise;
     } else if (zero_preserving_unary(n, idx) && blocked.count(n.inputs[0])) {
       kind = Kind::kUnary;
     } else if (blockable_concat(n, types) &&
