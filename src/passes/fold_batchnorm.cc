@@ -1,5 +1,6 @@
-// Folds an inference BatchNormalization into the Conv or Gemm before it: the per-channel scale
-// gamma/sqrt(var+eps) goes into the weights, the shift into the bias. Exact in real arithmetic.
+// Folds an inference BatchNormalization into the Conv, ConvTranspose or Gemm before it: the
+// per-channel scale gamma/sqrt(var+eps) goes into the weights, the shift into the bias. Exact in
+// real arithmetic.
 // One that follows no such op (DenseNet's BN-ReLU-Conv, a BN after a Concat or an input)
 // becomes the same scale and shift as Mul and Add by per-channel constants, which the
 // elementwise fusions then merge with what is around it.
@@ -78,6 +79,8 @@ class FoldBatchNorm : public Pass {
         bool ok = false;
         if (p.op_type == "Conv")
           ok = fold_conv(g, p, *affine);
+        else if (p.op_type == "ConvTranspose")
+          ok = fold_conv_transpose(g, p, *affine);
         else if (p.op_type == "Gemm")
           ok = fold_gemm(g, p, *affine);
         else if (p.op_type == "MatMul" && opset >= 11 && rank_of(p.inputs[0]) == 2)
@@ -113,14 +116,39 @@ class FoldBatchNorm : public Pass {
     const Tensor* w = f32_constant(g, conv, 1);
     const int64_t m = static_cast<int64_t>(a.scale.size());
     if (!w || w->rank() < 1 || w->dim(0) != m) return false;
-    const Tensor* b = conv.has_input(2) ? f32_constant(g, conv, 2) : nullptr;
-    if (conv.has_input(2) && (!b || b->rank() != 1 || b->numel() != m)) return false;
     Tensor nw = w->clone();
     const int64_t per = m ? w->numel() / m : 0;
     for (int64_t o = 0; o < m; ++o)
       for (int64_t i = 0; i < per; ++i)
         nw.data<float>()[o * per + i] =
             static_cast<float>(w->data<float>()[o * per + i] * a.scale[o]);
+    return set_weights_and_bias(g, conv, std::move(nw), a);
+  }
+
+  // ConvTranspose weights [C, M/group, k...]: input channel c feeds the outputs of its group,
+  // (c / (C/group)) * M/group + j for j < M/group; each scales by that output's scale.
+  static bool fold_conv_transpose(ir::Graph& g, ir::Node& ct, const Affine& a) {
+    const Tensor* w = f32_constant(g, ct, 1);
+    const int64_t m = static_cast<int64_t>(a.scale.size()), group = ct.attr_int("group", 1);
+    if (!w || w->rank() < 2 || group < 1 || w->dim(1) * group != m || w->dim(0) % group != 0) return false;
+    const int64_t c = w->dim(0), mg = w->dim(1), cg = c / group;
+    const int64_t per = c * mg ? w->numel() / (c * mg) : 0;  // taps
+    Tensor nw = w->clone();
+    for (int64_t ci = 0; ci < c; ++ci)
+      for (int64_t j = 0; j < mg; ++j) {
+        const double s = a.scale[(ci / cg) * mg + j];
+        float* d = nw.data<float>() + (ci * mg + j) * per;
+        for (int64_t t = 0; t < per; ++t) d[t] = static_cast<float>(d[t] * s);
+      }
+    return set_weights_and_bias(g, ct, std::move(nw), a);
+  }
+
+  // The folded weights nw as the node's input 1, and its bias (input 2, [M] or none) scaled and
+  // shifted; false, with nothing changed, when the bias is not a constant [M].
+  static bool set_weights_and_bias(ir::Graph& g, ir::Node& conv, Tensor nw, const Affine& a) {
+    const int64_t m = static_cast<int64_t>(a.scale.size());
+    const Tensor* b = conv.has_input(2) ? f32_constant(g, conv, 2) : nullptr;
+    if (conv.has_input(2) && (!b || b->rank() != 1 || b->numel() != m)) return false;
     auto nb = Tensor::make(DType::kFloat32, {m});
     if (!nb) return false;
     for (int64_t o = 0; o < m; ++o)

@@ -205,6 +205,28 @@ TEST(FoldBatchNorm, ConvAbsorbsBatchNorm) {
   expect_same_outputs(b.m, m, {b.random({1, 2, 5, 5})});
 }
 
+// A DB text detector's upsampling, ConvTranspose then BN, with 2 groups (output channel
+// g * M/group + j of input channels of group g) and a bias; and one without bias.
+TEST(FoldBatchNorm, ConvTransposeAbsorbsBatchNorm) {
+  for (const bool with_bias : {true, false}) {
+    Builder b(kOpset);
+    b.input("x", {1, 4, 3, 5});
+    b.output_dims("y", {num(1), num(6), num(6), num(10)});
+    b.weight("w", {4, 3, 2, 2});
+    std::vector<std::string> in{"x", "w"};
+    if (with_bias) {
+      b.weight("bias", {6});
+      in.push_back("bias");
+    }
+    b.add("ConvTranspose", in, {"c"}, {attr_ints("strides", {2, 2}), attr_i("group", 2)});
+    batchnorm(b, "c", "y", 6);
+    ir::Model m = b.m;
+    run_passes(m, {"fold-batchnorm", "dead-code"});
+    EXPECT_EQ(histogram(m), (std::map<std::string, int>{{"ConvTranspose", 1}}));
+    expect_same_outputs(b.m, m, {b.random({1, 4, 3, 5})});
+  }
+}
+
 TEST(FoldBatchNorm, GemmAbsorbsBatchNorm) {
   Builder b(kOpset);
   b.input("x", {2, 4});
