@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <random>
 
+#include "core/cpu_features.h"
 #include "core/thread_pool.h"
 #include "kernels/kiln/nchwc/blocked_conv_winograd.h"
 #include "pass_test_util.h"
@@ -252,6 +253,10 @@ TEST(WinogradConv, TakesTheConvsItPaysFor) {
   EXPECT_EQ(prepare(128, 128, {}).tile, 4);
   EXPECT_FALSE(prepare(16, 64, {}).ready);  // too few input channels
   EXPECT_FALSE(prepare(64, 8, {}).ready);   // too few output channels
+  // 16 to 31 output channels: with the AVX2 kernels, the dense weights kept for small images.
+  const Prepared narrow = prepare(64, 24, {attr_ints("pads", {1, 1, 1, 1})});
+  EXPECT_EQ(narrow.ready, !cpu_features().has_avx512());
+  EXPECT_EQ(narrow.keeps_dense, narrow.ready);
   EXPECT_FALSE(prepare(64, 64, {attr_ints("strides", {2, 2})}).ready);
   // Dilated: Winograd on the interleaved grids, the dense weights kept for small images.
   const Prepared dilated = prepare(64, 64, {attr_ints("dilations", {2, 2})});
@@ -384,6 +389,31 @@ TEST(WinogradConv, KeptDenseWeightsRunWhereWinogradDoesNotPay) {
       same_as_direct = same_as_direct && q == r.direct.data<float>()[i];
     }
     EXPECT_EQ(same_as_direct, hw == 4);
+  }
+}
+
+TEST(WinogradConv, NarrowConvsTakeItOnLargerImagesOnly) {
+  // 40 -> 24 (3 output blocks) with the AVX2 kernels: direct at 14 x 14, bit for bit; Winograd at
+  // 28 x 28 (under AVX-512 they always run direct).
+  test::Builder b;
+  b.input_dims("x", {test::num(1), test::num(40), test::sym("h"), test::sym("w")});
+  b.conv("x", "y", 40, 24);
+  b.output("y");
+  const ir::Model optimized = optimized_o3(b.m);
+  ASSERT_EQ(test::histogram(optimized)["BlockedConv"], 1);
+  for (const int64_t hw : {14, 28}) {
+    SCOPED_TRACE(hw);
+    ThreeRuns r;
+    ASSERT_NO_FATAL_FAILURE(run_three(b.m, optimized, {b.random({1, 40, hw, hw})}, &r));
+    const Tensor& w = r.want;
+    bool same_as_direct = true;
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      const float p = w.data<float>()[i], q = r.got.data<float>()[i];
+      // 360 products of values in [-1, 1]: Winograd's error is ~2.4e-6 of their sum.
+      ASSERT_LE(std::fabs(p - q), 1e-3f * std::max(1.0f, std::fabs(p))) << "element " << i;
+      same_as_direct = same_as_direct && q == r.direct.data<float>()[i];
+    }
+    EXPECT_EQ(same_as_direct, hw == 14 || cpu_features().has_avx512());
   }
 }
 

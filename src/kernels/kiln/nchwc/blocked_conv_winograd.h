@@ -126,8 +126,8 @@ class BlockedConvWinograd {
   static bool fits_node(const ir::Node& node);
   Status prepare(const std::vector<const Tensor*>& constants, std::vector<bool>& absorbed);
   bool ready() const { return weights_ != nullptr; }
-  // U too big to stay cached, or a dilated conv: the dense weights are kept too (not absorbed),
-  // and each run takes Winograd only where winograd_pays.
+  // U too big to stay cached, a dilated conv, or a narrow one: the dense weights are kept too
+  // (not absorbed), and each run takes Winograd only where it pays.
   bool keeps_dense() const { return keeps_dense_; }
   // Whether this run of s goes to Winograd.
   bool takes(const BlockedConvShape& s, ThreadPool* pool) const;
@@ -138,6 +138,7 @@ class BlockedConvWinograd {
  private:
   bool candidate_ = false;  // the attributes allow it
   bool dilated_ = false;
+  bool narrow_ = false;  // fewer than 32 output channels (AVX2 only): small images run direct
   bool keeps_dense_ = false;
   std::unique_ptr<const WinogradWeights> weights_;
 };

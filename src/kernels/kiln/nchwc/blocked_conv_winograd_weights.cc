@@ -24,6 +24,13 @@ constexpr double kG2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 
 // Measured per layer with bench/conv_winograd_bench.cc (2 threads, Zen 4): below this many input
 // and output channels the transforms cost more than the GEMMs save.
 constexpr int64_t kMinChannels = 32;
+// Against the AVX2 direct kernel (Zen 3, 2 threads, in a model), 16 to 31 output channels pay
+// too, on images of 28 x 28 and more: 96 -> 24 at 160 x 160 6.7 -> 3.4 ms (a DB text detector's
+// FPN and head), 64 -> 16 at 112 1.38 -> 0.77, 40 -> 24 at 40 0.18 -> 0.10, 32 -> 24 at 28 0.075
+// -> 0.039; at 14 x 14 they tie (48 -> 16) and at 7 x 7 Winograd is 2x slower (256 -> 24), so
+// such convs keep their dense weights for the smaller images.
+constexpr int64_t kMinOutputsAvx2 = 16;
+constexpr int64_t kNarrowMinPixels = 28 * 28;
 
 // F(4x4) when its U (36 x Cin x Cout floats) is small enough to stay in cache between calls;
 // F(2x2) when its 16/36 of that stays cached, as U streamed from memory on every call of a small
@@ -124,7 +131,9 @@ Status BlockedConvWinograd::prepare(const std::vector<const Tensor*>& constants,
   if (w.dtype() != DType::kFloat32 || w.rank() != 6 || w.dim(2) != 3 || w.dim(3) != 3 ||
       w.dim(4) != kBlock || w.dim(5) != kBlock)
     return Status::ok();
-  if (w.dim(0) * kBlock < kMinChannels || w.dim(1) * kBlock < kMinChannels) return Status::ok();
+  const int64_t min_outputs = cpu_features().has_avx512() ? kMinChannels : kMinOutputsAvx2;
+  if (w.dim(0) * kBlock < min_outputs || w.dim(1) * kBlock < kMinChannels) return Status::ok();
+  narrow_ = w.dim(0) * kBlock < kMinChannels;
   const auto& kernels = winograd_gemm_kernels();
   if (kernels.empty()) return Status::ok();
   weights_ = std::make_unique<const WinogradWeights>(w.data<float>(), w.dim(0), w.dim(1),
@@ -132,13 +141,13 @@ Status BlockedConvWinograd::prepare(const std::vector<const Tensor*>& constants,
   // A U too big to stay cached loses to the direct kernel on large images, and a dilated conv's
   // tiles on a small image are mostly padding (winograd_pays): the dense weights stay for those
   // runs. Otherwise run() never falls back to the direct kernel.
-  keeps_dense_ = dilated_ || winograd_weights_stream(*weights_);
+  keeps_dense_ = dilated_ || narrow_ || winograd_weights_stream(*weights_);
   if (!keeps_dense_) absorbed[1] = true;
   return Status::ok();
 }
 
 bool BlockedConvWinograd::takes(const BlockedConvShape& s, ThreadPool* pool) const {
-  if (!ready()) return false;
+  if (!ready() || (narrow_ && s.oh * s.ow < kNarrowMinPixels)) return false;
   return !keeps_dense_ || winograd_pays(s, *weights_, pool ? pool->threads() : 1);
 }
 
