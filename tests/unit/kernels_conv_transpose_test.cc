@@ -1,6 +1,7 @@
 // ConvTranspose (kernels/ref/conv_transpose.cc: GEMM into columns, then each output row gathered
-// phase by phase) against a plain scatter loop in double: 1-D, 2-D and 3-D, kernel sizes 1-5
-// (kh != kw too), strides 1-3 and asymmetric ones, dilations, asymmetric pads (larger than the
+// phase by phase; kernels/cpu/conv/patch_conv_transpose.cc when the kernel equals the stride)
+// against a plain scatter loop in double: 1-D, 2-D and 3-D, kernel sizes 1-5 (kh != kw too),
+// strides 1-3 and asymmetric ones, dilations, asymmetric pads (larger than the
 // kernel too, which crop), output_padding, groups, batch 2, with and without bias, at 1 and 2
 // threads.
 #include <gtest/gtest.h>
@@ -129,6 +130,11 @@ TEST(ConvTranspose, DecoderLayersAgreeWithScatterLoop) {
       {2, 2, 16, 1, 1, {90, 100}, {2, 2}, {2, 2}, {1, 1}, {0, 0}, {0, 0}, {0, 0}, true},
       {2, 1, 8, 4, 1, {33, 40}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, true},
       {1, 2, 6, 5, 1, {50}, {5}, {3}, {1}, {1}, {1}, {0}, false},
+      // Kernel = stride (patch_conv_transpose.cc): pads that crop, output_padding past the
+      // input's reach, groups, batch 2, widths of 32-column tiles and a tail; 2x3 / (2, 3); 1-D k4.
+      {2, 2, 6, 4, 2, {7, 37}, {2, 2}, {2, 2}, {1, 1}, {1, 3}, {0, 2}, {1, 1}, true},
+      {2, 1, 5, 3, 1, {9, 70}, {2, 3}, {2, 3}, {1, 1}, {0, 1}, {1, 0}, {0, 2}, false},
+      {1, 1, 3, 2, 1, {45}, {4}, {4}, {1}, {2}, {1}, {3}, true},
   };
   for (const Deconv& t : cases)
     for (int threads : {1, 2}) check(t, threads);

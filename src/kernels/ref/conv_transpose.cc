@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/conv/patch_conv_transpose.h"
 #include "kernels/fast_path.h"
 #include "kernels/kernel_util.h"
 #include "kernels/kiln/epilogue_activation.h"
@@ -206,6 +207,13 @@ Status conv_transpose(KernelContext& ctx) {
   if (fused) {
     if (dt != DType::kFloat32) return ctx.error("FusedConvTranspose supports float32 only");
     KILN_ASSIGN_OR_RETURN(tail, kiln_ops::read_epilogue(ctx, y_shape, 3));
+  }
+  if (dt == DType::kFloat32 && patch_conv_transpose_fits(g3, m / group)) {
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, dt, y_shape));
+    patch_conv_transpose_f32(x.data<float>(), w.data<float>(), bias ? bias->data<float>() : nullptr,
+                             y->data<float>(), n, c, m, group, g3, fused && !tail.empty() ? &tail : nullptr,
+                             ctx.pool);
+    return Status::ok();
   }
   KILN_ASSIGN_OR_RETURN(Tensor col, Tensor::make_for_overwrite(ct, {m / group * ksz, in_sz}));  // GEMM output
   KILN_ASSIGN_OR_RETURN(Tensor yc, Tensor::make_for_overwrite(ct, y_shape));  // col2im writes all
