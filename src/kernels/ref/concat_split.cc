@@ -1,5 +1,9 @@
 // Reference kernels for Concat and Split: joining tensors along an axis and cutting one apart,
-// for any element type.
+// for any element type. A Concat of fixed-size elements runs as memcpys over the pool.
+#include <cstring>
+#include <vector>
+
+#include "core/thread_pool.h"
 #include "kernels/fast_path.h"
 #include "kernels/ref/movement_util.h"
 
@@ -45,9 +49,43 @@ Status concat(KernelContext& ctx) {
                        std::to_string(axis));
     out[axis] += t.dim(axis);
   }
-  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, first.dtype(), out));
   const int64_t outer = product(out, 0, axis), inner = product(out, axis + 1, r);
   const int64_t out_row = out[axis] * inner;
+  if (const size_t bytes = dtype_size(first.dtype())) {
+    // Every element is written once: pieces of at most kPiece bytes, over the pool (a DB text
+    // detector's Concat of four 24 x 160 x 160 maps took 1.7 ms zeroing and copying on one thread).
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, first.dtype(), out));
+    constexpr int64_t kPiece = 64 * 1024;
+    struct Piece {
+      const char* src;
+      char* dst;
+      int64_t bytes;
+    };
+    std::vector<Piece> pieces;
+    char* dst = static_cast<char*>(y->raw_data());
+    int64_t offset = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const Tensor& t = ctx.input(i);
+      const int64_t len = t.dim(axis) * inner * static_cast<int64_t>(bytes);
+      const char* src = static_cast<const char*>(t.raw_data());
+      const int64_t row_bytes = out_row * static_cast<int64_t>(bytes);
+      for (int64_t row = 0; row < outer; ++row)
+        for (int64_t at = 0; at < len; at += kPiece)
+          pieces.push_back({src + row * len + at, dst + row * row_bytes + offset + at, std::min(kPiece, len - at)});
+      offset += len;
+    }
+    auto copy = [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p)
+        std::memcpy(pieces[p].dst, pieces[p].src, static_cast<size_t>(pieces[p].bytes));
+    };
+    const int64_t count = static_cast<int64_t>(pieces.size());
+    if (ctx.pool && count > 1 && y->nbytes() > static_cast<size_t>(4 * kPiece))
+      ctx.pool->parallel_for(count, 1, copy);
+    else
+      copy(0, count);
+    return Status::ok();
+  }
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, first.dtype(), out));
   int64_t offset = 0;
   for (size_t i = 0; i < n; ++i) {
     const Tensor& t = ctx.input(i);
