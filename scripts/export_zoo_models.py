@@ -11,6 +11,9 @@ fixed weights (seed 0), next to the real models of ../shared/models/fetch_zoo.sh
   fcn_resnet50_dilated atrous ResNet trunk (dilation 2 and 4) and a bilinear Resize, 512x512
   mobilenet_v2_opset11 an old exporter's spelling (Clip with inputs, Pad/Resize at opset 11)
   convtranspose_unet   a small U-Net decoder: ConvTranspose 2-D and 1-D, bilinear Upsample
+  db_text_detector     a DBNet text detector as PaddleOCR builds one (mobilenet_v3_large, DBFPN,
+                       DB head), 640x640 with dynamic H and W: nearest Resize + Add top-down,
+                       a Concat of four upsampled maps, ConvTranspose + BN + ReLU, Sigmoid
 Needs Debian's python3-torch and python3-torchvision; run with /usr/bin/python3.
 Usage: export_zoo_models.py OUT_DIR [NAME ...]
 """
@@ -39,6 +42,43 @@ class UNetDecoder(nn.Module):
         seg = nn.functional.interpolate(self.head(y), scale_factor=2.0, mode="bilinear", align_corners=False)
         line = self.seq(y.mean(dim=2))
         return seg, line
+
+
+class DBTextDetector(nn.Module):
+    """DBNet: backbone maps at strides 4-32, a top-down FPN (1x1 laterals to 96 channels, nearest
+    x2 + Add), 3x3 convs to 24 channels upsampled to stride 4 and concatenated, then the
+    probability head: 3x3 conv + BN + ReLU, ConvTranspose 2x2/2 + BN + ReLU, ConvTranspose
+    2x2/2 to one map, Sigmoid."""
+
+    def __init__(self, inner=96):
+        super().__init__()
+        self.backbone = torchvision.models.mobilenet_v3_large().features
+        self.taps, channels = [3, 6, 12, 16], [24, 40, 112, 960]
+        self.lateral = nn.ModuleList([nn.Conv2d(c, inner, 1, bias=False) for c in channels])
+        self.smooth = nn.ModuleList([nn.Conv2d(inner, inner // 4, 3, padding=1, bias=False) for _ in channels])
+        q = inner // 4
+        self.head = nn.Sequential(
+            nn.Conv2d(inner, q, 3, padding=1, bias=False), nn.BatchNorm2d(q), nn.ReLU(),
+            nn.ConvTranspose2d(q, q, 2, 2), nn.BatchNorm2d(q), nn.ReLU(),
+            nn.ConvTranspose2d(q, 1, 2, 2), nn.Sigmoid())
+        for m in self.modules():  # statistics a trained model would have, not identities
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.1, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, x):
+        maps = []
+        for i, layer in enumerate(self.backbone):
+            x = layer(x)
+            if i in self.taps:
+                maps.append(x)
+        c2, c3, c4, c5 = [lat(m) for lat, m in zip(self.lateral, maps)]
+        up = lambda t, s: nn.functional.interpolate(t, scale_factor=float(s), mode="nearest")
+        o4 = c4 + up(c5, 2)
+        o3 = c3 + up(o4, 2)
+        o2 = c2 + up(o3, 2)
+        p = [up(self.smooth[3](c5), 8), up(self.smooth[2](o4), 4), up(self.smooth[1](o3), 2), self.smooth[0](o2)]
+        return self.head(torch.cat(p, 1))
 
 
 def vision(fn, size=224, **kw):
@@ -70,7 +110,10 @@ MODELS = {  # name: (builder, opset)
     "fcn_resnet50_dilated": (lambda: segmenter(segmentation.fcn_resnet50, aux_loss=False), 17),
     "mobilenet_v2_opset11": (lambda: vision(torchvision.models.mobilenet_v2), 11),
     "convtranspose_unet": (lambda: (UNetDecoder().eval(), 256), 17),
+    "db_text_detector": (lambda: (DBTextDetector().eval(), 640), 11),
 }
+# Inputs whose H and W are dynamic, as a text detector is shipped (any page size).
+DYNAMIC_HW = {"db_text_detector"}
 
 
 def main():
@@ -86,8 +129,9 @@ def main():
         model, size = build()
         x = torch.randn(1, 3, size, size)
         outputs = ["output", "line"] if name == "convtranspose_unet" else ["output"]
+        axes = {0: "batch", 2: "height", 3: "width"} if name in DYNAMIC_HW else {0: "batch"}
         torch.onnx.export(model, (x,), path, input_names=["input"], output_names=outputs,
-                          dynamic_axes={"input": {0: "batch"}}, opset_version=opset, do_constant_folding=True)
+                          dynamic_axes={"input": axes}, opset_version=opset, do_constant_folding=True)
         print(name, f"opset {opset}", os.path.getsize(path) // (1 << 20), "MiB")
 
 

@@ -50,6 +50,7 @@ ZOO = {
     "fcn_resnet50 dilated 512": ("zoo-tv/fcn_resnet50_dilated.onnx", None),
     "mobilenet_v2 (opset 11)": ("zoo-tv/mobilenet_v2_opset11.onnx", None),
     "ConvTranspose U-Net 256": ("zoo-tv/convtranspose_unet.onnx", None),
+    "DB text detector (dynamic H, W) 640": ("zoo-tv/db_text_detector.onnx", {"input": [1, 3, 640, 640]}),
 }
 
 
