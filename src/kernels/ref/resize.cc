@@ -125,8 +125,8 @@ AxisPlan plan_axis(const ResizeParams& p, int64_t in_len, int64_t out_len, doubl
   return a;
 }
 
-// float32 nearest or linear over two axes only, the last two or (lanes 8: a blocked tensor) the
-// two before the last (an image's H and W; every other axis kept): each output row blends at
+// float32 nearest or linear over two axes only, the last two or (lanes 8: a blocked tensor, the
+// only other count) the two before the last (an image's H and W; every other axis kept): each output row blends at
 // most two input rows resampled along W, with the axis plans' weights in float. Planes split
 // over the pool.
 bool resize_2d_f32_fits(const ResizeParams& p, const Tensor& x, const Shape& out_shape, int64_t lanes = 1) {
@@ -138,28 +138,20 @@ bool resize_2d_f32_fits(const ResizeParams& p, const Tensor& x, const Shape& out
   return true;
 }
 
-// One W-resampled row of a plane: dst[ox] = sum over taps of wx * src[idx] (each a pixel of
-// kLanes floats; 0: `lanes`, read at run time).
+// One W-resampled row of a plane: dst[ox] = sum over taps of wx * src[idx], each a pixel of
+// kLanes floats (1, or 8 for a blocked tensor).
 template <int kLanes>
 void resample_row(const float* __restrict src, const AxisPlan& px, const float* wx, int64_t ow,
-                  int64_t lanes, float* __restrict dst) {
-  const int64_t n = kLanes ? kLanes : lanes, tx = px.taps;
+                  float* __restrict dst) {
+  const int64_t tx = px.taps;
   for (int64_t ox = 0; ox < ow; ++ox) {
-    float v[kLanes ? kLanes : 1] = {};
-    if constexpr (kLanes == 0) {
-      for (int64_t l = 0; l < n; ++l) {
-        float a = 0;
-        for (int64_t kx = 0; kx < tx; ++kx) a += wx[ox * tx + kx] * src[px.idx[ox * tx + kx] * n + l];
-        dst[ox * n + l] = a;
-      }
-    } else {
-      for (int64_t kx = 0; kx < tx; ++kx) {
-        const float wk = wx[ox * tx + kx];
-        const float* s = src + px.idx[ox * tx + kx] * n;
-        for (int64_t l = 0; l < kLanes; ++l) v[l] += wk * s[l];
-      }
-      for (int64_t l = 0; l < kLanes; ++l) dst[ox * n + l] = v[l];
+    float v[kLanes] = {};
+    for (int64_t kx = 0; kx < tx; ++kx) {
+      const float wk = wx[ox * tx + kx];
+      const float* s = src + px.idx[ox * tx + kx] * kLanes;
+      for (int l = 0; l < kLanes; ++l) v[l] += wk * s[l];
     }
+    for (int l = 0; l < kLanes; ++l) dst[ox * kLanes + l] = v[l];
   }
 }
 
@@ -189,9 +181,8 @@ Status resize_2d_f32(KernelContext& ctx, const ResizeParams& p, const Tensor& x,
         float* dst = cache.data() + slot * row;
         if (cached_row[slot] != iy) {
           const float* src = xd + (plane * h + iy) * w * lanes;
-          if (lanes == 8) resample_row<8>(src, px, wx.data(), ow, lanes, dst);
-          else if (lanes == 1) resample_row<1>(src, px, wx.data(), ow, lanes, dst);
-          else resample_row<0>(src, px, wx.data(), ow, lanes, dst);
+          if (lanes == 8) resample_row<8>(src, px, wx.data(), ow, dst);
+          else resample_row<1>(src, px, wx.data(), ow, dst);
           cached_row[slot] = iy;
         }
         return dst;
