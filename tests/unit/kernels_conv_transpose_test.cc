@@ -135,6 +135,7 @@ TEST(ConvTranspose, DecoderLayersAgreeWithScatterLoop) {
       {2, 2, 6, 4, 2, {7, 37}, {2, 2}, {2, 2}, {1, 1}, {1, 3}, {0, 2}, {1, 1}, true},
       {2, 1, 5, 3, 1, {9, 70}, {2, 3}, {2, 3}, {1, 1}, {0, 1}, {1, 0}, {0, 2}, false},
       {1, 1, 3, 2, 1, {45}, {4}, {4}, {1}, {2}, {1}, {3}, true},
+      {2, 2, 24, 24, 1, {9, 45}, {2, 2}, {2, 2}, {1, 1}, {0, 0}, {0, 0}, {0, 0}, true},  // a DB head's 24 -> 24
   };
   for (const Deconv& t : cases)
     for (int threads : {1, 2}) check(t, threads);

@@ -208,7 +208,7 @@ Status conv_transpose(KernelContext& ctx) {
     if (dt != DType::kFloat32) return ctx.error("FusedConvTranspose supports float32 only");
     KILN_ASSIGN_OR_RETURN(tail, kiln_ops::read_epilogue(ctx, y_shape, 3));
   }
-  if (dt == DType::kFloat32 && patch_conv_transpose_fits(g3, m / group)) {
+  if (dt == DType::kFloat32 && patch_conv_transpose_fits(g3, c / group, m / group)) {
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, dt, y_shape));
     patch_conv_transpose_f32(x.data<float>(), w.data<float>(), bias ? bias->data<float>() : nullptr,
                              y->data<float>(), n, c, m, group, g3, fused && !tail.empty() ? &tail : nullptr,

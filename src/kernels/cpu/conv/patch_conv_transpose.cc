@@ -5,7 +5,7 @@
 // bias alone. P is computed 32 input columns at a time in registers (4 vectors a phase, at most
 // 4 phases: 16 accumulators), one FMA per loaded input vector and phase, and interleaved into L
 // from the registers (stride 2 by unpacking pairs of vectors; a scalar interleave cost as much
-// as the FMAs). A task is a run of output rows of one image and channel.
+// as the FMAs). A task is a run of output rows in the order (image, output row, channel).
 #include "kernels/cpu/conv/patch_conv_transpose.h"
 
 #include <immintrin.h>
@@ -77,9 +77,10 @@ constexpr PatchRowFn kPatchRow[kMaxStride + 1] = {nullptr, &patch_row<1>, &patch
 
 }  // namespace
 
-bool patch_conv_transpose_fits(const conv_util::Geo3& g, int64_t outputs_per_group) {
-  return outputs_per_group < kPatchMaxOutputs && g.k[0] == 1 && g.s[0] == 1 && g.d[1] == 1 && g.d[2] == 1 && g.k[1] == g.s[1] &&
-         g.k[2] == g.s[2] && g.s[2] <= kMaxStride && g.s[1] >= 1 && g.s[2] >= 1;
+bool patch_conv_transpose_fits(const conv_util::Geo3& g, int64_t inputs_per_group, int64_t outputs_per_group) {
+  return (inputs_per_group <= kPatchMaxInputs || outputs_per_group < kPatchFewOutputs) && g.k[0] == 1 &&
+         g.s[0] == 1 && g.d[1] == 1 && g.d[2] == 1 && g.k[1] == g.s[1] && g.k[2] == g.s[2] &&
+         g.s[2] <= kMaxStride && g.s[1] >= 1 && g.s[2] >= 1;
 }
 
 void patch_conv_transpose_f32(const float* x, const float* w, const float* bias, float* y, int64_t n,
@@ -90,11 +91,16 @@ void patch_conv_transpose_f32(const float* x, const float* w, const float* bias,
   const int64_t in_sz = in_h * in_w, out_sz = out_h * out_w, taps = sh * sw;
   const int64_t reach = in_w * sw;  // columns of the uncropped row
   const int64_t rows = n * m * out_h;
+  // Rows in the order (image, output row, channel), so that a run of them reads one input row
+  // of every input channel, gathered once into `packed` [cg][in_w]: read in place, rows a plane
+  // (a multiple of 4 KiB) apart fall into one L1 set and evicted each other.
   auto run = [&](int64_t r0, int64_t r1) {
-    thread_local std::vector<float> line;
+    thread_local std::vector<float> line, packed;
     line.resize(static_cast<size_t>(reach));
+    packed.resize(static_cast<size_t>(cg * in_w));
+    int64_t packed_of = -1;  // (image, group, input row) packed holds, as one number
     for (int64_t r = r0; r < r1; ++r) {
-      const int64_t oh = r % out_h, o = r / out_h % m, ni = r / (out_h * m);
+      const int64_t o = r % m, oh = r / m % out_h, ni = r / (m * out_h);
       const int64_t gi = o / mg, oi = o % mg;
       float* yrow = y + (ni * m + o) * out_sz + oh * out_w;
       const float b = bias ? bias[o] : 0.0f;
@@ -104,7 +110,13 @@ void patch_conv_transpose_f32(const float* x, const float* w, const float* bias,
       } else {
         // w[ci, oi, kh, kw] of the group: input channel steps of mg * taps.
         const float* wq = w + (gi * cg * mg + oi) * taps + kh * sw;
-        kPatchRow[sw](x + (ni * c + gi * cg) * in_sz + ih * in_w, in_sz, wq, mg * taps, cg, in_w, line.data());
+        const int64_t key = (ni * group + gi) * in_h + ih;
+        if (key != packed_of) {
+          const float* xr = x + (ni * c + gi * cg) * in_sz + ih * in_w;
+          for (int64_t ci = 0; ci < cg; ++ci) std::copy_n(xr + ci * in_sz, in_w, packed.data() + ci * in_w);
+          packed_of = key;
+        }
+        kPatchRow[sw](packed.data(), in_w, wq, mg * taps, cg, in_w, line.data());
         const int64_t ow_end = std::clamp<int64_t>(reach - g.pb[2], 0, out_w);  // columns the input reaches
         for (int64_t ow = 0; ow < ow_end; ++ow) yrow[ow] = b + line[ow + g.pb[2]];
         std::fill(yrow + ow_end, yrow + out_w, b);
