@@ -2,10 +2,11 @@
 // kh = (oh + pad) % s of input row ih = (oh + pad) / s: with P[kw][iw] = sum over the group's
 // input channels ci of w[ci, o, kh, kw] * x[ci, ih, iw], the uncropped row L has L[iw * s_w +
 // kw] = P[kw][iw], and the output row is L shifted by the left pad, past the input's reach the
-// bias alone. P is computed 32 input columns at a time in registers (4 vectors a phase, at most
-// 4 phases: 16 accumulators), one FMA per loaded input vector and phase, and interleaved into L
-// from the registers (stride 2 by unpacking pairs of vectors; a scalar interleave cost as much
-// as the FMAs). A task is a run of output rows in the order (image, output row, channel).
+// bias alone. P is computed 32 input columns at a time in registers (4 vectors a phase; 16
+// columns, 2 vectors, for 3 and 4 phases), one FMA per loaded input vector and phase, and
+// interleaved into L from the registers (stride 2 by unpacking pairs of vectors; a scalar
+// interleave cost as much as the FMAs). A task is a run of output rows in the order (image,
+// output row, channel).
 #include "kernels/cpu/conv/patch_conv_transpose.h"
 
 #include <immintrin.h>
@@ -19,35 +20,39 @@ namespace kiln {
 namespace {
 
 constexpr int64_t kMaxStride = 4;
-constexpr int kVectors = 4;  // 8-column vectors per phase in one register tile
+// 8-column vectors a phase in one register tile: at most 8 accumulators, beside the input
+// vectors and a weight, in the 16 registers.
+template <int SW>
+constexpr int kVectors = SW <= 2 ? 4 : 2;
 
 // L[iw * SW + q] = sum over ci < cg of wq[ci * w_step + q] * xr[ci * x_step + iw], for iw in
 // [0, in_w) and q < SW.
 template <int SW>
 void patch_row(const float* xr, int64_t x_step, const float* wq, int64_t w_step, int64_t cg, int64_t in_w,
                float* line) {
+  constexpr int V = kVectors<SW>;
   int64_t iw = 0;
-  for (; iw + 8 * kVectors <= in_w; iw += 8 * kVectors) {
-    __m256 acc[SW][kVectors];
+  for (; iw + 8 * V <= in_w; iw += 8 * V) {
+    __m256 acc[SW][V];
 #pragma GCC unroll 4
     for (int q = 0; q < SW; ++q)
 #pragma GCC unroll 4
-      for (int v = 0; v < kVectors; ++v) acc[q][v] = _mm256_setzero_ps();
+      for (int v = 0; v < V; ++v) acc[q][v] = _mm256_setzero_ps();
     for (int64_t ci = 0; ci < cg; ++ci) {
       const float* xc = xr + ci * x_step + iw;
-      __m256 xv[kVectors];
+      __m256 xv[V];
 #pragma GCC unroll 4
-      for (int v = 0; v < kVectors; ++v) xv[v] = _mm256_loadu_ps(xc + 8 * v);
+      for (int v = 0; v < V; ++v) xv[v] = _mm256_loadu_ps(xc + 8 * v);
 #pragma GCC unroll 4
       for (int q = 0; q < SW; ++q) {
         const __m256 wv = _mm256_broadcast_ss(wq + ci * w_step + q);
 #pragma GCC unroll 4
-        for (int v = 0; v < kVectors; ++v) acc[q][v] = _mm256_fmadd_ps(wv, xv[v], acc[q][v]);
+        for (int v = 0; v < V; ++v) acc[q][v] = _mm256_fmadd_ps(wv, xv[v], acc[q][v]);
       }
     }
     float* out = line + iw * SW;
 #pragma GCC unroll 4
-    for (int v = 0; v < kVectors; ++v) {
+    for (int v = 0; v < V; ++v) {
       if constexpr (SW == 1) {
         _mm256_storeu_ps(out + 8 * v, acc[0][v]);
       } else if constexpr (SW == 2) {
