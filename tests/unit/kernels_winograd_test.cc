@@ -366,6 +366,22 @@ TEST(WinogradConv, OptimizedModelMatchesPlainConvs) {
   EXPECT_TRUE(differ) << "the Winograd run gave the direct kernel's bits: was it used?";
 }
 
+// b's model (one conv of c input channels, dynamic H and W) and its -O3 form on a random hw x hw
+// image: the -O3 output within rtol of the plain one (relative, absolute below 1), and whether it
+// is, bit for bit, what the direct kernel gives with Winograd off.
+void run_at(test::Builder& b, const ir::Model& optimized, int64_t c, int64_t hw, float rtol, bool* same_as_direct) {
+  SCOPED_TRACE(hw);
+  ThreeRuns r;
+  ASSERT_NO_FATAL_FAILURE(run_three(b.m, optimized, {b.random({1, c, hw, hw})}, &r));
+  const Tensor& w = r.want;
+  *same_as_direct = true;
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    const float p = w.data<float>()[i], q = r.got.data<float>()[i];
+    ASSERT_LE(std::fabs(p - q), rtol * std::max(1.0f, std::fabs(p))) << "element " << i;
+    *same_as_direct = *same_as_direct && q == r.direct.data<float>()[i];
+  }
+}
+
 TEST(WinogradConv, KeptDenseWeightsRunWhereWinogradDoesNotPay) {
   // 640 -> 256: U of F(2x2) is 10 MiB, so F(4x4) and W stays. At 4x4 (one tile) the direct
   // kernel runs, bit for bit what it gives with Winograd off; at 16x16 (16 tiles, point-major)
@@ -377,18 +393,10 @@ TEST(WinogradConv, KeptDenseWeightsRunWhereWinogradDoesNotPay) {
   const ir::Model optimized = optimized_o3(b.m);
   ASSERT_EQ(test::histogram(optimized)["BlockedConv"], 1);
   for (const int64_t hw : {4, 16}) {
-    SCOPED_TRACE(hw);
-    ThreeRuns r;
-    ASSERT_NO_FATAL_FAILURE(run_three(b.m, optimized, {b.random({1, 640, hw, hw})}, &r));
-    const Tensor& w = r.want;
-    bool same_as_direct = true;
-    for (int64_t i = 0; i < w.numel(); ++i) {
-      const float p = w.data<float>()[i], q = r.got.data<float>()[i];
-      // 5760 products of values in [-1, 1]: Winograd's error is ~2.4e-6 of their sum (~1e3).
-      ASSERT_LE(std::fabs(p - q), 1e-2f * std::max(1.0f, std::fabs(p))) << "element " << i;
-      same_as_direct = same_as_direct && q == r.direct.data<float>()[i];
-    }
-    EXPECT_EQ(same_as_direct, hw == 4);
+    bool same_as_direct = false;
+    // 5760 products of values in [-1, 1]: Winograd's error is ~2.4e-6 of their sum (~1e3).
+    ASSERT_NO_FATAL_FAILURE(run_at(b, optimized, 640, hw, 1e-2f, &same_as_direct));
+    EXPECT_EQ(same_as_direct, hw == 4) << hw;
   }
 }
 
@@ -402,18 +410,10 @@ TEST(WinogradConv, NarrowConvsTakeItOnLargerImagesOnly) {
   const ir::Model optimized = optimized_o3(b.m);
   ASSERT_EQ(test::histogram(optimized)["BlockedConv"], 1);
   for (const int64_t hw : {14, 28}) {
-    SCOPED_TRACE(hw);
-    ThreeRuns r;
-    ASSERT_NO_FATAL_FAILURE(run_three(b.m, optimized, {b.random({1, 40, hw, hw})}, &r));
-    const Tensor& w = r.want;
-    bool same_as_direct = true;
-    for (int64_t i = 0; i < w.numel(); ++i) {
-      const float p = w.data<float>()[i], q = r.got.data<float>()[i];
-      // 360 products of values in [-1, 1]: Winograd's error is ~2.4e-6 of their sum.
-      ASSERT_LE(std::fabs(p - q), 1e-3f * std::max(1.0f, std::fabs(p))) << "element " << i;
-      same_as_direct = same_as_direct && q == r.direct.data<float>()[i];
-    }
-    EXPECT_EQ(same_as_direct, hw == 14 || cpu_features().has_avx512());
+    bool same_as_direct = false;
+    // 360 products of values in [-1, 1]: Winograd's error is ~2.4e-6 of their sum.
+    ASSERT_NO_FATAL_FAILURE(run_at(b, optimized, 40, hw, 1e-3f, &same_as_direct));
+    EXPECT_EQ(same_as_direct, hw == 14 || cpu_features().has_avx512()) << hw;
   }
 }
 

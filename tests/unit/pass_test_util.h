@@ -117,6 +117,21 @@ inline Result<int64_t> run_pass(ir::Model& m, const std::string& name, OptimizeO
   return Status::error("no pass " + name);
 }
 
+// Runs the named passes at -O1 in order, as many rounds as they keep changing something.
+inline void run_passes(ir::Model& m, const std::vector<std::string>& names) {
+  OptimizeOptions options;
+  options.level = 1;
+  for (int round = 0; round < 8; ++round) {
+    int64_t changed = 0;
+    for (const auto& name : names) {
+      auto r = run_pass(m, name, options);
+      ASSERT_TRUE(r.is_ok()) << name << ": " << r.status().message();
+      changed += *r;
+    }
+    if (changed == 0) break;
+  }
+}
+
 inline std::vector<Value> run_model(const ir::Model& m, const std::vector<Tensor>& feeds, SessionOptions opts = {}) {
   auto s = Session::create(std::make_shared<const ir::Model>(m), opts);
   EXPECT_TRUE(s.is_ok()) << s.status().message();

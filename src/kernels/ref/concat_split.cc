@@ -63,12 +63,12 @@ Status concat(KernelContext& ctx) {
     };
     std::vector<Piece> pieces;
     char* dst = static_cast<char*>(y->raw_data());
+    const int64_t row_bytes = out_row * static_cast<int64_t>(bytes);
     int64_t offset = 0;
     for (size_t i = 0; i < n; ++i) {
       const Tensor& t = ctx.input(i);
       const int64_t len = t.dim(axis) * inner * static_cast<int64_t>(bytes);
       const char* src = static_cast<const char*>(t.raw_data());
-      const int64_t row_bytes = out_row * static_cast<int64_t>(bytes);
       for (int64_t row = 0; row < outer; ++row)
         for (int64_t at = 0; at < len; at += kPiece)
           pieces.push_back({src + row * len + at, dst + row * row_bytes + offset + at, std::min(kPiece, len - at)});

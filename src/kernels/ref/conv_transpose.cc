@@ -202,17 +202,17 @@ Status conv_transpose(KernelContext& ctx) {
   if (bias && (bias->dtype() != dt || bias->numel() != m))
     return ctx.error("ConvTranspose bias must have " + std::to_string(m) + " values of X's type");
   const DType ct = dt == DType::kFloat64 ? dt : DType::kFloat32;
-  gemm::Epilogue tail;  // FusedConvTranspose's
-  const bool fused = ctx.node.op_type == "FusedConvTranspose";
-  if (fused) {
+  gemm::Epilogue tail;  // FusedConvTranspose's; e points at it when it does anything
+  const gemm::Epilogue* e = nullptr;
+  if (ctx.node.op_type == "FusedConvTranspose") {
     if (dt != DType::kFloat32) return ctx.error("FusedConvTranspose supports float32 only");
     KILN_ASSIGN_OR_RETURN(tail, kiln_ops::read_epilogue(ctx, y_shape, 3));
+    if (!tail.empty()) e = &tail;
   }
   if (dt == DType::kFloat32 && patch_conv_transpose_fits(g3, c / group, m / group)) {
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, dt, y_shape));
     patch_conv_transpose_f32(x.data<float>(), w.data<float>(), bias ? bias->data<float>() : nullptr,
-                             y->data<float>(), n, c, m, group, g3, fused && !tail.empty() ? &tail : nullptr,
-                             ctx.pool);
+                             y->data<float>(), n, c, m, group, g3, e, ctx.pool);
     return Status::ok();
   }
   KILN_ASSIGN_OR_RETURN(Tensor col, Tensor::make_for_overwrite(ct, {m / group * ksz, in_sz}));  // GEMM output
@@ -229,8 +229,7 @@ Status conv_transpose(KernelContext& ctx) {
       KILN_ASSIGN_OR_RETURN(bf, to_float32(*bias));
     }
     run_typed<float>(ctx, xf.data<float>(), wf.data<float>(), bias ? bf.data<float>() : nullptr,
-                     yc.data<float>(), col.data<float>(), n, c, m, group, g3,
-                     fused && !tail.empty() ? &tail : nullptr);
+                     yc.data<float>(), col.data<float>(), n, c, m, group, g3, e);
   }
   KILN_ASSIGN_OR_RETURN(Tensor y, cast_float_to(yc, dt));
   ctx.set_output(0, std::move(y));

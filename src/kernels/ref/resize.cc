@@ -126,9 +126,9 @@ AxisPlan plan_axis(const ResizeParams& p, int64_t in_len, int64_t out_len, doubl
 }
 
 // float32 nearest or linear over two axes only, the last two or (lanes 8: a blocked tensor, the
-// only other count) the two before the last (an image's H and W; every other axis kept): each output row blends at
-// most two input rows resampled along W, with the axis plans' weights in float. Planes split
-// over the pool.
+// only other count) the two before the last (an image's H and W; every other axis kept): each
+// output row blends at most two input rows resampled along W, with the axis plans' weights in
+// float. Planes split over the pool.
 bool resize_2d_f32_fits(const ResizeParams& p, const Tensor& x, const Shape& out_shape, int64_t lanes = 1) {
   const int64_t h_axis = x.rank() - (lanes > 1 ? 3 : 2);
   if (x.dtype() != DType::kFloat32 || h_axis < 0 || p.antialias || p.coord == "tf_crop_and_resize") return false;
@@ -440,7 +440,8 @@ Status blocked_resize(KernelContext& ctx) {
   if (!resize_2d_f32_fits(c.p, x, out, 8))
     return ctx.error("BlockedResize runs nearest and linear modes without antialias or tf_crop_and_resize");
   for (int a = 2; a < 4; ++a)
-    if (!(scales[a] > 0) || (x.dim(a) == 0 && out[a] > 0)) return ctx.error("cannot resize " + shape_str(x.shape()) + " to " + shape_str(out));
+    if (!(scales[a] > 0) || (x.dim(a) == 0 && out[a] > 0))
+      return ctx.error("cannot resize " + shape_str(x.shape()) + " to " + shape_str(out));
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, out));
   return resize_2d_f32(ctx, c.p, x, out, scales, y, 8);
 }

@@ -1,11 +1,10 @@
 // -O3 layout pass "nchwc-layout": runs convolutions in the blocked NCHWc layout (the scheme of
 // ONNX Runtime's NchwcTransformer). Conv/FusedConv with constant weights become
 // ai.kiln.BlockedConv (weights reordered here, once); pools, SqueezeExcite, Resizes of H and W,
-// same-shape Add/Mul,
-// zero-preserving activations, channel Concats of whole blocks and FusedElementwise chains with
-// per-channel operands (DenseNet's BN-ReLU) reading blocked values stay blocked, so a chain of
-// them forms one region with a ReorderToBlocked where a plain value enters and a
-// ReorderFromBlocked where a plain reader or graph output leaves.
+// Add/Mul of equal channels, zero-preserving activations, channel Concats of whole blocks and
+// FusedElementwise chains with per-channel operands (DenseNet's BN-ReLU) reading blocked values
+// stay blocked, so a chain of them forms one region with a ReorderToBlocked where a plain value
+// enters and a ReorderFromBlocked where a plain reader or graph output leaves.
 #include <algorithm>
 #include <functional>
 #include <map>

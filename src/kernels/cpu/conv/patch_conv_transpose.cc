@@ -25,11 +25,10 @@ constexpr int64_t kMaxStride = 4;
 template <int SW>
 constexpr int kVectors = SW <= 2 ? 4 : 2;
 
-// L[iw * SW + q] = sum over ci < cg of wq[ci * w_step + q] * xr[ci * x_step + iw], for iw in
-// [0, in_w) and q < SW.
+// L[iw * SW + q] = sum over ci < cg of wq[ci * w_step + q] * xr[ci * in_w + iw], for iw in
+// [0, in_w) and q < SW (xr: the gathered input rows, [cg][in_w]).
 template <int SW>
-void patch_row(const float* xr, int64_t x_step, const float* wq, int64_t w_step, int64_t cg, int64_t in_w,
-               float* line) {
+void patch_row(const float* xr, const float* wq, int64_t w_step, int64_t cg, int64_t in_w, float* line) {
   constexpr int V = kVectors<SW>;
   int64_t iw = 0;
   for (; iw + 8 * V <= in_w; iw += 8 * V) {
@@ -39,7 +38,7 @@ void patch_row(const float* xr, int64_t x_step, const float* wq, int64_t w_step,
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) acc[q][v] = _mm256_setzero_ps();
     for (int64_t ci = 0; ci < cg; ++ci) {
-      const float* xc = xr + ci * x_step + iw;
+      const float* xc = xr + ci * in_w + iw;
       __m256 xv[V];
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) xv[v] = _mm256_loadu_ps(xc + 8 * v);
@@ -71,12 +70,12 @@ void patch_row(const float* xr, int64_t x_step, const float* wq, int64_t w_step,
   for (; iw < in_w; ++iw)  // the last columns, one at a time
     for (int q = 0; q < SW; ++q) {
       float a = 0;
-      for (int64_t ci = 0; ci < cg; ++ci) a += wq[ci * w_step + q] * xr[ci * x_step + iw];
+      for (int64_t ci = 0; ci < cg; ++ci) a += wq[ci * w_step + q] * xr[ci * in_w + iw];
       line[iw * SW + q] = a;
     }
 }
 
-using PatchRowFn = void (*)(const float*, int64_t, const float*, int64_t, int64_t, int64_t, float*);
+using PatchRowFn = void (*)(const float*, const float*, int64_t, int64_t, int64_t, float*);
 constexpr PatchRowFn kPatchRow[kMaxStride + 1] = {nullptr, &patch_row<1>, &patch_row<2>, &patch_row<3>,
                                                   &patch_row<4>};
 
@@ -121,7 +120,7 @@ void patch_conv_transpose_f32(const float* x, const float* w, const float* bias,
           for (int64_t ci = 0; ci < cg; ++ci) std::copy_n(xr + ci * in_sz, in_w, packed.data() + ci * in_w);
           packed_of = key;
         }
-        kPatchRow[sw](packed.data(), in_w, wq, mg * taps, cg, in_w, line.data());
+        kPatchRow[sw](packed.data(), wq, mg * taps, cg, in_w, line.data());
         const int64_t ow_end = std::clamp<int64_t>(reach - g.pb[2], 0, out_w);  // columns the input reaches
         for (int64_t ow = 0; ow < ow_end; ++ow) yrow[ow] = b + line[ow + g.pb[2]];
         std::fill(yrow + ow_end, yrow + out_w, b);
