@@ -135,6 +135,9 @@ const Case kDepthwise[] = {
     {1, 16, 16, 10, 10, 9, 1, 1, 4, 4, 4, 4, true},    // 81 taps: more than kept in registers
     {1, 16, 16, 4, 3, 5, 1, 1, 2, 2, 2, 2, true},      // 5x5 on 3 columns: both edges in a tile
     {1, 8, 8, 6, 30, 5, 1, 1, 0, 0, 0, 0, true},       // 5x5, no padding: inside tiles only
+    {1, 24, 24, 14, 14, 3, 1, 1, 1, 1, 1, 1, true},    // mobilenet's 14x14: a bordered copy
+    {2, 20, 20, 7, 7, 3, 1, 1, 1, 1, 1, 1, true},      // 7x7 planes, batch 2, C % 8 != 0
+    {1, 16, 16, 8, 10, 3, 1, 1, 0, 2, 2, 0, true},     // bordered below and left only
 };
 
 TEST(BlockedConvKernel, DenseMatchesReference) {
