@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdlib>
 #include <memory>
+#include <vector>
 
 #include "core/aligned_buffer.h"
 #include "core/thread_pool.h"
@@ -60,6 +61,11 @@ void grow_block_scratch(const std::array<int64_t, 2>& floats) {
   block_scratch().b.get(floats[1]);
 }
 
+// Whether run_block reads A's full row tiles in place over a rectangle `cols` wide, not packed.
+bool reads_a_in_place(const GemmF32Args& g, const MicroKernel& mk, int64_t cols) {
+  return mk.fn_strided_a && !g.trans_a && cols <= 16 * mk.nr && g.lda % 1024 != 0;
+}
+
 // The loop nest over rows [i0, i1) x columns [j0, j1) of C.
 void run_block(const GemmF32Args& g, const MicroKernel& mk, int64_t i0, int64_t i1, int64_t j0,
                int64_t j1) {
@@ -75,9 +81,7 @@ void run_block(const GemmF32Args& g, const MicroKernel& mk, int64_t i0, int64_t 
   // A read in place, unpacked, where B's columns are few: each packed element of A would serve
   // at most 16 micro-panels (convnext's MLPs on Zen 3: N = 96 products 10 % faster, N = 192 7 %;
   // unclear beyond), and rows of A are not 4 KiB apart (six rows in one L1 set).
-  const MicroKernelFn strided_a =
-      mk.fn_strided_a && !g.trans_a && j1 - j0 <= 16 * nr && g.lda % 1024 != 0 ? mk.fn_strided_a
-                                                                             : nullptr;
+  const MicroKernelFn strided_a = reads_a_in_place(g, mk, j1 - j0) ? mk.fn_strided_a : nullptr;
   for (int64_t jc = j0; jc < j1; jc += nc_max) {
     const int64_t nc = std::min(nc_max, j1 - jc);
     for (int64_t pc = 0; pc < g.k; pc += kc_max) {
@@ -90,7 +94,8 @@ void run_block(const GemmF32Args& g, const MicroKernel& mk, int64_t i0, int64_t 
         // Full row tiles read A in place where it pays; the partial last one is packed.
         const int64_t in_place = strided_a ? mc / mr * mr : 0;
         if (in_place < mc)
-          pack_a(g.a, g.lda, g.trans_a, ic + in_place, mc - in_place, pc, kc, mr, ap + in_place * kc);
+          pack_a(g.a, g.lda, g.trans_a, ic + in_place, mc - in_place, pc, kc, mr,
+                 ap + in_place * kc);
         for (int64_t jr = 0; jr < nc; jr += nr) {
           const int64_t cols = std::min(nr, nc - jr);
           const float* bias = last && g.bias ? g.bias + jc + jr : nullptr;
@@ -132,26 +137,49 @@ void scale_only(const GemmF32Args& g) {
   if (g.epilogue && !g.epilogue->empty()) apply_epilogue(*g.epilogue, g.c, g.ldc, 0, 0, g.m, g.n);
 }
 
-// Splits C into tm x tn rectangles for `threads` threads: the factorisation whose busiest
-// thread has the fewest (padded) tiles. Ties go to fewer row splits when B is packed per call
-// (each thread packs the B columns it uses), to more when B is prepacked (each thread packs
-// only its own rows of A). Measured on 2 Zen 4 cores, BERT's 768x3072x768 / 128x768x768 /
-// 128x768x3072 prepacked: rows 90 / 91 / 90% of peak, columns 86 / 91 / 83%; packing B per
-// call: rows 80 / 65 / 66%, columns 78 / 78 / 74%. A prepacked B past what L3 keeps for the
-// second thread goes to columns too: with rows, every thread streams all of it from memory
-// (crnn's 20 x 1024 x 8210 classifier, 34 MB of weights: 5.6 ms on 2 Zen 2 threads).
-void choose_split(int64_t m, int64_t n, const MicroKernel& mk, int threads, bool prefer_rows,
+// Splits C into tm x tn rectangles, which the pool's threads claim as they come free: the split
+// whose busiest thread has the least work, counted in micro-tiles (padded) plus what each
+// rectangle packs (a tile's worth per row tile of A unless A is read in place, per column tile of
+// B unless B is prepacked) and a tile's worth of overhead. Up to 4 rectangles a thread, so that a
+// split need not leave a thread idle where the tiles do not divide evenly, or where the host has
+// paused one: log-mel's 97 x 514 x 512 STFT GEMM as 2 x 4 rectangles (A in place), not 1 x 2 of
+// 17 and 16 column tiles (A packed by one), 0.86-0.91x the time of the whole model (Zen 3,
+// alternated). Ties go to fewer rectangles, then to fewer row splits when B is packed per call
+// (each thread packs the B columns it uses), to more when B is prepacked (each thread packs only
+// its own rows of A). Measured on 2 Zen 4 cores, BERT's 768x3072x768 / 128x768x768 /
+// 128x768x3072 prepacked: rows 90 / 91 / 90% of peak, columns 86 / 91 / 83%; packing B per call:
+// rows 80 / 65 / 66%, columns 78 / 78 / 74%. A prepacked B past what L3 keeps for the second
+// thread is split by columns only: with rows, every thread streams all of it from memory (crnn's
+// 20 x 1024 x 8210 classifier, 34 MB of weights: 5.6 ms on 2 Zen 2 threads).
+void choose_split(const GemmF32Args& g, const MicroKernel& mk, int threads, bool prefer_rows,
                   int* tm, int* tn) {
-  const int64_t row_tiles = (m + mk.mr - 1) / mk.mr, col_tiles = (n + mk.nr - 1) / mk.nr;
+  const int64_t row_tiles = (g.m + mk.mr - 1) / mk.mr, col_tiles = (g.n + mk.nr - 1) / mk.nr;
   int64_t best = -1;
-  for (int r = 1; r <= threads; ++r) {
-    if (threads % r) continue;
-    const int c = threads / r;
-    if (r > row_tiles || c > col_tiles) continue;
-    const int64_t work = ((row_tiles + r - 1) / r) * ((col_tiles + c - 1) / c);
-    if (best < 0 || work < best || (work == best && prefer_rows)) best = work, *tm = r, *tn = c;
-  }
-  if (best < 0) *tm = 1, *tn = 1;
+  *tm = *tn = 1;
+  thread_local std::vector<int64_t> load;  // work per thread; grows once
+  load.resize(static_cast<size_t>(threads));
+  const int64_t max_r = prefer_rows || !g.packed_b ? std::min<int64_t>(row_tiles, 4 * threads) : 1;
+  for (int64_t r = 1; r <= max_r; ++r)
+    for (int64_t c = 1; c <= std::min<int64_t>(col_tiles, 4 * threads / r); ++c) {
+      if (r * c < threads) continue;
+      const int64_t rt = (row_tiles + r - 1) / r, ct = (col_tiles + c - 1) / c;  // per rectangle
+      if ((r - 1) * rt >= row_tiles || (c - 1) * ct >= col_tiles) continue;      // one is empty
+      const bool pack_a = !reads_a_in_place(g, mk, ct * mk.nr);
+      std::fill(load.begin(), load.end(), 0);
+      for (int64_t i = 0; i < r; ++i)
+        for (int64_t j = 0; j < c; ++j) {  // to the least loaded thread, in the pool's order
+          const int64_t rows = std::min(rt, row_tiles - i * rt),
+                        cols = std::min(ct, col_tiles - j * ct);
+          const int64_t work = rows * cols + (pack_a ? rows : 0) + (g.packed_b ? 0 : cols) + 1;
+          *std::min_element(load.begin(), load.end()) += work;
+        }
+      const int64_t busiest = *std::max_element(load.begin(), load.end());
+      const int64_t rects = int64_t{*tm} * *tn;
+      const bool tie_won = busiest == best &&
+                           (r * c < rects || (r * c == rects && (prefer_rows ? r > *tm : r < *tm)));
+      if (best < 0 || busiest < best || tie_won)
+        best = busiest, *tm = static_cast<int>(r), *tn = static_cast<int>(c);
+    }
 }
 
 }  // namespace
@@ -168,7 +196,7 @@ void gemm_f32_blocked(const GemmF32Args& g, ThreadPool* pool, const MicroKernel*
   if (threads > 1) {
     constexpr int64_t kSharedBBytes = 8 << 20;  // a prepacked B both threads read from L3
     const bool prefer_rows = g.packed_b != nullptr && g.packed_b->bytes() <= kSharedBBytes;
-    choose_split(g.m, g.n, mk, threads, prefer_rows, &tm, &tn);
+    choose_split(g, mk, threads, prefer_rows, &tm, &tn);
   }
   if (tm * tn == 1) return run_block(g, mk, 0, g.m, 0, g.n);
   // Rectangle edges fall on tile boundaries so only the matrix edge has partial tiles.
