@@ -84,6 +84,7 @@ struct MemoryInfo {
   int64_t arena_runs = 0;        // runs served from the arena so far
   int64_t recorded_runs = 0;     // first runs of a shape signature, from the heap, recorded for a plan
   int64_t stray_runs = 0;        // arena runs that strayed from their plan (data-dependent shapes)
+  int64_t in_place_outputs = 0;  // outputs run_into had written straight into the caller's tensors
 };
 
 class Session {
@@ -114,11 +115,13 @@ class Session {
 
   // Runs with one value per input(), in order; checks kinds, dtypes and static dims first.
   Result<std::vector<Value>> run(const std::vector<Value>& inputs);
-  // The same, into `outputs`: resized to one value per output(); a tensor already there whose
-  // type and shape are the output's gets the output's data copied in (its storage is reused, even
-  // if shared), anything else is replaced by a tensor of its own. Called again with the same
-  // vector, a run whose input shapes were seen before allocates no tensor. On error, `outputs` is
-  // left as it was.
+  // The same, into `outputs` (ONNX Runtime's IO binding): resized to one value per output(); a
+  // tensor already there whose type and shape are the output's gets the output's data (its
+  // storage is reused, even if shared), anything else is replaced by a tensor of its own. Called
+  // again with the same vector, a run whose input shapes were seen before allocates no tensor, and
+  // writes each output straight into its tensor where it can (64-byte aligned, a multiple of 64
+  // bytes, sharing no byte with an input or another output), else copies it in. On error,
+  // `outputs` keeps its tensors, but what they hold is unspecified.
   Status run_into(const std::vector<Value>& inputs, std::vector<Value>& outputs);
   // The same, timing each node into *profile (replaced). run() itself takes no timings.
   Result<std::vector<Value>> run_profiled(const std::vector<Value>& inputs, RunProfile* profile);

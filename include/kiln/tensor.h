@@ -74,6 +74,8 @@ class Tensor {
 
   void* raw_data() { return data_; }
   const void* raw_data() const { return data_; }
+  // What keeps the storage alive (may be null for a wrap() of memory kept alive elsewhere).
+  const std::shared_ptr<void>& owner() const { return owner_; }
   template <typename T>
   T* data() {
     return static_cast<T*>(data_);

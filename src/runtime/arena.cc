@@ -99,6 +99,15 @@ std::vector<AllocationRecord> AllocationTrace::close() {
   return std::move(records_);
 }
 
+void AllocationTrace::mark_output(const void* data, int32_t output) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t k = 0; k < records_.size(); ++k)
+    if (data_[k] == data && records_[k].death < 0) {
+      if (records_[k].output < 0) records_[k].output = output;
+      return;
+    }
+}
+
 std::shared_ptr<void> RecordingAllocator::allocate(size_t bytes) {
   void* p = std::aligned_alloc(64, bytes);
   if (!p) return {};
@@ -107,7 +116,8 @@ std::shared_ptr<void> RecordingAllocator::allocate(size_t bytes) {
   {
     std::lock_guard<std::mutex> lock(t.mu_);
     index = t.records_.size();
-    t.records_.push_back({static_cast<int64_t>(bytes), t.clock_++, -1});
+    t.records_.push_back({static_cast<int64_t>(bytes), t.clock_++, -1, -1});
+    t.data_.push_back(p);
   }
   return std::shared_ptr<void>(p, [trace = trace_, index](void* q) {
     std::free(q);
@@ -124,6 +134,13 @@ std::shared_ptr<void> ArenaAllocator::allocate(size_t bytes) {
     return {};
   }
   if (plan_->offsets[k] < 0) return {};  // an output, or another tensor the run does not release
+  if (outputs_ && plan_->output[k] >= 0 && static_cast<size_t>(plan_->output[k]) < outputs_->size()) {
+    const Bound& o = (*outputs_)[static_cast<size_t>(plan_->output[k])];
+    if (o.storage && o.bytes == plan_->bytes[k]) {
+      ++bound_;
+      return o.storage;
+    }
+  }
   for (int32_t i = plan_->overlapped_begin[k]; i < plan_->overlapped_begin[k + 1]; ++i) {
     if (buffer_->live(plan_->overlapped[i])) {
       ++strays_;

@@ -68,11 +68,15 @@ class AllocationTrace {
  public:
   // Stops recording: releases after this are not the run's.
   std::vector<AllocationRecord> close();
+  // Notes that the live allocation at `data`, if any, holds graph output `output` (the first
+  // output noted keeps it: an output aliasing another).
+  void mark_output(const void* data, int32_t output);
 
  private:
   friend class RecordingAllocator;
   std::mutex mu_;
   std::vector<AllocationRecord> records_;
+  std::vector<const void*> data_;  // per record, its storage
   int64_t clock_ = 0;
   bool open_ = true;
 };
@@ -92,23 +96,38 @@ class RecordingAllocator : public TensorAllocator {
 // recorded and every earlier tensor whose bytes it reuses has been released; anything else (a run
 // that strays from the recorded one: data-dependent shapes, another If branch) goes to the heap.
 // So a stray run is slower, never wrong.
+//
+// An allocation that held graph output j in the recorded run gets outputs[j], when the caller of
+// run_into gave a tensor of exactly its bytes: the kernel then writes the caller's tensor in place
+// (a segmentation model's 22 MB output was copied out after every run, single-threaded: 7 % of
+// lraspp's time). Should it not hold output j this run, run_into still copies output j in.
 class ArenaAllocator : public TensorAllocator {
  public:
-  void start(const MemoryPlan* plan, ArenaBuffer* buffer) {
+  struct Bound {
+    std::shared_ptr<void> storage;  // null: the caller's tensor for this output cannot be used
+    int64_t bytes = 0;
+  };
+  void start(const MemoryPlan* plan, ArenaBuffer* buffer, const std::vector<Bound>* outputs = nullptr) {
     plan_ = plan;
     buffer_ = buffer;
+    outputs_ = outputs;
     next_ = 0;
     strays_ = 0;
+    bound_ = 0;
   }
   std::shared_ptr<void> allocate(size_t bytes) override;
   // Allocations that did not match the plan, this run.
   int64_t strays() const { return strays_; }
+  // Allocations given a caller's output tensor, this run.
+  int64_t bound() const { return bound_; }
 
  private:
   const MemoryPlan* plan_ = nullptr;
   ArenaBuffer* buffer_ = nullptr;
+  const std::vector<Bound>* outputs_ = nullptr;
   size_t next_ = 0;
   int64_t strays_ = 0;
+  int64_t bound_ = 0;
 };
 
 }  // namespace kiln::runtime

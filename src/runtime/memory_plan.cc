@@ -22,10 +22,12 @@ MemoryPlan plan_memory(const std::vector<AllocationRecord>& records) {
   MemoryPlan plan;
   plan.offsets.assign(n, -1);
   plan.bytes.resize(n);
+  plan.output.resize(n);
   plan.summary.allocations = static_cast<int64_t>(n);
   std::vector<size_t> order;
   for (size_t k = 0; k < n; ++k) {
     plan.bytes[k] = round_up(records[k].bytes);
+    plan.output[k] = records[k].output;
     if (records[k].death < 0) {
       plan.summary.heap_bytes += plan.bytes[k];
       ++plan.summary.heap_allocations;

@@ -14,6 +14,7 @@ struct AllocationRecord {
   int64_t bytes = 0;
   int64_t birth = 0;
   int64_t death = -1;  // -1: still alive when the run ended (an output, or kept by someone)
+  int32_t output = -1;  // the graph output it held when the run ended (a run_into), or -1
 };
 
 struct MemoryPlan {
@@ -21,6 +22,9 @@ struct MemoryPlan {
   // (those that outlived the run).
   std::vector<int64_t> offsets;
   std::vector<int64_t> bytes;
+  // Per allocation, the graph output it held in the recorded run, or -1: a run_into may hand it
+  // the caller's tensor for that output instead of arena bytes.
+  std::vector<int32_t> output;
   // Per allocation k, the allocations before it whose bytes it reuses:
   // overlapped[overlapped_begin[k] .. overlapped_begin[k+1]). Each must be released before k is
   // handed out; a run that strays from the recorded one is caught by checking that.

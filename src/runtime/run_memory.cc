@@ -3,6 +3,8 @@
 #include "runtime/run_memory.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 
 namespace kiln::runtime {
 namespace {
@@ -32,6 +34,33 @@ void signature_of(const std::vector<const Value*>& inputs, bool outputs_released
       for (const Tensor& t : v->sequence) append_tensor(t, sig);
     }
   }
+}
+
+bool overlaps(const Tensor& a, const Tensor& b) {
+  auto* pa = static_cast<const std::byte*>(a.raw_data());
+  auto* pb = static_cast<const std::byte*>(b.raw_data());
+  return pa && pb && pa < pb + b.nbytes() && pb < pa + a.nbytes();
+}
+
+// The caller's tensor for an output, if a kernel may write it in place: numeric, 64-byte aligned
+// and a whole number of 64-byte lines (the arena's rounding, which kernels may write up to), and
+// sharing no byte with an input or another output.
+ArenaAllocator::Bound writable_output(const std::vector<Value>& outputs, size_t i,
+                                      const std::vector<const Value*>& inputs) {
+  const Value& v = outputs[i];
+  const Tensor& t = v.tensor;
+  if (!v.is_tensor() || !t.defined() || t.dtype() == DType::kString || !t.raw_data() ||
+      reinterpret_cast<uintptr_t>(t.raw_data()) % 64 != 0 || t.nbytes() == 0 || t.nbytes() % 64 != 0)
+    return {};
+  for (size_t j = 0; j < outputs.size(); ++j)
+    if (j != i && outputs[j].is_tensor() && overlaps(t, outputs[j].tensor)) return {};
+  for (const Value* in : inputs) {
+    if (!in) continue;
+    if (overlaps(t, in->tensor)) return {};
+    for (const Tensor& e : in->sequence)
+      if (overlaps(t, e)) return {};
+  }
+  return {std::shared_ptr<void>(t.owner(), const_cast<void*>(t.raw_data())), static_cast<int64_t>(t.nbytes())};
 }
 
 }  // namespace
@@ -72,8 +101,9 @@ bool RunMemory::ensure_buffer(const MemoryPlan& plan) {
   return buffer_ != nullptr;
 }
 
-void RunMemory::begin(const std::vector<const Value*>& inputs, bool outputs_released) {
+void RunMemory::begin(const std::vector<const Value*>& inputs, const std::vector<Value>* into) {
   stop();
+  const bool outputs_released = into != nullptr;
   if (!enabled_) {
     current_ = nullptr;
     mode_ = Mode::kHeap;
@@ -92,12 +122,23 @@ void RunMemory::begin(const std::vector<const Value*>& inputs, bool outputs_rele
     allocator = recording_.get();
     mode_ = Mode::kRecording;
   } else if (ensure_buffer(*e.plan)) {
-    arena_.start(e.plan.get(), buffer_);
+    const size_t given = into ? into->size() : 0;
+    if (into_.size() < given) into_.resize(given);
+    for (size_t i = 0; i < into_.size(); ++i) into_[i] = i < given ? writable_output(*into, i, inputs) : ArenaAllocator::Bound{};
+    arena_.start(e.plan.get(), buffer_, &into_);
     allocator = &arena_;
     mode_ = Mode::kArena;
   }
   previous_ = set_thread_tensor_allocator(allocator);
   installed_ = true;
+}
+
+void RunMemory::note_outputs(const std::vector<Value>& outputs) {
+  if (mode_ != Mode::kRecording || !recording_) return;
+  if (into_.size() < outputs.size()) into_.resize(outputs.size());  // now, so that arena runs allocate nothing
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (outputs[i].is_tensor() && outputs[i].tensor.raw_data())
+      recording_->trace().mark_output(outputs[i].tensor.raw_data(), static_cast<int32_t>(i));
 }
 
 void RunMemory::stop() {
@@ -146,6 +187,8 @@ void RunMemory::finish(std::vector<Value>* outputs, bool succeeded) {
     }
     case Mode::kArena:
       ++stats_.arena_runs;
+      stats_.in_place_outputs += arena_.bound();
+      for (ArenaAllocator::Bound& b : into_) b.storage.reset();
       if (arena_.strays() > 0 || escaped) {
         ++stats_.stray_runs;
         // Record again; a signature that keeps straying is left to the heap.

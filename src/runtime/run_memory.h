@@ -20,6 +20,7 @@ struct MemoryStats {
   int64_t arena_runs = 0;     // runs served from the arena
   int64_t recorded_runs = 0;  // runs recorded for a plan (from the heap)
   int64_t stray_runs = 0;     // runs that strayed from their plan (partly from the heap)
+  int64_t in_place_outputs = 0;  // outputs written straight into run_into's tensors
 };
 
 class RunMemory {
@@ -37,9 +38,13 @@ class RunMemory {
   void set_enabled(bool enabled) { enabled_ = enabled; }
 
   // Before a run on `inputs` (one per graph input, null when not fed): installs this thread's
-  // tensor allocator. `outputs_released` says the caller releases the run's outputs before
-  // finish() (it copies them out), so that they too can live in the arena.
-  void begin(const std::vector<const Value*>& inputs, bool outputs_released);
+  // tensor allocator. `into`, when given, holds the tensors the caller copies the run's outputs
+  // into (run_into) before finish(): the outputs then live in the arena, and a planned run writes
+  // those of the caller's tensors that it can (see ArenaAllocator) in place.
+  void begin(const std::vector<const Value*>& inputs, const std::vector<Value>* into);
+  // After a run, while its outputs are alive: a recorded run notes which allocation became
+  // which output.
+  void note_outputs(const std::vector<Value>& outputs);
   // Puts back the thread's previous allocator: what is allocated next comes from the heap.
   void stop();
   // After stop(), with everything of the run but `outputs` released: an output left in the arena
@@ -70,6 +75,7 @@ class RunMemory {
   ArenaBuffer* buffer_ = nullptr;  // our reference; null until a plan needs it
   std::unique_ptr<RecordingAllocator> recording_;
   ArenaAllocator arena_;
+  std::vector<ArenaAllocator::Bound> into_;  // per output, the caller's storage; reused run after run
   enum class Mode { kHeap, kRecording, kArena } mode_ = Mode::kHeap;
   TensorAllocator* previous_ = nullptr;
   bool installed_ = false;

@@ -228,6 +228,7 @@ MemoryInfo Session::memory_info() const {
   info.arena_runs = m.arena_runs;
   info.recorded_runs = m.recorded_runs;
   info.stray_runs = m.stray_runs;
+  info.in_place_outputs = m.in_place_outputs;
   return info;
 }
 
@@ -263,12 +264,30 @@ void copy_output(const Value& from, Value& to) {
   }
 }
 
+// A result in the storage of another output's tensor, whose own result is elsewhere, would be
+// overwritten by that output's copy before its own: it is copied out first. (A run whose
+// allocations strayed from the recorded ones can leave such a result; see ArenaAllocator.)
+void copy_crossed_results(std::vector<Value>& results, const std::vector<Value>& outs) {
+  for (size_t j = 0; j < results.size(); ++j) {
+    const auto* p = static_cast<const std::byte*>(results[j].tensor.raw_data());
+    if (!results[j].is_tensor() || !p) continue;
+    for (size_t i = 0; i < results.size() && i < outs.size(); ++i) {
+      const auto* q = static_cast<const std::byte*>(outs[i].tensor.raw_data());
+      if (i == j || !q || results[i].tensor.raw_data() == q) continue;
+      if (p >= q && p < q + outs[i].tensor.nbytes()) {
+        results[j].tensor = results[j].tensor.clone();
+        break;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 Status Session::Impl::execute(const std::vector<Value>& user_inputs, std::vector<Value>& outs, bool into,
                               std::vector<runtime::StepRecord>* records) {
   KILN_RETURN_IF_ERROR(bind_feeds(user_inputs));
-  memory.begin(feeds, into);
+  memory.begin(feeds, into ? &outs : nullptr);
   struct Stop {  // the thread's allocator goes back even if a kernel throws (std::bad_alloc)
     runtime::RunMemory& m;
     ~Stop() { m.stop(); }
@@ -277,6 +296,8 @@ Status Session::Impl::execute(const std::vector<Value>& user_inputs, std::vector
   memory.stop();
   if (into) {
     if (st.is_ok()) {
+      memory.note_outputs(results);
+      copy_crossed_results(results, outs);
       outs.resize(results.size());
       for (size_t i = 0; i < results.size(); ++i) copy_output(results[i], outs[i]);
     }

@@ -130,6 +130,51 @@ TEST(RunMemory, BertLikeIntoReusedOutputsMatchesTheHeap) {
   }
 }
 
+// A planned run_into hands the caller's output tensors (64-byte aligned, whole 64-byte lines) to
+// the kernels that make those outputs, so nothing is copied out; an output aliasing another, and
+// a caller's tensor that is also the input (which must not be written while the run reads it),
+// still come out right.
+TEST(RunMemory, RunIntoWritesOutputsInPlace) {
+  Builder b;
+  b.input("x", {4, 16});
+  b.add("Sigmoid", {"x"}, {"s"});
+  b.add("Relu", {"x"}, {"r"});
+  b.add("Neg", {"r"}, {"y"});
+  b.add("Identity", {"r"}, {"r_again"});
+  for (const char* o : {"s", "y", "r", "r_again"}) b.output(o);
+  for (int level : {0, 2}) {
+    const std::string what = "-O" + std::to_string(level);
+    auto s = session_for(b.m, level);
+    ASSERT_TRUE(s);
+    const Tensor x = b.random({4, 16});
+    const std::vector<Value> in{Value::of(x)};
+    const std::vector<Value> want = run(*s, in);
+    std::vector<Value> into;
+    ASSERT_TRUE(s->run_into(in, into).is_ok());  // recorded: copied out
+    std::vector<const void*> storage;
+    for (const Value& v : into) storage.push_back(v.tensor.raw_data());
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(s->run_into(in, into).is_ok());
+      expect_identical(want, into, what + " run_into");
+      for (size_t k = 0; k < into.size(); ++k) EXPECT_EQ(into[k].tensor.raw_data(), storage[k]) << what;
+    }
+    MemoryInfo m = s->memory_info();
+    EXPECT_EQ(m.stray_runs, 0) << what;
+    EXPECT_GE(m.in_place_outputs, 3 * 2) << what << ": s and y at least, in each of the 3 planned runs";
+
+    // The input is also the caller's tensor for s: s is copied in after the run, not written over x.
+    const Tensor x2 = x.clone();
+    std::vector<Value> aliased = into;
+    aliased[0] = Value::of(x2);
+    const int64_t before = m.in_place_outputs;
+    ASSERT_TRUE(s->run_into({Value::of(x2)}, aliased).is_ok());
+    expect_identical(want, aliased, what + " output 0 in the input's storage");
+    EXPECT_EQ(aliased[0].tensor.raw_data(), x2.raw_data()) << what;
+    m = s->memory_info();
+    EXPECT_LT(m.in_place_outputs - before, 3) << what << ": not s";
+  }
+}
+
 TEST(RunMemory, TwoShapesAlternating) {
   Builder b;
   test::bert_like(b);
