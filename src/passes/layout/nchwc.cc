@@ -198,8 +198,8 @@ bool blockable_resize(const ir::Node& n, const GraphIndex& idx, const Types& typ
 }
 
 // Fewest convs a region needs to pay for its reorders, unless its one conv does enough work per
-// element the reorders move: kMinLoneConvWork multiply-adds (output channels x kernel taps) per
-// input element. A lone conv between plain ops with less (a few channels out), or a patchify conv
+// element the reorders move: kMinLoneConvWork multiply-adds (output channels of a group x kernel
+// taps) per input element. ResNeXt's lone 3x3 with 16 channels a group ran 6x slower plain. A lone conv between plain ops with less (a few channels out), or a patchify conv
 // whose kernel equals its stride (ViT's 16x16 patch embedding, already one GEMM on a reshape),
 // gains little or nothing from the blocked kernel and adds two reorders; YOLOv8's lone 1x1 convs
 // after a Concat (64-128 channels out) ran 4-6x slower plain.
@@ -217,7 +217,10 @@ bool pays_alone(const ir::Node& conv, const GraphIndex& idx) {
     if (patchify) patchify = w->dim(d) == strides[d - 2];
   }
   if (patchify && taps > 1) return false;
-  const int64_t per_element = conv.attr_int("group", 1) == 1 ? w->dim(0) * taps : taps;
+  // Each input element feeds the outputs of its group (all of them at group 1, one when depthwise)
+  // at every tap.
+  const int64_t group = std::max<int64_t>(conv.attr_int("group", 1), 1);
+  const int64_t per_element = w->dim(0) / group * taps;
   return per_element >= kMinLoneConvWork;
 }
 
