@@ -142,6 +142,25 @@ TEST(OneDnn, BlockedConvDepthwise) {
     }
 }
 
+// Grouped convs of whole blocks (ResNeXt's and RegNet's, as the layout pass makes them: 8 and 16
+// channels a group; 4 a group become 8-channel groups with block-diagonal weights), with a stride
+// and a residual: oneDNN's grouped weights are kiln's layout (gOIhw8i8o).
+TEST(OneDnn, BlockedConvGrouped) {
+  for (int64_t per_group : {4, 8, 16})
+    for (int64_t stride : {1, 2}) {
+      Builder b;
+      b.input("x", {2, 32, 10, 9});
+      conv(b, "x", "a", 32, 32, 1, {});
+      conv(b, "a", "g", 32, 32, 3, {pads(1), attr_ints("strides", {stride, stride})}, 32 / per_group);
+      conv(b, "g", "p", 32, 32, 1, {});
+      b.add("Add", {"p", "g"}, {"s"});
+      b.add("Relu", {"s"}, {"y"});
+      b.output("y");
+      expect_blocked_same(b, {2, 32, 10, 9},
+                          std::to_string(per_group) + " a group, stride " + std::to_string(stride));
+    }
+}
+
 // The RGB stem: a 7x7/2 conv reading the plain 3-channel input.
 TEST(OneDnn, BlockedConvPlainStem) {
   Builder b;

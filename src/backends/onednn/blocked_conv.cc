@@ -1,10 +1,12 @@
 // ai.kiln.BlockedConv through oneDNN's convolution_forward, run in kiln's blocked layout itself:
 // a blocked X [N, Cb, H, W, 8] and Y, Z [N, Mb, OH, OW, 8] are oneDNN's nChw8c, dense weights
-// W[m/8, c/8, kh, kw, c%8, m%8] are OIhw8i8o and depthwise W[c/8, kh, kw, c%8] are Goihw8g
-// (o = i = 1), so no activation is reordered at run time. The conv is given the padded channel
+// W[m/8, c/8, kh, kw, c%8, m%8] are OIhw8i8o, grouped ones (groups of whole blocks, W[m/8,
+// c/8/groups, ...]) gOIhw8i8o, and depthwise W[c/8, kh, kw, c%8] are Goihw8g (o = i = 1), so no
+// activation is reordered at run time. The conv is given the padded channel
 // counts (Cb·8 in, Mb·8 out): the padding lanes of X and W are zero, so the sums are exact and
 // the output padding lanes come out as act(0) (zeroed after when that is not 0). The plain-input
 // stem (X plain NCHW, C <= 8) is an nchw source of C channels. Semantics: docs/ops.md.
+#include <algorithm>
 #include <cstring>
 #include <unordered_map>
 
@@ -38,7 +40,8 @@ class OneDnnBlockedConv : public Kernel {
  public:
   OneDnnBlockedConv(const ir::Node& node, kiln_ops::Activation act)
       : act_(act),
-        depthwise_(node.attr_int("group", 1) != 1),
+        groups_(std::max<int64_t>(node.attr_int("group", 1), 1)),
+        depthwise_(groups_ != 1 && groups_ == node.attr_int("channels", -1)),
         residual_first_(node.attr_int("residual_before_activation", 0) != 0),
         channels_(node.attr_int("channels", -1)) {}
 
@@ -93,7 +96,7 @@ class OneDnnBlockedConv : public Kernel {
       return Status::error("X and W must be float32");
     if (x.rank() == 4) {  // the plain stem: one block of C lanes
       s.plain = true;
-      if (x.dim(1) < 1 || x.dim(1) > kBlock || depthwise_)
+      if (x.dim(1) < 1 || x.dim(1) > kBlock || groups_ != 1)
         return Status::error("a plain NCHW X may have 1 to 8 channels (group 1), got " +
                              shape_str(x.shape()));
     } else if (x.rank() != 5 || x.dim(4) != kBlock) {
@@ -115,9 +118,10 @@ class OneDnnBlockedConv : public Kernel {
       s.kh = w.dim(1);
       s.kw = w.dim(2);
     } else {
-      if (w.rank() != 6 || w.dim(1) != cb || w.dim(4) != kBlock || w.dim(5) != kBlock)
-        return Status::error("W must be [M/8, " + std::to_string(cb) + ", KH, KW, 8, 8], got " +
-                             shape_str(w.shape()));
+      if (w.rank() != 6 || w.dim(1) * groups_ != cb || w.dim(0) % groups_ != 0 || w.dim(4) != kBlock ||
+          w.dim(5) != kBlock)
+        return Status::error("W must be [M/8, " + std::to_string(cb) + " / " + std::to_string(groups_) +
+                             ", KH, KW, 8, 8], got " + shape_str(w.shape()));
       s.oc = w.dim(0) * kBlock;
       s.kh = w.dim(2);
       s.kw = w.dim(3);
@@ -153,6 +157,8 @@ class OneDnnBlockedConv : public Kernel {
   // W as kiln lays it out, over the padded channel counts (the stem's: 8 input lanes).
   memory::desc user_weights_desc(const ConvShape& s) const {
     if (depthwise_) return {{s.oc, 1, 1, s.kh, s.kw}, memory::data_type::f32, tag::Goihw8g};
+    if (groups_ > 1)
+      return {{groups_, s.oc / groups_, s.ic / groups_, s.kh, s.kw}, memory::data_type::f32, tag::gOIhw8i8o};
     return {{s.oc, s.plain ? kBlock : s.ic, s.kh, s.kw}, memory::data_type::f32, tag::OIhw8i8o};
   }
 
@@ -191,7 +197,7 @@ class OneDnnBlockedConv : public Kernel {
     }
     if (!took_user) {
       const memory::dims dims =
-          depthwise_ ? user_weights_.dims() : memory::dims{s.oc, s.ic, s.kh, s.kw};
+          groups_ > 1 ? user_weights_.dims() : memory::dims{s.oc, s.ic, s.kh, s.kw};
       pd = make(memory::desc(dims, f32, tag::any));
     }
     primitive_ = dnnl::convolution_forward(pd);
@@ -243,6 +249,7 @@ class OneDnnBlockedConv : public Kernel {
   }
 
   const kiln_ops::Activation act_;
+  const int64_t groups_;  // the node's group: 1, channels (depthwise), or groups of whole blocks
   const bool depthwise_, residual_first_;
   const int64_t channels_;
   bool w_constant_ = false;
@@ -262,8 +269,8 @@ Result<std::unique_ptr<Kernel>> create(const ir::Node& node, int64_t) {
   return std::unique_ptr<Kernel>(std::make_unique<OneDnnBlockedConv>(node, *act));
 }
 
-// Float32 operands and an activation oneDNN's post-ops express; group 1 or depthwise (the only
-// ones the layout pass makes).
+// Float32 operands and an activation oneDNN's post-ops express; any group the layout pass makes
+// (1, depthwise, groups of whole blocks).
 bool accepts(const ir::Node& node, const std::vector<const ir::TypeInfo*>& types) {
   return given_inputs_float32(node, types, 4) && activation_expressible(node) &&
          node.attr_int("channels", -1) > 0;
