@@ -161,6 +161,18 @@ TEST(OneDnn, BlockedConvGrouped) {
     }
 }
 
+// A 3x3 at dilation 4 (fcn_resnet50's layer4) has only oneDNN's reference loop in oneDNN 2.6,
+// which took minutes on fcn: kiln's kernel runs it inside the oneDNN node, with the same result.
+TEST(OneDnn, BlockedConvDilation4RunsKilnsKernelOverOneDnnsReference) {
+  Builder b;
+  b.input("x", {2, 16, 12, 12});
+  conv(b, "x", "a", 16, 16, 3, {pads(4), attr_ints("dilations", {4, 4})});
+  b.add("Relu", {"a"}, {"r"});
+  conv(b, "r", "y", 16, 16, 3, {pads(1)});
+  b.output("y");
+  expect_blocked_same(b, {2, 16, 12, 12}, "dilation 4");
+}
+
 // The RGB stem: a 7x7/2 conv reading the plain 3-channel input.
 TEST(OneDnn, BlockedConvPlainStem) {
   Builder b;

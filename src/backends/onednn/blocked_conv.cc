@@ -38,8 +38,9 @@ struct ConvShape {
 
 class OneDnnBlockedConv : public Kernel {
  public:
-  OneDnnBlockedConv(const ir::Node& node, kiln_ops::Activation act)
-      : act_(act),
+  OneDnnBlockedConv(const ir::Node& node, int64_t opset, kiln_ops::Activation act)
+      : opset_(opset),
+        act_(act),
         groups_(std::max<int64_t>(node.attr_int("group", 1), 1)),
         depthwise_(groups_ != 1 && groups_ == node.attr_int("channels", -1)),
         residual_first_(node.attr_int("residual_before_activation", 0) != 0),
@@ -49,6 +50,7 @@ class OneDnnBlockedConv : public Kernel {
   // not known before the first run); when oneDNN takes kiln's layout as it is, nothing is copied.
   Status prepare(const std::vector<const Tensor*>& constants, std::vector<bool>&) override {
     w_constant_ = constants.size() > 1 && constants[1] != nullptr;
+    constants_ = constants;
     return Status::ok();
   }
 
@@ -61,13 +63,19 @@ class OneDnnBlockedConv : public Kernel {
     if (s->has_z && ctx.input(3).shape() != y_shape)
       return ctx.error("residual Z must be float32 of the result's shape " + shape_str(y_shape) +
                        ", got " + shape_str(ctx.input(3).shape()));
-    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, y_shape));
     try {
       if (!built_ || !s->same_primitive(shape_) || s->strides != shape_.strides ||
           s->dilates != shape_.dilates || s->pad_l != shape_.pad_l || s->pad_r != shape_.pad_r) {
         build(*s);
         weights_ready_ = false;
       }
+    } catch (const dnnl::error& e) {
+      built_ = false;
+      return error_of(ctx, "to build the convolution", e);
+    }
+    if (reference_) return run_kiln(ctx);
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, y_shape));
+    try {
       const float* w = ctx.input(1).data<float>();
       if (!weights_ready_ || !w_constant_) {
         prepare_weights(w);
@@ -200,6 +208,9 @@ class OneDnnBlockedConv : public Kernel {
           groups_ > 1 ? user_weights_.dims() : memory::dims{s.oc, s.ic, s.kh, s.kw};
       pd = make(memory::desc(dims, f32, tag::any));
     }
+    // oneDNN's reference loop (what 2.6 picks for fcn's dilation-4 3x3s: a forced run of fcn took
+    // minutes) is never worth running: kiln's kernel runs such a shape instead.
+    reference_ = std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
     primitive_ = dnnl::convolution_forward(pd);
     reordered_ = !took_user || pd.weights_desc() != user_weights_;
     weights_ = reordered_ ? memory(pd.weights_desc(), engine()) : memory();
@@ -235,6 +246,18 @@ class OneDnnBlockedConv : public Kernel {
     stream().wait();
   }
 
+  // kiln's own kernel on this node, for the shapes oneDNN runs only as a reference loop.
+  Status run_kiln(KernelContext& ctx) {
+    if (!kiln_) {
+      const KernelDef* own = KernelRegistry::global().own("ai.kiln", "BlockedConv");
+      if (!own) return ctx.error("oneDNN has only a reference loop for this convolution, and kiln no kernel");
+      KILN_ASSIGN_OR_RETURN(kiln_, own->create(ctx.node, opset_));
+      std::vector<bool> absorbed(constants_.size(), false);  // the runtime keeps them for us
+      KILN_RETURN_IF_ERROR(kiln_->prepare(constants_, absorbed));
+    }
+    return kiln_->run(ctx);
+  }
+
   // The lanes past `channels` hold act(0) (or act(0) + 0): zero them when that is not 0.
   void zero_padding_lanes(Tensor& y) const {
     const int64_t first = channels_ % kBlock;
@@ -248,11 +271,15 @@ class OneDnnBlockedConv : public Kernel {
     }
   }
 
+  const int64_t opset_;
   const kiln_ops::Activation act_;
   const int64_t groups_;  // the node's group: 1, channels (depthwise), or groups of whole blocks
   const bool depthwise_, residual_first_;
   const int64_t channels_;
   bool w_constant_ = false;
+  std::vector<const Tensor*> constants_;  // as prepare() got them: the runtime keeps them
+  bool reference_ = false;                // the primitive built is oneDNN's reference loop
+  std::unique_ptr<Kernel> kiln_;          // kiln's kernel, made when reference_ first holds
   // The primitive of the last input shape; rebuilt when the shape changes.
   bool built_ = false, reordered_ = false, weights_ready_ = false;
   ConvShape shape_;
@@ -263,10 +290,10 @@ class OneDnnBlockedConv : public Kernel {
   int z_arg_ = 0;
 };
 
-Result<std::unique_ptr<Kernel>> create(const ir::Node& node, int64_t) {
+Result<std::unique_ptr<Kernel>> create(const ir::Node& node, int64_t opset) {
   auto act = kiln_ops::read_activation(node, "activation", "activation_params");
   if (!act) return Status::error(node.describe() + ": " + act.status().message());
-  return std::unique_ptr<Kernel>(std::make_unique<OneDnnBlockedConv>(node, *act));
+  return std::unique_ptr<Kernel>(std::make_unique<OneDnnBlockedConv>(node, opset, *act));
 }
 
 // Float32 operands and an activation oneDNN's post-ops express; any group the layout pass makes
