@@ -2,10 +2,10 @@
 // a blocked X [N, Cb, H, W, 8] and Y, Z [N, Mb, OH, OW, 8] are oneDNN's nChw8c, dense weights
 // W[m/8, c/8, kh, kw, c%8, m%8] are OIhw8i8o, grouped ones (groups of whole blocks, W[m/8,
 // c/8/groups, ...]) gOIhw8i8o, and depthwise W[c/8, kh, kw, c%8] are Goihw8g (o = i = 1), so no
-// activation is reordered at run time. The conv is given the padded channel
-// counts (Cb·8 in, Mb·8 out): the padding lanes of X and W are zero, so the sums are exact and
-// the output padding lanes come out as act(0) (zeroed after when that is not 0). The plain-input
-// stem (X plain NCHW, C <= 8) is an nchw source of C channels. Semantics: docs/ops.md.
+// activation is reordered at run time. The conv is given the padded channel counts (Cb·8 in,
+// Mb·8 out): the padding lanes of X and W are zero, so the sums are exact and the output padding
+// lanes come out as act(0) (zeroed after when that is not 0). The plain-input stem (X plain NCHW,
+// C <= 8) is an nchw source of C channels. Semantics: docs/ops.md.
 #include <algorithm>
 #include <cstring>
 #include <unordered_map>
