@@ -199,10 +199,11 @@ bool blockable_resize(const ir::Node& n, const GraphIndex& idx, const Types& typ
 
 // Fewest convs a region needs to pay for its reorders, unless its one conv does enough work per
 // element the reorders move: kMinLoneConvWork multiply-adds (output channels of a group x kernel
-// taps) per input element. ResNeXt's lone 3x3 with 16 channels a group ran 6x slower plain. A lone conv between plain ops with less (a few channels out), or a patchify conv
-// whose kernel equals its stride (ViT's 16x16 patch embedding, already one GEMM on a reshape),
-// gains little or nothing from the blocked kernel and adds two reorders; YOLOv8's lone 1x1 convs
-// after a Concat (64-128 channels out) ran 4-6x slower plain.
+// taps) per input element. A lone conv between plain ops with less (a few channels out, a
+// depthwise 3x3), or a patchify conv whose kernel equals its stride (ViT's 16x16 patch embedding,
+// already one GEMM on a reshape), gains little or nothing from the blocked kernel and adds two
+// reorders; YOLOv8's lone 1x1 convs after a Concat (64-128 channels out) ran 4-6x slower plain,
+// ResNeXt's lone 3x3 with 16 channels a group 6x.
 constexpr int kMinRegionConvs = 2;
 constexpr int64_t kMinLoneConvWork = 32;
 
