@@ -225,6 +225,37 @@ TEST(BlockedReorder, RoundTripZeroPads) {
   for (int64_t i = 0; i < x.numel(); ++i) EXPECT_EQ(y.data<float>()[i], x.data<float>()[i]);
 }
 
+// channels_last: the plain side is NHWC. Odd channels (a part block), and row lengths that make
+// the pool split rows unevenly.
+TEST(BlockedReorder, ChannelsLastMatchesIndexing) {
+  for (const Shape& nhwc :
+       {Shape{2, 3, 5, 11}, Shape{1, 7, 9, 16}, Shape{1, 1, 1, 3}, Shape{1, 40, 40, 20}}) {
+    SCOPED_TRACE(shape_str(nhwc));
+    const int64_t n = nhwc[0], h = nhwc[1], w = nhwc[2], c = nhwc[3], cb = (c + 7) / 8;
+    test::Builder to = kiln_node("ReorderToBlocked", {"x"}, {test::attr_i("channels_last", 1)});
+    to.input("x", nhwc);
+    test::Builder from = kiln_node("ReorderFromBlocked", {"x"},
+                                   {test::attr_i("channels", c), test::attr_i("channels_last", 1)});
+    from.input("x", {n, cb, h, w, 8});
+    const Tensor x = to.random(nhwc);
+    auto blocked = run(to.m, {x});
+    ASSERT_TRUE(blocked.is_ok()) << blocked.status().message();
+    const Tensor& b = (*blocked)[0].tensor;
+    ASSERT_EQ(b.shape(), (Shape{n, cb, h, w, 8}));
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t ch = 0; ch < cb * 8; ++ch)
+        for (int64_t p = 0; p < h * w; ++p) {
+          const float v = b.data<float>()[((i * cb + ch / 8) * h * w + p) * 8 + ch % 8];
+          EXPECT_EQ(v, ch < c ? x.data<float>()[(i * h * w + p) * c + ch] : 0.0f);
+        }
+    auto back = run(from.m, {b});
+    ASSERT_TRUE(back.is_ok()) << back.status().message();
+    const Tensor& y = (*back)[0].tensor;
+    ASSERT_EQ(y.shape(), x.shape());
+    for (int64_t i = 0; i < x.numel(); ++i) EXPECT_EQ(y.data<float>()[i], x.data<float>()[i]);
+  }
+}
+
 TEST(BlockedConvKernel, BadOperandsAreErrors) {
   auto error_of = [](const std::string& op, int64_t channels, std::vector<Shape> shapes) {
     std::vector<std::string> names{"x", "w"};

@@ -1,5 +1,5 @@
-// Schema of ai.kiln.FusedMLP (docs/ops.md): Y = act(X·W1 + B1)·W2 + B2 with X [..., K], W1 [K, H],
-// W2 [H, N]; Y is [..., N]. Cost: both products, the biases and the activation.
+// Schema of ai.kiln.FusedMLP (docs/ops.md): Y = act(X·W1 + B1)·W2 + B2 (+ R) with X [..., K],
+// W1 [K, H], W2 [H, N]; Y and R are [..., N]. Cost: both products, the biases and the activation.
 #include "ir/schemas/common.h"
 
 namespace kiln::ir::schemas {
@@ -56,6 +56,15 @@ Outputs infer_mlp(InferContext& ctx) {
   }
   KILN_RETURN_IF_ERROR(check_bias(ctx, 2, h, "B1"));
   KILN_RETURN_IF_ERROR(check_bias(ctx, 4, n, "B2"));
+  if (ctx.has_input(5)) {
+    const TypeInfo& r = ctx.input(5);
+    if (r.kind == TypeInfo::Kind::kTensor && r.dtype != DType::kUndefined &&
+        r.dtype != DType::kFloat32)
+      return ctx.error("R must be float32");
+    if (has_rank(r) && has_rank(x) && r.shape.size() != x.shape.size())
+      return ctx.error("R must have Y's rank " + std::to_string(x.shape.size()) + ", got " +
+                       dims_str(r.shape));
+  }
   if (!has_rank(x)) return one(tensor_type_unranked(DType::kFloat32));
   Dims out(x.shape.begin(), x.shape.end() - 1);
   out.push_back(n);

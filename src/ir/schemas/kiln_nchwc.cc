@@ -47,12 +47,17 @@ Result<TypeInfo> infer_as(const InferContext& ctx, const char* op, std::vector<T
   return outs[0];
 }
 
+// With channels_last the plain side is NHWC.
 Outputs infer_to_blocked(InferContext& ctx) {
   const TypeInfo& x = ctx.input(0);
   if (!ranked(x)) return one(tensor_type_unranked(x.dtype));
-  if (x.shape.size() != 4) return ctx.error("X must be NCHW, got " + dims_str(x.shape));
-  return one(tensor_type(x.dtype, {x.shape[0], blocks_of(x.shape[1]), x.shape[2], x.shape[3],
-                                   known_dim(kBlock)}));
+  const bool last = ctx.node.attr_int("channels_last", 0) != 0;
+  if (x.shape.size() != 4)
+    return ctx.error(std::string("X must be ") + (last ? "NHWC" : "NCHW") + ", got " +
+                     dims_str(x.shape));
+  const Dims& d = x.shape;
+  return one(last ? tensor_type(x.dtype, {d[0], blocks_of(d[3]), d[1], d[2], known_dim(kBlock)})
+                  : tensor_type(x.dtype, {d[0], blocks_of(d[1]), d[2], d[3], known_dim(kBlock)}));
 }
 
 Outputs infer_from_blocked(InferContext& ctx) {
@@ -63,6 +68,8 @@ Outputs infer_from_blocked(InferContext& ctx) {
   if (x.shape[1].known() && blocks_of(known_dim(c)).value * kBlock != x.shape[1].value)
     return ctx.error("channels " + std::to_string(c) + " does not fit " +
                      dims_str(ctx.input(0).shape));
+  if (ctx.node.attr_int("channels_last", 0))
+    return one(tensor_type(x.dtype, {x.shape[0], x.shape[2], x.shape[3], known_dim(c)}));
   return one(tensor_type(x.dtype, {x.shape[0], known_dim(c), x.shape[2], x.shape[3]}));
 }
 

@@ -1,7 +1,7 @@
-// Kernel of ai.kiln.FusedMLP: Y = act(X·W1 + B1)·W2 + B2, a block of rows at a time so the block's
-// intermediate [rows, H] is still in the core's L2 when the second product reads it. Both products
-// are the fast float GEMM (kernels/cpu/gemm) with the bias and activation in its write-out, and
-// constant weights packed once in prepare. Semantics: docs/ops.md.
+// Kernel of ai.kiln.FusedMLP: Y = act(X·W1 + B1)·W2 + B2 (+ R), a block of rows at a time so the
+// block's intermediate [rows, H] is still in the core's L2 when the second product reads it. Both
+// products are the fast float GEMM (kernels/cpu/gemm) with the bias, activation and residual in
+// its write-out, and constant weights packed once in prepare. Semantics: docs/ops.md.
 #include <algorithm>
 #include <array>
 #include <vector>
@@ -34,7 +34,7 @@ constexpr int64_t kMinThreadRows = 32;  // fewer rows a thread: split the column
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 struct Operands {
-  const float *x, *w1, *b1, *w2, *b2;  // b1, b2 may be null; w1, w2 unused when packed
+  const float *x, *w1, *b1, *w2, *b2, *r;  // b1, b2, r may be null; w1, w2 unused when packed
   const gemm::PackedMatrix *w1_packed, *w2_packed;  // the weights packed in prepare, or null
   int64_t k, h, n;
 };
@@ -84,7 +84,8 @@ class FusedMlp : public Kernel {
     const Tensor& w2 = ctx.input(3);
     const Tensor* b1 = optional_input(ctx, 2);
     const Tensor* b2 = optional_input(ctx, 4);
-    for (const Tensor* t : {&x, &w1, &w2, b1, b2})
+    const Tensor* r = optional_input(ctx, 5);
+    for (const Tensor* t : {&x, &w1, &w2, b1, b2, r})
       if (t && t->dtype() != DType::kFloat32) return ctx.error("supports float32 only");
     if (x.rank() < 1 || w1.rank() != 2 || w2.rank() != 2)
       return ctx.error("needs X of rank 1 or more and 2-D W1, W2; got X " + shape_str(x.shape()) +
@@ -95,6 +96,7 @@ class FusedMlp : public Kernel {
                       b1 ? b1->data<float>() : nullptr,
                       packed ? nullptr : w2.data<float>(),
                       b2 ? b2->data<float>() : nullptr,
+                      r ? r->data<float>() : nullptr,
                       packed ? &w1_ : nullptr,
                       packed ? &w2_ : nullptr,
                       w1.dim(0),
@@ -108,6 +110,9 @@ class FusedMlp : public Kernel {
                        std::to_string(op.n));
     Shape out(x.shape().begin(), x.shape().end() - 1);
     out.push_back(op.n);
+    if (r && r->shape() != out)
+      return ctx.error("R must have Y's shape " + shape_str(out) + ", got " +
+                       shape_str(r->shape()));
     int64_t rows = 1;
     for (size_t i = 0; i + 1 < x.shape().size(); ++i) rows *= x.shape()[i];
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, out));
@@ -165,11 +170,15 @@ class FusedMlp : public Kernel {
   }
 
   // Rows [r0, r0 + m) of Y, with `h` (m x H) for the intermediate: fc1 with B1 and the
-  // activation in its write-out, then fc2 with B2 in its.
+  // activation in its write-out, then fc2 with B2 and R in its.
   void block(const Operands& op, int64_t r0, int64_t m, float* h, float* y,
              ThreadPool* pool) const {
     product(m, op.k, op.h, op.x + r0 * op.k, op.w1, op.w1_packed, op.b1, &act_, h, pool);
-    product(m, op.h, op.n, h, op.w2, op.w2_packed, op.b2, nullptr, y + r0 * op.n, pool);
+    gemm::Epilogue residual;
+    residual.residual = op.r ? op.r + r0 * op.n : nullptr;
+    residual.ld_residual = op.n;
+    product(m, op.h, op.n, h, op.w2, op.w2_packed, op.b2, op.r ? &residual : nullptr,
+            y + r0 * op.n, pool);
   }
 
   gemm::Epilogue act_;

@@ -1,0 +1,281 @@
+// -O3 layout pass "channels-last": models that switch to channels-last for a few ops and back
+// (ConvNeXt runs each block's LayerNorm and MLP on NHWC between NCHW depthwise convs; models
+// ported from Keras run NHWC between the convs) leave, once nchwc-layout has blocked the convs,
+// chains like ReorderFromBlocked -> Transpose(NHWC) -> ... -> Transpose(NCHW) -> elementwise
+// residual -> ReorderToBlocked: four full passes over memory to move data between three layouts.
+// This pass
+//  1. moves Transposes down through elementwise ops: E(T(a), b, c) = T(E(a, T^-1(b), c')), the
+//     constant c permuted here and T^-1(b) the value a Transpose made b from, or a new Transpose;
+//  2. folds a Transpose to NHWC after a ReorderFromBlocked, and one to NCHW before a
+//     ReorderToBlocked, into the reorder (its channels_last attribute: one pass, not two);
+//  3. drops Transposes that undo each other.
+// ConvNeXt's residual stream then stays NHWC, and each block's reorders read and write it
+// directly. The result is kept only when it has fewer Transposes and reorders than the graph had
+// (moving Transposes alone can add some, an inverse for each plain operand).
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "passes/graph_edit.h"
+#include "passes/graph_index.h"
+#include "passes/pass.h"
+
+namespace kiln::passes {
+namespace {
+
+using Perm = std::vector<int64_t>;
+const Perm kToNhwc = {0, 2, 3, 1}, kToNchw = {0, 3, 1, 2};
+
+bool is_perm(const Perm& p) {
+  std::vector<bool> seen(p.size(), false);
+  for (int64_t a : p) {
+    if (a < 0 || a >= static_cast<int64_t>(p.size()) || seen[static_cast<size_t>(a)]) return false;
+    seen[static_cast<size_t>(a)] = true;
+  }
+  return true;
+}
+
+Perm inverse(const Perm& p) {
+  Perm q(p.size());
+  for (size_t j = 0; j < p.size(); ++j) q[static_cast<size_t>(p[j])] = static_cast<int64_t>(j);
+  return q;
+}
+
+// The perm of a standard Transpose with an explicit, valid one, or empty.
+Perm transpose_perm(const ir::Node* n) {
+  if (!is_onnx_op(n, "Transpose") || n->inputs.size() != 1 || n->outputs.size() != 1) return {};
+  Perm p = n->attr_ints("perm");
+  return is_perm(p) ? p : Perm{};
+}
+
+bool is_reorder(const ir::Node& n, const char* op) {
+  return n.domain == "ai.kiln" && n.op_type == op && !n.attr_int("channels_last", 0);
+}
+
+// Ops whose output element i is a function of element i of each input (numpy-broadcast), so
+// permuting every input permutes the output the same way. Inputs other than those broadcast
+// (Clip's bounds, PRelu's one-way slope) keep such ops out.
+bool elementwise(const ir::Node& n) {
+  if (n.outputs.size() != 1) return false;
+  if (n.domain == "ai.kiln") return n.op_type == "FusedElementwise" && !n.has_attr("x0_parts");
+  if (!n.domain.empty()) return false;
+  static const std::set<std::string> nary = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Sum"};
+  static const std::set<std::string> unary = {
+      "Relu", "Sigmoid", "Tanh",  "Erf",        "Neg",       "Abs",       "Sqrt",
+      "Exp",  "Log",     "Gelu",  "Reciprocal", "Softplus",  "HardSwish", "HardSigmoid",
+      "Elu",  "Selu",    "LeakyRelu", "Identity"};
+  return nary.count(n.op_type) || (unary.count(n.op_type) && n.inputs.size() == 1);
+}
+
+// c (rank <= rank of p, numpy-aligned to the right) permuted by p: out dim j is c's dim p[j].
+Tensor permuted(const Tensor& c, const Perm& p) {
+  const size_t r = p.size();
+  Shape in(r - static_cast<size_t>(c.rank()), 1);
+  in.insert(in.end(), c.shape().begin(), c.shape().end());
+  Shape out(r), in_strides(r, 1);
+  for (size_t j = r; j-- > 1;) in_strides[j - 1] = in_strides[j] * in[j];
+  for (size_t j = 0; j < r; ++j) out[j] = in[static_cast<size_t>(p[j])];
+  Tensor t = Tensor::make(DType::kFloat32, out).value();
+  std::vector<int64_t> idx(r, 0);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    int64_t src = 0;
+    for (size_t j = 0; j < r; ++j) src += idx[j] * in_strides[static_cast<size_t>(p[j])];
+    t.data<float>()[i] = c.data<float>()[src];
+    for (size_t j = r; j-- > 0;) {  // next index of `out`, last axis fastest
+      if (++idx[j] < out[j]) break;
+      idx[j] = 0;
+    }
+  }
+  return t;
+}
+
+class ChannelsLast : public Pass {
+ public:
+  Result<int64_t> run(ir::Model& model, PassContext& ctx) override {
+    const int before = layout_moves(model.graph);
+    if (before == 0 || !ctx.types().inferred) return int64_t{0};
+    rank_ = [&ctx](const std::string& v) { return ctx.types().rank(v); };
+    // Two trials: the folds alone (never worse), and the folds after moving every Transpose
+    // down (better where the moves meet their inverses, worse where they add some). The one
+    // with fewer data movements is kept.
+    const std::set<std::string> unread = unread_initializers(model.graph);
+    std::optional<ir::Graph> best;
+    int fewest = before;
+    for (const bool move : {false, true}) {
+      ir::Graph g = model.graph;  // initializers share their storage
+      added_.clear();
+      inverses_.clear();
+      if (move)
+        rewrite_until_done(g, [&g, this](const GraphIndex& idx, const ir::Node& n) {
+          return sink(g, idx, n);
+        });
+      rewrite_until_done(g, [&g](const GraphIndex& idx, const ir::Node& n) {
+        return fold_into_reorder(g, idx, n) || cancel_pair(g, idx, n);
+      });
+      drop_unread(g, unread);
+      const int moves = layout_moves(g);
+      if (moves < fewest) fewest = moves, best = std::move(g);
+    }
+    if (!best) return int64_t{0};
+    model.graph = std::move(*best);
+    return int64_t{before - fewest};
+  }
+
+ private:
+  static int layout_moves(const ir::Graph& g) {
+    int k = 0;
+    for (const ir::Node& n : g.nodes)
+      k += is_onnx_op(&n, "Transpose") ||
+           (n.domain == "ai.kiln" && n.op_type.rfind("Reorder", 0) == 0);
+    return k;
+  }
+
+  std::optional<int64_t> rank(const std::string& v) const {
+    auto it = added_.find(v);
+    if (it != added_.end()) return it->second;
+    return rank_(v);
+  }
+
+  // Moves Transpose `t` below the elementwise op that alone reads it.
+  bool sink(ir::Graph& g, const GraphIndex& idx, const ir::Node& t) {
+    const Perm p = transpose_perm(&t);
+    if (p.empty() || inverses_.count(t.outputs[0]) || !idx.single_use(t.outputs[0]) ||
+        is_graph_output(g, t.outputs[0]))
+      return false;
+    const ir::Node* e = idx.sole_consumer(t.outputs[0]);
+    if (!e || !elementwise(*e) || e->outputs[0].empty()) return false;
+    const Perm q = inverse(p);
+    const int64_t r = static_cast<int64_t>(p.size());
+    for (const std::string& in : e->inputs) {
+      const Tensor* c = in == t.outputs[0] ? nullptr : idx.constant(in);
+      if (c ? c->dtype() != DType::kFloat32 || c->rank() > r
+            : in != t.outputs[0] && transpose_perm(idx.producer(in)) != p && rank(in) != r)
+        return false;
+    }
+    std::vector<ir::Node> put;
+    std::map<std::string, std::string> becomes;  // each input of e -> what the moved op reads
+    ir::Node moved = *e;
+    for (std::string& in : moved.inputs) {
+      auto known = becomes.find(in);
+      if (known != becomes.end()) {
+        in = known->second;
+        continue;
+      }
+      std::string& to = becomes[in];
+      if (in == t.outputs[0]) {
+        to = t.inputs[0];
+      } else if (const Tensor* c = idx.constant(in); c && c->numel() == 1) {
+        to = in;  // one value broadcasts alike in any layout
+      } else if (c) {
+        to = fresh_name(g, in + "_perm");
+        g.initializers[to] = permuted(*c, q);
+      } else if (transpose_perm(idx.producer(in)) == p) {
+        to = idx.producer(in)->inputs[0];
+      } else {
+        to = fresh_name(g, in + "_untransposed");
+        put.push_back(transpose(g, in, to, q));
+        inverses_.insert(to);
+      }
+      in = to;
+    }
+    const std::string out = e->outputs[0];
+    moved.outputs[0] = fresh_name(g, out + "_untransposed");
+    added_[moved.outputs[0]] = r;
+    put.push_back(moved);
+    put.push_back(transpose(g, moved.outputs[0], out, p));
+    std::vector<NodeReplacement> found{{{&t, e}, std::move(put)}};
+    replace_nodes(g, found);
+    return true;
+  }
+
+  ir::Node transpose(const ir::Graph& g, const std::string& in, const std::string& out,
+                     const Perm& p) {
+    ir::Node n = make_node(fresh_name(g, out + "_transpose"), "Transpose", {in}, {out});
+    n.attrs.push_back(ir::Attribute::of_ints("perm", p));
+    added_[out] = static_cast<int64_t>(p.size());
+    return n;
+  }
+
+  // ReorderFromBlocked -> Transpose to NHWC becomes one ReorderFromBlocked writing NHWC; a
+  // Transpose to NCHW read by a ReorderToBlocked is read by a ReorderToBlocked of NHWC instead.
+  static bool fold_into_reorder(ir::Graph& g, const GraphIndex& idx, const ir::Node& n) {
+    if (is_reorder(n, "ReorderToBlocked") && transpose_perm(idx.producer(n.inputs[0])) == kToNchw) {
+      ir::Node r = n;
+      r.inputs[0] = idx.producer(n.inputs[0])->inputs[0];
+      std::erase_if(r.attrs, [](const ir::Attribute& a) { return a.name == "channels_last"; });
+      r.attrs.push_back(ir::Attribute::of_int("channels_last", 1));
+      std::vector<NodeReplacement> found{{{&n}, {r}}};
+      replace_nodes(g, found);
+      return true;
+    }
+    const ir::Node* from = n.inputs.size() == 1 ? idx.producer(n.inputs[0]) : nullptr;
+    if (transpose_perm(&n) != kToNhwc || !from || !is_reorder(*from, "ReorderFromBlocked"))
+      return false;
+    ir::Node r = *from;
+    r.name = fresh_name(g, n.outputs[0] + "_from_nchwc");
+    r.outputs = n.outputs;
+    std::erase_if(r.attrs, [](const ir::Attribute& a) { return a.name == "channels_last"; });
+    r.attrs.push_back(ir::Attribute::of_int("channels_last", 1));
+    std::vector<NodeReplacement> found{{{&n}, {r}}};
+    replace_nodes(g, found);
+    return true;
+  }
+
+  // Transpose(q) of Transpose(p) where q undoes p: its readers read p's input.
+  static bool cancel_pair(ir::Graph& g, const GraphIndex& idx, const ir::Node& n) {
+    const Perm q = transpose_perm(&n);
+    const ir::Node* first = q.empty() ? nullptr : idx.producer(n.inputs[0]);
+    const Perm p = transpose_perm(first);
+    if (p.empty() || p.size() != q.size() || inverse(p) != q || is_graph_output(g, n.outputs[0]))
+      return false;
+    const std::string from = n.outputs[0], to = first->inputs[0];
+    std::vector<NodeReplacement> found{{{&n}, {}}};
+    replace_nodes(g, found);
+    rename_uses(g, from, to);
+    return true;
+  }
+
+  // Transposes and reorders that nothing reads any more, and the constants only they read.
+  static void drop_unread(ir::Graph& g, const std::set<std::string>& unread_before) {
+    auto moves_data = [](const ir::Node& n) {
+      return is_onnx_op(&n, "Transpose") ||
+             (n.domain == "ai.kiln" && n.op_type.rfind("Reorder", 0) == 0);
+    };
+    for (size_t count = 0; count != g.nodes.size();) {
+      count = g.nodes.size();
+      const auto uses = use_counts(g);
+      g.nodes.erase(std::remove_if(g.nodes.begin(), g.nodes.end(),
+                                   [&](const ir::Node& n) {
+                                     return moves_data(n) && n.outputs.size() == 1 &&
+                                            !uses.count(n.outputs[0]);
+                                   }),
+                    g.nodes.end());
+    }
+    const auto uses = use_counts(g);
+    for (auto it = g.initializers.begin(); it != g.initializers.end();)
+      it = uses.count(it->first) || unread_before.count(it->first) || is_graph_input(g, it->first)
+               ? std::next(it)
+               : g.initializers.erase(it);
+  }
+
+  // Initializers nothing reads (left as they are).
+  static std::set<std::string> unread_initializers(const ir::Graph& g) {
+    const auto uses = use_counts(g);
+    std::set<std::string> unread;
+    for (const auto& kv : g.initializers)
+      if (!uses.count(kv.first)) unread.insert(kv.first);
+    return unread;
+  }
+
+  std::function<std::optional<int64_t>(const std::string&)> rank_;
+  std::map<std::string, int64_t> added_;  // ranks of the values this pass made
+  std::set<std::string> inverses_;        // outputs of the T^-1 it added: never moved themselves
+};
+
+}  // namespace
+
+// After nchwc-layout (10), whose reorders it folds Transposes into.
+KILN_REGISTER_PASS(ChannelsLast, "channels-last", 3, kLayout, 15, false);
+
+}  // namespace kiln::passes
