@@ -236,7 +236,8 @@ class ChannelsLast : public Pass {
     return true;
   }
 
-  // Transposes and reorders that nothing reads any more, and the constants only they read.
+  // Transposes and reorders that nothing reads any more, the constants only they read, and the
+  // value infos of what they wrote.
   static void drop_unread(ir::Graph& g, const std::set<std::string>& unread_before) {
     auto moves_data = [](const ir::Node& n) {
       return is_onnx_op(&n, "Transpose") ||
@@ -257,6 +258,12 @@ class ChannelsLast : public Pass {
       it = uses.count(it->first) || unread_before.count(it->first) || is_graph_input(g, it->first)
                ? std::next(it)
                : g.initializers.erase(it);
+    // The value infos of values no node writes any more (the Transposes that went).
+    std::set<std::string> written;
+    for (const ir::Node& n : g.nodes) written.insert(n.outputs.begin(), n.outputs.end());
+    std::erase_if(g.value_info, [&](const ir::ValueInfo& vi) {
+      return !written.count(vi.name) && !g.initializers.count(vi.name) && !is_graph_input(g, vi.name);
+    });
   }
 
   // Initializers nothing reads (left as they are).
