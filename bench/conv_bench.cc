@@ -2,7 +2,11 @@
 // mobilenet_v2, and its depthwise kernels on mobilenet_v2's and efficientnet_b0's, per thread count, as GFLOP/s of the fastest run and as % of the peak the FMA loop
 // fma_peak.h measures on this machine for the thread count. Bias + Relu epilogue, batch 1.
 //   kiln_bench_conv [--benchmark_filter=resnet_3x3]
-//   KILN_BENCH_CONV_TUNING=pairs,chunk_bytes,unit_bytes overrides the AVX-512 kernel's split.
+//   KILN_BENCH_CONV_TUNING=pairs,chunk_bytes,unit_bytes overrides the dense kernels' split (pairs:
+//   AVX-512 only; 0 keeps a field's default).
+//   KILN_BENCH_CONV_TUNING_B=... a second split, run alternately with the first in the same
+//   iterations (this machine's run-to-run noise hides a 10 % change between separate runs):
+//   B_over_A is the ratio of their fastest runs.
 //   KILN_BENCH_CONV_COLD=1 evicts the caches before each run.
 //   KILN_BENCH_CONV_ACT=silu gives the dense layers a SiLU epilogue instead of Relu.
 #include <benchmark/benchmark.h>
@@ -70,9 +74,9 @@ const Layer kLayers[] = {
     {"speech_3x1_96_10x2", 96, 96, 10, 3, 1, 0, false, 2, 1, 0},
 };
 
-nchwc::DenseTuning tuning_from_env() {
+nchwc::DenseTuning tuning_from_env(const char* name) {
   nchwc::DenseTuning t;
-  if (const char* env = std::getenv("KILN_BENCH_CONV_TUNING")) {
+  if (const char* env = std::getenv(name)) {
     long pairs = 0, chunk = 0, unit = 0;
     if (std::sscanf(env, "%ld,%ld,%ld", &pairs, &chunk, &unit) == 3)
       t.pairs = static_cast<int>(pairs), t.chunk_bytes = chunk, t.unit_bytes = unit;
@@ -119,16 +123,19 @@ void BM_Conv(benchmark::State& state, Layer l, bool avx512, int threads) {
   e.act.kind = kiln::kiln_ops::Activation::Kind::kRelu;
   if (const char* act = std::getenv("KILN_BENCH_CONV_ACT"); act && std::string(act) == "silu")
     e.act.kind = kiln::kiln_ops::Activation::Kind::kSilu;  // efficientnet's epilogue
-  const nchwc::DenseTuning tuning = tuning_from_env();
+  const nchwc::DenseTuning tunings[2] = {tuning_from_env("KILN_BENCH_CONV_TUNING"),
+                                         tuning_from_env("KILN_BENCH_CONV_TUNING_B")};
+  const bool ab = std::getenv("KILN_BENCH_CONV_TUNING_B") != nullptr;
   // One pool per thread count for the whole run, as a session keeps its pool.
   static kiln::ThreadPool* const pools[3] = {nullptr, new kiln::ThreadPool(1), new kiln::ThreadPool(2)};
   kiln::ThreadPool& pool = *pools[threads];
-  auto run = [&] {
+  auto run_with = [&](const nchwc::DenseTuning& tuning) {
     if (avx512)
       nchwc::blocked_conv_dense_avx512(s, x.data(), paired.data(), e, y.data(), &pool, tuning);
     else
-      nchwc::blocked_conv_dense_avx2(s, x.data(), w.data(), e, y.data(), &pool);
+      nchwc::blocked_conv_dense_avx2(s, x.data(), w.data(), e, y.data(), &pool, tuning);
   };
+  auto run = [&] { run_with(tunings[0]); };
   run();  // warm up the caches, scratch buffers and threads
   // The fastest run: the CPU is shared, and a slower run measures the neighbours. One thread
   // counts its own CPU time, which time slices given to other processes do not inflate.
@@ -136,18 +143,21 @@ void BM_Conv(benchmark::State& state, Layer l, bool avx512, int threads) {
   // in memory, not in L2/L3), by writing a buffer twice the L3 size.
   static const bool cold = std::getenv("KILN_BENCH_CONV_COLD") != nullptr;
   static std::vector<float> evict(cold ? 16 << 20 : 0);
-  double best = 1e30;
+  double best[2] = {1e30, 1e30};
   for (auto _ : state) {
-    for (size_t i = 0; i < evict.size(); i += 16) evict[i] += 1.0f;
-    const double t0 = seconds_now(threads);
-    run();
-    best = std::min(best, seconds_now(threads) - t0);
-    benchmark::ClobberMemory();
+    for (int k = 0; k < (ab ? 2 : 1); ++k) {
+      for (size_t i = 0; i < evict.size(); i += 16) evict[i] += 1.0f;
+      const double t0 = seconds_now(threads);
+      run_with(tunings[k]);
+      best[k] = std::min(best[k], seconds_now(threads) - t0);
+      benchmark::ClobberMemory();
+    }
   }
   const double flops = 2.0 * s.n * l.m * s.oh * s.ow * l.c * taps;
-  const double gflops = flops / best * 1e-9;
+  const double gflops = flops / best[0] * 1e-9;
   state.counters["GFLOPs"] = gflops;
   state.counters["pct_peak"] = 100.0 * gflops / kiln::bench::peak_gflops(threads);
+  if (ab) state.counters["B_over_A"] = best[1] / best[0];
 }
 
 struct DepthwiseLayer {

@@ -43,18 +43,19 @@ struct BlockedEpilogue {
 void blocked_conv_reference(const BlockedConvShape& s, const float* x, const float* w,
                             const BlockedEpilogue& e, float* y);
 
+// How the dense kernels split the work; zero fields are chosen from the shape (the benchmark and
+// the tests force them).
+struct DenseTuning {
+  int pairs = 0;             // AVX-512: output block pairs per register tile, 1 to 4
+  int64_t chunk_bytes = 0;   // weights of one tile's chunk of input blocks
+  int64_t unit_bytes = 0;    // input of one unit of output rows or pixels (kept in L2)
+};
+
 // The AVX2/FMA direct convolution (group 1), register tiles of pixels x output blocks; reads a
 // blocked or, with plain_channels, a plain X.
 void blocked_conv_dense_avx2(const BlockedConvShape& s, const float* x, const float* w,
-                             const BlockedEpilogue& e, float* y, ThreadPool* pool);
-
-// How blocked_conv_dense_avx512 splits the work; zero fields are chosen from the shape (the
-// benchmark and the tests force them).
-struct DenseTuning {
-  int pairs = 0;             // output block pairs per register tile, 1 to 4
-  int64_t chunk_bytes = 0;   // weights of one tile's chunk of input blocks (kept in L2)
-  int64_t unit_bytes = 0;    // input of one unit of output rows or pixels (kept in L2)
-};
+                             const BlockedEpilogue& e, float* y, ThreadPool* pool,
+                             const DenseTuning& tuning = {});
 
 // The AVX-512 direct convolution (group 1), register tiles of pixels x pairs of output blocks:
 // w is paired by pair_dense_weights (blocked_conv_dense_prep.h). Only call it when

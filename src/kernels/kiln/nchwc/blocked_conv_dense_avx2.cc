@@ -277,7 +277,8 @@ void row(const Job& j, int b, const Tile& t, int64_t oh, int64_t ow_begin, int64
 }  // namespace
 
 void blocked_conv_dense_avx2(const BlockedConvShape& shape, const float* x, const float* w,
-                             const BlockedEpilogue& e, float* y, ThreadPool* pool) {
+                             const BlockedEpilogue& e, float* y, ThreadPool* pool,
+                             const DenseTuning& tuning) {
   if (shape.n == 0 || shape.mb == 0 || shape.oh == 0 || shape.ow == 0) return;
   // Every tap of every output pixel inside the input: X itself, or a copy with a zero border (a
   // strided 1x1 reads a gathered copy of its pixels as a pointwise conv: 1.3x on resnet's
@@ -311,13 +312,15 @@ void blocked_conv_dense_avx2(const BlockedConvShape& shape, const float* x, cons
   // to whole pixels would be 24 pixels and refetch 4 MiB of weights each (measured: Zen 2).
   const int64_t groups = (s.mb + kMaxB - 1) / kMaxB;
   const int64_t threads = pool ? pool->threads() : 1;
+  const int64_t chunk_bytes = tuning.chunk_bytes > 0 ? tuning.chunk_bytes : kChunkWeightBytes;
+  const int64_t unit_bytes = tuning.unit_bytes > 0 ? tuning.unit_bytes : kUnitInputBytes;
   const int64_t chunk = std::max<int64_t>(
-      1, kChunkWeightBytes / (s.kh * s.kw * kBlock * kBlock * kMaxB * int64_t{sizeof(float)}));
+      1, chunk_bytes / (s.kh * s.kw * kBlock * kBlock * kMaxB * int64_t{sizeof(float)}));
   const int64_t lane_bytes = (plain ? s.plain_channels : kBlock) * int64_t{sizeof(float)};
   int64_t unit_rows = 1, unit_px = s.ow, units = 1;
   if (pointwise) {
     const int64_t slab_px_bytes = std::min(chunk, s.cb) * lane_bytes;  // one pixel of one chunk
-    const int64_t widest = std::clamp<int64_t>(kUnitInputBytes / std::max<int64_t>(slab_px_bytes, 1), 24, 480);
+    const int64_t widest = std::clamp<int64_t>(unit_bytes / std::max<int64_t>(slab_px_bytes, 1), 24, 480);
     units = (s.ow + widest - 1) / widest;
     unit_px = (s.ow + units - 1) / units;  // units of equal width: 196 pixels are 98 + 98, not 168 + 28
   } else {
@@ -326,7 +329,7 @@ void blocked_conv_dense_avx2(const BlockedConvShape& shape, const float* x, cons
     // row and read its weights from memory 64 times (138 -> 162-166 GFLOP/s as one unit, Zen 2).
     const int64_t row_bytes = s.sh * s.w * s.cb * lane_bytes;
     const int64_t weight_bytes = s.mb * j.w_block * int64_t{sizeof(float)};
-    unit_rows = std::clamp<int64_t>(std::max(kUnitInputBytes, weight_bytes) / std::max<int64_t>(row_bytes, 1), 1, s.oh);
+    unit_rows = std::clamp<int64_t>(std::max(unit_bytes, weight_bytes) / std::max<int64_t>(row_bytes, 1), 1, s.oh);
     units = (s.oh + unit_rows - 1) / unit_rows;
   }
   const int64_t want_tasks = threads == 1 ? 1 : 8 * threads;
