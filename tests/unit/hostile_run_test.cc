@@ -51,6 +51,18 @@ TEST(HostileModel, ExpandTerabytes) {
   expect_error(load_and_run(m), {"node 'expand' (Expand)", "negative"});
 }
 
+// A node whose required input names no value (the fuzzer's SplitToSequence read a null input).
+TEST(HostileModel, SplitToSequenceWithoutItsInput) {
+  onnx::ModelProto m = base_model();
+  add_node(m.mutable_graph(), "SplitToSequence", {""}, {"S"}, "split");
+  auto* concat = add_node(m.mutable_graph(), "ConcatFromSequence", {"S"}, {"Y"}, "concat");
+  onnx::AttributeProto* axis = concat->add_attribute();
+  axis->set_name("axis");
+  axis->set_type(onnx::AttributeProto::INT);
+  axis->set_i(0);
+  expect_error(load_and_run(m), {"node 'split' (SplitToSequence)", "input 0 must be a tensor"});
+}
+
 // ---------------------------------------------------------------------------------------------
 // Wrong inputs at run time.
 

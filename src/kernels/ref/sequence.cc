@@ -12,10 +12,18 @@ Result<const Value*> sequence_input(const KernelContext& ctx, size_t i) {
   return &ctx.value(i);
 }
 
+// Input i, which must be given and be a tensor (a model can name a sequence, or no value, there).
+Result<const Tensor*> tensor_input(const KernelContext& ctx, size_t i) {
+  if (!ctx.has_input(i) || !ctx.value(i).is_tensor())
+    return ctx.error("input " + std::to_string(i) + " must be a tensor");
+  return &ctx.input(i);
+}
+
 // A position input (possibly negative) checked against a sequence of `size` items; `size` itself
 // is valid when `allow_end` (for inserting at the end).
 Result<int64_t> position(const KernelContext& ctx, size_t i, int64_t size, bool allow_end) {
-  KILN_ASSIGN_OR_RETURN(double p, read_scalar(ctx.input(i)));
+  KILN_ASSIGN_OR_RETURN(const Tensor* t, tensor_input(ctx, i));
+  KILN_ASSIGN_OR_RETURN(double p, read_scalar(*t));
   int64_t pos = static_cast<int64_t>(p);
   if (pos < 0) pos += size;
   if (pos < 0 || pos > size || (pos == size && !allow_end))
@@ -83,16 +91,19 @@ Status sequence_length(KernelContext& ctx) {
 }
 
 Status split_to_sequence(KernelContext& ctx) {
-  const Tensor& x = ctx.input(0);
+  KILN_ASSIGN_OR_RETURN(const Tensor* input, tensor_input(ctx, 0));
+  const Tensor& x = *input;
   KILN_ASSIGN_OR_RETURN(int64_t axis, normalize_axis(ctx.node.attr_int("axis", 0), x.rank()));
   const int64_t len = x.dim(axis);
   std::vector<int64_t> sizes;
   bool drop_axis = false;
   if (ctx.has_input(1)) {
-    const Tensor& s = ctx.input(1);
+    KILN_ASSIGN_OR_RETURN(const Tensor* split, tensor_input(ctx, 1));
+    const Tensor& s = *split;
     KILN_ASSIGN_OR_RETURN(std::vector<int64_t> v, read_int64s(s));
+    if (s.rank() > 1) return ctx.error("split must be a scalar or a 1-D tensor");
     if (s.rank() == 0) {
-      if (v[0] <= 0) return ctx.error("split size must be positive");
+      if (v.empty() || v[0] <= 0) return ctx.error("split size must be positive");
       for (int64_t at = 0; at < len; at += v[0]) sizes.push_back(std::min(v[0], len - at));
     } else {
       int64_t sum = 0;
