@@ -135,6 +135,11 @@ TEST(GroupedConv, OneGroupFewOutputsAgreesWithPlainLoop) {
   // Batch 0: an empty output and no work (the fuzzer's division by zero when bands were sized).
   const Dw empty{0, 1, 1, 9, 9, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 4, false, false};
   for (int threads : {1, 2}) check(empty, threads);
+  // Strides past the kernel's extent go to im2col: the direct kernel's row buffer holds `stride`
+  // phases, and the fuzzer's stride of 188743679 asked it for gigabytes.
+  const Dw strided{1, 1, 1, 7, 60, 3, 7, 6, 20, 1, 1, 1, 2, 1, 1, 1, true, false};
+  const Dw hostile{1, 1, 1, 7, 33, 3, 7, 6, int64_t{1} << 27, 1, 1, 1, 2, 1, 17, 1, false, false};
+  for (int threads : {1, 2}) check(strided, threads), check(hostile, threads);
 }
 
 TEST(Conv, FewPositionsManyChannelsAgreeWithPlainLoop) {

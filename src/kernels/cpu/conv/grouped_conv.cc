@@ -125,8 +125,11 @@ void output_rows(const float* buf, const float* w, float bias, float* y, const G
 
 bool grouped_conv_direct_fits(int64_t group, int64_t channels_per_group, int64_t outputs, const conv_util::Geo3& g) {
   const bool few_outputs = group == 1 && outputs < kDirectConvMinGemmOutputs;
+  // A row's buffer is `stride` phases of the outputs' width: a stride past the kernel's extent
+  // (and past 8) copies columns no tap reads, and a hostile one (2^27) asked for gigabytes.
+  const bool stride_fits = g.s[2] <= std::max<int64_t>((g.k[2] - 1) * g.d[2] + 1, 8);
   return (few_outputs || (group > 1 && channels_per_group <= kDirectConvMaxGroupChannels)) && g.k[0] == 1 &&
-         g.in[0] == 1 && g.out[0] == 1;
+         g.in[0] == 1 && g.out[0] == 1 && stride_fits;
 }
 
 void grouped_conv_f32(const float* x, const float* w, const float* bias, float* y, int64_t n, int64_t c, int64_t m,
