@@ -151,6 +151,9 @@ struct Importer {
       n.attrs.push_back(std::move(a).value());
     }
     if (n.op_type.empty()) return Status::error(n.describe() + ": node has no op_type");
+    // Every operator has an output; kernels write output 0 without asking (the fuzzer's
+    // SequenceConstruct with none wrote past its output list).
+    if (n.outputs.empty()) return Status::error(n.describe() + ": node has no outputs");
     return n;
   }
 
