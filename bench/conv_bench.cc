@@ -135,8 +135,7 @@ void BM_Conv(benchmark::State& state, Layer l, bool avx512, int threads) {
     else
       nchwc::blocked_conv_dense_avx2(s, x.data(), w.data(), e, y.data(), &pool, tuning);
   };
-  auto run = [&] { run_with(tunings[0]); };
-  run();  // warm up the caches, scratch buffers and threads
+  run_with(tunings[0]);  // warm up the caches, scratch buffers and threads
   // The fastest run: the CPU is shared, and a slower run measures the neighbours. One thread
   // counts its own CPU time, which time slices given to other processes do not inflate.
   // KILN_BENCH_CONV_COLD=1: evict the caches before each run (a model's layer finds its weights

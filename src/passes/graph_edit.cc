@@ -108,6 +108,12 @@ void forget_value_info(ir::Graph& g, const std::set<std::string>& names) {
   std::erase_if(g.value_info, [&](const ir::ValueInfo& vi) { return names.count(vi.name) > 0; });
 }
 
+void drop_unread_initializers(ir::Graph& g, const std::set<std::string>& names) {
+  const auto uses = use_counts(g);
+  for (const std::string& v : names)
+    if (!uses.count(v) && !is_graph_input(g, v)) g.initializers.erase(v);
+}
+
 void replace_nodes(ir::Graph& g, std::vector<NodeReplacement>& found) {
   std::map<const ir::Node*, size_t> pos;
   for (size_t i = 0; i < g.nodes.size(); ++i) pos[&g.nodes[i]] = i;

@@ -48,4 +48,8 @@ void replace_nodes(ir::Graph& g, std::vector<NodeReplacement>& found);
 // Drops the value infos of `names`: for values whose shape a rewrite changed.
 void forget_value_info(ir::Graph& g, const std::set<std::string>& names);
 
+// Drops those of the initializers `names` (constants a rewrite replaced) that nothing reads any
+// more and no graph input overrides.
+void drop_unread_initializers(ir::Graph& g, const std::set<std::string>& names);
+
 }  // namespace kiln::passes

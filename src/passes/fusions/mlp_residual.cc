@@ -42,9 +42,7 @@ class MlpResidual : public Pass {
                                                      Rewrites& rw) {
       if (&g == &top) fuse(top, idx, types, n, rw, replaced);
     });
-    const auto uses = use_counts(top);
-    for (const std::string& v : replaced)
-      if (!uses.count(v) && !is_graph_input(top, v)) top.initializers.erase(v);
+    drop_unread_initializers(top, replaced);
     return fused;
   }
 

@@ -17,6 +17,7 @@
 #include <optional>
 #include <set>
 
+#include "kernels/cpu/strided_copy.h"
 #include "passes/graph_edit.h"
 #include "passes/graph_index.h"
 #include "passes/pass.h"
@@ -68,25 +69,26 @@ bool elementwise(const ir::Node& n) {
   return nary.count(n.op_type) || (unary.count(n.op_type) && n.inputs.size() == 1);
 }
 
-// c (rank <= rank of p, numpy-aligned to the right) permuted by p: out dim j is c's dim p[j].
-Tensor permuted(const Tensor& c, const Perm& p) {
+// The Transposes and reorders whose count the pass lowers: each a full pass over its tensor.
+bool moves_data(const ir::Node& n) {
+  return is_onnx_op(&n, "Transpose") ||
+         (n.domain == "ai.kiln" && n.op_type.rfind("Reorder", 0) == 0);
+}
+
+// c (rank <= rank of p, numpy-aligned to the right) permuted by p: out dim j is c's dim p[j]
+// (the Transpose kernel's strided copy).
+Result<Tensor> permuted(const Tensor& c, const Perm& p) {
   const size_t r = p.size();
   Shape in(r - static_cast<size_t>(c.rank()), 1);
   in.insert(in.end(), c.shape().begin(), c.shape().end());
-  Shape out(r), in_strides(r, 1);
+  Shape out(r), in_strides(r, 1), strides(r);
   for (size_t j = r; j-- > 1;) in_strides[j - 1] = in_strides[j] * in[j];
-  for (size_t j = 0; j < r; ++j) out[j] = in[static_cast<size_t>(p[j])];
-  Tensor t = Tensor::make(DType::kFloat32, out).value();
-  std::vector<int64_t> idx(r, 0);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    int64_t src = 0;
-    for (size_t j = 0; j < r; ++j) src += idx[j] * in_strides[static_cast<size_t>(p[j])];
-    t.data<float>()[i] = c.data<float>()[src];
-    for (size_t j = r; j-- > 0;) {  // next index of `out`, last axis fastest
-      if (++idx[j] < out[j]) break;
-      idx[j] = 0;
-    }
+  for (size_t j = 0; j < r; ++j) {
+    out[j] = in[static_cast<size_t>(p[j])];
+    strides[j] = in_strides[static_cast<size_t>(p[j])];
   }
+  KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::make(c.dtype(), out));
+  KILN_RETURN_IF_ERROR(copy_strided(c, 0, strides, &t, nullptr));
   return t;
 }
 
@@ -95,17 +97,17 @@ class ChannelsLast : public Pass {
   Result<int64_t> run(ir::Model& model, PassContext& ctx) override {
     const int before = layout_moves(model.graph);
     if (before == 0 || !ctx.types().inferred) return int64_t{0};
-    rank_ = [&ctx](const std::string& v) { return ctx.types().rank(v); };
+    types_ = &ctx.types();
     // Two trials: the folds alone (never worse), and the folds after moving every Transpose
     // down (better where the moves meet their inverses, worse where they add some). The one
     // with fewer data movements is kept.
-    const std::set<std::string> unread = unread_initializers(model.graph);
     std::optional<ir::Graph> best;
     int fewest = before;
     for (const bool move : {false, true}) {
       ir::Graph g = model.graph;  // initializers share their storage
       added_.clear();
       inverses_.clear();
+      permuted_.clear();
       if (move)
         rewrite_until_done(g, [&g, this](const GraphIndex& idx, const ir::Node& n) {
           return sink(g, idx, n);
@@ -113,7 +115,8 @@ class ChannelsLast : public Pass {
       rewrite_until_done(g, [&g](const GraphIndex& idx, const ir::Node& n) {
         return fold_into_reorder(g, idx, n) || cancel_pair(g, idx, n);
       });
-      drop_unread(g, unread);
+      drop_unread(g);
+      drop_unread_initializers(g, permuted_);
       const int moves = layout_moves(g);
       if (moves < fewest) fewest = moves, best = std::move(g);
     }
@@ -124,17 +127,13 @@ class ChannelsLast : public Pass {
 
  private:
   static int layout_moves(const ir::Graph& g) {
-    int k = 0;
-    for (const ir::Node& n : g.nodes)
-      k += is_onnx_op(&n, "Transpose") ||
-           (n.domain == "ai.kiln" && n.op_type.rfind("Reorder", 0) == 0);
-    return k;
+    return static_cast<int>(std::count_if(g.nodes.begin(), g.nodes.end(), moves_data));
   }
 
   std::optional<int64_t> rank(const std::string& v) const {
     auto it = added_.find(v);
     if (it != added_.end()) return it->second;
-    return rank_(v);
+    return types_->rank(v);
   }
 
   // Moves Transpose `t` below the elementwise op that alone reads it.
@@ -168,8 +167,11 @@ class ChannelsLast : public Pass {
       } else if (const Tensor* c = idx.constant(in); c && c->numel() == 1) {
         to = in;  // one value broadcasts alike in any layout
       } else if (c) {
+        auto t = permuted(*c, q);
+        if (!t) return false;  // no memory for the copy: the Transpose stays
         to = fresh_name(g, in + "_perm");
-        g.initializers[to] = permuted(*c, q);
+        g.initializers[to] = std::move(t).value();
+        permuted_.insert(in);
       } else if (transpose_perm(idx.producer(in)) == p) {
         to = idx.producer(in)->inputs[0];
       } else {
@@ -236,13 +238,8 @@ class ChannelsLast : public Pass {
     return true;
   }
 
-  // Transposes and reorders that nothing reads any more, the constants only they read, and the
-  // value infos of what they wrote.
-  static void drop_unread(ir::Graph& g, const std::set<std::string>& unread_before) {
-    auto moves_data = [](const ir::Node& n) {
-      return is_onnx_op(&n, "Transpose") ||
-             (n.domain == "ai.kiln" && n.op_type.rfind("Reorder", 0) == 0);
-    };
+  // Transposes and reorders that nothing reads any more, and the value infos of what they wrote.
+  static void drop_unread(ir::Graph& g) {
     for (size_t count = 0; count != g.nodes.size();) {
       count = g.nodes.size();
       const auto uses = use_counts(g);
@@ -253,11 +250,6 @@ class ChannelsLast : public Pass {
                                    }),
                     g.nodes.end());
     }
-    const auto uses = use_counts(g);
-    for (auto it = g.initializers.begin(); it != g.initializers.end();)
-      it = uses.count(it->first) || unread_before.count(it->first) || is_graph_input(g, it->first)
-               ? std::next(it)
-               : g.initializers.erase(it);
     // The value infos of values no node writes any more (the Transposes that went).
     std::set<std::string> written;
     for (const ir::Node& n : g.nodes) written.insert(n.outputs.begin(), n.outputs.end());
@@ -266,18 +258,10 @@ class ChannelsLast : public Pass {
     });
   }
 
-  // Initializers nothing reads (left as they are).
-  static std::set<std::string> unread_initializers(const ir::Graph& g) {
-    const auto uses = use_counts(g);
-    std::set<std::string> unread;
-    for (const auto& kv : g.initializers)
-      if (!uses.count(kv.first)) unread.insert(kv.first);
-    return unread;
-  }
-
-  std::function<std::optional<int64_t>(const std::string&)> rank_;
+  const ValueTypes* types_ = nullptr;     // the model's, as the pass found it
   std::map<std::string, int64_t> added_;  // ranks of the values this pass made
   std::set<std::string> inverses_;        // outputs of the T^-1 it added: never moved themselves
+  std::set<std::string> permuted_;        // constants whose permuted copies readers took
 };
 
 }  // namespace

@@ -433,16 +433,11 @@ class NchwcLayout : public Pass {
       }
     }
     g.nodes = std::move(out);
-    drop_unused_initializers(g, consts);
+    std::set<std::string> replaced;
+    for (const auto& kv : consts) replaced.insert(kv.first);
+    drop_unread_initializers(g, replaced);
     model.opsets.emplace("ai.kiln", 1);
     return rewrites;
-  }
-
- private:
-  static void drop_unused_initializers(ir::Graph& g, const std::map<std::string, std::string>& replaced) {
-    const auto uses = use_counts(g);
-    for (const auto& [orig, blocked] : replaced)
-      if (!uses.count(orig) && !is_graph_input(g, orig)) g.initializers.erase(orig);
   }
 };
 
