@@ -31,7 +31,8 @@ struct Case {
   bool plain = false;  // X plain NCHW (c <= 8), as BlockedConv reads the RGB stem
 };
 
-// One path: AVX2 on W, or AVX-512 on the paired W with a forced split.
+// One path: AVX2 on W, or AVX-512 on the paired W, with a forced split (`pairs`: output blocks per
+// tile for AVX2).
 struct Path {
   bool avx512;
   nchwc::DenseTuning tuning;
@@ -103,8 +104,8 @@ Operands operands_of(const Case& c) {
 // pool: the two-thread pool the test owns, used when path.threads is 2.
 void check(const Case& c, const Path& path, ThreadPool* pool, K act, bool bias, bool residual,
            bool residual_first) {
-  SCOPED_TRACE(describe(c) + (path.avx512 ? " avx512 pairs " + std::to_string(path.tuning.pairs)
-                                          : std::string(" avx2")) +
+  SCOPED_TRACE(describe(c) + (path.avx512 ? " avx512 pairs " : " avx2 blocks ") +
+               std::to_string(path.tuning.pairs) +
                " chunk " + std::to_string(path.tuning.chunk_bytes) + " unit " +
                std::to_string(path.tuning.unit_bytes) + " threads " +
                std::to_string(path.threads) + " act " + std::to_string(static_cast<int>(act)) +
@@ -130,7 +131,7 @@ void check(const Case& c, const Path& path, ThreadPool* pool, K act, bool bias, 
     nchwc::blocked_conv_dense_avx512(s, o.x.data(), paired.data(), e, got.data(), pool,
                                      path.tuning);
   } else {
-    nchwc::blocked_conv_dense_avx2(s, o.x.data(), o.w.data(), e, got.data(), pool);
+    nchwc::blocked_conv_dense_avx2(s, o.x.data(), o.w.data(), e, got.data(), pool, path.tuning);
   }
   // Error bound: float accumulation over the taps and channels, relative to the magnitude.
   const float tol = 2e-6f * std::sqrt(static_cast<float>(s.cb * 8 * s.kh * s.kw)) + 1e-5f;
@@ -179,6 +180,8 @@ std::vector<Path> paths() {
   std::vector<Path> p;
   for (int threads : {1, 2}) {
     p.push_back({false, {}, threads});
+    for (int blocks = 1; blocks <= 3; ++blocks) p.push_back({false, {blocks, 0, 0}, threads});
+    p.push_back({false, {3, 1, 1}, threads});
     if (!cpu_features().has_avx512()) continue;
     p.push_back({true, {}, threads});
     for (int pairs = 1; pairs <= 4; ++pairs) p.push_back({true, {pairs, 0, 0}, threads});

@@ -23,15 +23,17 @@ namespace kiln::nchwc {
 namespace {
 
 // Output blocks per tile: 2 (16 channels x 6 pixels) beat 4 x 3 and 3 x 4 on resnet's 3x3 and
-// 1x1 layers (87 vs 74 GFLOP/s on 64->64 3x3 56x56, one thread). The last group of an odd
-// block count uses B = 1.
-constexpr int kMaxB = 2;
+// 1x1 layers (87 vs 74 GFLOP/s on 64->64 3x3 56x56, one thread); 3 x 4 wins on rows too short
+// for 6-pixel tiles (tile_blocks). The last group of a task may hold fewer blocks.
+constexpr int kMaxB = 3;
 // Pixels per tile for B output blocks: B * R accumulators plus B weights and one broadcast fit
 // the 16 ymm registers.
-constexpr int kMaxR[kMaxB + 1] = {0, 8, 6};
+constexpr int kMaxR[kMaxB + 1] = {0, 8, 6, 4};
 // Weights of one input-block chunk for one tile (bytes): well inside L1, reused by every tile of
 // the unit's rows before the next chunk.
 constexpr int64_t kChunkWeightBytes = 12 * 1024;
+// The same for a unit of few tiles (below), whose weights stream from L2.
+constexpr int64_t kL2ChunkWeightBytes = 256 * 1024;
 // Input of one unit of output pixels (bytes): well inside L2, so that every output-block group
 // of a task reads it from there, not from memory.
 constexpr int64_t kUnitInputBytes = 128 * 1024;
@@ -229,7 +231,34 @@ using TileTable = std::array<std::array<TileFn, 8>, kMaxB + 1>;
 template <Input kIn>
 constexpr TileTable kTiles = {
     std::array<TileFn, 8>{}, tiles_of<1, kIn>(std::make_integer_sequence<int, kMaxR[1]>{}),
-    tiles_of<2, kIn>(std::make_integer_sequence<int, kMaxR[2]>{})};
+    tiles_of<2, kIn>(std::make_integer_sequence<int, kMaxR[2]>{}),
+    tiles_of<3, kIn>(std::make_integer_sequence<int, kMaxR[3]>{})};
+
+// Estimated half-cycles per input lane of a row of `len` pixels over `mb` output blocks in tiles
+// of up to `b` blocks: per tile the most of its FMAs (2 a cycle), the FMA latency (4 cycles: each
+// accumulator takes one FMA per lane) and its loads (3 a cycle).
+double row_cost(int64_t mb, int64_t len, int b) {
+  double cost = 0;
+  for (int64_t left = mb; left > 0; left -= b) {
+    const int bb = static_cast<int>(std::min<int64_t>(b, left));
+    const int64_t count = (len + kMaxR[bb] - 1) / kMaxR[bb];
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t r = len / count + (i < len % count ? 1 : 0);
+      cost += std::max({static_cast<double>(bb * r), 8.0, 2.0 * static_cast<double>(bb + r) / 3});
+    }
+  }
+  return cost;
+}
+
+// Output blocks per tile: 2 unless the model above says another count is cheaper (rows of 7 or
+// 14 pixels: 3 x 4-pixel tiles hold 12 accumulators where 2 x 4 and 2 x 3 hold 8 and 6).
+int tile_blocks(int64_t mb, int64_t len, int forced) {
+  if (forced >= 1 && forced <= kMaxB) return forced;
+  int best = 2;
+  for (int b = 1; b <= kMaxB; ++b)
+    if (row_cost(mb, len, b) < row_cost(mb, len, best)) best = b;
+  return best;
+}
 
 // The steps of `blocks` input blocks from block 0 (see Steps), on the padded geometry s, into
 // st (whose vectors keep their capacity from call to call).
@@ -310,12 +339,18 @@ void blocked_conv_dense_avx2(const BlockedConvShape& shape, const float* x, cons
   // in L2: with many input blocks (fcn's 2048 channels: 8 KiB a pixel) units stay hundreds of
   // pixels wide and each chunk's weights, fetched from L3, serve all of them, where units sized
   // to whole pixels would be 24 pixels and refetch 4 MiB of weights each (measured: Zen 2).
-  const int64_t groups = (s.mb + kMaxB - 1) / kMaxB;
+  // Rows of at most half a tile (the late layers of small-image CNNs) are tiled as one run of
+  // pixels across rows: 1.5x on 96 -> 96 channels at 10 x 2 (Zen 2, one thread), where 4-pixel
+  // rows measured 10 % slower across rows than row by row.
+  const bool across_rows = !pointwise && !plain && 2 * s.ow <= kMaxR[2];
+  const int bt = across_rows || pointwise ? (tuning.pairs >= 1 && tuning.pairs <= kMaxB ? tuning.pairs : 2)
+                                          : tile_blocks(s.mb, s.ow, tuning.pairs);
+  const int64_t groups = (s.mb + bt - 1) / bt;
   const int64_t threads = pool ? pool->threads() : 1;
   const int64_t chunk_bytes = tuning.chunk_bytes > 0 ? tuning.chunk_bytes : kChunkWeightBytes;
   const int64_t unit_bytes = tuning.unit_bytes > 0 ? tuning.unit_bytes : kUnitInputBytes;
-  const int64_t chunk = std::max<int64_t>(
-      1, chunk_bytes / (s.kh * s.kw * kBlock * kBlock * kMaxB * int64_t{sizeof(float)}));
+  const int64_t tile_weight_bytes = s.kh * s.kw * kBlock * kBlock * bt * int64_t{sizeof(float)};
+  int64_t chunk = std::max<int64_t>(1, chunk_bytes / tile_weight_bytes);
   const int64_t lane_bytes = (plain ? s.plain_channels : kBlock) * int64_t{sizeof(float)};
   int64_t unit_rows = 1, unit_px = s.ow, units = 1;
   if (pointwise) {
@@ -345,10 +380,14 @@ void blocked_conv_dense_avx2(const BlockedConvShape& shape, const float* x, cons
     units = std::max(units, std::min((s.ow + 11) / 12, (want_tasks + s.n * groups - 1) / (s.n * groups)));
     unit_px = (s.ow + units - 1) / units;
   }
-  // Rows of at most half a tile (the late layers of small-image CNNs) are tiled as one run of
-  // pixels across rows: 1.5x on 96 -> 96 channels at 10 x 2 (Zen 2, one thread), where 4-pixel
-  // rows measured 10 % slower across rows than row by row.
-  const bool across_rows = !pointwise && !plain && 2 * s.ow <= kMaxR[kMaxB];
+  // A unit of few tiles (3x3s at 7x7: 7 rows of 2) reuses an L1 chunk too little to pay for
+  // fetching it and for the partial sums between chunks: its tiles stream L2-sized chunks
+  // instead, as the AVX-512 kernel's do (0.90-0.93x on resnet's 512-channel 3x3 at 7x7, Zen 4;
+  // 1.01-1.02x *slower* at 14x14, 42 tiles a unit).
+  const int64_t unit_tiles = across_rows ? (unit_rows * s.ow + kMaxR[bt] - 1) / kMaxR[bt]
+                                         : unit_rows * ((s.ow + kMaxR[bt] - 1) / kMaxR[bt]);
+  if (!pointwise && tuning.chunk_bytes <= 0 && unit_tiles <= 16)
+    chunk = std::max<int64_t>(1, kL2ChunkWeightBytes / tile_weight_bytes);
   const int64_t wanted_splits = std::clamp<int64_t>((want_tasks + s.n * units - 1) / (s.n * units), 1, groups);
   const int64_t groups_per_task = (groups + wanted_splits - 1) / wanted_splits;
   const int64_t splits = (groups + groups_per_task - 1) / groups_per_task;  // none of them empty
@@ -367,13 +406,13 @@ void blocked_conv_dense_avx2(const BlockedConvShape& shape, const float* x, cons
         if (++g == g1) g = g0, cb0 += chunk;
         if (!pointwise || cb0 >= s.cb) return NextWeights{};
         const int64_t tap_floats = s.kh * s.kw * kBlock * kBlock;
-        return NextWeights{reinterpret_cast<const char*>(j.w + (g * kMaxB * s.cb + cb0) * tap_floats),
+        return NextWeights{reinterpret_cast<const char*>(j.w + (g * bt * s.cb + cb0) * tap_floats),
                            std::min(chunk, s.cb - cb0) * tap_floats * int64_t{sizeof(float)},
-                           static_cast<int>(std::min<int64_t>(kMaxB, s.mb - g * kMaxB))};
+                           static_cast<int>(std::min<int64_t>(bt, s.mb - g * bt))};
       };
       auto run = [&](int64_t g, int64_t cb0) {
-        const int64_t mb0 = g * kMaxB;
-        const int b = static_cast<int>(std::min<int64_t>(kMaxB, s.mb - mb0));
+        const int64_t mb0 = g * bt;
+        const int b = static_cast<int>(std::min<int64_t>(bt, s.mb - mb0));
         const Tile tl{n, mb0, cb0, std::min(s.cb, cb0 + chunk), cb0 == 0, cb0 + chunk >= s.cb};
         const NextWeights next = next_weights(g, cb0);
         if (across_rows) return row(j, b, tl, 0, oh0 * s.ow, oh1 * s.ow, true, next);
