@@ -131,12 +131,12 @@ template <kiln_ops::Activation::Kind kKind, int B, int R>
     }
 }
 
-// How a tile reads X: blocked with stride 1 (the pixels' offsets are constants), blocked with any
-// stride, plain NCHW with C <= 8 channels (the RGB stem: one step per channel and tap), or
+// How a tile reads X: blocked with stride 1 or 2 (the pixels' offsets are constants), blocked
+// with any stride (an offset in a register per pixel), plain NCHW with C <= 8 channels (the RGB stem: one step per channel and tap), or
 // blocked with the tile's pixels running on across output rows (rows too narrow for a full
 // tile: a 2-pixel row is a 2 x 2 tile, 4 accumulators, latency-bound): each pixel's offset in X
 // then has a register of its own, while in Y the pixels stay consecutive.
-enum class Input { kBlockedUnit, kBlocked, kPlain, kAcrossRows };
+enum class Input { kBlockedUnit, kBlockedStride2, kBlocked, kPlain, kAcrossRows };
 
 // R output pixels of output row oh from column ow (kAcrossRows: output pixels ow.. of the image
 // in row-major order, oh 0); x: input block cb0 of the tile's image.
@@ -158,7 +158,9 @@ void tile(const Job& j, const Tile& t, int64_t oh, int64_t ow) {
       acc[b][r] = !t.first  ? _mm256_loadu_ps(y + b * j.out_plane + r * kBlock)
                   : j.e.bias ? _mm256_loadu_ps(j.e.bias + (t.mb0 + b) * kBlock)
                              : _mm256_setzero_ps();
-  const int64_t xstep = kIn == Input::kBlockedUnit ? kBlock : s.sw * kLanes;
+  const int64_t xstep = kIn == Input::kBlockedUnit      ? kBlock
+                        : kIn == Input::kBlockedStride2 ? 2 * kBlock
+                                                        : s.sw * kLanes;
   const int64_t w_block = j.w_block;
   const float* x = j.x + (t.n * s.cb + t.cb0) * j.in_plane;
   int64_t pixel[R];  // offset of each pixel's first tap in x, in floats
@@ -289,6 +291,7 @@ void row(const Job& j, int b, const Tile& t, int64_t oh, int64_t ow_begin, int64
   const TileTable& tiles = across_rows            ? kTiles<Input::kAcrossRows>
                            : s.plain_channels > 0 ? kTiles<Input::kPlain>
                            : s.sw == 1            ? kTiles<Input::kBlockedUnit>
+                           : s.sw == 2            ? kTiles<Input::kBlockedStride2>
                                                   : kTiles<Input::kBlocked>;
   const int64_t n = ow_end - ow_begin, count = (n + kMaxR[b] - 1) / kMaxR[b];
   const int64_t narrow = n / count, wide = n % count;  // `wide` tiles of narrow + 1 pixels first
