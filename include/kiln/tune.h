@@ -39,6 +39,10 @@ struct ModelTiming {
   // (onednn for every node it runs correctly, as forcing it would)
   std::string config;
   double ms = 0;  // the lower quartile of its runs
+  // How sure the check is against kiln's kernels alone, run for run: the median over rounds of
+  // this configuration's time over kiln's in the same round, and the rounds it was the faster.
+  double vs_kiln = 1;
+  int faster_rounds = 0, rounds = 0;
 };
 
 // One candidate kernel of a node: its median time per run, or why it was not timed or chosen.

@@ -278,11 +278,21 @@ Status check_whole_model(const ir::Model& model, const std::vector<Value>& input
     }
   }
   size_t best = 0;
+  const std::vector<double> own_runs = runs[0];
   for (size_t c = 0; c < configs.size(); ++c) {
+    ModelTiming t{configs[c].first};
+    std::vector<double> ratios;
+    for (int round = 0; round < rounds; ++round) {
+      ratios.push_back(runs[c][round] / own_runs[round]);
+      t.faster_rounds += runs[c][round] < own_runs[round] ? 1 : 0;
+    }
+    t.rounds = rounds;
+    t.vs_kiln = ranked(std::move(ratios), 2);
     // The lower quartile: noise on this machine only adds time (another configuration's library
     // threads still spinning, the VM's slow phases), so the fast runs say most about the
     // configuration itself; the quartile, not the minimum, so that one lucky run does not decide.
-    report.model_timings.push_back(ModelTiming{configs[c].first, ranked(std::move(runs[c]), 4)});
+    t.ms = ranked(std::move(runs[c]), 4);
+    report.model_timings.push_back(t);
     // Like a node's, another configuration must beat kiln's by min_gain: the rounds are noisy,
     // and kiln's kernels alone bring no other library's threads.
     const double ms = report.model_timings[c].ms;

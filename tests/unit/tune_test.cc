@@ -95,6 +95,16 @@ TEST(Tune, PicksTheFastestCorrectBackendAndRejectsTheWrongOne) {
   EXPECT_EQ(r->timed, 1);
   EXPECT_EQ(r->choices,
             (std::map<std::string, std::string>{{"t1", "test_right"}, {"y", "test_right"}}));
+  // The whole-model check compares each configuration with kiln's kernels run for run.
+  ASSERT_FALSE(r->model_timings.empty());
+  EXPECT_EQ(r->model_timings[0].config, "kiln");
+  for (const ModelTiming& t : r->model_timings) {
+    EXPECT_GE(t.rounds, o.model_rounds) << t.config;
+    EXPECT_LE(t.faster_rounds, t.rounds) << t.config;
+    EXPECT_GT(t.vs_kiln, 0) << t.config;
+  }
+  EXPECT_EQ(r->model_timings[0].vs_kiln, 1.0);  // kiln's own runs against themselves
+  EXPECT_EQ(r->model_timings[0].faster_rounds, 0);
 }
 
 TEST(Tune, RecordedChoicesSurviveSaveAndLoad) {

@@ -44,16 +44,24 @@ Result<TuneReport> tune_and_record(ir::Model& model, const std::vector<Value>& i
   return report;
 }
 
+// "0.951x kiln's time, faster in 29 of 31 rounds": a configuration against kiln's kernels alone.
+std::string against_kiln(const ModelTiming& t) {
+  char s[96];
+  std::snprintf(s, sizeof(s), "%.3fx kiln's time, faster in %d of %d rounds", t.vs_kiln,
+                t.faster_rounds, t.rounds);
+  return s;
+}
+
 void print_tune_summary(const TuneReport& r) {
   int over = 0;
   for (const NodeTuning& n : r.nodes) over += n.over_budget ? 1 : 0;
+  std::string how = r.kept_from_cache ? "from the cache" : r.model_timings.empty() ? "nothing to compare" : "timed";
+  for (const ModelTiming& t : r.model_timings)
+    if (t.config == r.kept && t.config != "kiln") how += ": " + against_kiln(t);
   std::printf(
       "tuning      %zu nodes with several backends: %d timed, %d from the cache, %d over "
       "budget; %zu not kiln's own (%s, %s); %.1f s\n",
-      r.nodes.size(), r.timed, r.cache_hits, over, r.choices.size(), r.kept.c_str(),
-      r.kept_from_cache         ? "from the cache"
-      : r.model_timings.empty() ? "nothing to compare"
-                                : "timed",
+      r.nodes.size(), r.timed, r.cache_hits, over, r.choices.size(), r.kept.c_str(), how.c_str(),
       r.seconds);
 }
 
@@ -84,8 +92,8 @@ void print_tune_report(const TuneReport& r) {
   double own_model = 0;
   for (const ModelTiming& t : r.model_timings) {
     if (t.config == "kiln") own_model = t.ms;
-    std::printf("model p25 %-20s %10.3f ms%s\n", t.config.c_str(), t.ms,
-                t.config == r.kept ? "  <- kept" : "");
+    std::printf("model p25 %-20s %10.3f ms  %s%s\n", t.config.c_str(), t.ms,
+                t.config == "kiln" ? "" : against_kiln(t).c_str(), t.config == r.kept ? "  <- kept" : "");
   }
   if (own_model > 0 && own_us > 0) {
     double kept_ms = own_model;
