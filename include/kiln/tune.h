@@ -29,7 +29,7 @@ struct TuneOptions {
   // are noise, and a library's kernel brings its own threads, which compete with kiln's.
   double min_gain = 0.03;
   // Whole-model check of the per-node choices (below): each configuration runs at least this
-  // many times, one run of each in turn; a faster model runs more, up to 31 (about 1.5 s of each).
+  // many times, one run of each in turn; a faster model runs more, up to 61 (about 3 s of each).
   int model_rounds = 9;
 };
 

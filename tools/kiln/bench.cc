@@ -8,6 +8,8 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
 
 #include "backends/backend.h"
 #include "cli.h"
@@ -34,8 +36,11 @@ std::vector<std::string> backends_in_build() {
 }
 
 // kiln's own kernels, each registered backend forced in turn, and the tuned mix: the model's p50
-// under each, the configurations alternating round by round so that drifts of a noisy machine hit
-// them all alike; a row's figure is the median of its rounds.
+// under each, the configurations alternating round by round, in a new order each round, so that
+// drifts of a noisy machine hit them all alike. A row's p50 is the median of its rounds; its "vs
+// kiln" is the median of its round's p50 over kiln's of the same round (paired: in fixed order
+// with unpaired medians, two runs of the same kiln configuration read 0.82-0.99 of each other on
+// resnet50, Zen 4).
 Status print_backend_table(const std::shared_ptr<ir::Model>& model,
                            const std::vector<Value>& inputs, SessionOptions so,
                            const TuneFlags& tune, int iters, int warmup, int rounds) {
@@ -58,22 +63,27 @@ Status print_backend_table(const std::shared_ptr<ir::Model>& model,
   so.backend = "kiln";
   KILN_ASSIGN_OR_RETURN(auto ts, Session::create(tuned, so));
   rows.push_back(Row{"tuned", std::move(ts), {}});
-  for (int r = 0; r < rounds; ++r)
-    for (Row& row : rows) {
+  std::vector<size_t> order(rows.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::mt19937 shuffle_rng(1);
+  for (int r = 0; r < rounds; ++r) {
+    std::shuffle(order.begin(), order.end(), shuffle_rng);
+    for (size_t i : order) {
       KILN_ASSIGN_OR_RETURN(auto times,
-                            time_runs(*row.session, inputs, r == 0 ? warmup : 2, iters));
-      row.p50s.push_back(median_ms(times));
+                            time_runs(*rows[i].session, inputs, r == 0 ? warmup : 2, iters));
+      rows[i].p50s.push_back(median(times));
     }
-  const double own = median_ms(rows[0].p50s);
-  std::printf("%-14s %14s %10s %9s   (median of %d rounds of %d runs)\n", "backend", "nodes taken",
+  }
+  std::printf("%-14s %14s %10s %9s   (medians of %d rounds of %d runs)\n", "backend", "nodes taken",
               "p50 ms", "vs kiln", rounds, iters);
   for (Row& row : rows) {
     const auto nodes = row.session->node_backends();
     const auto taken = std::count_if(nodes.begin(), nodes.end(),
                                      [](const auto& nb) { return nb.second != "kiln"; });
-    const double p50 = median_ms(row.p50s);
+    std::vector<double> vs_kiln;
+    for (int r = 0; r < rounds; ++r) vs_kiln.push_back(row.p50s[r] / rows[0].p50s[r]);
     std::printf("%-14s %8zd / %-4zu %10.3f %9.3f\n", row.name.c_str(), static_cast<ssize_t>(taken),
-                nodes.size(), p50, p50 / own);
+                nodes.size(), median(row.p50s), median(vs_kiln));
   }
   return Status::ok();
 }

@@ -27,7 +27,7 @@ Result<std::vector<double>> time_runs(Session& session, const std::vector<Value>
   return times;
 }
 
-double median_ms(std::vector<double> times) {
+double median(std::vector<double> times) {
   if (times.empty()) return 0;
   std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
   return times[times.size() / 2];

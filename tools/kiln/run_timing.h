@@ -13,6 +13,6 @@ Result<std::vector<double>> time_runs(Session& session, const std::vector<Value>
                                       int warmup, int iters, bool progress = false);
 
 // The median of `times` (which it reorders).
-double median_ms(std::vector<double> times);
+double median(std::vector<double> times);
 
 }  // namespace kiln::cli

@@ -56,8 +56,13 @@ void print_tune_summary(const TuneReport& r) {
   int over = 0;
   for (const NodeTuning& n : r.nodes) over += n.over_budget ? 1 : 0;
   std::string how = r.kept_from_cache ? "from the cache" : r.model_timings.empty() ? "nothing to compare" : "timed";
+  // How sure: the kept configuration against kiln's kernels alone, or, when that is kiln's, the
+  // closest other one.
+  const ModelTiming* shown = nullptr;
   for (const ModelTiming& t : r.model_timings)
-    if (t.config == r.kept && t.config != "kiln") how += ": " + against_kiln(t);
+    if (t.config != "kiln" && (t.config == r.kept || (r.kept == "kiln" && (!shown || t.vs_kiln < shown->vs_kiln))))
+      shown = &t;
+  if (shown) how += (r.kept == "kiln" ? "; closest " + shown->config + ": " : ": ") + against_kiln(*shown);
   std::printf(
       "tuning      %zu nodes with several backends: %d timed, %d from the cache, %d over "
       "budget; %zu not kiln's own (%s, %s); %.1f s\n",

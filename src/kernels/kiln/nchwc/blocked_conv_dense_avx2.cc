@@ -132,8 +132,8 @@ template <kiln_ops::Activation::Kind kKind, int B, int R>
 }
 
 // How a tile reads X: blocked with stride 1 or 2 (the pixels' offsets are constants), blocked
-// with any stride (an offset in a register per pixel), plain NCHW with C <= 8 channels (the RGB stem: one step per channel and tap), or
-// blocked with the tile's pixels running on across output rows (rows too narrow for a full
+// with any stride, plain NCHW with C <= 8 channels (the RGB stem: one step per channel and tap),
+// or blocked with the tile's pixels running on across output rows (rows too narrow for a full
 // tile: a 2-pixel row is a 2 x 2 tile, 4 accumulators, latency-bound): each pixel's offset in X
 // then has a register of its own, while in Y the pixels stay consecutive.
 enum class Input { kBlockedUnit, kBlockedStride2, kBlocked, kPlain, kAcrossRows };
@@ -252,10 +252,10 @@ double row_cost(int64_t mb, int64_t len, int b) {
   return cost;
 }
 
-// Output blocks per tile: 2 unless the model above says another count is cheaper (rows of 7 or
-// 14 pixels: 3 x 4-pixel tiles hold 12 accumulators where 2 x 4 and 2 x 3 hold 8 and 6).
-int tile_blocks(int64_t mb, int64_t len, int forced) {
-  if (forced >= 1 && forced <= kMaxB) return forced;
+// Output blocks per tile for rows of `len` pixels: 2 unless the model above says another count
+// is cheaper (rows of 7 pixels: 3 x 4- and 3 x 3-pixel tiles hold 12 and 9 accumulators where
+// 2 x 4 and 2 x 3 hold 8 and 6).
+int tile_blocks(int64_t mb, int64_t len) {
   int best = 2;
   for (int b = 1; b <= kMaxB; ++b)
     if (row_cost(mb, len, b) < row_cost(mb, len, best)) best = b;
@@ -346,8 +346,10 @@ void blocked_conv_dense_avx2(const BlockedConvShape& shape, const float* x, cons
   // pixels across rows: 1.5x on 96 -> 96 channels at 10 x 2 (Zen 2, one thread), where 4-pixel
   // rows measured 10 % slower across rows than row by row.
   const bool across_rows = !pointwise && !plain && 2 * s.ow <= kMaxR[2];
-  const int bt = across_rows || pointwise ? (tuning.pairs >= 1 && tuning.pairs <= kMaxB ? tuning.pairs : 2)
-                                          : tile_blocks(s.mb, s.ow, tuning.pairs);
+  // Output blocks per tile; long rows (pointwise, across rows) take 2.
+  const int bt = tuning.pairs >= 1 && tuning.pairs <= kMaxB ? tuning.pairs
+                 : pointwise || across_rows                 ? 2
+                                                            : tile_blocks(s.mb, s.ow);
   const int64_t groups = (s.mb + bt - 1) / bt;
   const int64_t threads = pool ? pool->threads() : 1;
   const int64_t chunk_bytes = tuning.chunk_bytes > 0 ? tuning.chunk_bytes : kChunkWeightBytes;
