@@ -236,29 +236,20 @@ constexpr TileTable kTiles = {
     tiles_of<2, kIn>(std::make_integer_sequence<int, kMaxR[2]>{}),
     tiles_of<3, kIn>(std::make_integer_sequence<int, kMaxR[3]>{})};
 
-// Estimated half-cycles per input lane of a row of `len` pixels over `mb` output blocks in tiles
-// of up to `b` blocks: per tile the most of its FMAs (2 a cycle), the FMA latency (4 cycles: each
-// accumulator takes one FMA per lane) and its loads (3 a cycle).
-double row_cost(int64_t mb, int64_t len, int b) {
-  double cost = 0;
-  for (int64_t left = mb; left > 0; left -= b) {
-    const int bb = static_cast<int>(std::min<int64_t>(b, left));
-    const int64_t count = (len + kMaxR[bb] - 1) / kMaxR[bb];
-    for (int64_t i = 0; i < count; ++i) {
-      const int64_t r = len / count + (i < len % count ? 1 : 0);
-      cost += std::max({static_cast<double>(bb * r), 8.0, 2.0 * static_cast<double>(bb + r) / 3});
-    }
-  }
-  return cost;
-}
-
-// Output blocks per tile for rows of `len` pixels: 2 unless the model above says another count
-// is cheaper (rows of 7 pixels: 3 x 4- and 3 x 3-pixel tiles hold 12 and 9 accumulators where
-// 2 x 4 and 2 x 3 hold 8 and 6).
+// Output blocks per tile for rows of `len` pixels: 2 unless another count is cheaper by
+// row_cost, a tile of B x R costing the most of its FMAs (2 a cycle), the FMA latency (4 cycles:
+// each accumulator takes one FMA per lane) and its loads (3 a cycle), in half-cycles per input
+// lane. Rows of 7 pixels take 3: 3 x 4- and 3 x 3-pixel tiles hold 12 and 9 accumulators where
+// 2 x 4 and 2 x 3 hold 8 and 6.
 int tile_blocks(int64_t mb, int64_t len) {
+  auto cost = [&](int b) {
+    return row_cost(mb, len, b, kMaxR, [](int bb, int64_t r) {
+      return std::max({static_cast<double>(bb * r), 8.0, 2.0 * static_cast<double>(bb + r) / 3});
+    });
+  };
   int best = 2;
   for (int b = 1; b <= kMaxB; ++b)
-    if (row_cost(mb, len, b) < row_cost(mb, len, best)) best = b;
+    if (cost(b) < cost(best)) best = b;
   return best;
 }
 

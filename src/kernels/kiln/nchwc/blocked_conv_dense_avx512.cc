@@ -269,19 +269,12 @@ void run_span(const Job& j, const TileRow& tiles, int p, Tile t, int64_t ow0, in
   tiles[base - 1](j, t, count - extra);
 }
 
-// Estimated cycles per input channel of a row of `len` pixels for `pairs` pairs in tiles of P:
-// the FMAs, or the loads (2 per cycle, a zmm counting 2) when they are more, plus a loop step.
-double row_cost(int64_t pairs, int64_t len, int P) {
-  double cost = 0;
-  for (int64_t left = pairs; left > 0; left -= P) {
-    const int p = static_cast<int>(std::min<int64_t>(P, left));
-    const int64_t count = (len + kMaxR[p] - 1) / kMaxR[p];
-    for (int64_t i = 0; i < count; ++i) {
-      const int64_t r = len / count + (i < len % count ? 1 : 0);
-      cost += std::max<double>(p * r, (2.0 * p + r) / 2) + 1;
-    }
-  }
-  return cost;
+// Estimated cycles per input channel of a row of `len` pixels for `pairs` pairs in tiles of P
+// (row_cost): per tile the FMAs, or the loads (2 per cycle, a zmm counting 2) when they are more,
+// plus a loop step.
+double pair_row_cost(int64_t pairs, int64_t len, int P) {
+  return row_cost(pairs, len, P, kMaxR,
+                  [](int p, int64_t r) { return std::max<double>(p * r, (2.0 * p + r) / 2) + 1; });
 }
 
 // How a call is cut into tasks.
@@ -309,7 +302,7 @@ Split split(const Job& j, bool pointwise, bool lone, int64_t threads, const Dens
     sp.P = 1;
     const int64_t len = pointwise ? (extent + sp.units - 1) / sp.units : s.ow;
     for (int cand = 2; cand <= kMaxPairs && cand <= j.pairs; ++cand)
-      if (row_cost(j.pairs, len, cand) <= row_cost(j.pairs, len, sp.P)) sp.P = cand;
+      if (pair_row_cost(j.pairs, len, cand) <= pair_row_cost(j.pairs, len, sp.P)) sp.P = cand;
   }
   sp.pair_groups = (j.pairs + sp.P - 1) / sp.P;
   sp.groups = sp.pair_groups + (lone ? 1 : 0);

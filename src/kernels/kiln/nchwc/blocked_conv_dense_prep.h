@@ -31,6 +31,21 @@ struct DenseInput {
 DenseInput dense_input(const BlockedConvShape& s, const float* x, AlignedBuffer& scratch,
                        ThreadPool* pool);
 
+// The estimated cost of a row of `len` output pixels over `units` output units (blocks or block
+// pairs) in register tiles of up to `per_tile` units: each group of units cuts the row into the
+// fewest tiles of at most max_r[units in the group] pixels, as even as can be, and each tile costs
+// tile_cost(units, pixels). The dense kernels pick their tile height by it.
+template <class TileCost>
+double row_cost(int64_t units, int64_t len, int per_tile, const int* max_r, TileCost tile_cost) {
+  double cost = 0;
+  for (int64_t left = units; left > 0; left -= per_tile) {
+    const int u = static_cast<int>(left < per_tile ? left : per_tile);
+    const int64_t count = (len + max_r[u] - 1) / max_r[u];
+    for (int64_t i = 0; i < count; ++i) cost += tile_cost(u, len / count + (i < len % count ? 1 : 0));
+  }
+  return cost;
+}
+
 // Dense weights [mb, cb, kh, kw, 8 (input lane), 8 (output lane)] as blocked_conv_dense_avx512
 // reads them: output blocks in pairs (16 channels, one zmm),
 //   [ceil(mb / 2), cb, kh, kw, 8 (input lane), 16 (lanes of blocks 2p, 2p + 1)],
