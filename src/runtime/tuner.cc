@@ -269,7 +269,8 @@ Status check_whole_model(const ir::Model& model, const std::vector<Value>& input
     }
   const int rounds =
       std::clamp(static_cast<int>(kModelCheckMs / std::max(own_ms, 1e-3)),
-                 std::max(options.model_rounds, 1), std::max(options.model_rounds, kMaxModelRounds));
+                 std::max(options.model_rounds, 1),
+                 std::max(options.model_rounds, kMaxModelRounds));
   std::vector<std::vector<double>> runs(configs.size());
   std::vector<size_t> order(configs.size());
   std::iota(order.begin(), order.end(), size_t{0});
@@ -302,7 +303,8 @@ Status check_whole_model(const ir::Model& model, const std::vector<Value>& input
     // and kiln's kernels alone bring no other library's threads. Judged run for run (vs_kiln),
     // not by the quartiles: by those, resnet50 kept OpenBLAS for its classifier while, run for
     // run, it took 0.983x kiln's time and was the faster in 17 rounds of 31 (Zen 4).
-    if (t.vs_kiln < report.model_timings[best].vs_kiln && t.vs_kiln < 1 - options.min_gain) best = c;
+    if (t.vs_kiln < report.model_timings[best].vs_kiln && t.vs_kiln < 1 - options.min_gain)
+      best = c;
   }
   report.kept = configs[best].first;
   report.choices = configs[best].second;

@@ -55,14 +55,18 @@ std::string against_kiln(const ModelTiming& t) {
 void print_tune_summary(const TuneReport& r) {
   int over = 0;
   for (const NodeTuning& n : r.nodes) over += n.over_budget ? 1 : 0;
-  std::string how = r.kept_from_cache ? "from the cache" : r.model_timings.empty() ? "nothing to compare" : "timed";
+  std::string how = r.kept_from_cache         ? "from the cache"
+                    : r.model_timings.empty() ? "nothing to compare"
+                                              : "timed";
   // How sure: the kept configuration against kiln's kernels alone, or, when that is kiln's, the
   // closest other one.
   const ModelTiming* shown = nullptr;
-  for (const ModelTiming& t : r.model_timings)
-    if (t.config != "kiln" && (t.config == r.kept || (r.kept == "kiln" && (!shown || t.vs_kiln < shown->vs_kiln))))
-      shown = &t;
-  if (shown) how += (r.kept == "kiln" ? "; closest " + shown->config + ": " : ": ") + against_kiln(*shown);
+  for (const ModelTiming& t : r.model_timings) {
+    if (t.config == "kiln") continue;
+    if (t.config == r.kept || (r.kept == "kiln" && (!shown || t.vs_kiln < shown->vs_kiln))) shown = &t;
+  }
+  if (shown)
+    how += (r.kept == "kiln" ? "; closest " + shown->config + ": " : ": ") + against_kiln(*shown);
   std::printf(
       "tuning      %zu nodes with several backends: %d timed, %d from the cache, %d over "
       "budget; %zu not kiln's own (%s, %s); %.1f s\n",
@@ -97,8 +101,9 @@ void print_tune_report(const TuneReport& r) {
   double own_model = 0;
   for (const ModelTiming& t : r.model_timings) {
     if (t.config == "kiln") own_model = t.ms;
-    std::printf("model p25 %-20s %10.3f ms  %s%s\n", t.config.c_str(), t.ms,
-                t.config == "kiln" ? "" : against_kiln(t).c_str(), t.config == r.kept ? "  <- kept" : "");
+    const std::string sure = t.config == "kiln" ? "" : against_kiln(t);
+    std::printf("model p25 %-20s %10.3f ms  %s%s\n", t.config.c_str(), t.ms, sure.c_str(),
+                t.config == r.kept ? "  <- kept" : "");
   }
   if (own_model > 0 && own_us > 0) {
     double kept_ms = own_model;

@@ -46,7 +46,7 @@ void blocked_conv_reference(const BlockedConvShape& s, const float* x, const flo
 // How the dense kernels split the work; zero fields are chosen from the shape (the benchmark and
 // the tests force them).
 struct DenseTuning {
-  int pairs = 0;             // output block pairs (AVX-512, 1 to 4) or blocks (AVX2, 1 to 3) per tile
+  int pairs = 0;             // per tile: output block pairs (AVX-512, 1-4) or blocks (AVX2, 1-3)
   int64_t chunk_bytes = 0;   // weights of one tile's chunk of input blocks
   int64_t unit_bytes = 0;    // input of one unit of output rows or pixels (kept in L2)
 };

@@ -41,7 +41,8 @@ double row_cost(int64_t units, int64_t len, int per_tile, const int* max_r, Tile
   for (int64_t left = units; left > 0; left -= per_tile) {
     const int u = static_cast<int>(left < per_tile ? left : per_tile);
     const int64_t count = (len + max_r[u] - 1) / max_r[u];
-    for (int64_t i = 0; i < count; ++i) cost += tile_cost(u, len / count + (i < len % count ? 1 : 0));
+    for (int64_t i = 0; i < count; ++i)
+      cost += tile_cost(u, len / count + (i < len % count ? 1 : 0));
   }
   return cost;
 }
