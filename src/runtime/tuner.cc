@@ -284,20 +284,19 @@ Status check_whole_model(const ir::Model& model, const std::vector<Value>& input
     }
   }
   size_t best = 0;
-  const std::vector<double> own_runs = runs[0];
   for (size_t c = 0; c < configs.size(); ++c) {
     ModelTiming t{configs[c].first};
     std::vector<double> ratios;
     for (int round = 0; round < rounds; ++round) {
-      ratios.push_back(runs[c][round] / own_runs[round]);
-      t.faster_rounds += runs[c][round] < own_runs[round] ? 1 : 0;
+      ratios.push_back(runs[c][round] / runs[0][round]);
+      t.faster_rounds += runs[c][round] < runs[0][round] ? 1 : 0;
     }
     t.rounds = rounds;
     t.vs_kiln = ranked(std::move(ratios), 2);
     // Shown: the lower quartile (noise on this machine only adds time, so the fast runs say most
     // about the configuration itself; the quartile, not the minimum, so that one lucky run does
     // not decide).
-    t.ms = ranked(std::move(runs[c]), 4);
+    t.ms = ranked(runs[c], 4);
     report.model_timings.push_back(t);
     // Like a node's, another configuration must beat kiln's by min_gain: the rounds are noisy,
     // and kiln's kernels alone bring no other library's threads. Judged run for run (vs_kiln),
