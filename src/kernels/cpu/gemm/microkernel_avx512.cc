@@ -15,7 +15,9 @@ namespace {
 #endif
 constexpr int kMr = KILN_AVX512_MR, kNr = 32;
 
-
+// kPrefetch also asks L2 for row p of t.prefetch_b (the next panel, 32 floats: two lines) at
+// step p, as the AVX2 kernel does (microkernel.h, DESIGN.md).
+template <bool kPrefetch = false>
 void f32_gemm_avx512(const TileArgs& t) {
   __m512 acc[kMr][2];
   // Every loop over acc fully unrolled, or GCC keeps acc in memory.
@@ -32,7 +34,12 @@ void f32_gemm_avx512(const TileArgs& t) {
     _mm_prefetch(reinterpret_cast<const char*>(t.c + i * t.ldc), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(t.c + i * t.ldc + kNr - 1), _MM_HINT_T0);
   }
+  const float* next = t.prefetch_b;
   for (int64_t p = 0; p < kc; ++p, a += kMr, b += kNr) {
+    if constexpr (kPrefetch) {
+      _mm_prefetch(reinterpret_cast<const char*>(next + p * kNr), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(next + p * kNr + 16), _MM_HINT_T1);
+    }
     const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
 #pragma GCC unroll 16
     for (int i = 0; i < kMr; ++i) {
@@ -68,7 +75,9 @@ MicroKernel f32_gemm_avx512_kernel() {
                                   : KILN_AVX512_MR == 12 ? "f32_gemm_12x32_avx512"
                                                          : "f32_gemm_14x32_avx512";
   // kc 256: B micro-panel 32 KiB, measured no worse than 128 or 384 (DESIGN.md, bench/).
-  return {name, kMr, kNr, 8 * 24, 256, 3072, 1024, f32_gemm_avx512};
+  MicroKernel k{name, kMr, kNr, 8 * 24, 256, 3072, 1024, f32_gemm_avx512<>};
+  k.fn_prefetch = f32_gemm_avx512<true>;
+  return k;
 }
 
 }  // namespace kiln::gemm
