@@ -118,6 +118,7 @@ void register_all() {
       {"vit_qkv_197x2304x768", 197, 2304, 768},
       {"mlp_block_64x3072x768", 64, 3072, 768},  {"mlp_block_64x768x3072", 64, 768, 3072},
       {"stft_97x514x512", 97, 514, 512},  // log-mel's STFT as a Conv: frames x filters x window
+      {"rn50_cls_1x1000x2048", 1, 1000, 2048},  // a batch-1 classifier: B from L3 or memory
   };
   for (const auto& kernel : kiln::gemm::available_f32_kernels())
     for (const Shape& s : shapes)
