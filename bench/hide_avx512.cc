@@ -7,7 +7,8 @@
 // handler: the real answer with the AVX-512 feature bits (and AVX512-BF16's) cleared. The
 // setting is per thread and inherited by new threads; an exec'd program loads the library
 // again through LD_PRELOAD. glibc picks its string functions before this runs: they may still
-// use AVX-512, which the peers' kernels do not depend on.
+// use AVX-512, which the peers' kernels do not depend on. A program that installs a SIGSEGV
+// handler of its own and then runs cpuid dies of it (perf does): run such tools outside.
 #include <asm/prctl.h>
 #include <cpuid.h>
 #include <signal.h>
