@@ -131,6 +131,7 @@ std::vector<Case> cases() {
       {33, 65, 300},      {128, 768, 96},    {197, 96, 3072},   {2, 3, 0},
       {50, 1, 20},        {13, 47, 600},     {300, 40, 9},      {64, 3136 / 8, 576 / 4},
       {3, 70, 1100},      {16, 32, 1500},
+      {15, 70, 300},  // a partial row tile of 7 (mr 8) and 3 (mr 6): fn_short's widest
   };
   // Transposes, scaling, accumulation into C and the bias epilogue on odd shapes.
   for (bool ta : {false, true})

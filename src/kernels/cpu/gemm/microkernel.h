@@ -45,8 +45,8 @@ struct MicroKernel {
   // tile then runs into a scratch tile. 20 rows (an LSTM's projection over 20 steps, a CRNN's
   // classifier) cost 24 that way at mr 6.
   std::array<MicroKernelFn, 8> fn_short{};
-  // fn that also prefetches TileArgs::prefetch_b into L2 (nr = 16 floats, a line a k step), or
-  // null. The first row tile of a prepacked panel streams the next panel with it, so that a B
+  // fn that also prefetches TileArgs::prefetch_b into L2 (a panel row a k step: one line at
+  // nr = 16, two at nr = 32), or null. The first row tile of a prepacked panel streams the next panel with it, so that a B
   // read from memory arrives while the other row tiles read this panel from L2: crnn's
   // 20 x 8210 x 1024 classifier (34 MB of B, 4 row tiles) in 0.86-0.91x the time on Zen 3.
   MicroKernelFn fn_prefetch = nullptr;
