@@ -402,6 +402,27 @@ void blocked_conv_dense_avx2(const BlockedConvShape& shape, const float* x, cons
     units = std::max(units, std::min((s.ow + 11) / 12, (want_tasks + s.n * groups - 1) / (s.n * groups)));
     unit_px = (s.ow + units - 1) / units;
   }
+  // Each unit's output-block groups split into `splits` tasks of groups_per_task groups.
+  auto groups_per_task_of = [&](int64_t u) {
+    const int64_t wanted = std::clamp<int64_t>((want_tasks + s.n * u - 1) / (s.n * u), 1, groups);
+    return (groups + wanted - 1) / wanted;
+  };
+  if (threads > 1) {
+    // A thread's share of few tasks is a whole number of them, of equal units where it can be:
+    // mobilenet's 16 -> 96 at 112 ran as 27 tasks, 14 on one thread and 13 on the other, its
+    // 24 -> 144 at 56 as 21, resnet's 3x3s2 128 at 28 rows as units of 10, 10 and 8 rows. Up to
+    // threads - 1 more units are tried: first for equal units, then for a whole number.
+    const int64_t extent = pointwise ? s.ow : s.oh, most = pointwise ? (s.ow + 11) / 12 : s.oh;
+    int64_t& len = pointwise ? unit_px : unit_rows;
+    bool done = false;
+    for (const bool equal : {true, false})
+      for (int64_t u = units; !done && u < units + threads && u <= most; ++u) {
+        const int64_t l = (extent + u - 1) / u, count = (extent + l - 1) / l;
+        const int64_t per = groups_per_task_of(count);
+        if ((!equal || extent % l == 0) && s.n * count * ((groups + per - 1) / per) % threads == 0)
+          units = count, len = l, done = true;
+      }
+  }
   // A unit of few tiles (3x3s at 7x7: 7 rows of 2) reuses an L1 chunk too little to pay for
   // fetching it and for the partial sums between chunks: its tiles stream L2-sized chunks
   // instead, as the AVX-512 kernel's do (0.90-0.93x on resnet's 512-channel 3x3 at 7x7, Zen 4;
@@ -410,24 +431,6 @@ void blocked_conv_dense_avx2(const BlockedConvShape& shape, const float* x, cons
                                          : unit_rows * ((s.ow + kMaxR[bt] - 1) / kMaxR[bt]);
   if (!pointwise && tuning.chunk_bytes <= 0 && unit_tiles <= 16)
     chunk = std::max<int64_t>(1, kL2ChunkWeightBytes / tile_weight_bytes);
-  // Each unit's output-block groups split into `splits` tasks of groups_per_task groups.
-  auto groups_per_task_of = [&](int64_t u) {
-    const int64_t wanted = std::clamp<int64_t>((want_tasks + s.n * u - 1) / (s.n * u), 1, groups);
-    return (groups + wanted - 1) / wanted;
-  };
-  if (pointwise && threads > 1) {
-    // A thread's share of few tasks is a whole number of them: mobilenet's 16 -> 96 at 112 ran
-    // as 27 tasks, 14 on one thread and 13 on the other, and its 24 -> 144 at 56 as 21.
-    // Widen to the next unit count whose tasks share out evenly, if one is near.
-    for (int64_t u = units; u < units + threads && u <= (s.ow + 11) / 12; ++u) {
-      const int64_t px = (s.ow + u - 1) / u, count = (s.ow + px - 1) / px;
-      const int64_t per = groups_per_task_of(count);
-      if (s.n * count * ((groups + per - 1) / per) % threads == 0) {
-        units = count, unit_px = px;
-        break;
-      }
-    }
-  }
   const int64_t groups_per_task = groups_per_task_of(units);
   const int64_t splits = (groups + groups_per_task - 1) / groups_per_task;  // none of them empty
   fill_steps(s, j.in_plane, std::min(chunk, s.cb), steps);
