@@ -408,20 +408,14 @@ void blocked_conv_dense_avx2(const BlockedConvShape& shape, const float* x, cons
     return (groups + wanted - 1) / wanted;
   };
   if (threads > 1) {
-    // A thread's share of few tasks is a whole number of them, of equal units where it can be:
-    // mobilenet's 16 -> 96 at 112 ran as 27 tasks, 14 on one thread and 13 on the other, its
-    // 24 -> 144 at 56 as 21, resnet's 3x3s2 128 at 28 rows as units of 10, 10 and 8 rows. Up to
-    // threads - 1 more units are tried: first for equal units, then for a whole number.
+    // Tasks that share out evenly, of equal units where they can be (even_units).
     const int64_t extent = pointwise ? s.ow : s.oh, most = pointwise ? (s.ow + 11) / 12 : s.oh;
     int64_t& len = pointwise ? unit_px : unit_rows;
-    bool done = false;
-    for (const bool equal : {true, false})
-      for (int64_t u = units; !done && u < units + threads && u <= most; ++u) {
-        const int64_t l = (extent + u - 1) / u, count = (extent + l - 1) / l;
-        const int64_t per = groups_per_task_of(count);
-        if ((!equal || extent % l == 0) && s.n * count * ((groups + per - 1) / per) % threads == 0)
-          units = count, len = l, done = true;
-      }
+    const Units even = even_units(extent, {units, len}, most, threads, true, [&](int64_t count) {
+      const int64_t per = groups_per_task_of(count);
+      return s.n * count * ((groups + per - 1) / per);
+    });
+    units = even.units, len = even.len;
   }
   // A unit of few tiles (3x3s at 7x7: 7 rows of 2) reuses an L1 chunk too little to pay for
   // fetching it and for the partial sums between chunks: its tiles stream L2-sized chunks

@@ -316,17 +316,10 @@ Split split(const Job& j, bool pointwise, bool lone, int64_t threads, const Dens
                         std::max(sp.units, (4 * threads + s.n * sp.groups - 1) / (s.n * sp.groups)));
   sp.unit_len = (extent + sp.units - 1) / sp.units;
   sp.units = (extent + sp.unit_len - 1) / sp.unit_len;
-  if (pointwise && threads > 1) {
-    // A thread's share of few tasks is a whole number of them: mobilenet's 24 -> 144 at 56 ran
-    // as 9 tasks, 5 on one thread and 4 on the other. Widen to the next unit count whose tasks
-    // share out evenly, if one is near.
-    for (int64_t u = sp.units; u < sp.units + threads && u <= (extent + 7) / 8; ++u) {
-      const int64_t len = (extent + u - 1) / u, count = (extent + len - 1) / len;
-      if (s.n * sp.groups * count % threads == 0) {
-        sp.unit_len = len, sp.units = count;
-        break;
-      }
-    }
+  if (pointwise && threads > 1) {  // tasks that share out evenly (even_units)
+    const Units even = even_units(extent, {sp.units, sp.unit_len}, (extent + 7) / 8, threads, false,
+                                  [&](int64_t count) { return s.n * sp.groups * count; });
+    sp.units = even.units, sp.unit_len = even.len;
   }
   // The larger operand stays put: with more weights than input (the deep layers), a thread's
   // consecutive tasks are one group's units, its weights staying in L2; else one unit's groups.

@@ -47,6 +47,28 @@ double row_cost(int64_t units, int64_t len, int per_tile, const int* max_r, Tile
   return cost;
 }
 
+// Units of `extent` output rows or pixels whose tasks share out evenly over `threads`: from
+// `units` up to threads - 1 more (and at most `most`), the first count of units of ceil(extent /
+// u) each for which tasks(count) divides by threads; with equal_first, units of one length are
+// looked for first. {units, len}, or {units, len} as given when none is near: mobilenet's 24 ->
+// 144 at 56 had run as 9 tasks on 2 threads (5 + 4), resnet's 3x3s2 128 at 28 rows as units of
+// 10, 10 and 8 rows.
+struct Units {
+  int64_t units, len;
+};
+template <class Tasks>
+Units even_units(int64_t extent, Units current, int64_t most, int64_t threads, bool equal_first,
+                 Tasks tasks) {
+  for (const bool equal : {true, false}) {
+    if (equal && !equal_first) continue;
+    for (int64_t u = current.units; u < current.units + threads && u <= most; ++u) {
+      const int64_t len = (extent + u - 1) / u, count = (extent + len - 1) / len;
+      if ((!equal || extent % len == 0) && tasks(count) % threads == 0) return {count, len};
+    }
+  }
+  return current;
+}
+
 // Dense weights [mb, cb, kh, kw, 8 (input lane), 8 (output lane)] as blocked_conv_dense_avx512
 // reads them: output blocks in pairs (16 channels, one zmm),
 //   [ceil(mb / 2), cb, kh, kw, 8 (input lane), 16 (lanes of blocks 2p, 2p + 1)],
