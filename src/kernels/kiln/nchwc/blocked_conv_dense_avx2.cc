@@ -171,12 +171,14 @@ void tile(const Job& j, const Tile& t, int64_t oh, int64_t ow, int64_t count, co
   if constexpr (!kAcross) x += (oh * s.sh * s.w + ow * s.sw) * kLanes;
   int64_t ph = kAcross ? ow / s.ow : 0, pw = kAcross ? ow % s.ow : 0;  // kAcross: next pixel
   for (int64_t i = 0; i < count; ++i, y += R * kBlock) {
-    const int64_t tile_i = pf.first + i;
-    const int64_t line0 = next.bytes * tile_i / pf.total / 64;
-    const int64_t line1 = next.bytes * (tile_i + 1) / pf.total / 64;
-    for (int k = 0; k < next.streams; ++k)
-      for (int64_t line = line0; line < line1; ++line)
-        _mm_prefetch(next.w + k * w_block * int64_t{sizeof(float)} + line * 64, _MM_HINT_T1);
+    if (next.streams > 0) {  // pointwise runs only; no divisions a tile for the rest
+      const int64_t tile_i = pf.first + i;
+      const int64_t line0 = next.bytes * tile_i / pf.total / 64;
+      const int64_t line1 = next.bytes * (tile_i + 1) / pf.total / 64;
+      for (int k = 0; k < next.streams; ++k)
+        for (int64_t line = line0; line < line1; ++line)
+          _mm_prefetch(next.w + k * w_block * int64_t{sizeof(float)} + line * 64, _MM_HINT_T1);
+    }
     int64_t pixel[R];  // offset of each pixel's first tap in x, in floats
     if constexpr (kAcross) {
 #pragma GCC unroll 8
