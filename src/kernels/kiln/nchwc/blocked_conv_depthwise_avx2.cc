@@ -38,145 +38,176 @@ struct TileInput {
   int64_t ih0, c0, kh0, taps_h;
 };
 
-// R output pixels of block cb at y, epilogue included. KW is the kernel width when it is 3 or 5
-// (taps unrolled), else 0 and read from the shape. kEdge: the tile's windows cross the left or
-// right edge of the input, and the taps outside are skipped. kSlide: stride and dilation 1, KW
-// set (an inside tile then slides along each input row, below).
-template <int R, int KW, bool kEdge, bool kSlide = false>
-void tile(const Job& j, const TileInput& in, int64_t cb, float* y) {
+// R output pixels of block cb at y, epilogue included. KW: the kernel width when it is 3 or 5
+// (taps unrolled), else 0 and read from the shape. SW: the stride when it is 1 or 2 at dilation
+// 1, else 0 and read from the shape; a known stride makes each pixel's input an immediate offset
+// (with the stride in a register GCC ran out of address registers and spilled them inside the
+// FMA loop: 0.8x as fast). KH: the kernel height when every kernel row of the tile is inside the
+// input (rows unrolled), else 0. kEdge: the tile's windows cross the left or right edge of the
+// input, and the taps outside are skipped. Stride 1 and KW set: an inside tile slides along each
+// input row (below). `count` inside tiles side by side run in one call (an edge tile runs
+// alone): the call's set-up was a third of a 3x3 tile's time on 14x14 planes.
+template <int R, int KW, int SW, bool kEdge, int KH = 0>
+void tile(const Job& j, const TileInput& in, int64_t cb, float* y, int64_t count) {
+  constexpr bool kSlide = SW == 1 && KW != 0 && !kEdge;
   const BlockedConvShape& s = j.s;
   const int64_t kw_n = KW ? KW : s.kw;
+  const int64_t taps_h = KH ? KH : in.taps_h;
+  const int64_t sw = SW ? SW : s.sw, dw = SW ? 1 : s.dw;
   const float* wc = j.w + (cb * s.kh + in.kh0) * kw_n * kBlock;
-  const int64_t xstep = s.sw * kBlock;
-  const float* row0 = in.plane + in.ih0 * s.w * kBlock;  // kernel row kh0's input row
+  const int64_t xstep = sw * kBlock;
   const int64_t row_step = s.dh * s.w * kBlock;
-  const float* x0 = row0;  // pixel 0's tap (kh0, 0); kEdge: its column is c0, maybe outside
-  if constexpr (!kEdge) x0 += in.c0 * kBlock;
-  // The r loops are unrolled by pragma: left to itself GCC keeps acc on the stack, filled and
-  // emptied by memcpy-like moves around the FMA loop (measured: 20-40% slower).
-  __m256 acc[R];
-  const __m256 bias = j.e.bias ? _mm256_loadu_ps(j.e.bias + cb * kBlock) : _mm256_setzero_ps();
+  // Pixel 0's tap (kh0, 0); kEdge: its column is c0, maybe outside.
+  const float* x0 = in.plane + in.ih0 * s.w * kBlock + (kEdge ? 0 : in.c0 * kBlock);
+  const float* bias_at = j.e.bias ? j.e.bias + cb * kBlock : nullptr;
+  const float* z_at = j.e.z ? j.e.z + (y - j.y) : nullptr;
+  const bool tail = j.has_tail && cb + 1 == s.mb;
+  for (int64_t t = 0; t < count; ++t, x0 += R * xstep, y += R * kBlock) {
+    // The r loops are unrolled by pragma: left to itself GCC keeps acc on the stack, filled and
+    // emptied by memcpy-like moves around the FMA loop (measured: 20-40% slower).
+    __m256 acc[R];
+    // Loaded each tile: held across the run it would take a register the tile needs.
+    const __m256 bias = bias_at ? _mm256_loadu_ps(bias_at) : _mm256_setzero_ps();
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) acc[r] = bias;
-  if constexpr (kEdge && R == 1) {
-    // A lone edge pixel: a test per tap, no division. Even and odd kernel rows sum apart, two
-    // chains of dependent FMAs instead of one.
-    auto taps_of_row = [&](int64_t kh, __m256& sum) {
-      const float* xr = x0 + kh * row_step;
-      const float* wr = wc + kh * kw_n * kBlock;
-      for (int64_t kw = 0; kw < kw_n; ++kw) {
-        const int64_t c = in.c0 + kw * s.dw;
-        if (c >= 0 && c < s.w)
-          sum = _mm256_fmadd_ps(_mm256_loadu_ps(xr + c * kBlock), _mm256_loadu_ps(wr + kw * kBlock),
-                                sum);
+    for (int r = 0; r < R; ++r) acc[r] = bias;
+    if constexpr (kEdge && R == 1) {
+      // A lone edge pixel: a test per tap, no division. Even and odd kernel rows sum apart, two
+      // chains of dependent FMAs instead of one.
+      auto taps_of_row = [&](int64_t kh, __m256& sum) {
+        const float* xr = x0 + kh * row_step;
+        const float* wr = wc + kh * kw_n * kBlock;
+        for (int64_t kw = 0; kw < kw_n; ++kw) {
+          const int64_t c = in.c0 + kw * dw;
+          if (c >= 0 && c < s.w)
+            sum = _mm256_fmadd_ps(_mm256_loadu_ps(xr + c * kBlock), _mm256_loadu_ps(wr + kw * kBlock), sum);
+        }
+      };
+      __m256 odd = _mm256_setzero_ps();
+      for (int64_t kh = 0; kh < taps_h; kh += 2) {
+        taps_of_row(kh, acc[0]);
+        if (kh + 1 < taps_h) taps_of_row(kh + 1, odd);
       }
-    };
-    __m256 odd = _mm256_setzero_ps();
-    for (int64_t kh = 0; kh < in.taps_h; kh += 2) {
-      taps_of_row(kh, acc[0]);
-      if (kh + 1 < in.taps_h) taps_of_row(kh + 1, odd);
-    }
-    acc[0] = _mm256_add_ps(acc[0], odd);
-  } else if constexpr (kSlide) {
-    // Each input vector of a kernel row loaded once and given to every pixel whose window holds
-    // it (KW weights in registers): R + KW - 1 loads a row where a load per pixel and tap took
-    // R * KW. Each pixel still sums its taps in kernel order. mobilenet's 3x3s at 112x112 and
-    // 56x56 0.80x the time, 14x14 and 7x7 (with the bordered planes below) 0.70x and 0.58x (Zen
-    // 3, one thread); at stride 2 it measured no faster.
-    for (int64_t kh = 0; kh < in.taps_h; ++kh) {
-      const float* xr = x0 + kh * row_step;
-      const float* wr = wc + kh * KW * kBlock;
-      __m256 wv[KW];
+      acc[0] = _mm256_add_ps(acc[0], odd);
+    } else if constexpr (kSlide) {
+      // Each input vector of a kernel row loaded once and given to every pixel whose window
+      // holds it (KW weights in registers): R + KW - 1 loads a row where a load per pixel and
+      // tap took R * KW. Each pixel still sums its taps in kernel order. mobilenet's 3x3s at
+      // 112x112 and 56x56 0.80x the time, 14x14 and 7x7 (with the bordered planes below) 0.70x
+      // and 0.58x (Zen 3, one thread); at stride 2 it measured no faster.
+      for (int64_t kh = 0; kh < taps_h; ++kh) {
+        const float* xr = x0 + kh * row_step;
+        const float* wr = wc + kh * KW * kBlock;
+        __m256 wv[KW];
 #pragma GCC unroll 8
-      for (int kw = 0; kw < KW; ++kw) wv[kw] = _mm256_loadu_ps(wr + kw * kBlock);
+        for (int kw = 0; kw < KW; ++kw) wv[kw] = _mm256_loadu_ps(wr + kw * kBlock);
 #pragma GCC unroll 32
-      for (int c = 0; c < R + KW - 1; ++c) {
-        const __m256 xv = _mm256_loadu_ps(xr + c * kBlock);
+        for (int c = 0; c < R + KW - 1; ++c) {
+          const __m256 xv = _mm256_loadu_ps(xr + c * kBlock);
 #pragma GCC unroll 8
-        for (int kw = KW - 1; kw >= 0; --kw)  // pixel c - kw, in pixel order
-          if (c - kw >= 0 && c - kw < R) acc[c - kw] = _mm256_fmadd_ps(xv, wv[kw], acc[c - kw]);
+          for (int kw = KW - 1; kw >= 0; --kw)  // pixel c - kw, in pixel order
+            if (c - kw >= 0 && c - kw < R) acc[c - kw] = _mm256_fmadd_ps(xv, wv[kw], acc[c - kw]);
+        }
       }
-    }
-  } else {
-    // kEdge: the pixels r in [r0, r1) whose column under tap kw lies inside the input, the same
-    // for every kernel row, so worked out once (two divisions per tap cost more than its FMAs).
-    int64_t first[KW ? KW : 1], end[KW ? KW : 1];
-    auto inside = [&](int64_t kw, int64_t& r0, int64_t& r1) {
-      const int64_t c = in.c0 + kw * s.dw;
-      r0 = c >= 0 ? 0 : (-c + s.sw - 1) / s.sw;
-      r1 = c >= s.w ? 0 : (s.w - 1 - c) / s.sw + 1;
-    };
-    if constexpr (kEdge && KW != 0)
-      for (int64_t kw = 0; kw < KW; ++kw) inside(kw, first[kw], end[kw]);
-    for (int64_t kh = 0; kh < in.taps_h; ++kh) {
-      const float* xr = x0 + kh * row_step;
-      const float* wr = wc + kh * kw_n * kBlock;
-      for (int64_t kw = 0; kw < kw_n; ++kw) {
-        const __m256 wv = _mm256_loadu_ps(wr + kw * kBlock);
-        if constexpr (kEdge) {
-          // Pixels r with 0 <= c + r * sw < w, c the column of pixel 0 under this tap.
-          const int64_t c = in.c0 + kw * s.dw;
-          int64_t r0, r1;
-          if constexpr (KW != 0) {
-            r0 = first[kw];
-            r1 = end[kw];
+    } else {
+      // kEdge: the pixels r in [r0, r1) whose column under tap kw lies inside the input, the
+      // same for every kernel row, so worked out once (two divisions per tap cost more than its
+      // FMAs).
+      int64_t first[KW ? KW : 1], end[KW ? KW : 1];
+      auto inside = [&](int64_t kw, int64_t& r0, int64_t& r1) {
+        const int64_t c = in.c0 + kw * dw;
+        r0 = c >= 0 ? 0 : (-c + sw - 1) / sw;
+        r1 = c >= s.w ? 0 : (s.w - 1 - c) / sw + 1;
+      };
+      if constexpr (kEdge && KW != 0)
+        for (int64_t kw = 0; kw < KW; ++kw) inside(kw, first[kw], end[kw]);
+      for (int64_t kh = 0; kh < taps_h; ++kh) {
+        const float* xr = x0 + kh * row_step;
+        const float* wr = wc + kh * kw_n * kBlock;
+        for (int64_t kw = 0; kw < kw_n; ++kw) {
+          const __m256 wv = _mm256_loadu_ps(wr + kw * kBlock);
+          if constexpr (kEdge) {
+            // Pixels r with 0 <= c + r * sw < w, c the column of pixel 0 under this tap.
+            const int64_t c = in.c0 + kw * dw;
+            int64_t r0, r1;
+            if constexpr (KW != 0) {
+              r0 = first[kw];
+              r1 = end[kw];
+            } else {
+              inside(kw, r0, r1);
+            }
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r)
+              if (r >= r0 && r < r1)
+                acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xr + (c + r * sw) * kBlock), wv, acc[r]);
           } else {
-            inside(kw, r0, r1);
+            const float* xp = xr + kw * dw * kBlock;
+#pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xp + r * xstep), wv, acc[r]);
           }
-#pragma GCC unroll 8
-          for (int r = 0; r < R; ++r)
-            if (r >= r0 && r < r1)
-              acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xr + (c + r * s.sw) * kBlock), wv, acc[r]);
-        } else {
-          const float* xp = xr + kw * s.dw * kBlock;
-#pragma GCC unroll 8
-          for (int r = 0; r < R; ++r)
-            acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xp + r * xstep), wv, acc[r]);
         }
       }
     }
-  }
-  const float* z = j.e.z ? j.e.z + (y - j.y) : nullptr;
-  if (z && j.e.residual_first) {
+    const float* z = z_at ? z_at + t * R * kBlock : nullptr;
+    if (z && j.e.residual_first) {
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_add_ps(acc[r], _mm256_loadu_ps(z + r * kBlock));
-  }
-  activate_tile(j.e.act, acc);
-  if (z && !j.e.residual_first) {
+      for (int r = 0; r < R; ++r) acc[r] = _mm256_add_ps(acc[r], _mm256_loadu_ps(z + r * kBlock));
+    }
+    activate_tile(j.e.act, acc);
+    if (z && !j.e.residual_first) {
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_add_ps(acc[r], _mm256_loadu_ps(z + r * kBlock));
-  }
-  if (j.has_tail && cb + 1 == s.mb) {
+      for (int r = 0; r < R; ++r) acc[r] = _mm256_add_ps(acc[r], _mm256_loadu_ps(z + r * kBlock));
+    }
+    if (tail) {
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_and_ps(acc[r], j.tail_keep);
-  }
+      for (int r = 0; r < R; ++r) acc[r] = _mm256_and_ps(acc[r], j.tail_keep);
+    }
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) _mm256_storeu_ps(y + r * kBlock, acc[r]);
+    for (int r = 0; r < R; ++r) _mm256_storeu_ps(y + r * kBlock, acc[r]);
+  }
 }
 
-using TileFn = void (*)(const Job&, const TileInput&, int64_t, float*);
-template <int KW, bool kEdge, bool kSlide = false>
-constexpr TileFn kTilesOf[kMaxR] = {&tile<1, KW, kEdge, kSlide>, &tile<2, KW, kEdge, kSlide>,
-                                    &tile<3, KW, kEdge, kSlide>, &tile<4, KW, kEdge, kSlide>,
-                                    &tile<5, KW, kEdge, kSlide>, &tile<6, KW, kEdge, kSlide>,
-                                    &tile<7, KW, kEdge, kSlide>, &tile<8, KW, kEdge, kSlide>};
+using TileFn = void (*)(const Job&, const TileInput&, int64_t, float*, int64_t);
+template <int KW, int SW, bool kEdge, int KH = 0>
+constexpr TileFn kTilesOf[kMaxR] = {&tile<1, KW, SW, kEdge, KH>, &tile<2, KW, SW, kEdge, KH>,
+                                    &tile<3, KW, SW, kEdge, KH>, &tile<4, KW, SW, kEdge, KH>,
+                                    &tile<5, KW, SW, kEdge, KH>, &tile<6, KW, SW, kEdge, KH>,
+                                    &tile<7, KW, SW, kEdge, KH>, &tile<8, KW, SW, kEdge, KH>};
 
-// The tiles for one kernel width: [0] inside the input, [1] crossing an edge.
+// The tiles for one convolution: inside the input (`full`: for the rows whose every kernel row
+// is inside, when the kernel is square and the stride known; else null), and crossing an edge.
 struct TileSet {
   const TileFn* inside;
+  const TileFn* full;
   const TileFn* edge;
 };
 
-// How output rows are cut: in tiles of `width` pixels (at most 8, the row cut evenly: 28 pixels
-// are 4 tiles of 7, not 8 + 8 + 8 + 4); pixels [0, inside_begin) and [inside_end, ow) have
-// windows that cross the left or right edge.
+template <int KW, int SW>
+TileSet tiles_for(const BlockedConvShape& s) {
+  const TileFn* full = nullptr;
+  if constexpr (SW == 1)  // 1.01-1.04x there; mixed at stride 2
+    if (s.kh == KW) full = kTilesOf<KW, SW, false, KW>;
+  return {kTilesOf<KW, SW, false>, full, kTilesOf<KW, SW, true>};
+}
+
+TileSet tiles_of(const BlockedConvShape& s) {
+  const int64_t sw = s.dw == 1 && (s.sw == 1 || s.sw == 2) ? s.sw : 0;
+  if (s.kw == 3) return sw == 1 ? tiles_for<3, 1>(s) : sw == 2 ? tiles_for<3, 2>(s) : tiles_for<3, 0>(s);
+  if (s.kw == 5) return sw == 1 ? tiles_for<5, 1>(s) : sw == 2 ? tiles_for<5, 2>(s) : tiles_for<5, 0>(s);
+  return tiles_for<0, 0>(s);
+}
+
+// How output rows are cut. With lone edge pixels (a 3-wide kernel), pixels [0, inside_begin)
+// and [inside_end, ow) run alone and those between as `wide` tiles of width + 1 pixels, then
+// `narrow` of width (as equal as 8-pixel tiles allow); else in tiles of `width` pixels (at most
+// 8, the row cut evenly: 28 pixels are 4 tiles of 7, not 8 + 8 + 8 + 4), an edge tile where a
+// window crosses the left or right edge.
 struct RowCut {
   int64_t width, inside_begin, inside_end;
   bool lone_edge_pixels;
+  int64_t wide = 0, narrow = 0;
 };
 
 RowCut cut_rows(const BlockedConvShape& s) {
-  const int64_t count = (s.ow + kMaxR - 1) / kMaxR;
   // Pixel o is inside when o * sw - pl >= 0 and o * sw - pl + (kw - 1) * dw <= w - 1.
   const int64_t begin = std::min(s.ow, (s.pl + s.sw - 1) / s.sw);
   const int64_t last = s.w - 1 + s.pl - (s.kw - 1) * s.dw;  // the most o * sw may be
@@ -187,7 +218,13 @@ RowCut cut_rows(const BlockedConvShape& s) {
   // 14x14 0.76-0.79x the time, 56x56 and 112x112 0.89-0.97x, 7x7 0.98-1.03x. Wider kernels keep
   // the tests: their lone edge pixels, two a side, leave too few independent accumulators on 7-
   // and 14-pixel rows (efficientnet's 5x5 layers 1.2-1.8x slower).
-  return {(s.ow + count - 1) / count, begin, end, s.kw == 3};
+  if (s.kw == 3) {
+    const int64_t n = end - begin, count = (n + kMaxR - 1) / kMaxR;
+    if (count == 0) return {1, begin, end, true};
+    return {n / count, begin, end, true, n % count, count - n % count};
+  }
+  const int64_t count = (s.ow + kMaxR - 1) / kMaxR;
+  return {(s.ow + count - 1) / count, begin, end, false};
 }
 
 // Output row oh of block cb of image n, whose input plane is `plane`.
@@ -197,24 +234,23 @@ void row(const Job& j, const TileSet& tiles, const RowCut& cut, const float* pla
   const auto [kh0, kh1] = valid_taps(oh * s.sh - s.pt, s.dh, s.kh, s.h);
   TileInput in{plane, oh * s.sh - s.pt + kh0 * s.dh, 0, kh0, kh1 - kh0};
   float* out_row = j.y + ((n * s.mb + cb) * s.oh + oh) * s.ow * kBlock;
-  // Pixels [o0, o1) as one tile.
-  auto run = [&](const TileFn* fns, int64_t o0, int64_t o1) {
+  const TileFn* inside = tiles.full && in.taps_h == s.kh ? tiles.full : tiles.inside;
+  // `count` tiles of `width` pixels from pixel o0.
+  auto run = [&](const TileFn* fns, int64_t o0, int64_t width, int64_t count) {
     in.c0 = o0 * s.sw - s.pl;
-    fns[o1 - o0 - 1](j, in, cb, out_row + o0 * kBlock);
+    fns[width - 1](j, in, cb, out_row + o0 * kBlock, count);
   };
+  if (cut.lone_edge_pixels) {
+    for (int64_t o = 0; o < cut.inside_begin; ++o) run(tiles.edge, o, 1, 1);
+    if (cut.wide > 0) run(inside, cut.inside_begin, cut.width + 1, cut.wide);
+    if (cut.narrow > 0) run(inside, cut.inside_begin + cut.wide * (cut.width + 1), cut.width, cut.narrow);
+    for (int64_t o = cut.inside_end; o < s.ow; ++o) run(tiles.edge, o, 1, 1);
+    return;
+  }
   for (int64_t o0 = 0; o0 < s.ow; o0 += cut.width) {
     const int64_t o1 = std::min(o0 + cut.width, s.ow);
-    const int64_t i0 = std::clamp(cut.inside_begin, o0, o1),
-                  i1 = std::clamp(cut.inside_end, i0, o1);
-    if (i0 == o0 && i1 == o1) {
-      run(tiles.inside, o0, o1);
-    } else if (!cut.lone_edge_pixels) {
-      run(tiles.edge, o0, o1);
-    } else {
-      for (int64_t o = o0; o < i0; ++o) run(tiles.edge, o, o + 1);
-      if (i1 > i0) run(tiles.inside, i0, i1);
-      for (int64_t o = i1; o < o1; ++o) run(tiles.edge, o, o + 1);
-    }
+    const bool is_inside = cut.inside_begin <= o0 && o1 <= cut.inside_end;
+    run(is_inside ? inside : tiles.edge, o0, o1 - o0, 1);
   }
 }
 
@@ -244,12 +280,7 @@ void blocked_conv_depthwise_avx2(const BlockedConvShape& s, const float* x, cons
               _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(rem)),
                                                      _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))),
               rem != 0};
-  const bool slide = s.sw == 1 && s.dw == 1;
-  const TileSet tiles =
-      s.kw == 3 ? TileSet{slide ? kTilesOf<3, false, true> : kTilesOf<3, false>, kTilesOf<3, true>}
-      : s.kw == 5
-          ? TileSet{slide ? kTilesOf<5, false, true> : kTilesOf<5, false>, kTilesOf<5, true>}
-          : TileSet{kTilesOf<0, false>, kTilesOf<0, true>};
+  const TileSet tiles = tiles_of(s);
   const BlockedConvShape b = bordered(s);
   const int64_t plane_floats = b.h * b.w * kBlock;
   if ((s.pt > 0 || s.pl > 0 || b.h > s.h || b.w > s.w) &&
