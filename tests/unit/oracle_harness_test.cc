@@ -95,13 +95,17 @@ struct ConvCase {
   int64_t sh = 1, sw = 1, dh = 1, dw = 1;
   int64_t pt = 0, pl = 0, pb = 0, pr = 0;
   bool relu = false;
+  // After a 1x1 conv of c channels: a lone depthwise conv stays plain (nchwc.cc's pays_alone), a
+  // pair takes the blocked one.
+  bool after_pointwise = false;
 };
 
 std::string describe(const ConvCase& k) {
   std::ostringstream o;
   o << "Conv x[" << k.n << "," << k.c << "," << k.h << "," << k.w << "] -> " << k.m << ", group " << k.groups << ", "
     << k.kh << "x" << k.kw << ", stride " << k.sh << "x" << k.sw << ", dilation " << k.dh << "x" << k.dw << ", pads "
-    << k.pt << "," << k.pl << "," << k.pb << "," << k.pr << (k.relu ? ", Relu" : "");
+    << k.pt << "," << k.pl << "," << k.pb << "," << k.pr << (k.relu ? ", Relu" : "")
+    << (k.after_pointwise ? ", after a 1x1" : "");
   return o.str();
 }
 
@@ -158,6 +162,9 @@ TEST(OracleHarness, ConvOnEveryBackendAndPath) {
       {1, 16, 13, 12, 16, 16, 3, 3, 2, 1, 2, 2, 2, 2, 2, 2},       // depthwise, (2,1), dilated
       {1, 8, 9, 9, 16, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},           // depthwise, multiplier 2
       {1, 32, 9, 9, 64, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},          // grouped
+      {1, 32, 14, 14, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, true, true},  // blocked depthwise
+      {1, 20, 19, 17, 20, 20, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, false, true}, // blocked, stride 2
+      {1, 24, 11, 13, 24, 24, 5, 5, 1, 1, 1, 1, 2, 2, 2, 2, false, true}, // blocked 5x5
       {1, 12, 8, 8, 12, 3, 1, 1},                                  // grouped pointwise
       {1, 6, 7, 7, 10, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},           // odd channels per group
       {2, 64, 8, 8, 64, 32, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},         // resnext-like, 2 a group
@@ -168,7 +175,12 @@ TEST(OracleHarness, ConvOnEveryBackendAndPath) {
     b.input("x", {k.n, k.c, k.h, k.w});
     b.weight("w", {k.m, k.c / k.groups, k.kh, k.kw});
     b.weight("b", {k.m});
-    b.add("Conv", {"x", "w", "b"}, {k.relu ? "c" : "y"},
+    if (k.after_pointwise) {
+      b.weight("w0", {k.c, k.c, 1, 1});
+      b.weight("b0", {k.c});
+      b.add("Conv", {"x", "w0", "b0"}, {"t"});
+    }
+    b.add("Conv", {k.after_pointwise ? "t" : "x", "w", "b"}, {k.relu ? "c" : "y"},
           {attr_ints("kernel_shape", {k.kh, k.kw}), attr_ints("strides", {k.sh, k.sw}),
            attr_ints("dilations", {k.dh, k.dw}), attr_ints("pads", {k.pt, k.pl, k.pb, k.pr}),
            attr_i("group", k.groups)});
@@ -176,10 +188,18 @@ TEST(OracleHarness, ConvOnEveryBackendAndPath) {
     b.output("y");
     const Tensor x = b.random({k.n, k.c, k.h, k.w});
     Shape shape;
-    const Expected want = conv_oracle(k, x, b.m.graph.initializers.at("w"), b.m.graph.initializers.at("b"), &shape);
+    Tensor conv_in = x;  // the oracle's input of the conv under test
+    if (k.after_pointwise) {
+      const ConvCase pointwise{k.n, k.c, k.h, k.w, k.c, 1, 1, 1};
+      const Expected t = conv_oracle(pointwise, x, b.m.graph.initializers.at("w0"), b.m.graph.initializers.at("b0"), &shape);
+      conv_in = Tensor::make(DType::kFloat32, shape).value();
+      std::copy(t.value.begin(), t.value.end(), conv_in.data<float>());
+    }
+    const Expected want = conv_oracle(k, conv_in, b.m.graph.initializers.at("w"), b.m.graph.initializers.at("b"), &shape);
     run_everywhere(b.m, {x}, want, shape, describe(k), &ran_on);
   }
   expect_reached(ran_on, {"kiln", "kiln.direct", "onednn", "xnnpack"});
+  if (cpu_features().has_avx512()) expect_reached(ran_on, {"kiln.avx2"});  // the AVX2 depthwise kernel
 }
 
 struct MatMulCase {
