@@ -1,18 +1,34 @@
-// Removes nodes that pass their input through unchanged: Identity, and Dropout in inference
-// (no mask read, no training_mode input). Readers of the output read the input instead.
+// Removes nodes that pass their input through unchanged: Identity, and Dropout whose mask no one
+// reads, in inference (no training_mode input, or a constant false) or with a constant ratio of
+// 0 (torchvision's Swin exports training_mode true and ratio 0 on its attention: 11 % of its
+// run building masks). Readers of the output read the input instead.
+#include <optional>
+
+#include "core/float_convert.h"
 #include "passes/graph_edit.h"
 #include "passes/pass.h"
 
 namespace kiln::passes {
 namespace {
 
-bool is_noop(const ir::Node& n) {
+// The value of a constant with one element, or nullopt.
+std::optional<double> constant_scalar(const ir::Graph& g, const std::string& name) {
+  const Tensor* t = name.empty() ? nullptr : constant_value(g, name);
+  if (t == nullptr || t->numel() != 1) return std::nullopt;
+  return load_as_double(t->dtype(), t->raw_data(), 0);
+}
+
+bool is_noop(const ir::Graph& g, const ir::Node& n, const std::map<std::string, int>& uses) {
   if (!n.domain.empty() || n.inputs.empty() || n.inputs[0].empty() || n.outputs.empty()) return false;
   if (n.op_type == "Identity") return true;
   if (n.op_type == "Dropout") {
-    const bool training = n.inputs.size() > 2 && !n.inputs[2].empty();
-    const bool mask_read = n.outputs.size() > 1 && !n.outputs[1].empty();
-    return !training && !mask_read && n.attr_int("is_test", 1) != 0;
+    const bool mask_read = n.outputs.size() > 1 && !n.outputs[1].empty() && uses.count(n.outputs[1]);
+    if (mask_read || n.attr_int("is_test", 1) == 0) return false;
+    const std::string none;
+    const std::string& ratio = n.inputs.size() > 1 ? n.inputs[1] : none;
+    const std::string& training = n.inputs.size() > 2 ? n.inputs[2] : none;
+    const std::optional<double> r = constant_scalar(g, ratio), t = constant_scalar(g, training);
+    return training.empty() || (t && *t == 0.0) || (r && *r == 0.0);
   }
   return false;
 }
@@ -26,8 +42,9 @@ class NoopRemoval : public Pass {
       // input or an outer value that cannot be renamed).
       std::vector<std::pair<std::string, std::string>> renames;
       std::vector<ir::Node> kept;
+      const std::map<std::string, int> uses = use_counts(g);
       for (auto& n : g.nodes) {
-        if (is_noop(n) && !is_graph_output(g, n.outputs[0])) {
+        if (is_noop(g, n, uses) && !is_graph_output(g, n.outputs[0])) {
           renames.emplace_back(n.outputs[0], n.inputs[0]);
           continue;
         }

@@ -227,6 +227,29 @@ TEST(NoopRemoval, IdentityAndInferenceDropoutGo) {
   expect_same_outputs(b.m, m, {b.random({2, 3})});
 }
 
+// Dropout with a training_mode input (opset 12+) passes its input through when training_mode is
+// a constant false or the ratio a constant 0, and no one reads its mask (naming it is not
+// reading it); with a training_mode fed at run time it stays.
+TEST(NoopRemoval, DropoutInTrainingModeWithRatioZeroGoes) {
+  Builder b(kOpset);
+  b.input("x", {2, 3});
+  b.m.graph.inputs.push_back(ir::ValueInfo{"train", ir::TypeInfo::tensor(DType::kBool, {}), ""});
+  b.m.graph.initializers["yes"] = Tensor::scalar<bool>(DType::kBool, true);
+  b.m.graph.initializers["no"] = Tensor::scalar<bool>(DType::kBool, false);
+  b.scalar("zero", 0.0f);
+  b.scalar("tenth", 0.1f);
+  b.add("Dropout", {"x", "zero", "yes"}, {"d1", "unread_mask"});  // ratio 0: goes
+  b.add("Dropout", {"d1", "tenth", "no"}, {"d2"});                // inference: goes
+  b.add("Dropout", {"d2", "tenth", "train"}, {"d3"});             // training decided at run time
+  b.add("Relu", {"d3"}, {"y"});
+  b.output_dims("y", {num(2), num(3)});
+  ir::Model m = b.m;
+  run_passes(m, {"noop-removal"});
+  EXPECT_EQ(histogram(m), (std::map<std::string, int>{{"Relu", 1}, {"Dropout", 1}}));
+  EXPECT_EQ(m.graph.nodes[0].inputs[0], "x");
+  expect_same_outputs(b.m, m, {b.random({2, 3}), Tensor::scalar<bool>(DType::kBool, false)});
+}
+
 }  // namespace
 }  // namespace kiln
 
