@@ -47,63 +47,81 @@ void apply(const T* x, T* y, int64_t len, int64_t stride, Kind kind) {
 }
 
 // Softmax or LogSoftmax of one contiguous float32 row on 8 lanes: max, exp(x - max) summed in
-// float (vec::exp_avx2, a few ulp), then one scaling pass; the tail lanes masked.
+// float (vec::exp_avx2, a few ulp), then one scaling pass. Whole vectors load and store plainly
+// and only the tail is masked: vmaskmovps stores are slow on AMD (every access masked, Swin's
+// 49-wide rows ran at 1.5 G elements/s).
 void apply_row_f32(const float* x, float* y, int64_t len, Kind kind) {
-  auto mask = [&](int64_t i) { return vec::tail_mask_avx2(static_cast<int>(std::min<int64_t>(8, len - i))); };
+  const int64_t full = len / 8 * 8;
+  const __m256i tail = vec::tail_mask_avx2(static_cast<int>(len - full));
   const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   __m256 mx = ninf;
-  for (int64_t i = 0; i < len; i += 8)  // masked-off lanes read as -inf
-    mx = _mm256_max_ps(mx, _mm256_blendv_ps(ninf, _mm256_maskload_ps(x + i, mask(i)), _mm256_castsi256_ps(mask(i))));
+  for (int64_t i = 0; i < full; i += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(x + i));
+  if (full < len)  // masked-off lanes read as -inf
+    mx = _mm256_max_ps(mx, _mm256_blendv_ps(ninf, _mm256_maskload_ps(x + full, tail), _mm256_castsi256_ps(tail)));
   const __m256 m = _mm256_set1_ps(vec::hmax_avx2(mx));
   __m256 sum = _mm256_setzero_ps();
-  for (int64_t i = 0; i < len; i += 8) {
-    const __m256i k = mask(i);
-    const __m256 e = _mm256_and_ps(vec::exp_avx2(_mm256_sub_ps(_mm256_maskload_ps(x + i, k), m)), _mm256_castsi256_ps(k));
+  for (int64_t i = 0; i < full; i += 8) {
+    const __m256 e = vec::exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), m));
     sum = _mm256_add_ps(sum, e);
-    if (kind == Kind::kSoftmax) _mm256_maskstore_ps(y + i, k, e);
+    if (kind == Kind::kSoftmax) _mm256_storeu_ps(y + i, e);
+  }
+  if (full < len) {
+    const __m256 e = _mm256_and_ps(vec::exp_avx2(_mm256_sub_ps(_mm256_maskload_ps(x + full, tail), m)),
+                                   _mm256_castsi256_ps(tail));
+    sum = _mm256_add_ps(sum, e);
+    if (kind == Kind::kSoftmax) _mm256_maskstore_ps(y + full, tail, e);
   }
   const float total = vec::hsum_avx2(sum);
   if (kind == Kind::kSoftmax) {
     const __m256 inv = _mm256_set1_ps(1.0f / total);
-    for (int64_t i = 0; i < len; i += 8) {
-      const __m256i k = mask(i);
-      _mm256_maskstore_ps(y + i, k, _mm256_mul_ps(_mm256_maskload_ps(y + i, k), inv));
-    }
+    for (int64_t i = 0; i < full; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), inv));
+    if (full < len)
+      _mm256_maskstore_ps(y + full, tail, _mm256_mul_ps(_mm256_maskload_ps(y + full, tail), inv));
   } else {
     const __m256 shift = _mm256_add_ps(m, _mm256_set1_ps(std::log(total)));
-    for (int64_t i = 0; i < len; i += 8) {
-      const __m256i k = mask(i);
-      _mm256_maskstore_ps(y + i, k, _mm256_sub_ps(_mm256_maskload_ps(x + i, k), shift));
-    }
+    for (int64_t i = 0; i < full; i += 8) _mm256_storeu_ps(y + i, _mm256_sub_ps(_mm256_loadu_ps(x + i), shift));
+    if (full < len)
+      _mm256_maskstore_ps(y + full, tail, _mm256_sub_ps(_mm256_maskload_ps(x + full, tail), shift));
+  }
+}
+
+// Softmax or LogSoftmax down 8 columns of a [len, inner] block from x (masked by k when
+// kMasked).
+template <bool kMasked>
+void columns8_f32(const float* x, float* y, int64_t len, int64_t inner, Kind kind, __m256i k) {
+  auto load = [&](const float* p) { return kMasked ? _mm256_maskload_ps(p, k) : _mm256_loadu_ps(p); };
+  auto store = [&](float* p, __m256 v) {
+    if constexpr (kMasked) _mm256_maskstore_ps(p, k, v);
+    else _mm256_storeu_ps(p, v);
+  };
+  __m256 mx = load(x);
+  for (int64_t r = 1; r < len; ++r) mx = _mm256_max_ps(mx, load(x + r * inner));
+  __m256 sum = _mm256_setzero_ps();
+  for (int64_t r = 0; r < len; ++r) {
+    const __m256 e = vec::exp_avx2(_mm256_sub_ps(load(x + r * inner), mx));
+    sum = _mm256_add_ps(sum, e);
+    if (kind == Kind::kSoftmax) store(y + r * inner, e);
+  }
+  if (kind == Kind::kSoftmax) {
+    const __m256 inv = _mm256_div_ps(_mm256_set1_ps(1.0f), sum);
+    for (int64_t r = 0; r < len; ++r) store(y + r * inner, _mm256_mul_ps(load(y + r * inner), inv));
+  } else {
+    alignas(32) float s[8], l[8];
+    _mm256_store_ps(s, sum);
+    for (int q = 0; q < 8; ++q) l[q] = std::log(s[q]);
+    const __m256 shift = _mm256_add_ps(mx, _mm256_load_ps(l));
+    for (int64_t r = 0; r < len; ++r) store(y + r * inner, _mm256_sub_ps(load(x + r * inner), shift));
   }
 }
 
 // The same over 8 columns at once of a [len, inner] block (the axis not the last: YOLOv8's DFL
-// softmax over 16 bins of [1, 4, 16, 2100]): column i's values are x[k * inner + i].
+// softmax over 16 bins of [1, 4, 16, 2100]): column i's values are x[k * inner + i]. Only the
+// last, partial group of columns is masked (as in apply_row_f32).
 void apply_columns_f32(const float* x, float* y, int64_t len, int64_t inner, Kind kind) {
-  for (int64_t i = 0; i < inner; i += 8) {
-    const __m256i k = vec::tail_mask_avx2(static_cast<int>(std::min<int64_t>(8, inner - i)));
-    __m256 mx = _mm256_maskload_ps(x + i, k);
-    for (int64_t r = 1; r < len; ++r) mx = _mm256_max_ps(mx, _mm256_maskload_ps(x + r * inner + i, k));
-    __m256 sum = _mm256_setzero_ps();
-    for (int64_t r = 0; r < len; ++r) {
-      const __m256 e = vec::exp_avx2(_mm256_sub_ps(_mm256_maskload_ps(x + r * inner + i, k), mx));
-      sum = _mm256_add_ps(sum, e);
-      if (kind == Kind::kSoftmax) _mm256_maskstore_ps(y + r * inner + i, k, e);
-    }
-    if (kind == Kind::kSoftmax) {
-      const __m256 inv = _mm256_div_ps(_mm256_set1_ps(1.0f), sum);
-      for (int64_t r = 0; r < len; ++r)
-        _mm256_maskstore_ps(y + r * inner + i, k, _mm256_mul_ps(_mm256_maskload_ps(y + r * inner + i, k), inv));
-    } else {
-      alignas(32) float s[8], l[8];
-      _mm256_store_ps(s, sum);
-      for (int q = 0; q < 8; ++q) l[q] = std::log(s[q]);
-      const __m256 shift = _mm256_add_ps(mx, _mm256_load_ps(l));
-      for (int64_t r = 0; r < len; ++r)
-        _mm256_maskstore_ps(y + r * inner + i, k, _mm256_sub_ps(_mm256_maskload_ps(x + r * inner + i, k), shift));
-    }
-  }
+  const int64_t full = inner / 8 * 8;
+  for (int64_t i = 0; i < full; i += 8) columns8_f32<false>(x + i, y + i, len, inner, kind, __m256i{});
+  if (full < inner)
+    columns8_f32<true>(x + full, y + full, len, inner, kind, vec::tail_mask_avx2(static_cast<int>(inner - full)));
 }
 
 template <typename T>
