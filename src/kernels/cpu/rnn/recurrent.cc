@@ -180,11 +180,17 @@ Result<std::vector<DirectionWeights>> pack_weights(const Tensor& W, const Tensor
   return out;
 }
 
-// Loops over n floats eight at a time, the last chunk masked.
+// Loops over n floats eight at a time: f(i, Whole{}) for whole chunks, f(i, mask) for the last
+// partial one (masked stores are slow on AMD, so only the tail takes them).
+struct Whole {};
 template <typename F>
 inline void for_lanes(int64_t n, F&& f) {
-  for (int64_t i = 0; i < n; i += 8) f(i, vec::tail_mask_avx2(static_cast<int>(std::min<int64_t>(8, n - i))));
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) f(i, Whole{});
+  if (i < n) f(i, vec::tail_mask_avx2(static_cast<int>(n - i)));
 }
+inline __m256 load(const float* p, Whole) { return _mm256_loadu_ps(p); }
+inline void store(float* p, Whole, __m256 v) { _mm256_storeu_ps(p, v); }
 inline __m256 load(const float* p, __m256i m) { return _mm256_maskload_ps(p, m); }
 inline void store(float* p, __m256i m, __m256 v) { _mm256_maskstore_ps(p, m, v); }
 
@@ -214,7 +220,7 @@ void lstm_row(const RecurrentSpec& s, const Clip& clip, const float* gx, const f
               float* h, float* c) {
   const int64_t n = s.hidden;
   const __m256 one = _mm256_set1_ps(1.0f);
-  for_lanes(n, [&](int64_t i, __m256i m) {
+  for_lanes(n, [&](int64_t i, auto m) {
     const __m256 c0 = load(c + i, m);
     auto pre = [&](int gate) { return _mm256_add_ps(load(gx + gate * n + i, m), load(gh + gate * n + i, m)); };
     const __m256 ig = vec::sigmoid_avx2(clip(_mm256_fmadd_ps(load(peep + i, m), c0, pre(0))));
@@ -229,7 +235,7 @@ void lstm_row(const RecurrentSpec& s, const Clip& clip, const float* gx, const f
 }
 
 void rnn_row(const RecurrentSpec& s, const Clip& clip, const float* gx, const float* gh, float* h) {
-  for_lanes(s.hidden, [&](int64_t i, __m256i m) {
+  for_lanes(s.hidden, [&](int64_t i, auto m) {
     store(h + i, m, vec::tanh_avx2(clip(_mm256_add_ps(load(gx + i, m), load(gh + i, m)))));
   });
 }
@@ -237,7 +243,7 @@ void rnn_row(const RecurrentSpec& s, const Clip& clip, const float* gx, const fl
 // GRU, first half: z into gh's z slot, r * h (or r alone, with linear_before_reset) into rh.
 void gru_gates(const RecurrentSpec& s, const Clip& clip, const float* gx, float* gh, const float* h, float* rh) {
   const int64_t n = s.hidden;
-  for_lanes(n, [&](int64_t i, __m256i m) {
+  for_lanes(n, [&](int64_t i, auto m) {
     const __m256 z = vec::sigmoid_avx2(clip(_mm256_add_ps(load(gx + i, m), load(gh + i, m))));
     const __m256 r = vec::sigmoid_avx2(clip(_mm256_add_ps(load(gx + n + i, m), load(gh + n + i, m))));
     store(gh + i, m, z);
@@ -251,7 +257,7 @@ void gru_update(const RecurrentSpec& s, const Clip& clip, const float* gx, const
                 const float* hh_lin, const float* rh, float* h) {
   const int64_t n = s.hidden;
   const __m256 one = _mm256_set1_ps(1.0f);
-  for_lanes(n, [&](int64_t i, __m256i m) {
+  for_lanes(n, [&](int64_t i, auto m) {
     __m256 lin = load(hh_lin + i, m);
     if (s.linear_before_reset) lin = _mm256_mul_ps(load(rh + i, m), lin);
     const __m256 hh = vec::tanh_avx2(clip(_mm256_add_ps(load(gx + 2 * n + i, m), lin)));
