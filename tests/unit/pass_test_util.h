@@ -117,6 +117,14 @@ inline Result<int64_t> run_pass(ir::Model& m, const std::string& name, OptimizeO
   return Status::error("no pass " + name);
 }
 
+// Pass `name` runs on a copy of m and rewrites nothing.
+inline void expect_no_rewrite(const ir::Model& m, const std::string& name) {
+  ir::Model copy = m;
+  auto n = run_pass(copy, name);
+  ASSERT_TRUE(n.is_ok()) << name << ": " << n.status().message();
+  EXPECT_EQ(*n, 0) << name;
+}
+
 // Runs the named passes at -O1 in order, as many rounds as they keep changing something.
 inline void run_passes(ir::Model& m, const std::vector<std::string>& names) {
   OptimizeOptions options;

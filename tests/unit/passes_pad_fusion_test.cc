@@ -7,7 +7,6 @@
 namespace kiln {
 namespace {
 
-using test::attr_f;
 using test::attr_i;
 using test::attr_ints;
 using test::Builder;
@@ -49,12 +48,8 @@ TEST(PadFusion, PadsTheConsumerCannotTakeStay) {
   for (Builder b : {padded("Conv", {0, 1, 1, 1, 0, 0, 1, 1}),        // pads the channels
                     padded("Conv", {0, 0, 1, 1, 0, 0, 1, 1}, 0.5f),  // not zero
                     padded("AveragePool", {0, 0, 1, 1, 0, 0, 1, 1}, 0.0f, {1, 1, 1, 1}, 0),  // own pads uncounted
-                    padded("Conv", {0, 0, -1, 0, 0, 0, 0, 0})}) {    // crops
-    ir::Model m = b.m;
-    auto n = test::run_pass(m, "pad-fusion");
-    ASSERT_TRUE(n.is_ok()) << n.status().message();
-    EXPECT_EQ(*n, 0);
-  }
+                    padded("Conv", {0, 0, -1, 0, 0, 0, 0, 0})})     // crops
+    test::expect_no_rewrite(b.m, "pad-fusion");
 }
 
 }  // namespace
