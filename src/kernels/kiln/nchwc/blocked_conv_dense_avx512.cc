@@ -58,6 +58,7 @@ struct Job {
   int64_t out_plane;
   __mmask16 last_keep;            // the real channels of the last pair, or of the lone block
   int64_t pad_top, rows;          // X's top pad and rows before dense_input's zero border
+  int64_t pad_left, cols;         // and its left pad and columns
 };
 
 struct Tile {
@@ -201,11 +202,16 @@ void tile(const Job& j, const Tile& t, int64_t count) {
   const float* xn = j.x + t.n * j.in_image + t.oh * s.sh * in_row + t.ow0 * xstep + cb0 * in_plane;
 
   // The kernel rows that read X's rows rather than its zero border, the same for the whole
-  // output row: a dilated conv's taps often all land in the border (DeepLab's ASPP at rate 24 on
-  // 33 rows: half its kernel rows).
+  // output row, and of each tile the kernel columns that read X's columns for some pixel: a
+  // dilated conv's taps often all land in the border (DeepLab's ASPP at rate 24 on a 33x33 map:
+  // half its kernel rows, and of the middle tiles all but the middle column).
   const auto [kh0, kh1] = valid_taps(t.oh * s.sh - j.pad_top, s.dh, kh_n, j.rows);
   const int64_t skip_before = kh0 * kw_n * kPairTap, skip_after = (kh_n - kh1) * kw_n * kPairTap;
   for (int64_t i = 0; i < count; ++i, y += R * kBlock, xn += R * xstep) {
+    const int64_t first_col = (t.ow0 + i * R) * s.sw - j.pad_left, last_col = first_col + (R - 1) * s.sw;
+    int64_t kw0 = 0, kw1 = kw_n;
+    while (kw0 < kw_n && last_col + kw0 * s.dw < 0) ++kw0;
+    while (kw1 > kw0 && first_col + (kw1 - 1) * s.dw >= j.cols) --kw1;
     V acc[P][R];
     if (t.first) {
 #pragma GCC unroll 4
@@ -221,9 +227,10 @@ void tile(const Job& j, const Tile& t, int64_t count) {
     const float* xc = xn;
     for (int64_t cb = cb0; cb < cb1; ++cb, xc += in_plane, wp += skip_after) {
       wp += skip_before;
-      for (int64_t kh = kh0; kh < kh1; ++kh) {
+      for (int64_t kh = kh0; kh < kh1; ++kh, wp += (kw_n - kw1) * kPairTap) {
         const float* xr = xc + kh * kh_step;
-        for (int64_t kw = 0; kw < kw_n; ++kw, wp += kPairTap) {
+        wp += kw0 * kPairTap;
+        for (int64_t kw = kw0; kw < kw1; ++kw, wp += kPairTap) {
           const float* xp = xr + kw * kw_step;
 #pragma GCC unroll 8
           for (int64_t ci = 0; ci < lanes; ++ci) {
@@ -363,14 +370,14 @@ void blocked_conv_dense_avx512(const BlockedConvShape& shape, const float* x, co
   // The real channels of the last pair or lone block: 1 to 16.
   const int64_t real = s.channels - (s.mb - (lone ? 1 : 2)) * kBlock;
   j.last_keep = static_cast<__mmask16>((1u << real) - 1);
-  j.pad_top = shape.pt;
-  j.rows = shape.h;
+  j.pad_top = shape.pt, j.rows = shape.h;
+  j.pad_left = shape.pl, j.cols = shape.w;
   const bool pointwise = s.pointwise();
   if (pointwise) {  // one long row: tiles run across the image's rows (and any zero border)
     s.w = s.ow = s.h * s.w;
     s.h = s.oh = 1;
     j.in_row = s.w * j.pixel;
-    j.pad_top = 0, j.rows = 1;
+    j.pad_top = 0, j.rows = 1, j.pad_left = 0, j.cols = s.w;
   }
   const TileTable& tiles = plain ? (s.sw == 2 ? kTiles<Mode::kPlainStride2> : kTiles<Mode::kAny>)
                            : s.sw == 1 ? kTiles<Mode::kUnit>
