@@ -27,6 +27,7 @@
 #include "fma_peak.h"
 #include "kernels/kiln/nchwc/blocked_conv.h"
 #include "kernels/kiln/nchwc/blocked_conv_dense_prep.h"
+#include "kernels/ref/conv_util.h"
 
 namespace {
 
@@ -157,9 +158,8 @@ void BM_Conv(benchmark::State& state, Layer l, bool avx512, int threads) {
   // Useful multiply-adds only: taps that land in the padding are not counted, whether a kernel
   // skips them (the AVX-512 kernel skips whole kernel rows) or multiplies zeros.
   auto inside = [](int64_t out, int64_t k, int64_t stride, int64_t pad, int64_t size) {
-    int64_t n = 0;
-    for (int64_t o = 0; o < out; ++o)
-      for (int64_t t = 0; t < k; ++t) n += o * stride - pad + t >= 0 && o * stride - pad + t < size;
+    int64_t n = 0, lo, hi;
+    for (int64_t o = 0; o < out; ++o, n += hi - lo) kiln::conv_util::indices_inside(k, size, 1, o * stride - pad, &lo, &hi);
     return n;
   };
   const double flops = 2.0 * s.n * l.m * l.c * inside(s.oh, s.kh, s.sh, s.pt, s.h) *

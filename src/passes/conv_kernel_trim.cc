@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/cpu/strided_copy.h"
+#include "kernels/kernel_util.h"
+#include "kernels/ref/conv_util.h"
 #include "passes/graph_edit.h"
 #include "passes/graph_index.h"
 #include "passes/pass.h"
@@ -15,38 +18,17 @@
 namespace kiln::passes {
 namespace {
 
-// The kernel taps [k0, k1) along one axis that some output position reads inside [0, size).
-std::pair<int64_t, int64_t> taps_read(int64_t size, int64_t kernel, int64_t stride, int64_t dilation,
-                                      int64_t pad_begin, int64_t out) {
+// The kernel taps [k0, k1) along spatial axis a that some output position reads inside the input.
+std::pair<int64_t, int64_t> taps_read(const conv_util::Geometry& g, int64_t a) {
   auto reads = [&](int64_t k) {
-    for (int64_t o = 0; o < out; ++o) {
-      const int64_t at = o * stride - pad_begin + k * dilation;
-      if (at >= 0 && at < size) return true;
-      if (at >= size) break;  // later outputs read further right
-    }
-    return false;
+    int64_t lo, hi;  // the outputs whose tap k lands inside
+    conv_util::indices_inside(g.out[a], g.in[a], g.strides[a], k * g.dilations[a] - g.pads[a], &lo, &hi);
+    return lo < hi;
   };
-  int64_t k0 = 0, k1 = kernel;
-  while (k0 < kernel && !reads(k0)) ++k0;
+  int64_t k0 = 0, k1 = g.kernel[a];
+  while (k0 < k1 && !reads(k0)) ++k0;
   while (k1 > k0 && !reads(k1 - 1)) --k1;
   return {k0, k1};
-}
-
-// W [M, C/group, K0, K1, ...] cut to taps [begin[a], end[a]) on each spatial axis a.
-Tensor slice_taps(const Tensor& w, const std::vector<int64_t>& begin, const std::vector<int64_t>& end) {
-  Shape shape = w.shape();
-  for (size_t a = 0; a < begin.size(); ++a) shape[a + 2] = end[a] - begin[a];
-  Tensor out = Tensor::make(DType::kFloat32, shape).value();
-  const int64_t rank = w.rank();
-  std::vector<int64_t> idx(static_cast<size_t>(rank), 0);
-  float* dst = out.data<float>();
-  for (int64_t i = 0; i < out.numel(); ++i) {
-    int64_t src = 0;  // idx in out's shape -> offset in w
-    for (int64_t d = 0; d < rank; ++d) src = src * w.dim(d) + idx[d] + (d >= 2 ? begin[d - 2] : 0);
-    dst[i] = w.data<float>()[src];
-    for (int64_t d = rank - 1; d >= 0 && ++idx[d] == shape[d]; --d) idx[d] = 0;
-  }
-  return out;
 }
 
 class ConvKernelTrim : public Pass {
@@ -65,43 +47,43 @@ class ConvKernelTrim : public Pass {
       if (!w || w->dtype() != DType::kFloat32 || w->rank() < 3 || !x || !x->has_shape ||
           static_cast<int64_t>(x->shape.size()) != w->rank())
         continue;
-      const size_t axes = static_cast<size_t>(w->rank() - 2);
-      auto ints = [&](const char* name, int64_t fill, size_t count) {
-        std::vector<int64_t> v = n.attr_ints(name);
-        if (v.empty()) v.assign(count, fill);
-        return v;
-      };
-      std::vector<int64_t> strides = ints("strides", 1, axes), dilations = ints("dilations", 1, axes),
-                           pads = ints("pads", 0, 2 * axes);
-      if (strides.size() != axes || dilations.size() != axes || pads.size() != 2 * axes) continue;
-      std::vector<int64_t> begin(axes), end(axes);
+      const int64_t axes = w->rank() - 2;
+      Shape in(static_cast<size_t>(axes)), kernel(w->shape().begin() + 2, w->shape().end());
+      for (int64_t a = 0; a < axes; ++a) in[a] = x->shape[a + 2].value;
+      auto geometry = conv_util::read_geometry(n, in, kernel);
+      if (!geometry || std::any_of(in.begin(), in.end(), [](int64_t v) { return v < 1; })) continue;
+      conv_util::Geometry& geo = *geometry;
+      if (geo.kernel != kernel || !conv_util::compute_output(geo, "NOTSET", false).is_ok() ||
+          std::any_of(geo.out.begin(), geo.out.end(), [](int64_t v) { return v < 1; }))
+        continue;
+      Shape begin(static_cast<size_t>(axes)), end(static_cast<size_t>(axes));
       bool trims = false, ok = true;
-      for (size_t a = 0; a < axes && ok; ++a) {
-        const int64_t size = x->shape[a + 2].value, k = w->dim(static_cast<int64_t>(a) + 2);
-        const int64_t s = strides[a], d = dilations[a];
-        const int64_t span = size + pads[a] + pads[a + axes] - d * (k - 1) - 1;
-        if (size < 1 || s < 1 || d < 1 || span < 0) {
-          ok = false;
-          break;
-        }
-        std::tie(begin[a], end[a]) = taps_read(size, k, s, d, pads[a], span / s + 1);
+      for (int64_t a = 0; a < axes && ok; ++a) {
+        std::tie(begin[a], end[a]) = taps_read(geo, a);
         // No tap reads the input: the output is the bias alone; left as it is.
-        ok = begin[a] < end[a] && pads[a] - begin[a] * d >= 0 && pads[a + axes] - (k - end[a]) * d >= 0;
-        trims |= begin[a] > 0 || end[a] < k;
+        ok = begin[a] < end[a] && geo.pads[a] - begin[a] * geo.dilations[a] >= 0 &&
+             geo.pads[a + axes] - (kernel[a] - end[a]) * geo.dilations[a] >= 0;
+        trims |= begin[a] > 0 || end[a] < kernel[a];
       }
       if (!ok || !trims) continue;
-      for (size_t a = 0; a < axes; ++a) {
-        pads[a] -= begin[a] * dilations[a];
-        pads[a + axes] -= (w->dim(static_cast<int64_t>(a) + 2) - end[a]) * dilations[a];
+      // W's taps [begin, end) on each spatial axis: a strided view of it.
+      Shape trimmed = w->shape();
+      const Shape strides = strides_of(w->shape());
+      int64_t offset = 0;
+      for (int64_t a = 0; a < axes; ++a) {
+        geo.pads[a] -= begin[a] * geo.dilations[a];
+        geo.pads[a + axes] -= (kernel[a] - end[a]) * geo.dilations[a];
+        trimmed[a + 2] = end[a] - begin[a];
+        offset += begin[a] * strides[a + 2];
       }
-      std::vector<int64_t> kernel(axes);
-      for (size_t a = 0; a < axes; ++a) kernel[a] = end[a] - begin[a];
+      Tensor wt = Tensor::make(DType::kFloat32, trimmed).value();
+      KILN_RETURN_IF_ERROR(copy_strided(*w, offset, strides, &wt, nullptr));
       const std::string name = fresh_name(g, n.inputs[1] + "_trimmed");
-      g.initializers[name] = slice_taps(*w, begin, end);
+      g.initializers[name] = std::move(wt);
       n.inputs[1] = name;
       std::erase_if(n.attrs, [](const ir::Attribute& at) { return at.name == "pads" || at.name == "kernel_shape"; });
-      n.attrs.push_back(ir::Attribute::of_ints("pads", pads));
-      n.attrs.push_back(ir::Attribute::of_ints("kernel_shape", kernel));
+      n.attrs.push_back(ir::Attribute::of_ints("pads", geo.pads));
+      n.attrs.push_back(ir::Attribute::of_ints("kernel_shape", Shape(trimmed.begin() + 2, trimmed.end())));
       ++rewrites;
     }
     return rewrites;

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <optional>
 
-#include "core/float_convert.h"
+#include "passes/fusions/epilogue_match.h"
 #include "passes/graph_edit.h"
 #include "passes/graph_index.h"
 #include "passes/pass.h"
@@ -26,10 +26,7 @@ std::optional<std::vector<int64_t>> spatial_zero_pads(const ir::Node& pad, const
     const Tensor* p = idx.constant(pad.inputs[1]);
     if (!p || p->dtype() != DType::kInt64) return std::nullopt;
     pads.assign(p->data<int64_t>(), p->data<int64_t>() + p->numel());
-    if (pad.inputs.size() > 2 && pad.has_input(2)) {
-      const Tensor* v = idx.constant(pad.inputs[2]);
-      if (!v || v->numel() != 1 || load_as_double(v->dtype(), v->raw_data(), 0) != 0.0) return std::nullopt;
-    }
+    if (pad.inputs.size() > 2 && pad.has_input(2) && epilogue::scalar_constant(idx, pad.inputs[2]) != 0.0) return std::nullopt;
   } else {
     pads = pad.attr_ints("pads");
     if (pad.attr_float("value", 0.0f) != 0.0f) return std::nullopt;
