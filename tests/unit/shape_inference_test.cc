@@ -343,6 +343,22 @@ TEST(ShapeInference, BroadcastKeepsSymbolsAndRejectsClashes) {
   EXPECT_NE(st.message().find("Add"), std::string::npos) << st.message();
 }
 
+// A scalar X where TfIdfVectorizer wants 1-D or 2-D (a fuzzed model): inference leaves the output
+// unranked for the kernel to report, where it had read the first dim of an empty shape.
+TEST(ShapeInference, TfIdfVectorizerOfAScalarStaysUnranked) {
+  Model m;
+  m.opsets[""] = 17;
+  m.graph.inputs.push_back({"x", tensor_type(DType::kInt64, {}), ""});
+  Node n = make_node("TfIdfVectorizer", {"x"}, {"y"});
+  n.attrs.push_back(Attribute::of_ints("ngram_indexes", {0, 1}));
+  m.graph.nodes.push_back(n);
+  ASSERT_TRUE(infer_shapes(m).is_ok());
+  EXPECT_FALSE(type_of(m, "y").has_shape) << str(type_of(m, "y"));
+  m.graph.inputs[0].type = tensor_type(DType::kInt64, {known_dim(5)});  // 1-D: 2 n-grams out
+  ASSERT_TRUE(infer_shapes(m).is_ok());
+  EXPECT_EQ(str(type_of(m, "y")), "[2]");
+}
+
 // Window sweeps of a named dim get derived names, the same for the same arithmetic: a 3x3
 // stride-2 conv padded 1, a 1x1 stride-2 conv and a 3x3 stride-2 max pool padded 1 all give
 // (W+1)//2, so their sum keeps a known shape; a stride-1 3x3 unpadded conv gives W-2, and a

@@ -113,7 +113,8 @@ Outputs infer_tfidf(InferContext& ctx) {
   const TypeInfo& x = ctx.input(0);
   int64_t width = 0;
   for (int64_t i : ctx.node.attr_ints("ngram_indexes")) width = std::max(width, i + 1);
-  if (!has_rank(x)) return one(tensor_type_unranked(DType::kFloat32));
+  // A scalar X (TfIdfVectorizer wants 1-D or 2-D) is left to the kernel to report.
+  if (!has_rank(x) || x.shape.empty()) return one(tensor_type_unranked(DType::kFloat32));
   if (x.shape.size() == 1) return one(tensor_type(DType::kFloat32, {known_dim(width)}));
   return one(tensor_type(DType::kFloat32, {x.shape[0], known_dim(width)}));
 }
