@@ -115,7 +115,7 @@ void BM_Op(benchmark::State& state, int64_t seq, int threads) {
 
 void register_all() {
   kiln::bench::register_fma_peak();
-  for (int64_t seq : {128, 512})
+  for (int64_t seq : {128, 197, 512})
     for (int threads : {1, 2}) {
       const std::string shape =
           "/seq:" + std::to_string(seq) + "/threads:" + std::to_string(threads);

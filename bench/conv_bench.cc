@@ -46,6 +46,7 @@ struct Layer {
   bool plain = false;  // the RGB stem reads plain NCHW
   // A non-square layer: width, kernel width and horizontal pad (0, 0, -1: hw, k and pad).
   int64_t w = 0, kw = 0, pad_w = -1;
+  int64_t dilation = 1;
 };
 
 const Layer kLayers[] = {
@@ -61,6 +62,9 @@ const Layer kLayers[] = {
     {"fcn_1x1_2048to512_64", 2048, 512, 64, 1, 1, 0},  // dilated layer4: big weights, many pixels
     {"fcn_1x1_512to2048_64", 512, 2048, 64, 1, 1, 0},
     {"fcn_head_3x3_2048to512_64", 2048, 512, 64, 3, 1, 1},  // big weights: 38 MB
+    // DeepLabV3-MobileNetV3's ASPP at 520x520: most taps of rates 12 and 24 read only padding.
+    {"deeplab_aspp_3x3d12_960to256_33", 960, 256, 33, 3, 1, 12, false, 0, 0, -1, 12},
+    {"deeplab_aspp_3x3d24_960to256_33", 960, 256, 33, 3, 1, 24, false, 0, 0, -1, 24},
     {"mobilenet_stem_3x3s2_3to32_224", 3, 32, 224, 3, 2, 1, true},
     {"mobilenet_v3_stem_3x3s2_3to16_224", 3, 16, 224, 3, 2, 1, true},  // one output-block group
     {"mobilenet_1x1_16to96_112", 16, 96, 112, 1, 1, 0},
@@ -103,10 +107,11 @@ void BM_Conv(benchmark::State& state, Layer l, bool avx512, int threads) {
   s.kh = l.k;
   s.kw = l.kw ? l.kw : l.k;
   s.sh = s.sw = l.stride;
+  s.dh = s.dw = l.dilation;
   s.pt = l.pad;
   s.pl = l.pad_w >= 0 ? l.pad_w : l.pad;
-  s.oh = (s.h + 2 * s.pt - s.kh) / l.stride + 1;
-  s.ow = (s.w + 2 * s.pl - s.kw) / l.stride + 1;
+  s.oh = (s.h + 2 * s.pt - s.dh * (s.kh - 1) - 1) / l.stride + 1;
+  s.ow = (s.w + 2 * s.pl - s.dw * (s.kw - 1) - 1) / l.stride + 1;
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   auto random = [&](int64_t n) {
@@ -157,13 +162,14 @@ void BM_Conv(benchmark::State& state, Layer l, bool avx512, int threads) {
   }
   // Useful multiply-adds only: taps that land in the padding are not counted, whether a kernel
   // skips them (the AVX-512 kernel skips whole kernel rows) or multiplies zeros.
-  auto inside = [](int64_t out, int64_t k, int64_t stride, int64_t pad, int64_t size) {
+  auto inside = [](int64_t out, int64_t k, int64_t stride, int64_t dilation, int64_t pad, int64_t size) {
     int64_t n = 0, lo, hi;
-    for (int64_t o = 0; o < out; ++o, n += hi - lo) kiln::conv_util::indices_inside(k, size, 1, o * stride - pad, &lo, &hi);
+    for (int64_t o = 0; o < out; ++o, n += hi - lo)
+      kiln::conv_util::indices_inside(k, size, dilation, o * stride - pad, &lo, &hi);
     return n;
   };
-  const double flops = 2.0 * s.n * l.m * l.c * inside(s.oh, s.kh, s.sh, s.pt, s.h) *
-                       inside(s.ow, s.kw, s.sw, s.pl, s.w);
+  const double flops = 2.0 * s.n * l.m * l.c * inside(s.oh, s.kh, s.sh, s.dh, s.pt, s.h) *
+                       inside(s.ow, s.kw, s.sw, s.dw, s.pl, s.w);
   const double gflops = flops / best[0] * 1e-9;
   state.counters["GFLOPs"] = gflops;
   state.counters["pct_peak"] = 100.0 * gflops / kiln::bench::peak_gflops(threads);

@@ -165,6 +165,7 @@ const Case kCases[] = {
     {1, 24, 200, 13, 30, 3, 3, 1, 1, 1, 1, 1, 1},     // 25 blocks, rows of 30 pixels
     {1, 16, 48, 9, 9, 5, 5, 3, 1, 2, 2, 2, 2},        // 5x5 stride 3
     {1, 16, 16, 12, 12, 3, 3, 1, 3, 3, 3, 3, 3},      // dilation 3
+    {1, 16, 24, 13, 14, 3, 3, 1, 6, 6, 6, 6, 6},      // ASPP-like: middle tiles read 1 tap
     {1, 16, 16, 10, 10, 3, 3, 2, 1, 0, 0, 1, 1},      // stride 2, pads only bottom/right
     {1, 16, 24, 6, 7, 3, 5, 1, 1, 1, 2, 1, 2},        // 3x5 kernel
     {1, 32, 16, 9, 9, 3, 3, 2, 1, 4, 4, 4, 4},        // pads wider than the kernel

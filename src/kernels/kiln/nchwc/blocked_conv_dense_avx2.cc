@@ -5,12 +5,14 @@
 // pixels, which makes them a GEMM on the blocked layout. Tasks are (image, unit of output rows or
 // pixels, range of output-block groups); input blocks are visited in chunks whose weights stay in
 // L1 across the unit's tiles. A padded conv reads a copy of X with a zero border (dense_input), so
-// that every tile runs every tap: 1.2x on 3x3 convs at 14x14 and 7x7 on Zen 2, where most pixels
-// touch an edge, and no tile narrower than it need be.
+// that no tile need test its taps: 1.2x on 3x3 convs at 14x14 and 7x7 on Zen 2, where most pixels
+// touch an edge, and no tile narrower than it need be; each tile skips the kernel rows and columns
+// that read only the border (TapPlan).
 #include <immintrin.h>
 
 #include <algorithm>
 #include <array>
+#include <initializer_list>
 #include <utility>
 #include <vector>
 
@@ -42,8 +44,8 @@ constexpr int64_t kUnitInputBytes = 128 * 1024;
 // (input channel, tap) for a plain input): step k reads its input lanes at the tile's first
 // pixel + x[k] and its weights at the chunk's weights + w[k]. One loop over a list, instead of
 // nested loops over blocks, kernel rows and columns, keeps GCC from spilling the accumulators at
-// every tap: 1.3x on 1x1 convs on Zen 2. The list is the same for every tile of a chunk (the
-// shorter last chunk reads a prefix).
+// every tap: 1.3x on 1x1 convs on Zen 2. The list is the same for every tile of a chunk that reads
+// the same taps (the shorter last chunk reads a prefix).
 struct Steps {
   std::vector<int64_t> x, w;
   int64_t per_block = 0;  // steps per input block
@@ -55,7 +57,6 @@ struct Job {
   const float* w;
   float* y;
   BlockedEpilogue e;
-  const Steps* steps;
   int64_t w_block;   // floats between consecutive output blocks of W
   int64_t in_plane;  // floats per input channel block of one image (plain input: per image)
   int64_t out_plane;
@@ -151,7 +152,8 @@ struct Prefetch {
 // the epilogue's constants) is worked out once; a call a tile had spent more on it than on the
 // 16 lane steps of a 1x1 over 16 channels (mobilenet's 16 -> 96: 65 % of peak, Zen 4 at AVX2).
 template <int B, int R, Input kIn>
-void tile(const Job& j, const Tile& t, int64_t oh, int64_t ow, int64_t count, const Prefetch& pf) {
+void tile(const Job& j, const Tile& t, const Steps& st, int64_t oh, int64_t ow, int64_t count,
+          const Prefetch& pf) {
   constexpr bool kPlain = kIn == Input::kPlain;
   constexpr bool kAcross = kIn == Input::kAcrossRows;
   constexpr int kLanes = kPlain ? 1 : kBlock;  // input lanes per step
@@ -162,9 +164,9 @@ void tile(const Job& j, const Tile& t, int64_t oh, int64_t ow, int64_t count, co
                                                         : s.sw * kLanes;
   const float* const bias = j.e.bias ? j.e.bias + t.mb0 * kBlock : nullptr;
   const float* const w = j.w + (t.mb0 * s.cb + t.cb0) * s.kh * s.kw * kBlock * kBlock;
-  const int64_t* const xo = j.steps->x.data();
-  const int64_t* const wo = j.steps->w.data();
-  const int64_t steps = (t.cb1 - t.cb0) * j.steps->per_block;
+  const int64_t* const xo = st.x.data();
+  const int64_t* const wo = st.w.data();
+  const int64_t steps = (t.cb1 - t.cb0) * st.per_block;
   const NextWeights& next = pf.next;
   float* y = j.y + (t.n * s.mb + t.mb0) * out_plane + (oh * s.ow + ow) * kBlock;
   const float* x = j.x + (t.n * s.cb + t.cb0) * j.in_plane;
@@ -257,7 +259,8 @@ void tile(const Job& j, const Tile& t, int64_t oh, int64_t ow, int64_t count, co
   }
 }
 
-using TileFn = void (*)(const Job&, const Tile&, int64_t, int64_t, int64_t, const Prefetch&);
+using TileFn = void (*)(const Job&, const Tile&, const Steps&, int64_t, int64_t, int64_t,
+                        const Prefetch&);
 
 template <int B, Input kIn, int... Rs>
 constexpr std::array<TileFn, 8> tiles_of(std::integer_sequence<int, Rs...>) {
@@ -288,41 +291,165 @@ int tile_blocks(int64_t mb, int64_t len) {
   return best;
 }
 
-// The steps of `blocks` input blocks from block 0 (see Steps), on the padded geometry s, into
-// st (whose vectors keep their capacity from call to call).
-void fill_steps(const BlockedConvShape& s, int64_t in_plane, int64_t blocks, Steps& st) {
+// A range [first, end) of kernel rows or columns.
+struct Taps {
+  int64_t first, end;
+  bool operator==(const Taps& o) const { return first == o.first && end == o.end; }
+};
+
+// The steps of `blocks` input blocks from block 0 (see Steps) over kernel rows `rows` and columns
+// `cols`, on the padded geometry s, into st (whose vectors keep their capacity from call to call).
+void fill_steps(const BlockedConvShape& s, int64_t in_plane, int64_t blocks, Taps rows, Taps cols,
+                Steps& st) {
   const bool plain = s.plain_channels > 0;
   const int64_t planes = plain ? s.plain_channels : 1;  // steps per block and tap
   st.x.clear();
   st.w.clear();
-  st.per_block = planes * s.kh * s.kw;
+  st.per_block = planes * (rows.end - rows.first) * (cols.end - cols.first);
   for (int64_t cb = 0; cb < blocks; ++cb)
     for (int64_t c = 0; c < planes; ++c)
-      for (int64_t kh = 0; kh < s.kh; ++kh)
-        for (int64_t kw = 0; kw < s.kw; ++kw) {
+      for (int64_t kh = rows.first; kh < rows.end; ++kh)
+        for (int64_t kw = cols.first; kw < cols.end; ++kw) {
           const int64_t tap = kh * s.dh * s.w + kw * s.dw;
           st.x.push_back(plain ? c * s.h * s.w + tap : cb * in_plane + tap * kBlock);
           st.w.push_back(((cb * s.kh + kh) * s.kw + kw) * kBlock * kBlock + c * kBlock);
         }
 }
 
-// Output pixels [ow_begin, ow_end) of row oh (across_rows: of the image, rows running on),
-// output blocks [mb0, mb0 + B), input blocks [cb0, cb1), in the fewest tiles, whose widths differ
-// by one at most: 7 pixels are 4 + 3, 49 are 4 x 6 + 5 x 5 and 56 are 6 x 6 + 4 x 5, not 6 + 1,
-// 8 x 6 + 1 and 9 x 6 + 2. A 1- or 2-pixel tile has 2 or 4 accumulators, each FMA waiting on the
-// last: such tiles took 4-5 % of resnext50's time (Zen 3).
-void row(const Job& j, int b, const Tile& t, int64_t oh, int64_t ow_begin, int64_t ow_end,
-         bool across_rows, const NextWeights& next) {
-  const BlockedConvShape& s = j.s;
-  const TileTable& tiles = across_rows            ? kTiles<Input::kAcrossRows>
-                           : s.plain_channels > 0 ? kTiles<Input::kPlain>
-                           : s.sw == 1            ? kTiles<Input::kBlockedUnit>
-                           : s.sw == 2            ? kTiles<Input::kBlockedStride2>
-                                                  : kTiles<Input::kBlocked>;
-  const int64_t n = ow_end - ow_begin, count = (n + kMaxR[b] - 1) / kMaxR[b];
-  const int64_t narrow = n / count, wide = n % count;  // `wide` tiles of narrow + 1 pixels first
-  if (wide > 0) tiles[b][narrow](j, t, oh, ow_begin, wide, Prefetch{next, 0, count});
-  tiles[b][narrow - 1](j, t, oh, ow_begin + wide * (narrow + 1), count - wide, Prefetch{next, wide, count});
+// Tiles of one width from column ow on, all reading kernel columns `cols` (an index of
+// TapPlan::cols).
+struct Run {
+  int64_t ow, count;
+  int width, cols;
+};
+
+// Which taps the tiles of a padded conv read. dense_input pads X so that every tap of every tile
+// is inside, and a tap that reads only its zero border adds nothing: the kernel rows an output
+// row reads X with are one range, and the columns the pixels of a tile read X with are one
+// range, so each (rows, columns) pair has a step list of its own and the tiles skip the rest.
+// DeepLabV3's ASPP conv at rate 24 on a 33x33 map reads X with half its kernel rows, and in the
+// middle tiles with only the middle column. Edge tiles of 3x3 convs skip a third of their FMAs.
+// A conv without padding has one pair: every tap.
+struct TapPlan {
+  std::vector<Taps> rows, cols;       // the distinct ranges; [0] is every tap
+  // Output rows [0, top) read rows[top_rows[oh]], rows [bottom, oh) rows[bottom_rows[oh -
+  // bottom]], the rows between every kernel row (found from the edges in, as a plan is made at
+  // every call: a row list had cost the small RGB stems 2-4 %).
+  std::vector<int> top_rows, bottom_rows;
+  int64_t bottom = 0;
+  std::vector<Run> runs[kMaxB + 1];   // per blocks per tile: the tiles of a row, left to right
+  std::vector<Steps> steps;           // [row index * cols.size() + column index]
+
+  const Steps& of(int64_t oh, int cols_index) const {
+    const int64_t top = static_cast<int64_t>(top_rows.size());
+    const int r = oh < top ? top_rows[oh] : oh >= bottom ? bottom_rows[oh - bottom] : 0;
+    return steps[r * cols.size() + cols_index];
+  }
+};
+
+int index_of(std::vector<Taps>& list, Taps taps) {
+  const auto it = std::find(list.begin(), list.end(), taps);
+  if (it != list.end()) return static_cast<int>(it - list.begin());
+  list.push_back(taps);
+  return static_cast<int>(list.size()) - 1;
+}
+
+// Pixels [0, n) of a row in the fewest tiles of at most max_r pixels, whose widths differ by one
+// at most: 7 pixels are 4 + 3, 49 are 4 x 6 + 5 x 5 and 56 are 6 x 6 + 4 x 5, not 6 + 1, 8 x 6 + 1
+// and 9 x 6 + 2. A 1- or 2-pixel tile has 2 or 4 accumulators, each FMA waiting on the last: such
+// tiles took 4-5 % of resnext50's time (Zen 3). `wide` tiles of narrow + 1 pixels come first.
+struct RowCut {
+  int64_t count, narrow, wide;
+};
+RowCut cut_row(int64_t n, int max_r) {
+  const int64_t count = (n + max_r - 1) / max_r;
+  return {count, n / count, n % count};
+}
+
+// The plan of conv `in` (the geometry over dense_input's X) for `shape` (X's own): the tap ranges
+// of its rows and of its tiles when each row of B blocks is cut by cut_row, for the B in
+// `heights`. Returns the share of the kernel's taps the tiles of heights[0] read, on average.
+double plan_taps(const BlockedConvShape& shape, const BlockedConvShape& in,
+                 std::initializer_list<int> heights, bool padded, TapPlan& plan) {
+  plan.rows.assign(1, {0, in.kh});
+  plan.cols.assign(1, {0, in.kw});
+  plan.top_rows.clear();
+  plan.bottom_rows.clear();
+  for (auto& runs : plan.runs) runs.clear();
+  auto rows_of = [&](int64_t oh) {
+    const auto [k0, k1] = valid_taps(oh * shape.sh - shape.pt, shape.dh, shape.kh, shape.h);
+    return index_of(plan.rows, {k0, k1});
+  };
+  int64_t top = 0, bottom = in.oh;
+  if (padded) {
+    for (int r; top < in.oh && (r = rows_of(top)) != 0; ++top) plan.top_rows.push_back(r);
+    while (bottom > top && rows_of(bottom - 1) != 0) --bottom;
+    for (int64_t oh = bottom; oh < in.oh; ++oh) plan.bottom_rows.push_back(rows_of(oh));
+  }
+  plan.bottom = bottom;
+  for (const int b : heights) {
+    std::vector<Run>& runs = plan.runs[b];
+    if (!runs.empty()) continue;
+    const RowCut cut = cut_row(in.ow, kMaxR[b]);
+    for (int64_t i = 0, ow = 0; i < cut.count; ++i) {
+      const int width = static_cast<int>(cut.narrow + (i < cut.wide ? 1 : 0));
+      int cols = 0;
+      if (padded) {  // the columns some pixel of the tile reads X with
+        const int64_t first = ow * shape.sw - shape.pl;
+        const auto [k0, k1] = tile_taps(first, first + (width - 1) * shape.sw, shape.dw, shape.kw, shape.w);
+        cols = index_of(plan.cols, {k0, k1});
+      }
+      if (!runs.empty() && runs.back().width == width && runs.back().cols == cols)
+        ++runs.back().count;
+      else
+        runs.push_back({ow, 1, width, cols});
+      ow += width;
+    }
+  }
+  if (!padded) return 1.0;
+  // Rows and columns are independent: the share is the product of their shares.
+  auto len = [](Taps t) { return static_cast<double>(t.end - t.first); };
+  double rows = static_cast<double>(bottom - top) * len(plan.rows[0]), cols = 0;
+  for (const int r : plan.top_rows) rows += len(plan.rows[r]);
+  for (const int r : plan.bottom_rows) rows += len(plan.rows[r]);
+  for (const Run& run : plan.runs[*heights.begin()])
+    cols += static_cast<double>(run.count * run.width) * len(plan.cols[run.cols]);
+  return rows / static_cast<double>(in.oh * in.kh) * cols / static_cast<double>(in.ow * in.kw);
+}
+
+// The plan's step lists over `blocks` input blocks.
+void fill_plan_steps(const BlockedConvShape& in, int64_t in_plane, int64_t blocks, TapPlan& plan) {
+  plan.steps.resize(plan.rows.size() * plan.cols.size());
+  for (size_t r = 0; r < plan.rows.size(); ++r)
+    for (size_t c = 0; c < plan.cols.size(); ++c)
+      fill_steps(in, in_plane, blocks, plan.rows[r], plan.cols[c], plan.steps[r * plan.cols.size() + c]);
+}
+
+const TileTable& tiles_for(const BlockedConvShape& s, bool across_rows) {
+  return across_rows            ? kTiles<Input::kAcrossRows>
+         : s.plain_channels > 0 ? kTiles<Input::kPlain>
+         : s.sw == 1            ? kTiles<Input::kBlockedUnit>
+         : s.sw == 2            ? kTiles<Input::kBlockedStride2>
+                                : kTiles<Input::kBlocked>;
+}
+
+// Output row oh, output blocks [mb0, mb0 + b), input blocks [cb0, cb1): the row's runs of tiles.
+void row(const Job& j, const TapPlan& plan, int b, const Tile& t, int64_t oh) {
+  const TileTable& tiles = tiles_for(j.s, false);
+  for (const Run& run : plan.runs[b])
+    tiles[b][run.width - 1](j, t, plan.of(oh, run.cols), oh, run.ow, run.count, Prefetch{{}, 0, 1});
+}
+
+// Output pixels [ow_begin, ow_end) of row oh (across_rows: of the image, rows running on) with
+// every tap (pointwise convs, rows too short for a tile), with the prefetch of the next weights.
+void pixels(const Job& j, const TapPlan& plan, int b, const Tile& t, int64_t oh, int64_t ow_begin,
+            int64_t ow_end, bool across_rows, const NextWeights& next) {
+  const TileTable& tiles = tiles_for(j.s, across_rows);
+  const Steps& st = plan.steps[0];
+  const RowCut cut = cut_row(ow_end - ow_begin, kMaxR[b]);
+  if (cut.wide > 0) tiles[b][cut.narrow](j, t, st, oh, ow_begin, cut.wide, Prefetch{next, 0, cut.count});
+  tiles[b][cut.narrow - 1](j, t, st, oh, ow_begin + cut.wide * (cut.narrow + 1), cut.count - cut.wide,
+                           Prefetch{next, cut.wide, cut.count});
 }
 
 }  // namespace
@@ -335,9 +462,10 @@ void blocked_conv_dense_avx2(const BlockedConvShape& shape, const float* x, cons
   // strided 1x1 reads a gathered copy of its pixels as a pointwise conv: 1.3x on resnet's
   // downsample convs).
   thread_local AlignedBuffer scratch;
-  thread_local Steps steps;
+  thread_local TapPlan plan_of_thread;
+  TapPlan& plan = plan_of_thread;  // the tasks' lambda, on other threads, must see this one
   const DenseInput in = dense_input(shape, x, scratch, pool);
-  Job j{in.s, in.x, w, y, e, &steps, 0, 0, 0, _mm256_setzero_ps(), false};
+  Job j{in.s, in.x, w, y, e, 0, 0, 0, _mm256_setzero_ps(), false};
   BlockedConvShape& s = j.s;
   j.w_block = s.cb * s.kh * s.kw * kBlock * kBlock;
   const bool plain = s.plain_channels > 0;
@@ -373,7 +501,19 @@ void blocked_conv_dense_avx2(const BlockedConvShape& shape, const float* x, cons
   const int64_t threads = pool ? pool->threads() : 1;
   const int64_t chunk_bytes = tuning.chunk_bytes > 0 ? tuning.chunk_bytes : kChunkWeightBytes;
   const int64_t unit_bytes = tuning.unit_bytes > 0 ? tuning.unit_bytes : kUnitInputBytes;
-  const int64_t tile_weight_bytes = s.kh * s.kw * kBlock * kBlock * bt * int64_t{sizeof(float)};
+  // Rows of tiles of bt blocks, and of fewer in the last group (pointwise convs and rows too short
+  // for a tile run pixels(), with every tap); a copy with a zero border has taps to skip.
+  const bool by_rows = !pointwise && !across_rows;
+  const int last_b = static_cast<int>(s.mb - (groups - 1) * bt);
+  const double taps_read = plan_taps(
+      shape, s, by_rows ? std::initializer_list<int>{bt, last_b} : std::initializer_list<int>{},
+      by_rows && in.x != x, plan);
+  // The weights a tile reads per input block: of the taps it reads (DeepLab's ASPP at rate 24
+  // reads a quarter of them; chunks sized to every tap held 2 of its 120 input blocks, and its
+  // tiles spent more on their partial sums than on FMAs).
+  const int64_t tap_weight_bytes = kBlock * kBlock * bt * int64_t{sizeof(float)};
+  const int64_t tile_weight_bytes = std::max(
+      tap_weight_bytes, static_cast<int64_t>(taps_read * static_cast<double>(s.kh * s.kw * tap_weight_bytes)));
   int64_t chunk = std::max<int64_t>(1, chunk_bytes / tile_weight_bytes);
   const int64_t lane_bytes = (plain ? s.plain_channels : kBlock) * int64_t{sizeof(float)};
   int64_t unit_rows = 1, unit_px = s.ow, units = 1;
@@ -427,9 +567,9 @@ void blocked_conv_dense_avx2(const BlockedConvShape& shape, const float* x, cons
                                          : unit_rows * ((s.ow + kMaxR[bt] - 1) / kMaxR[bt]);
   if (!pointwise && tuning.chunk_bytes <= 0 && unit_tiles <= 16)
     chunk = std::max<int64_t>(1, kL2ChunkWeightBytes / tile_weight_bytes);
+  fill_plan_steps(s, j.in_plane, std::min(chunk, s.cb), plan);
   const int64_t groups_per_task = groups_per_task_of(units);
   const int64_t splits = (groups + groups_per_task - 1) / groups_per_task;  // none of them empty
-  fill_steps(s, j.in_plane, std::min(chunk, s.cb), steps);
   auto task = [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t split = t % splits, unit = (t / splits) % units, n = t / (splits * units);
@@ -453,8 +593,9 @@ void blocked_conv_dense_avx2(const BlockedConvShape& shape, const float* x, cons
         const int b = static_cast<int>(std::min<int64_t>(bt, s.mb - mb0));
         const Tile tl{n, mb0, cb0, std::min(s.cb, cb0 + chunk), cb0 == 0, cb0 + chunk >= s.cb};
         const NextWeights next = next_weights(g, cb0);
-        if (across_rows) return row(j, b, tl, 0, oh0 * s.ow, oh1 * s.ow, true, next);
-        for (int64_t oh = oh0; oh < oh1; ++oh) row(j, b, tl, oh, ow0, ow1, false, next);
+        if (across_rows) return pixels(j, plan, b, tl, 0, oh0 * s.ow, oh1 * s.ow, true, next);
+        if (pointwise) return pixels(j, plan, b, tl, 0, ow0, ow1, false, next);
+        for (int64_t oh = oh0; oh < oh1; ++oh) row(j, plan, b, tl, oh);
       };
       if (pointwise) {
         for (int64_t cb0 = 0; cb0 < chunk_end; cb0 += chunk)

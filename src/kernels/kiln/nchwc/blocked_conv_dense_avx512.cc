@@ -208,10 +208,8 @@ void tile(const Job& j, const Tile& t, int64_t count) {
   const auto [kh0, kh1] = valid_taps(t.oh * s.sh - j.pad_top, s.dh, kh_n, j.rows);
   const int64_t skip_before = kh0 * kw_n * kPairTap, skip_after = (kh_n - kh1) * kw_n * kPairTap;
   for (int64_t i = 0; i < count; ++i, y += R * kBlock, xn += R * xstep) {
-    const int64_t first_col = (t.ow0 + i * R) * s.sw - j.pad_left, last_col = first_col + (R - 1) * s.sw;
-    int64_t kw0 = 0, kw1 = kw_n;
-    while (kw0 < kw_n && last_col + kw0 * s.dw < 0) ++kw0;
-    while (kw1 > kw0 && first_col + (kw1 - 1) * s.dw >= j.cols) --kw1;
+    const int64_t first_col = (t.ow0 + i * R) * s.sw - j.pad_left;
+    const auto [kw0, kw1] = tile_taps(first_col, first_col + (R - 1) * s.sw, s.dw, kw_n, j.cols);
     V acc[P][R];
     if (t.first) {
 #pragma GCC unroll 4

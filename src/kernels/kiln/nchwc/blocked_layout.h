@@ -31,14 +31,22 @@ inline Result<BlockedDims> blocked_dims(const Tensor& t, const char* what) {
   return BlockedDims{t.dim(0), t.dim(1), t.dim(2), t.dim(3)};
 }
 
+// The taps k in [0, count) that read [0, size) for some window from position `first` to `last`
+// (first + k * step to last + k * step), as [first, end): the kernel columns a register tile of
+// pixels reads the input with, where the others read only padding.
+inline std::pair<int64_t, int64_t> tile_taps(int64_t first, int64_t last, int64_t step,
+                                             int64_t count, int64_t size) {
+  int64_t k0 = 0, k1 = count;
+  while (k0 < count && last + k0 * step < 0) ++k0;
+  while (k1 > k0 && first + (k1 - 1) * step >= size) --k1;
+  return {k0, k1};
+}
+
 // The taps k in [0, count) whose position base + k * step lies in [0, size), as [first, end):
 // a window's valid rows or columns at the edge of the input.
 inline std::pair<int64_t, int64_t> valid_taps(int64_t base, int64_t step, int64_t count,
                                               int64_t size) {
-  int64_t k0 = 0, k1 = count;
-  while (k0 < count && base + k0 * step < 0) ++k0;
-  while (k1 > k0 && base + (k1 - 1) * step >= size) --k1;
-  return {k0, k1};
+  return tile_taps(base, base, step, count, size);
 }
 
 // Runs fn(begin, end) over [0, n) on the pool when there is one and the work is worth it.
