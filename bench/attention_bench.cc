@@ -1,4 +1,5 @@
-// Attention throughput at bert_base's shapes (12 heads of 64, batch 1, seq 128 and 512): the
+// Attention throughput at bert_base's shapes (12 heads of 64, batch 1, seq 128 and 512; 197 is
+// ViT-B/16's tokens): the
 // flash-attention core alone (Q·K^T, softmax, ·V) per micro-kernel, and the whole
 // ai.kiln.MultiHeadAttention op (projection GEMM included) through a session, as GFLOP/s and %
 // of the FMA peak fma_peak.h measures on this machine.

@@ -8,6 +8,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/fast_path.h"
+#include "kernels/cpu/conv/conv_gemm.h"
 #include "kernels/cpu/conv/grouped_conv.h"
 #include "kernels/cpu/gemm/gemm_s16.h"
 #include "kernels/kernel_util.h"
@@ -118,6 +119,18 @@ Status conv_core(KernelContext& ctx, const ConvSetup& s, const T* x, const T* w,
 template <typename T>
 Status conv_typed(KernelContext& ctx, const ConvSetup& s, const Tensor& x, const Tensor& w,
                   const Tensor* bias, Tensor& y) {
+  if constexpr (std::is_same_v<T, float>) {
+    const ConvGemmShape cs{s.n, s.c, s.m, s.group, s.g3};
+    const bool shift = !is_pointwise(s) && plane_shift_fits(cs);
+    if (shift || (!is_pointwise(s) && row_chunks_pay(cs))) {
+      const float* b = bias ? bias->data<float>() : nullptr;
+      if (shift)
+        conv_f32_plane_shift(cs, x.data<float>(), w.data<float>(), b, y.data<float>(), ctx.pool);
+      else
+        conv_f32_by_row_chunks(cs, x.data<float>(), w.data<float>(), b, y.data<float>(), ctx.pool);
+      return Status::ok();
+    }
+  }
   KILN_RETURN_IF_ERROR(conv_core<T>(ctx, s, x.data<T>(), w.data<T>(), y.data<T>(), x.dtype()));
   if (bias != nullptr) {
     T* yd = y.data<T>();

@@ -130,36 +130,41 @@ inline Geo3 to_geo3(const Geometry& g) {
   return r;
 }
 
-// col[(c*K + kpos) * OUT + opos] = x[c][input position] or 0 in padding, for channels [c0, c1).
+// col[(c*K + kpos) * cols + (row - r0) * out[2] + ow] = x[c][input position] or 0 in padding, for
+// channels [c0, c1) and output rows [r0, r1) (row = od * out[1] + oh; cols = (r1 - r0) * out[2]).
 template <typename T>
-void im2col(const T* x, int64_t c0, int64_t c1, const Geo3& g, T* col) {
+void im2col_rows(const T* x, int64_t c0, int64_t c1, const Geo3& g, int64_t r0, int64_t r1, T* col) {
   const int64_t in_sz = g.in[0] * g.in[1] * g.in[2];
   const int64_t ksz = g.k[0] * g.k[1] * g.k[2];
-  const int64_t out_sz = g.out[0] * g.out[1] * g.out[2];
+  const int64_t cols = (r1 - r0) * g.out[2];
   for (int64_t c = c0; c < c1; ++c) {
     const T* xc = x + c * in_sz;
     for (int64_t kd = 0; kd < g.k[0]; ++kd)
       for (int64_t kh = 0; kh < g.k[1]; ++kh)
         for (int64_t kw = 0; kw < g.k[2]; ++kw) {
-          T* dst = col + (c * ksz + (kd * g.k[1] + kh) * g.k[2] + kw) * out_sz;
-          for (int64_t od = 0; od < g.out[0]; ++od) {
-            const int64_t id = od * g.s[0] - g.pb[0] + kd * g.d[0];
-            for (int64_t oh = 0; oh < g.out[1]; ++oh) {
-              const int64_t ih = oh * g.s[1] - g.pb[1] + kh * g.d[1];
-              T* drow = dst + (od * g.out[1] + oh) * g.out[2];
-              if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) {
-                std::fill(drow, drow + g.out[2], T(0));
-                continue;
-              }
-              const T* xrow = xc + (id * g.in[1] + ih) * g.in[2];
-              for (int64_t ow = 0; ow < g.out[2]; ++ow) {
-                const int64_t iw = ow * g.s[2] - g.pb[2] + kw * g.d[2];
-                drow[ow] = (iw >= 0 && iw < g.in[2]) ? xrow[iw] : T(0);
-              }
+          T* dst = col + (c * ksz + (kd * g.k[1] + kh) * g.k[2] + kw) * cols;
+          for (int64_t row = r0; row < r1; ++row) {
+            const int64_t id = row / g.out[1] * g.s[0] - g.pb[0] + kd * g.d[0];
+            const int64_t ih = row % g.out[1] * g.s[1] - g.pb[1] + kh * g.d[1];
+            T* drow = dst + (row - r0) * g.out[2];
+            if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) {
+              std::fill(drow, drow + g.out[2], T(0));
+              continue;
+            }
+            const T* xrow = xc + (id * g.in[1] + ih) * g.in[2];
+            for (int64_t ow = 0; ow < g.out[2]; ++ow) {
+              const int64_t iw = ow * g.s[2] - g.pb[2] + kw * g.d[2];
+              drow[ow] = (iw >= 0 && iw < g.in[2]) ? xrow[iw] : T(0);
             }
           }
         }
   }
+}
+
+// The same for every output position: col[(c*K + kpos) * OUT + opos].
+template <typename T>
+void im2col(const T* x, int64_t c0, int64_t c1, const Geo3& g, T* col) {
+  im2col_rows(x, c0, c1, g, 0, g.out[0] * g.out[1], col);
 }
 
 }  // namespace conv_util
