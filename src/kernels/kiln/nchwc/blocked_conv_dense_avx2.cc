@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <array>
-#include <initializer_list>
 #include <utility>
 #include <vector>
 
@@ -274,23 +273,6 @@ constexpr TileTable kTiles = {
     tiles_of<2, kIn>(std::make_integer_sequence<int, kMaxR[2]>{}),
     tiles_of<3, kIn>(std::make_integer_sequence<int, kMaxR[3]>{})};
 
-// Output blocks per tile for rows of `len` pixels: 2 unless another count is cheaper by
-// row_cost, a tile of B x R costing the most of its FMAs (2 a cycle), the FMA latency (4 cycles:
-// each accumulator takes one FMA per lane) and its loads (3 a cycle), in half-cycles per input
-// lane. Rows of 7 pixels take 3: 3 x 4- and 3 x 3-pixel tiles hold 12 and 9 accumulators where
-// 2 x 4 and 2 x 3 hold 8 and 6.
-int tile_blocks(int64_t mb, int64_t len) {
-  auto cost = [&](int b) {
-    return row_cost(mb, len, b, kMaxR, [](int bb, int64_t r) {
-      return std::max({static_cast<double>(bb * r), 8.0, 2.0 * static_cast<double>(bb + r) / 3});
-    });
-  };
-  int best = 2;
-  for (int b = 1; b <= kMaxB; ++b)
-    if (cost(b) < cost(best)) best = b;
-  return best;
-}
-
 // A range [first, end) of kernel rows or columns.
 struct Taps {
   int64_t first, end;
@@ -367,10 +349,10 @@ RowCut cut_row(int64_t n, int max_r) {
 }
 
 // The plan of conv `in` (the geometry over dense_input's X) for `shape` (X's own): the tap ranges
-// of its rows and of its tiles when each row of B blocks is cut by cut_row, for the B in
-// `heights`. Returns the share of the kernel's taps the tiles of heights[0] read, on average.
-double plan_taps(const BlockedConvShape& shape, const BlockedConvShape& in,
-                 std::initializer_list<int> heights, bool padded, TapPlan& plan) {
+// of its rows and, with by_rows, of its tiles when each row of B blocks is cut by cut_row, for
+// every B.
+void plan_taps(const BlockedConvShape& shape, const BlockedConvShape& in, bool by_rows, bool padded,
+               TapPlan& plan) {
   plan.rows.assign(1, {0, in.kh});
   plan.cols.assign(1, {0, in.kw});
   plan.top_rows.clear();
@@ -387,9 +369,8 @@ double plan_taps(const BlockedConvShape& shape, const BlockedConvShape& in,
     for (int64_t oh = bottom; oh < in.oh; ++oh) plan.bottom_rows.push_back(rows_of(oh));
   }
   plan.bottom = bottom;
-  for (const int b : heights) {
+  for (int b = 1; b <= kMaxB && by_rows; ++b) {
     std::vector<Run>& runs = plan.runs[b];
-    if (!runs.empty()) continue;
     const RowCut cut = cut_row(in.ow, kMaxR[b]);
     for (int64_t i = 0, ow = 0; i < cut.count; ++i) {
       const int width = static_cast<int>(cut.narrow + (i < cut.wide ? 1 : 0));
@@ -406,15 +387,39 @@ double plan_taps(const BlockedConvShape& shape, const BlockedConvShape& in,
       ow += width;
     }
   }
-  if (!padded) return 1.0;
+}
+
+// The share of the kernel's taps the tiles of B blocks read, on average over the output.
+double taps_read(const TapPlan& plan, int b, const BlockedConvShape& in) {
+  if (plan.rows.size() == 1 && plan.cols.size() == 1) return 1.0;
   // Rows and columns are independent: the share is the product of their shares.
   auto len = [](Taps t) { return static_cast<double>(t.end - t.first); };
-  double rows = static_cast<double>(bottom - top) * len(plan.rows[0]), cols = 0;
+  const int64_t top = static_cast<int64_t>(plan.top_rows.size());
+  double rows = static_cast<double>(plan.bottom - top) * len(plan.rows[0]), cols = 0;
   for (const int r : plan.top_rows) rows += len(plan.rows[r]);
   for (const int r : plan.bottom_rows) rows += len(plan.rows[r]);
-  for (const Run& run : plan.runs[*heights.begin()])
+  for (const Run& run : plan.runs[b])
     cols += static_cast<double>(run.count * run.width) * len(plan.cols[run.cols]);
   return rows / static_cast<double>(in.oh * in.kh) * cols / static_cast<double>(in.ow * in.kw);
+}
+
+// Output blocks per tile for rows of `len` pixels: 2 unless another count is cheaper by
+// row_cost, a tile of B x R costing the most of its FMAs (2 a cycle), the FMA latency (4 cycles:
+// each accumulator takes one FMA per lane) and its loads (3 a cycle), in half-cycles per input
+// lane, times the share of the taps its tiles read (taps_read). Rows of 7 pixels take 3: 3 x 4-
+// and 3 x 3-pixel tiles hold 12 and 9 accumulators where 2 x 4 and 2 x 3 hold 8 and 6. DeepLab's
+// ASPP at rate 24 on 33-pixel rows takes 3 too: its 4-pixel tiles read fewer kernel columns that
+// land in the border than 6-pixel ones, 0.88x the time.
+int tile_blocks(int64_t mb, int64_t len, const TapPlan& plan, const BlockedConvShape& in) {
+  auto cost = [&](int b) {
+    return taps_read(plan, b, in) * row_cost(mb, len, b, kMaxR, [](int bb, int64_t r) {
+      return std::max({static_cast<double>(bb * r), 8.0, 2.0 * static_cast<double>(bb + r) / 3});
+    });
+  };
+  int best = 2;
+  for (int b = 1; b <= kMaxB; ++b)
+    if (cost(b) < cost(best)) best = b;
+  return best;
 }
 
 // The plan's step lists over `blocks` input blocks.
@@ -493,27 +498,24 @@ void blocked_conv_dense_avx2(const BlockedConvShape& shape, const float* x, cons
   // pixels across rows: 1.5x on 96 -> 96 channels at 10 x 2 (Zen 2, one thread), where 4-pixel
   // rows measured 10 % slower across rows than row by row.
   const bool across_rows = !pointwise && !plain && 2 * s.ow <= kMaxR[2];
+  // Rows of tiles (pointwise convs and rows too short for a tile run pixels(), with every tap);
+  // a copy with a zero border has taps to skip.
+  const bool by_rows = !pointwise && !across_rows;
+  plan_taps(shape, s, by_rows, by_rows && in.x != x, plan);
   // Output blocks per tile; long rows (pointwise, across rows) take 2.
   const int bt = tuning.pairs >= 1 && tuning.pairs <= kMaxB ? tuning.pairs
                  : pointwise || across_rows                 ? 2
-                                                            : tile_blocks(s.mb, s.ow);
+                                                            : tile_blocks(s.mb, s.ow, plan, s);
   const int64_t groups = (s.mb + bt - 1) / bt;
   const int64_t threads = pool ? pool->threads() : 1;
   const int64_t chunk_bytes = tuning.chunk_bytes > 0 ? tuning.chunk_bytes : kChunkWeightBytes;
   const int64_t unit_bytes = tuning.unit_bytes > 0 ? tuning.unit_bytes : kUnitInputBytes;
-  // Rows of tiles of bt blocks, and of fewer in the last group (pointwise convs and rows too short
-  // for a tile run pixels(), with every tap); a copy with a zero border has taps to skip.
-  const bool by_rows = !pointwise && !across_rows;
-  const int last_b = static_cast<int>(s.mb - (groups - 1) * bt);
-  const double taps_read = plan_taps(
-      shape, s, by_rows ? std::initializer_list<int>{bt, last_b} : std::initializer_list<int>{},
-      by_rows && in.x != x, plan);
   // The weights a tile reads per input block: of the taps it reads (DeepLab's ASPP at rate 24
   // reads a quarter of them; chunks sized to every tap held 2 of its 120 input blocks, and its
   // tiles spent more on their partial sums than on FMAs).
   const int64_t tap_weight_bytes = kBlock * kBlock * bt * int64_t{sizeof(float)};
   const int64_t tile_weight_bytes = std::max(
-      tap_weight_bytes, static_cast<int64_t>(taps_read * static_cast<double>(s.kh * s.kw * tap_weight_bytes)));
+      tap_weight_bytes, static_cast<int64_t>(taps_read(plan, bt, s) * static_cast<double>(s.kh * s.kw * tap_weight_bytes)));
   int64_t chunk = std::max<int64_t>(1, chunk_bytes / tile_weight_bytes);
   const int64_t lane_bytes = (plain ? s.plain_channels : kBlock) * int64_t{sizeof(float)};
   int64_t unit_rows = 1, unit_px = s.ow, units = 1;
