@@ -90,6 +90,7 @@ void conv_f32_plane_shift(const ConvGemmShape& s, const float* x, const float* w
   const int64_t stride = g.s[a], dilation = g.d[a], pad = g.pb[a];
   const int64_t cg = s.c / s.group, mg = s.m / s.group;
   const int64_t in_sz = frames_in * plane, out_sz = frames_out * plane;
+  if (s.n == 0 || s.m == 0 || out_sz == 0) return;
   thread_local AlignedBuffer tap_weights;
   float* wt = tap_weights.get(taps * s.m * cg);  // [tap][m][c / group]
   for (int64_t t = 0; t < taps; ++t)

@@ -310,8 +310,8 @@ struct Run {
 // row reads X with are one range, and the columns the pixels of a tile read X with are one
 // range, so each (rows, columns) pair has a step list of its own and the tiles skip the rest.
 // DeepLabV3's ASPP conv at rate 24 on a 33x33 map reads X with half its kernel rows, and in the
-// middle tiles with only the middle column. Edge tiles of 3x3 convs skip a third of their FMAs.
-// A conv without padding has one pair: every tap.
+// middle tiles with only the middle column; the top and bottom rows of a padded 3x3 conv skip a
+// third of their FMAs. A conv without padding has one pair: every tap.
 struct TapPlan {
   std::vector<Taps> rows, cols;       // the distinct ranges; [0] is every tap
   // Output rows [0, top) read rows[top_rows[oh]], rows [bottom, oh) rows[bottom_rows[oh -
@@ -511,8 +511,7 @@ void blocked_conv_dense_avx2(const BlockedConvShape& shape, const float* x, cons
   const int64_t chunk_bytes = tuning.chunk_bytes > 0 ? tuning.chunk_bytes : kChunkWeightBytes;
   const int64_t unit_bytes = tuning.unit_bytes > 0 ? tuning.unit_bytes : kUnitInputBytes;
   // The weights a tile reads per input block: of the taps it reads (DeepLab's ASPP at rate 24
-  // reads a quarter of them; chunks sized to every tap held 2 of its 120 input blocks, and its
-  // tiles spent more on their partial sums than on FMAs).
+  // reads about a quarter of them; chunks sized to every tap would hold 2 of its 120 blocks).
   const int64_t tap_weight_bytes = kBlock * kBlock * bt * int64_t{sizeof(float)};
   const int64_t tile_weight_bytes = std::max(
       tap_weight_bytes, static_cast<int64_t>(taps_read(plan, bt, s) * static_cast<double>(s.kh * s.kw * tap_weight_bytes)));
