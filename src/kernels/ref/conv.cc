@@ -121,13 +121,13 @@ Status conv_typed(KernelContext& ctx, const ConvSetup& s, const Tensor& x, const
                   const Tensor* bias, Tensor& y) {
   if constexpr (std::is_same_v<T, float>) {
     const ConvGemmShape cs{s.n, s.c, s.m, s.group, s.g3};
-    const bool shift = !is_pointwise(s) && plane_shift_fits(cs);
-    if (shift || (!is_pointwise(s) && row_chunks_pay(cs))) {
-      const float* b = bias ? bias->data<float>() : nullptr;
-      if (shift)
-        conv_f32_plane_shift(cs, x.data<float>(), w.data<float>(), b, y.data<float>(), ctx.pool);
-      else
-        conv_f32_by_row_chunks(cs, x.data<float>(), w.data<float>(), b, y.data<float>(), ctx.pool);
+    const float* b = bias ? bias->data<float>() : nullptr;
+    if (!is_pointwise(s) && plane_shift_fits(cs)) {
+      conv_f32_plane_shift(cs, x.data<float>(), w.data<float>(), b, y.data<float>(), ctx.pool);
+      return Status::ok();
+    }
+    if (!is_pointwise(s) && row_chunks_pay(cs)) {
+      conv_f32_by_row_chunks(cs, x.data<float>(), w.data<float>(), b, y.data<float>(), ctx.pool);
       return Status::ok();
     }
   }

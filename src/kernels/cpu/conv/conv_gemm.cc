@@ -59,12 +59,10 @@ void fill_bias(float* y, int64_t ldy, int64_t rows, int64_t cols, const float* b
   for (int64_t i = 0; i < rows; ++i) std::fill(y + i * ldy, y + i * ldy + cols, bias ? bias[i] : 0.0f);
 }
 
-struct ChunkCols {
-  AlignedBuffer col;
-};
-ChunkCols& chunk_cols() {
-  thread_local ChunkCols c;
-  return c;
+// conv_f32_by_row_chunks' columns, one buffer per thread.
+AlignedBuffer& chunk_cols() {
+  thread_local AlignedBuffer col;
+  return col;
 }
 
 }  // namespace
@@ -132,8 +130,8 @@ void conv_f32_plane_shift(const ConvGemmShape& s, const float* x, const float* w
   });
 }
 
-// im2col of output rows [r0, r1) (row: all but the last dim) into a buffer of the thread, the
-// GEMM into those rows' columns of Y, then the bias.
+// im2col of output rows [r0, r1) (row: all but the last dim) into a buffer of the thread, then
+// the GEMM onto those rows' columns of Y, set to the bias first.
 void conv_f32_by_row_chunks(const ConvGemmShape& s, const float* x, const float* w, const float* bias,
                             float* y, ThreadPool* pool) {
   const conv_util::Geo3& g = s.g;
@@ -147,24 +145,19 @@ void conv_f32_by_row_chunks(const ConvGemmShape& s, const float* x, const float*
   largest.m = mg, largest.n = chunk_rows * width, largest.k = k;
   thread_local ScratchReservation<1> reservation;
   reservation.ensure(pool, {k * chunk_rows * width},
-                     [](const std::array<int64_t, 1>& n) { chunk_cols().col.get(n[0]); });
+                     [](const std::array<int64_t, 1>& n) { chunk_cols().get(n[0]); });
   run_tasks(pool, s.n * s.group * chunks, largest, [&](int64_t task, ThreadPool* inner) {
     const int64_t chunk = task % chunks, gi = task / chunks % s.group, ni = task / (chunks * s.group);
     const int64_t r0 = chunk * chunk_rows, r1 = std::min(rows, r0 + chunk_rows);
-    float* col = chunk_cols().col.get(k * chunk_rows * width);
+    float* col = chunk_cols().get(k * chunk_rows * width);
     conv_util::im2col_rows(x + (ni * s.c + gi * cg) * in_sz, 0, cg, g, r0, r1, col);
     gemm::GemmF32Args p = largest;
     p.n = (r1 - r0) * width;
     p.a = w + gi * mg * k, p.lda = k;
     p.b = col, p.ldb = p.n;
-    p.c = y + (ni * s.m + gi * mg) * out_sz + r0 * width, p.ldc = out_sz;
+    p.c = y + (ni * s.m + gi * mg) * out_sz + r0 * width, p.ldc = out_sz, p.beta = 1.0f;
+    fill_bias(p.c, out_sz, mg, p.n, bias ? bias + gi * mg : nullptr);
     gemm::gemm_f32_blocked(p, inner);
-    if (bias)
-      for (int64_t i = 0; i < mg; ++i) {
-        float* row = p.c + i * out_sz;
-        const float b = bias[gi * mg + i];
-        for (int64_t j = 0; j < p.n; ++j) row[j] += b;
-      }
   });
 }
 
