@@ -7,7 +7,7 @@
 // L1 across the unit's tiles. A padded conv reads a copy of X with a zero border (dense_input), so
 // that no tile need test its taps: 1.2x on 3x3 convs at 14x14 and 7x7 on Zen 2, where most pixels
 // touch an edge, and no tile narrower than it need be; each tile skips the kernel rows and columns
-// that read only the border (TapPlan).
+// that read only the border (blocked_conv_dense_taps.h).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -18,6 +18,7 @@
 #include "kernels/kiln/nchwc/activation_avx2.h"
 #include "kernels/kiln/nchwc/blocked_conv.h"
 #include "kernels/kiln/nchwc/blocked_conv_dense_prep.h"
+#include "kernels/kiln/nchwc/blocked_conv_dense_taps.h"
 #include "kernels/kiln/nchwc/blocked_layout.h"
 
 namespace kiln::nchwc {
@@ -38,17 +39,6 @@ constexpr int64_t kL2ChunkWeightBytes = 256 * 1024;
 // Input of one unit of output pixels (bytes): well inside L2, so that every output-block group
 // of a task reads it from there, not from memory.
 constexpr int64_t kUnitInputBytes = 128 * 1024;
-
-// The reduction of a tile as one flat list of steps, one per (input block, tap) of a chunk (per
-// (input channel, tap) for a plain input): step k reads its input lanes at the tile's first
-// pixel + x[k] and its weights at the chunk's weights + w[k]. One loop over a list, instead of
-// nested loops over blocks, kernel rows and columns, keeps GCC from spilling the accumulators at
-// every tap: 1.3x on 1x1 convs on Zen 2. The list is the same for every tile of a chunk that reads
-// the same taps (the shorter last chunk reads a prefix).
-struct Steps {
-  std::vector<int64_t> x, w;
-  int64_t per_block = 0;  // steps per input block
-};
 
 struct Job {
   BlockedConvShape s;  // flattened to one row when pointwise
@@ -273,136 +263,6 @@ constexpr TileTable kTiles = {
     tiles_of<2, kIn>(std::make_integer_sequence<int, kMaxR[2]>{}),
     tiles_of<3, kIn>(std::make_integer_sequence<int, kMaxR[3]>{})};
 
-// A range [first, end) of kernel rows or columns.
-struct Taps {
-  int64_t first, end;
-  bool operator==(const Taps& o) const { return first == o.first && end == o.end; }
-};
-
-// The steps of `blocks` input blocks from block 0 (see Steps) over kernel rows `rows` and columns
-// `cols`, on the padded geometry s, into st (whose vectors keep their capacity from call to call).
-void fill_steps(const BlockedConvShape& s, int64_t in_plane, int64_t blocks, Taps rows, Taps cols,
-                Steps& st) {
-  const bool plain = s.plain_channels > 0;
-  const int64_t planes = plain ? s.plain_channels : 1;  // steps per block and tap
-  st.x.clear();
-  st.w.clear();
-  st.per_block = planes * (rows.end - rows.first) * (cols.end - cols.first);
-  for (int64_t cb = 0; cb < blocks; ++cb)
-    for (int64_t c = 0; c < planes; ++c)
-      for (int64_t kh = rows.first; kh < rows.end; ++kh)
-        for (int64_t kw = cols.first; kw < cols.end; ++kw) {
-          const int64_t tap = kh * s.dh * s.w + kw * s.dw;
-          st.x.push_back(plain ? c * s.h * s.w + tap : cb * in_plane + tap * kBlock);
-          st.w.push_back(((cb * s.kh + kh) * s.kw + kw) * kBlock * kBlock + c * kBlock);
-        }
-}
-
-// Tiles of one width from column ow on, all reading kernel columns `cols` (an index of
-// TapPlan::cols).
-struct Run {
-  int64_t ow, count;
-  int width, cols;
-};
-
-// Which taps the tiles of a padded conv read. dense_input pads X so that every tap of every tile
-// is inside, and a tap that reads only its zero border adds nothing: the kernel rows an output
-// row reads X with are one range, and the columns the pixels of a tile read X with are one
-// range, so each (rows, columns) pair has a step list of its own and the tiles skip the rest.
-// DeepLabV3's ASPP conv at rate 24 on a 33x33 map reads X with half its kernel rows, and in the
-// middle tiles with only the middle column; the top and bottom rows of a padded 3x3 conv skip a
-// third of their FMAs. A conv without padding has one pair: every tap.
-struct TapPlan {
-  std::vector<Taps> rows, cols;       // the distinct ranges; [0] is every tap
-  // Output rows [0, top) read rows[top_rows[oh]], rows [bottom, oh) rows[bottom_rows[oh -
-  // bottom]], the rows between every kernel row (found from the edges in, as a plan is made at
-  // every call: a row list had cost the small RGB stems 2-4 %).
-  std::vector<int> top_rows, bottom_rows;
-  int64_t bottom = 0;
-  std::vector<Run> runs[kMaxB + 1];   // per blocks per tile: the tiles of a row, left to right
-  std::vector<Steps> steps;           // [row index * cols.size() + column index]
-
-  const Steps& of(int64_t oh, int cols_index) const {
-    const int64_t top = static_cast<int64_t>(top_rows.size());
-    const int r = oh < top ? top_rows[oh] : oh >= bottom ? bottom_rows[oh - bottom] : 0;
-    return steps[r * cols.size() + cols_index];
-  }
-};
-
-int index_of(std::vector<Taps>& list, Taps taps) {
-  const auto it = std::find(list.begin(), list.end(), taps);
-  if (it != list.end()) return static_cast<int>(it - list.begin());
-  list.push_back(taps);
-  return static_cast<int>(list.size()) - 1;
-}
-
-// Pixels [0, n) of a row in the fewest tiles of at most max_r pixels, whose widths differ by one
-// at most: 7 pixels are 4 + 3, 49 are 4 x 6 + 5 x 5 and 56 are 6 x 6 + 4 x 5, not 6 + 1, 8 x 6 + 1
-// and 9 x 6 + 2. A 1- or 2-pixel tile has 2 or 4 accumulators, each FMA waiting on the last: such
-// tiles took 4-5 % of resnext50's time (Zen 3). `wide` tiles of narrow + 1 pixels come first.
-struct RowCut {
-  int64_t count, narrow, wide;
-};
-RowCut cut_row(int64_t n, int max_r) {
-  const int64_t count = (n + max_r - 1) / max_r;
-  return {count, n / count, n % count};
-}
-
-// The plan of conv `in` (the geometry over dense_input's X) for `shape` (X's own): the tap ranges
-// of its rows and, with by_rows, of its tiles when each row of B blocks is cut by cut_row, for
-// every B.
-void plan_taps(const BlockedConvShape& shape, const BlockedConvShape& in, bool by_rows, bool padded,
-               TapPlan& plan) {
-  plan.rows.assign(1, {0, in.kh});
-  plan.cols.assign(1, {0, in.kw});
-  plan.top_rows.clear();
-  plan.bottom_rows.clear();
-  for (auto& runs : plan.runs) runs.clear();
-  auto rows_of = [&](int64_t oh) {
-    const auto [k0, k1] = valid_taps(oh * shape.sh - shape.pt, shape.dh, shape.kh, shape.h);
-    return index_of(plan.rows, {k0, k1});
-  };
-  int64_t top = 0, bottom = in.oh;
-  if (padded) {
-    for (int r; top < in.oh && (r = rows_of(top)) != 0; ++top) plan.top_rows.push_back(r);
-    while (bottom > top && rows_of(bottom - 1) != 0) --bottom;
-    for (int64_t oh = bottom; oh < in.oh; ++oh) plan.bottom_rows.push_back(rows_of(oh));
-  }
-  plan.bottom = bottom;
-  for (int b = 1; b <= kMaxB && by_rows; ++b) {
-    std::vector<Run>& runs = plan.runs[b];
-    const RowCut cut = cut_row(in.ow, kMaxR[b]);
-    for (int64_t i = 0, ow = 0; i < cut.count; ++i) {
-      const int width = static_cast<int>(cut.narrow + (i < cut.wide ? 1 : 0));
-      int cols = 0;
-      if (padded) {  // the columns some pixel of the tile reads X with
-        const int64_t first = ow * shape.sw - shape.pl;
-        const auto [k0, k1] = tile_taps(first, first + (width - 1) * shape.sw, shape.dw, shape.kw, shape.w);
-        cols = index_of(plan.cols, {k0, k1});
-      }
-      if (!runs.empty() && runs.back().width == width && runs.back().cols == cols)
-        ++runs.back().count;
-      else
-        runs.push_back({ow, 1, width, cols});
-      ow += width;
-    }
-  }
-}
-
-// The share of the kernel's taps the tiles of B blocks read, on average over the output.
-double taps_read(const TapPlan& plan, int b, const BlockedConvShape& in) {
-  if (plan.rows.size() == 1 && plan.cols.size() == 1) return 1.0;
-  // Rows and columns are independent: the share is the product of their shares.
-  auto len = [](Taps t) { return static_cast<double>(t.end - t.first); };
-  const int64_t top = static_cast<int64_t>(plan.top_rows.size());
-  double rows = static_cast<double>(plan.bottom - top) * len(plan.rows[0]), cols = 0;
-  for (const int r : plan.top_rows) rows += len(plan.rows[r]);
-  for (const int r : plan.bottom_rows) rows += len(plan.rows[r]);
-  for (const Run& run : plan.runs[b])
-    cols += static_cast<double>(run.count * run.width) * len(plan.cols[run.cols]);
-  return rows / static_cast<double>(in.oh * in.kh) * cols / static_cast<double>(in.ow * in.kw);
-}
-
 // Output blocks per tile for rows of `len` pixels: 2 unless another count is cheaper by
 // row_cost, a tile of B x R costing the most of its FMAs (2 a cycle), the FMA latency (4 cycles:
 // each accumulator takes one FMA per lane) and its loads (3 a cycle), in half-cycles per input
@@ -420,14 +280,6 @@ int tile_blocks(int64_t mb, int64_t len, const TapPlan& plan, const BlockedConvS
   for (int b = 1; b <= kMaxB; ++b)
     if (cost(b) < cost(best)) best = b;
   return best;
-}
-
-// The plan's step lists over `blocks` input blocks.
-void fill_plan_steps(const BlockedConvShape& in, int64_t in_plane, int64_t blocks, TapPlan& plan) {
-  plan.steps.resize(plan.rows.size() * plan.cols.size());
-  for (size_t r = 0; r < plan.rows.size(); ++r)
-    for (size_t c = 0; c < plan.cols.size(); ++c)
-      fill_steps(in, in_plane, blocks, plan.rows[r], plan.cols[c], plan.steps[r * plan.cols.size() + c]);
 }
 
 const TileTable& tiles_for(const BlockedConvShape& s, bool across_rows) {
@@ -501,7 +353,7 @@ void blocked_conv_dense_avx2(const BlockedConvShape& shape, const float* x, cons
   // Rows of tiles (pointwise convs and rows too short for a tile run pixels(), with every tap);
   // a copy with a zero border has taps to skip.
   const bool by_rows = !pointwise && !across_rows;
-  plan_taps(shape, s, by_rows, by_rows && in.x != x, plan);
+  plan_taps(shape, s, by_rows, by_rows && in.x != x, kMaxR, kMaxB, plan);
   // Output blocks per tile; long rows (pointwise, across rows) take 2.
   const int bt = tuning.pairs >= 1 && tuning.pairs <= kMaxB ? tuning.pairs
                  : pointwise || across_rows                 ? 2
