@@ -2,7 +2,8 @@
 # Every test kiln has, on an already built ./build: unit tests, heap allocations of steady-state
 # runs, ONNX conformance (against the checked-in list of known failures), both again at every ISA
 # level below the CPU's (KILN_ISA=avx2 on an AVX-512 machine), exported models checked
-# by onnx.checker, the ai.onnx.ml kernels against ONNX Runtime (from PyPI), the model-loader
+# by onnx.checker, the ai.onnx.ml kernels against ONNX Runtime (from PyPI), the Python package
+# (installed in .venv by bootstrap.sh) against ONNX Runtime, the model-loader
 # fuzzer for 60 s, and unit tests and conformance again under ASan+UBSan. Ends with a line "test stages: N passed, N failed" and a non-zero exit when any stage
 # failed.
 set -uo pipefail
@@ -61,6 +62,13 @@ at_lower_isa_levels() {  # unit tests and -O3 conformance again with KILN_ISA at
   return $rc
 }
 
+python_package() {  # the package as installed by bootstrap.sh, against ONNX Runtime from PyPI
+  local venv=.venv
+  $venv/bin/python -c "import onnxruntime, pytest" 2>/dev/null ||
+    $venv/bin/python -m pip install -q onnxruntime pytest || return 1
+  $venv/bin/python -m pytest -q tests/python
+}
+
 sanitized_tests() {  # the clang ASan+UBSan build made by run_fuzz.sh serves these too
   ninja -C build-fuzz kiln_unit_tests kiln_conformance &&
     ASAN_OPTIONS=detect_leaks=1 ./build-fuzz/tests/kiln_unit_tests --gtest_brief=1 &&
@@ -74,6 +82,7 @@ stage "ONNX conformance, every model optimized at -O3 (the default) first" confo
 stage "unit tests and conformance at every lower ISA level (KILN_ISA)" at_lower_isa_levels
 stage "exported models pass onnx.checker" /usr/bin/python3 tests/check_export.py build
 stage "ai.onnx.ml kernels agree with ONNX Runtime" ml_ops_vs_onnxruntime
+stage "Python package: the ONNX Runtime API against ONNX Runtime (pytest)" python_package
 stage "fuzzing the model loader (clang libFuzzer + ASan + UBSan, 60 s)" tests/fuzz/run_fuzz.sh 60
 stage "unit tests and conformance under ASan+UBSan" sanitized_tests
 

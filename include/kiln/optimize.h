@@ -48,6 +48,9 @@ Result<OptimizeReport> optimize(ir::Model& model, const OptimizeOptions& options
 // `kiln optimize` saved, which records its level in the metadata. True when it optimized.
 Result<bool> optimize_unless_saved(ir::Model& model, int level);
 
+// Whether `model` came out of kiln::optimize (its metadata records the level that ran).
+bool is_optimized(const ir::Model& model);
+
 // Names of all registered passes with their levels, in pipeline order.
 std::vector<std::pair<std::string, int>> list_passes();
 

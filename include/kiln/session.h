@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/io_info.h"
 #include "kiln/status.h"
 #include "kiln/value.h"
 
@@ -15,6 +16,7 @@ namespace kiln {
 namespace ir {
 struct Model;
 }
+class Model;
 
 struct SessionOptions {
   // 0 (or one a core): the process-wide pool, one thread a core, shared by such sessions; another
@@ -32,16 +34,6 @@ struct SessionOptions {
   // of kiln's kernel variants ("kiln.direct"), which tuning otherwise chooses node by node, may
   // be forced the same way, to test or compare it. An unknown name is an error.
   std::string backend = "kiln";
-};
-
-// A graph input or output as users see it: dims of -1 are dynamic, named in dim_names.
-struct IoInfo {
-  std::string name;
-  Value::Kind kind = Value::Kind::kTensor;
-  DType dtype = DType::kUndefined;
-  bool has_shape = false;
-  std::vector<int64_t> dims;
-  std::vector<std::string> dim_names;
 };
 
 // One node of a profiled run: when its kernel ran (from the start of run_profiled) and its work.
@@ -93,6 +85,9 @@ class Session {
   // Runs `model` as given: optimize_level is not applied (the model is shared and const).
   static Result<std::unique_ptr<Session>> create(std::shared_ptr<const ir::Model> model,
                                                  const SessionOptions& options = {});
+  // The same for a public Model handle (kiln/model.h): shares its graph, which the Model copies
+  // before it changes it again, so the session is unaffected by later optimize() or tune().
+  static Result<std::unique_ptr<Session>> create(const Model& model, const SessionOptions& options = {});
   ~Session();
 
   // The graph's inputs that are not initializers, in graph order; and its outputs.

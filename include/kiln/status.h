@@ -8,26 +8,53 @@
 
 namespace kiln {
 
+// What kind of failure a Status is, so that callers (the CLI's exit code, the Python package's
+// exception classes) can tell a bad model from a bad input without reading the message.
+enum class StatusCode {
+  kOk = 0,
+  kFailed,             // not classified further: what an error is unless its origin says more
+  kInvalidArgument,    // the caller's input: a wrong dtype, rank, shape or name, a bad option
+  kInvalidModel,       // the model: unparsable, inconsistent, or failing its checks
+  kNotFound,           // a file (model, external data, input) that does not exist
+  kNotImplemented,     // valid, but kiln has no kernel or support for it
+  kOutOfRange,         // an index or size beyond what the data or the format allows
+  kResourceExhausted,  // memory or another limit
+  kInternal,           // a bug in kiln
+};
+
+// "InvalidArgument" for kInvalidArgument, ...: the names the CLI and the Python package show.
+const char* status_code_name(StatusCode code);
+
 class [[nodiscard]] Status {
  public:
   Status() = default;
   static Status ok() { return Status(); }
-  static Status error(std::string message) {
+  static Status error(std::string message) { return error(StatusCode::kFailed, std::move(message)); }
+  static Status error(StatusCode code, std::string message) {
     Status s;
-    s.failed_ = true;
+    s.code_ = code == StatusCode::kOk ? StatusCode::kFailed : code;
     s.message_ = std::move(message);
     return s;
   }
-  bool is_ok() const { return !failed_; }
-  explicit operator bool() const { return !failed_; }
+  static Status invalid_argument(std::string m) { return error(StatusCode::kInvalidArgument, std::move(m)); }
+  static Status invalid_model(std::string m) { return error(StatusCode::kInvalidModel, std::move(m)); }
+  static Status not_implemented(std::string m) { return error(StatusCode::kNotImplemented, std::move(m)); }
+  bool is_ok() const { return code_ == StatusCode::kOk; }
+  explicit operator bool() const { return is_ok(); }
+  StatusCode code() const { return code_; }
   const std::string& message() const { return message_; }
-  // Adds context in front: "node 'conv1' (Conv): " + message.
+  // Adds context in front: "node 'conv1' (Conv): " + message; the code stays.
   Status with_context(const std::string& context) const {
-    return failed_ ? error(context + ": " + message_) : *this;
+    return is_ok() ? *this : error(code_, context + ": " + message_);
+  }
+  // The same error with `code` when it is still unclassified (kFailed): a boundary such as model
+  // loading says what a failure below it means without overriding a more precise code.
+  Status with_default_code(StatusCode code) const {
+    return code_ == StatusCode::kFailed ? error(code, message_) : *this;
   }
 
  private:
-  bool failed_ = false;
+  StatusCode code_ = StatusCode::kOk;
   std::string message_;
 };
 

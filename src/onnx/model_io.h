@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ir/graph.h"
+#include "kiln/model.h"
 #include "kiln/status.h"
 #include "kiln/value.h"
 
@@ -25,32 +26,9 @@ Result<ir::Model> parse_model(const std::string& bytes, const std::string& base_
 // Serialises a model; every tensor is written inline (raw_data). The bytes are protobuf's.
 Result<std::string> serialize_model(const ir::Model& model);
 
-// How save_model stores weights: inline in the model file, or in one external data file beside
-// it, as onnx.save_model(..., save_as_external_data=True) and ONNX Runtime do.
-struct SaveOptions {
-  enum class ExternalData {
-    kAuto,    // external when the model was loaded with external data (ir::Model::external_data)
-              // or would not fit inline (over max_inline_bytes); inline otherwise
-    kAlways,
-    kNever,
-  };
-  ExternalData external_data = ExternalData::kAuto;
-  // The data file: a plain file name, written beside the model; "" means "<model file name>.data".
-  std::string location;
-  // Initializers of at least this many bytes go to the data file; smaller ones stay inline.
-  size_t size_threshold = 1024;
-  // Every tensor starts at a multiple of this in the data file, so a runtime can mmap it.
-  size_t alignment = 4096;
-  // kAuto goes external when the inline model would be larger than this: protobuf's 2 GiB limit.
-  uint64_t max_inline_bytes = INT32_MAX;
-};
-
-// What save_model wrote besides the model file (nothing when every tensor stayed inline).
-struct SaveReport {
-  std::string data_path;           // "" when no data file was written
-  int64_t external_tensors = 0;
-  uint64_t data_file_bytes = 0;
-};
+// How save_model stores weights and what it wrote besides the model file (kiln/model.h).
+using SaveOptions = kiln::SaveOptions;
+using SaveReport = kiln::SaveReport;
 
 // Writes the data file (complete, then renamed into place) before the model file, so a crash
 // never leaves a model that points at missing data. Never overwrites the model file with data.

@@ -155,10 +155,14 @@ Result<OptimizeReport> optimize(ir::Model& model, const OptimizeOptions& options
   return report;
 }
 
-Result<bool> optimize_unless_saved(ir::Model& model, int level) {
+bool is_optimized(const ir::Model& model) {
   for (const auto& kv : model.metadata)
-    if (kv.first == passes::kOptimizationLevelKey) return false;
-  if (level <= 0) return false;
+    if (kv.first == passes::kOptimizationLevelKey) return true;
+  return false;
+}
+
+Result<bool> optimize_unless_saved(ir::Model& model, int level) {
+  if (is_optimized(model) || level <= 0) return false;
   OptimizeOptions options;
   options.level = level;
   KILN_RETURN_IF_ERROR(optimize(model, options).status());

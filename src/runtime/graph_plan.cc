@@ -139,7 +139,7 @@ Result<std::unique_ptr<GraphPlan>> GraphPlan::compile(const ir::Graph& g, const 
     const KernelDef* def =
         backends::choose(n, backends::input_types(n, g, type_storage), assignment.backend_for(n));
     if (!def)
-      return Status::error(n.describe() + ": operator " + (n.domain.empty() ? "" : n.domain + ".") +
+      return Status::not_implemented(n.describe() + ": operator " + (n.domain.empty() ? "" : n.domain + ".") +
                            n.op_type + " is not supported");
     step.backend = def->choice();
     auto kernel = def->create(n, step.opset);
@@ -174,7 +174,7 @@ Result<std::unique_ptr<GraphPlan>> GraphPlan::compile(const ir::Graph& g, const 
   }
   for (const auto& o : g.outputs) {
     if (!produced.count(o.name) && !available.count(o.name) && !outer.count(o.name))
-      return Status::error("graph output '" + o.name + "' is not produced by any node");
+      return Status::invalid_model("graph output '" + o.name + "' is not produced by any node");
     plan->output_slots_.push_back(plan->slot(o.name));
   }
   for (size_t i = 0; i < plan->output_slots_.size(); ++i)

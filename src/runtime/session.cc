@@ -13,10 +13,12 @@
 #include "ir/function_inline.h"
 #include "ir/gradient.h"
 #include "ir/shape_inference.h"
+#include "kiln/model.h"
 #include "kiln/optimize.h"
 #include "onnx/model_io.h"
 #include "runtime/backend_choices.h"
 #include "runtime/graph_plan.h"
+#include "runtime/io_info.h"
 #include "runtime/run_memory.h"
 #include "runtime/step_cost.h"
 
@@ -43,42 +45,25 @@ struct Session::Impl {
 
 namespace {
 
-IoInfo io_info(const ir::ValueInfo& v) {
-  IoInfo io;
-  io.name = v.name;
-  io.dtype = v.type.dtype;
-  switch (v.type.kind) {
-    case ir::TypeInfo::Kind::kSequence: io.kind = Value::Kind::kSequence; break;
-    case ir::TypeInfo::Kind::kOptional: io.kind = Value::Kind::kOptional; break;
-    default: io.kind = Value::Kind::kTensor; break;
-  }
-  io.has_shape = v.type.has_shape;
-  for (const auto& d : v.type.shape) {
-    io.dims.push_back(d.known() ? d.value : -1);
-    io.dim_names.push_back(d.symbol);
-  }
-  return io;
-}
-
 Status check_input(const IoInfo& io, const Value& v) {
   // Built only for an error: a run that is fine allocates nothing here.
   auto what = [&] { return "input '" + io.name + "'"; };
   if (io.kind == Value::Kind::kTensor) {
-    if (!v.is_tensor() || !v.tensor.defined()) return Status::error(what() + " must be a tensor");
+    if (!v.is_tensor() || !v.tensor.defined()) return Status::invalid_argument(what() + " must be a tensor");
     const Tensor& t = v.tensor;
     if (io.dtype != DType::kUndefined && t.dtype() != io.dtype)
-      return Status::error(what() + " must be " + dtype_name(io.dtype) + ", got " + dtype_name(t.dtype()));
+      return Status::invalid_argument(what() + " must be " + dtype_name(io.dtype) + ", got " + dtype_name(t.dtype()));
     if (io.has_shape) {
       if (t.rank() != static_cast<int64_t>(io.dims.size()))
-        return Status::error(what() + " must have rank " + std::to_string(io.dims.size()) + ", got shape " +
+        return Status::invalid_argument(what() + " must have rank " + std::to_string(io.dims.size()) + ", got shape " +
                              shape_str(t.shape()));
       for (size_t i = 0; i < io.dims.size(); ++i)
         if (io.dims[i] >= 0 && t.dim(i) != io.dims[i])
-          return Status::error(what() + " dimension " + std::to_string(i) + " must be " +
+          return Status::invalid_argument(what() + " dimension " + std::to_string(i) + " must be " +
                                std::to_string(io.dims[i]) + ", got shape " + shape_str(t.shape()));
     }
   } else if (io.kind == Value::Kind::kSequence && !v.is_sequence()) {
-    return Status::error(what() + " must be a sequence");
+    return Status::invalid_argument(what() + " must be a sequence");
   }
   return Status::ok();
 }
@@ -111,17 +96,23 @@ void return_free_memory() {
 }  // namespace
 
 Result<std::unique_ptr<Session>> Session::load(const std::string& path, const SessionOptions& options) {
-  KILN_ASSIGN_OR_RETURN(ir::Model m, onnx_io::load_model(path));
-  auto optimized = optimize_unless_saved(m, options.optimize_level);
+  KILN_ASSIGN_OR_RETURN(Model loaded, Model::load(path));
+  std::shared_ptr<ir::Model> m = std::move(loaded.ir_);  // nobody else holds it
+  auto optimized = optimize_unless_saved(*m, options.optimize_level);
   if (!optimized)
-    return optimized.status().with_context(path +
-                                           ": optimizing at load (optimize_level 0 skips it)");
+    return optimized.status()
+        .with_default_code(StatusCode::kInvalidModel)
+        .with_context(path + ": optimizing at load (optimize_level 0 skips it)");
   // The weights the passes replaced were freed mid-heap; hand those pages back before compiling
   // allocates packed weights, or they add to the peak (70 MB on vit_b_16).
   if (*optimized) return_free_memory();
-  auto s = create_owned(std::make_shared<ir::Model>(std::move(m)), options);
+  auto s = create_owned(std::move(m), options);
   if (!s) return s.status().with_context(path);
   return s;
+}
+
+Result<std::unique_ptr<Session>> Session::create(const Model& model, const SessionOptions& options) {
+  return create(model.share(), options);
 }
 
 Result<std::unique_ptr<Session>> Session::create(std::shared_ptr<const ir::Model> model,
@@ -151,7 +142,7 @@ Result<std::unique_ptr<Session>> Session::create_owned(std::shared_ptr<ir::Model
 // `owned`, when set, is `model` itself, which this session alone holds and may change.
 Result<std::unique_ptr<Session>> Session::create_shared(std::shared_ptr<const ir::Model> model, ir::Model* owned,
                                                         const SessionOptions& options) {
-  if (const std::string e = isa_env_error(); !e.empty()) return Status::error(e);
+  if (const std::string e = isa_env_error(); !e.empty()) return Status::invalid_argument(e);
   const std::set<std::string> known = backends::registered(), variants = backends::variants();
   if (!known.count(options.backend) && !variants.count(options.backend)) {
     auto list = [](const std::set<std::string>& names) {
@@ -159,7 +150,7 @@ Result<std::unique_ptr<Session>> Session::create_shared(std::shared_ptr<const ir
       for (const std::string& b : names) s += (s.empty() ? "" : ", ") + b;
       return s;
     };
-    return Status::error("unknown backend '" + options.backend + "' (this build has: " + list(known) +
+    return Status::invalid_argument("unknown backend '" + options.backend + "' (this build has: " + list(known) +
                          "; and kiln's kernel variants " + list(variants) + ")");
   }
   backends::Assignment assignment;
@@ -186,12 +177,11 @@ Result<std::unique_ptr<Session>> Session::create_shared(std::shared_ptr<const ir
   for (size_t i = 0; i < g.inputs.size(); ++i) {
     auto it = g.initializers.find(g.inputs[i].name);
     impl->defaults.push_back(it == g.initializers.end() ? Value() : Value::of(it->second));
-    if (it != g.initializers.end()) continue;
-    impl->inputs.push_back(io_info(g.inputs[i]));
-    impl->input_positions.push_back(i);
+    if (it == g.initializers.end()) impl->input_positions.push_back(i);
   }
+  impl->inputs = runtime::user_inputs(g);
   impl->feeds.resize(g.inputs.size());
-  for (const auto& o : g.outputs) impl->outputs.push_back(io_info(o));
+  impl->outputs = runtime::graph_outputs(g);
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
 
@@ -235,7 +225,7 @@ MemoryInfo Session::memory_info() const {
 // The graph's inputs in order: the user's values, checked, and initializers for the rest.
 Status Session::Impl::bind_feeds(const std::vector<Value>& user_inputs) {
   if (user_inputs.size() != inputs.size())
-    return Status::error("the model takes " + std::to_string(inputs.size()) + " inputs, got " +
+    return Status::invalid_argument("the model takes " + std::to_string(inputs.size()) + " inputs, got " +
                          std::to_string(user_inputs.size()));
   for (size_t i = 0; i < defaults.size(); ++i) feeds[i] = &defaults[i];
   for (size_t k = 0; k < user_inputs.size(); ++k) {

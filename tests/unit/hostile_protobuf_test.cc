@@ -76,8 +76,11 @@ TEST(HostileModel, ProtobufGarbage) {
 
 TEST(HostileModel, FileErrors) {
   TempDir dir;
-  expect_error(Session::load((dir.path() / "missing.onnx").string()).status(), {"cannot open"});
+  const Status missing = Session::load((dir.path() / "missing.onnx").string()).status();
+  expect_error(missing, {"cannot open"});
+  EXPECT_EQ(missing.code(), StatusCode::kNotFound);
   expect_error(Session::load(dir.path().string()).status(), {"is a folder"});
+  EXPECT_EQ(Session::load(dir.path().string()).status().code(), StatusCode::kInvalidModel);
   write_bytes(dir.path() / "empty.onnx", "");
   expect_error(Session::load((dir.path() / "empty.onnx").string()).status(), {"no graph"});
 }

@@ -15,6 +15,7 @@
 #include "cli.h"
 #include "core/cpu_features.h"
 #include "io_files.h"
+#include "kiln/session.h"
 #include "run_timing.h"
 #include "tuning.h"
 
@@ -41,10 +42,9 @@ std::vector<std::string> backends_in_build() {
 // kiln" is the median of its round's p50 over kiln's of the same round (paired: in fixed order
 // with unpaired medians, two runs of the same kiln configuration read 0.82-0.99 of each other on
 // resnet50, Zen 4).
-Status print_backend_table(const std::shared_ptr<ir::Model>& model,
-                           const std::vector<Value>& inputs, SessionOptions so,
+Status print_backend_table(Model model, const std::vector<Value>& inputs, SessionOptions so,
                            const TuneFlags& tune, int iters, int warmup, int rounds) {
-  record_backend_choices(*model, {});
+  model.clear_backend_choices();
   struct Row {
     std::string name;
     std::unique_ptr<Session> session;
@@ -56,9 +56,8 @@ Status print_backend_table(const std::shared_ptr<ir::Model>& model,
     KILN_ASSIGN_OR_RETURN(auto s, Session::create(model, so));
     rows.push_back(Row{b, std::move(s), {}});
   }
-  auto tuned = std::make_shared<ir::Model>(*model);
-  KILN_ASSIGN_OR_RETURN(TuneReport report,
-                        tune_and_record(*tuned, inputs, tune, rows[0].session->threads()));
+  Model tuned = model;
+  KILN_ASSIGN_OR_RETURN(TuneReport report, tune_and_record(tuned, inputs, tune, so.threads));
   print_tune_summary(report);
   so.backend = "kiln";
   KILN_ASSIGN_OR_RETURN(auto ts, Session::create(tuned, so));
@@ -132,8 +131,7 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   add_shape_options(cmd, &opt->shape);
   cmd->callback([opt, exit_code] {
     auto fail = [&](const Status& st) {
-      std::cerr << "kiln bench: " << st.message() << "\n";
-      *exit_code = 1;
+      *exit_code = report_failure("bench", st);
     };
     SessionOptions so;
     so.threads = opt->threads;
@@ -151,21 +149,17 @@ void add_bench_command(CLI::App& app, int* exit_code) {
       // The tuner replays nodes on their weights: the model stays here, shared with the sessions.
       auto model = load_for_tuning(opt->model, opt->level);
       if (!model) return fail(model.status());
-      auto probe = Session::create(*model, so);
-      if (!probe) return fail(probe.status());
-      auto in = make_bench_inputs(**probe, opt->shape);
+      auto in = make_bench_inputs(model->inputs(), opt->shape);
       if (!in) return fail(in.status());
       inputs = std::move(in).value();
       if (opt->backends) {
-        probe->reset();
         Status st = print_backend_table(*model, inputs, so, opt->tune, opt->iters, opt->warmup,
                                         opt->rounds);
         if (!st.is_ok()) return fail(st);
         return;
       }
-      auto report = tune_and_record(**model, inputs, opt->tune, (*probe)->threads());
+      auto report = tune_and_record(*model, inputs, opt->tune, so.threads);
       if (!report) return fail(report.status());
-      probe->reset();
       if (!opt->json) print_tune_summary(*report);
       auto s = Session::create(*model, so);
       if (!s) return fail(s.status());
@@ -173,7 +167,7 @@ void add_bench_command(CLI::App& app, int* exit_code) {
     }
     const double load_ms = ms_since(t0);
     if (inputs.empty()) {
-      auto in = make_bench_inputs(*session, opt->shape);
+      auto in = make_bench_inputs(session->inputs(), opt->shape);
       if (!in) return fail(in.status());
       inputs = std::move(in).value();
     }

@@ -3,7 +3,14 @@
 
 #include <CLI/CLI.hpp>
 
+#include "kiln/status.h"
+
 namespace kiln::cli {
+
+// Prints "kiln COMMAND: message" to stderr and returns the exit code for the failure's kind:
+// 1 unclassified (and a comparison beyond tolerance), 2 InvalidArgument, 3 InvalidModel,
+// 4 NotFound, 5 NotImplemented, 6 OutOfRange, 7 ResourceExhausted, 8 Internal.
+int report_failure(const std::string& command, const Status& st);
 
 // Each adds a subcommand whose callback stores the process exit code in *exit_code.
 void add_info_command(CLI::App& app, int* exit_code);

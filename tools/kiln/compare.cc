@@ -7,8 +7,8 @@
 #include "cli.h"
 #include "compare_print.h"
 #include "io_files.h"
-#include "ir/graph.h"
-#include "onnx/model_io.h"
+#include "kiln/session.h"
+#include "kiln/model.h"
 
 namespace kiln::cli {
 namespace {
@@ -92,26 +92,19 @@ void add_compare_command(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(0, 1024));
   cmd->callback([opt, exit_code] {
     auto fail = [&](const Status& st) {
-      std::cerr << "kiln compare: " << st.message() << "\n";
-      *exit_code = 1;
+      *exit_code = report_failure("compare", st);
     };
-    auto a = onnx_io::load_model(opt->model_a);
+    auto a = Model::load(opt->model_a);
     if (!a) return fail(a.status());
-    auto b = onnx_io::load_model(opt->model_b);
+    auto b = Model::load(opt->model_b);
     if (!b) return fail(b.status());
-    // Inputs follow model A's declaration; a session of A says what they are. Without -i the
-    // benchmark rule makes them.
+    // Inputs follow model A's declaration. Without -i the benchmark rule makes them.
     InputOptions in = opt->inputs;
     if (in.files.empty()) in.random = true;
-    SessionOptions so;
-    so.threads = opt->threads;
-    auto session_a = Session::create(std::make_shared<const ir::Model>(*a), so);
-    if (!session_a) return fail(session_a.status().with_context(opt->model_a));
-    auto inputs = make_inputs(**session_a, in);
+    auto inputs = make_inputs(a->inputs(), in);
     if (!inputs) return fail(inputs.status());
-    session_a->reset();
 
-    auto report = compare_models(*a, *b, *inputs, opt->compare, opt->threads);
+    auto report = compare_models(a->ir(), b->ir(), *inputs, opt->compare, opt->threads);
     if (!report) return fail(report.status());
 
     std::printf("A %s\nB %s\n", opt->model_a.c_str(), opt->model_b.c_str());

@@ -7,9 +7,10 @@
 
 #include "cli.h"
 #include "io_files.h"
+#include "kiln/session.h"
 #include "ir/graph.h"
 #include "ir/shape_inference.h"
-#include "onnx/model_io.h"
+#include "kiln/model.h"
 
 namespace kiln::cli {
 namespace {
@@ -60,7 +61,7 @@ Result<nlohmann::ordered_json> memory_json(const std::string& path, int level, i
   SessionOptions so;
   so.optimize_level = level;
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, Session::load(path, so));
-  KILN_ASSIGN_OR_RETURN(std::vector<Value> inputs, make_bench_inputs(*session, InputShapes{batch, seq, {}}));
+  KILN_ASSIGN_OR_RETURN(std::vector<Value> inputs, make_bench_inputs(session->inputs(), InputShapes{batch, seq, {}}));
   std::vector<Value> outputs;
   for (int i = 0; i < 2; ++i) KILN_RETURN_IF_ERROR(session->run_into(inputs, outputs));
   const MemoryInfo m = session->memory_info();
@@ -120,12 +121,13 @@ void add_info_command(CLI::App& app, int* exit_code) {
                 "kernel for their op, types or attributes)");
   cmd->add_option("-O,--optimize", *level, "With --memory or --kernels: optimization at load, 0-3 (default: as kiln bench)")->check(CLI::Range(0, 3));
   cmd->callback([model_path, json, batch, seq, memory, kernels, level, exit_code] {
-    auto model = onnx_io::load_model(*model_path);
-    if (!model) {
-      std::cerr << "kiln info: " << model.status().message() << "\n";
-      *exit_code = 1;
+    auto loaded = Model::load(*model_path);
+    if (!loaded) {
+      *exit_code = report_failure("info", loaded.status());
       return;
     }
+    // A copy (weights shared) that shape inference may annotate.
+    auto model = std::make_unique<ir::Model>(loaded->ir());
     const ir::Graph& g = model->graph;
     std::map<std::string, int64_t> hist;
     count_ops(g, hist);
@@ -161,8 +163,7 @@ void add_info_command(CLI::App& app, int* exit_code) {
     if (*memory) {
       auto m = memory_json(*model_path, *level, *batch, *seq);
       if (!m) {
-        std::cerr << "kiln info: --memory: " << m.status().message() << "\n";
-        *exit_code = 1;
+        *exit_code = report_failure("info", m.status().with_context("--memory"));
         return;
       }
       j["memory"] = std::move(m).value();
@@ -173,8 +174,7 @@ void add_info_command(CLI::App& app, int* exit_code) {
       so.optimize_level = *level;
       auto session = Session::load(*model_path, so);
       if (!session) {
-        std::cerr << "kiln info: --kernels: " << session.status().message() << "\n";
-        *exit_code = 1;
+        *exit_code = report_failure("info", session.status().with_context("--kernels"));
         return;
       }
       slow = (*session)->reference_nodes();

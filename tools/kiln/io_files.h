@@ -5,7 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "kiln/session.h"
+#include "kiln/bench_inputs.h"
+#include "kiln/io_info.h"
+#include "kiln/status.h"
+#include "kiln/value.h"
 
 namespace CLI {
 class App;
@@ -13,12 +16,6 @@ class App;
 
 namespace kiln::cli {
 
-// The shapes of generated inputs: `shapes` ("NAME=D0,D1,...", trtexec's --shapes) gives an
-// input its whole shape; in the others a dynamic dim at position 0 takes `batch`, any other `seq`.
-struct InputShapes {
-  int64_t batch = 1, seq = 128;
-  std::vector<std::string> shapes;
-};
 // Adds --batch, --seq and --shape to `cmd`; `when` prefixes their help ("With --random: ").
 void add_shape_options(CLI::App* cmd, InputShapes* shapes, const std::string& when = "");
 
@@ -30,13 +27,8 @@ struct InputOptions {
 };
 // Adds -i/--input, --random, --batch, --seq and --shape to `cmd`.
 void add_input_options(CLI::App* cmd, InputOptions* options);
-// One value per input of `session`: read from the files, or generated with `random`.
-Result<std::vector<Value>> make_inputs(const Session& session, const InputOptions& options);
-
-// Inputs shaped by `shapes`. Integers: 1 for names containing "mask", 0 for "type", else
-// (i * 7919) % 1000; floats: the LCG of the bench rule. A --shape that names no input, or whose
-// rank or fixed dims differ from the model's, is an error naming both.
-Result<std::vector<Value>> make_bench_inputs(const Session& session, const InputShapes& shapes);
+// One value per input in `inputs` (Model::inputs()): read from the files, or generated.
+Result<std::vector<Value>> make_inputs(const std::vector<IoInfo>& inputs, const InputOptions& options);
 
 // A .npy file (by extension) or the proto that the input's kind calls for.
 Result<Value> read_input_file(const std::string& path, const IoInfo& io);

@@ -4,9 +4,29 @@
 #include "cli.h"
 #include "core/cpu_features.h"
 
+namespace kiln::cli {
+
+int report_failure(const std::string& command, const Status& st) {
+  std::cerr << "kiln " << command << ": " << st.message() << "\n";
+  switch (st.code()) {
+    case StatusCode::kOk: return 0;
+    case StatusCode::kFailed: return 1;
+    case StatusCode::kInvalidArgument: return 2;
+    case StatusCode::kInvalidModel: return 3;
+    case StatusCode::kNotFound: return 4;
+    case StatusCode::kNotImplemented: return 5;
+    case StatusCode::kOutOfRange: return 6;
+    case StatusCode::kResourceExhausted: return 7;
+    case StatusCode::kInternal: return 8;
+  }
+  return 1;
+}
+
+}  // namespace kiln::cli
+
 int main(int argc, char** argv) {
   CLI::App app{"kiln: ONNX models in, faster models out"};
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);
   app.set_version_flag("--version", "kiln 0.1.0");
   // --isa is the whole tool's, given before or after the subcommand: subcommands inherit
   // fallthrough and pass it up. It caps the level as it is parsed, before any model loads.
@@ -32,6 +52,11 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  }
+  // `kiln` alone: what it can do, as --help prints it.
+  if (app.get_subcommands().empty()) {
+    std::cout << app.help();
+    return 0;
   }
   return exit_code;
 }

@@ -10,9 +10,7 @@
 #include "cli.h"
 #include "compare_print.h"
 #include "io_files.h"
-#include "ir/graph.h"
-#include "ir/shape_inference.h"
-#include "onnx/model_io.h"
+#include "kiln/model.h"
 #include "tuning.h"
 
 namespace kiln::cli {
@@ -25,11 +23,11 @@ Result<std::map<std::string, int64_t>> parse_dims(const std::string& text) {
   while (std::getline(ss, item, ',')) {
     const size_t eq = item.find('=');
     if (eq == std::string::npos || eq == 0)
-      return Status::error("--fix-dims expects NAME=SIZE[,NAME=SIZE], got '" + item + "'");
+      return Status::invalid_argument("--fix-dims expects NAME=SIZE[,NAME=SIZE], got '" + item + "'");
     char* end = nullptr;
     const long long v = std::strtoll(item.c_str() + eq + 1, &end, 10);
     if (*end != '\0' || v <= 0 || v > (1 << 24))
-      return Status::error("--fix-dims: bad size in '" + item + "'");
+      return Status::invalid_argument("--fix-dims: bad size in '" + item + "'");
     dims[item.substr(0, eq)] = v;
   }
   return dims;
@@ -77,10 +75,9 @@ void add_optimize_command(CLI::App& app, int* exit_code) {
   add_shape_options(cmd, &opt->shape, "With --tune or --check: ");
   cmd->callback([opt, exit_code, external] {
     auto fail = [&](const Status& st) {
-      std::cerr << "kiln optimize: " << st.message() << "\n";
-      *exit_code = 1;
+      *exit_code = report_failure("optimize", st);
     };
-    auto model = onnx_io::load_model(opt->model);
+    auto model = Model::load(opt->model);
     if (!model) return fail(model.status());
     OptimizeOptions oo;
     oo.level = opt->level;
@@ -93,8 +90,8 @@ void add_optimize_command(CLI::App& app, int* exit_code) {
       if (!dims) return fail(dims.status());
       oo.fixed_dims = *dims;
     }
-    ir::Model optimized = *model;
-    auto report = optimize(optimized, oo);
+    Model optimized = *model;
+    auto report = optimized.optimize(oo);
     if (!report) return fail(report.status());
     if (opt->verbose) {
       std::printf("%-36s %9s %8s %8s %9s\n", "pass", "rewrites", "before", "after", "ms");
@@ -108,26 +105,19 @@ void add_optimize_command(CLI::App& app, int* exit_code) {
     std::printf("nodes %lld -> %lld\n", static_cast<long long>(report->nodes_before),
                 static_cast<long long>(report->nodes_after));
     if (opt->tune.tune) {
-      (void)ir::infer_shapes(optimized);
-      SessionOptions so;
-      so.threads = opt->threads;
-      auto probe = Session::create(std::make_shared<const ir::Model>(optimized), so);
-      if (!probe) return fail(probe.status());
-      auto inputs = make_bench_inputs(**probe, opt->shape);
+      auto inputs = make_bench_inputs(optimized.inputs(), opt->shape);
       if (!inputs) return fail(inputs.status());
-      const int threads = (*probe)->threads();
-      probe->reset();
-      auto tuned = tune_and_record(optimized, *inputs, opt->tune, threads);
+      auto tuned = tune_and_record(optimized, *inputs, opt->tune, opt->threads);
       if (!tuned) return fail(tuned.status());
       if (!opt->verbose) print_tune_summary(*tuned);
       if (opt->verbose) print_tune_report(*tuned);
     }
-    onnx_io::SaveOptions save;
-    if (external->count() > 0) save.external_data = onnx_io::SaveOptions::ExternalData::kAlways;
-    if (opt->no_external_data) save.external_data = onnx_io::SaveOptions::ExternalData::kNever;
+    SaveOptions save;
+    if (external->count() > 0) save.external_data = SaveOptions::ExternalData::kAlways;
+    if (opt->no_external_data) save.external_data = SaveOptions::ExternalData::kNever;
     save.location = opt->data_file;
-    onnx_io::SaveReport written;
-    Status saved = onnx_io::save_model(optimized, opt->out, save, &written);
+    SaveReport written;
+    Status saved = optimized.save(opt->out, save, &written);
     if (!saved.is_ok()) return fail(saved);
     std::printf("wrote %s\n", opt->out.c_str());
     if (!written.data_path.empty())
@@ -136,19 +126,15 @@ void add_optimize_command(CLI::App& app, int* exit_code) {
                   static_cast<unsigned long long>(written.data_file_bytes));
     if (!opt->check) return;
     // The saved file is what gets compared, so the save/load round trip is checked too.
-    auto reloaded = onnx_io::load_model(opt->out);
+    auto reloaded = Model::load(opt->out);
     if (!reloaded) return fail(reloaded.status().with_context("optimized model"));
-    SessionOptions so;
-    so.threads = opt->threads;
-    auto a = Session::create(std::make_shared<const ir::Model>(*model), so);  // lists the inputs
-    if (!a) return fail(a.status().with_context("original model"));
-    auto inputs = make_bench_inputs(**a, opt->shape);
+    auto inputs = make_bench_inputs(model->inputs(), opt->shape);
     if (!inputs) return fail(inputs.status());
     CompareOptions co;
     co.rtol = opt->rtol;
     co.atol = opt->atol;
     co.per_layer = opt->per_layer;
-    auto cmp = compare_models(*model, *reloaded, *inputs, co, opt->threads);
+    auto cmp = compare_models(model->ir(), reloaded->ir(), *inputs, co, opt->threads);
     if (!cmp) return fail(cmp.status());
     std::printf("check:\n");
     if (print_compare_report(*cmp, co, false) > 0) {

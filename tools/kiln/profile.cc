@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "core/cpu_features.h"
 #include "io_files.h"
+#include "kiln/session.h"
 #include "runtime/cpu_peak.h"
 
 namespace kiln::cli {
@@ -103,8 +104,7 @@ void add_profile_command(CLI::App& app, int* exit_code) {
       ->check(CLI::PositiveNumber);
   cmd->callback([opt, exit_code] {
     auto fail = [&](const Status& st) {
-      std::cerr << "kiln profile: " << st.message() << "\n";
-      *exit_code = 1;
+      *exit_code = report_failure("profile", st);
     };
     SessionOptions so;
     so.threads = opt->threads;
@@ -114,7 +114,7 @@ void add_profile_command(CLI::App& app, int* exit_code) {
     if (!session) return fail(session.status());
     InputOptions io = opt->inputs;
     if (io.files.empty()) io.random = true;  // no files: inputs by the benchmark rule
-    auto inputs = make_inputs(**session, io);
+    auto inputs = make_inputs((*session)->inputs(), io);
     if (!inputs) return fail(inputs.status());
     const int threads = (*session)->threads();
     const bool measured = opt->peak <= 0;

@@ -4,6 +4,7 @@
 
 #include "cli.h"
 #include "io_files.h"
+#include "kiln/session.h"
 #include "tuning.h"
 
 namespace kiln::cli {
@@ -29,35 +30,30 @@ void add_run_command(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(0, 3));
   cmd->callback([opt, exit_code] {
     auto fail = [&](const Status& st) {
-      std::cerr << "kiln run: " << st.message() << "\n";
-      *exit_code = 1;
+      *exit_code = report_failure("run", st);
     };
     SessionOptions so;
     so.threads = opt->threads;
     so.optimize_level = opt->level;
     so.backend = opt->backend;
     Result<std::unique_ptr<Session>> session = Status::error("");
-    std::shared_ptr<ir::Model> model;  // with --tune: kept for the tuner, which reads the weights
+    Result<std::vector<Value>> inputs = Status::error("");
     if (opt->tune.tune) {
-      auto m = load_for_tuning(opt->model, opt->level);
-      if (!m) return fail(m.status());
-      model = std::move(m).value();
-      session = Session::create(model, so);
-    } else {
-      session = Session::load(opt->model, so);
-    }
-    if (!session) return fail(session.status());
-    auto inputs = make_inputs(**session, opt->inputs);
-    if (!inputs) return fail(inputs.status());
-    if (model) {
-      const int threads = (*session)->threads();
-      session->reset();
-      auto report = tune_and_record(*model, *inputs, opt->tune, threads);
+      // The tuner replays nodes on their weights: the model stays here, shared with the session.
+      auto model = load_for_tuning(opt->model, opt->level);
+      if (!model) return fail(model.status());
+      inputs = make_inputs(model->inputs(), opt->inputs);
+      if (!inputs) return fail(inputs.status());
+      auto report = tune_and_record(*model, *inputs, opt->tune, opt->threads);
       if (!report) return fail(report.status());
       print_tune_summary(*report);
-      session = Session::create(model, so);
-      if (!session) return fail(session.status());
+      session = Session::create(*model, so);
+    } else {
+      session = Session::load(opt->model, so);
+      if (session) inputs = make_inputs((*session)->inputs(), opt->inputs);
     }
+    if (!session) return fail(session.status());
+    if (!inputs) return fail(inputs.status());
     auto outs = (*session)->run(*inputs);
     if (!outs) return fail(outs.status());
     std::error_code ec;

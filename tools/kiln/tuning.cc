@@ -4,9 +4,6 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "ir/shape_inference.h"
-#include "kiln/optimize.h"
-#include "onnx/model_io.h"
 
 namespace kiln::cli {
 
@@ -25,23 +22,22 @@ void add_tune_options(CLI::App* cmd, TuneFlags* f, bool with_flag) {
       ->check(CLI::Range(0.0, 1e6));
 }
 
-Result<std::shared_ptr<ir::Model>> load_for_tuning(const std::string& path, int level) {
-  KILN_ASSIGN_OR_RETURN(ir::Model m, onnx_io::load_model(path));
-  if (auto optimized = optimize_unless_saved(m, level); !optimized)
-    return optimized.status().with_context(path);
-  // Backends take nodes by their inputs' types, as Session::load infers them.
-  (void)ir::infer_shapes(m);
-  return std::make_shared<ir::Model>(std::move(m));
+Result<Model> load_for_tuning(const std::string& path, int level) {
+  KILN_ASSIGN_OR_RETURN(Model m, Model::load(path));
+  if (!m.optimized() && level > 0) {
+    OptimizeOptions oo;
+    oo.level = level;
+    if (auto report = m.optimize(oo); !report) return report.status().with_context(path);
+  }
+  return m;
 }
 
-Result<TuneReport> tune_and_record(ir::Model& model, const std::vector<Value>& inputs,
+Result<TuneReport> tune_and_record(Model& model, const std::vector<Value>& inputs,
                                    const TuneFlags& flags, int threads) {
   TuneOptions to = flags.options;
   to.threads = threads;
   to.cache_path = flags.cache;
-  KILN_ASSIGN_OR_RETURN(TuneReport report, tune(model, inputs, to));
-  record_backend_choices(model, report.choices);
-  return report;
+  return model.tune(inputs, to);
 }
 
 // "0.951x kiln's time, faster in 29 of 31 rounds": a configuration against kiln's kernels alone.

@@ -5,8 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "ir/graph.h"
-#include "kiln/session.h"
+#include "kiln/model.h"
 #include "kiln/tune.h"
 
 namespace CLI {
@@ -25,10 +24,11 @@ void add_tune_options(CLI::App* cmd, TuneFlags* flags, bool with_flag);
 
 // The model at `path` as Session::load would run it (optimized at `level` unless `kiln optimize`
 // saved it), held by the caller, so that sessions on it leave its weights in place.
-Result<std::shared_ptr<ir::Model>> load_for_tuning(const std::string& path, int level);
+Result<Model> load_for_tuning(const std::string& path, int level);
 
-// Tunes `model` on `inputs` and records the choices in its metadata (replacing any recorded).
-Result<TuneReport> tune_and_record(ir::Model& model, const std::vector<Value>& inputs,
+// Tunes `model` on `inputs` for `threads` (as SessionOptions::threads) and records the choices
+// in its metadata (replacing any recorded).
+Result<TuneReport> tune_and_record(Model& model, const std::vector<Value>& inputs,
                                    const TuneFlags& flags, int threads);
 
 // One line per tuned node (candidates and their times, the winner), then the totals.

@@ -1,0 +1,225 @@
+"""kiln.optimize, kiln.Model, kiln.compare, kiln.profile and kiln.bench."""
+
+import json
+import os
+import tempfile
+import time
+
+import numpy as np
+
+from kiln import _kiln
+from kiln.errors import InvalidArgument
+from kiln.session import _load_model
+
+
+class Model:
+    """A model kiln optimized (or loaded): ``save(path)``, ``to_onnx()``, ``inputs``, ``outputs``,
+    ``metadata`` and ``report`` (what optimize and tune did)."""
+
+    def __init__(self, core, report=None):
+        self._core = core
+        self.report = report or {}
+
+    @classmethod
+    def load(cls, path_or_bytes):
+        return cls(_load_model(path_or_bytes))
+
+    def save(self, path, external_data="auto", location=""):
+        """Writes the model; weights go to an external data file beside it when the original
+        had one or the model passes 2 GiB (``external_data='always'|'never'`` to choose).
+        Returns ``path``."""
+        self._core.save(os.fspath(path), external_data=external_data, location=location)
+        return path
+
+    def to_bytes(self):
+        return self._core.to_bytes()
+
+    def to_onnx(self):
+        """The model as an ``onnx.ModelProto``."""
+        import onnx
+
+        return onnx.load_from_string(self._core.to_bytes())
+
+    @property
+    def inputs(self):
+        return [_io_dict(t) for t in self._core.inputs]
+
+    @property
+    def outputs(self):
+        return [_io_dict(t) for t in self._core.outputs]
+
+    @property
+    def metadata(self):
+        return dict(self._core.metadata)
+
+    def session(self, sess_options=None):
+        """An InferenceSession running this model as it is."""
+        from kiln.session import InferenceSession
+
+        return InferenceSession(self._core, sess_options)
+
+    def __repr__(self):
+        ins = ", ".join(f"{i['name']}: {i['type']}{i['shape']}" for i in self.inputs)
+        return f"kiln.Model({ins})"
+
+
+def _io_dict(t):
+    name, type_, shape, _ = t
+    return {"name": name, "type": type_, "shape": shape}
+
+
+def _export_torch(module, example_inputs, dynamic_batch, opset):
+    """torch.onnx.export to a temporary file (the graph-capture step), batch dims dynamic."""
+    import torch
+
+    if example_inputs is None:
+        raise InvalidArgument("a torch.nn.Module needs example_inputs= (a tensor or a tuple)")
+    args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+    names = [f"input_{i}" for i in range(len(args))]
+    with torch.no_grad():
+        outs = module(*args)
+    n_out = len(outs) if isinstance(outs, (tuple, list)) else 1
+    out_names = [f"output_{i}" for i in range(n_out)]
+    axes = {n: {0: "batch"} for n in names + out_names} if dynamic_batch else None
+    path = tempfile.NamedTemporaryFile(suffix=".onnx", delete=False).name
+    try:
+        module.eval()
+        torch.onnx.export(module, args, path, input_names=names, output_names=out_names,
+                          dynamic_axes=axes, opset_version=opset, do_constant_folding=True)
+        return _kiln.Model.load(path)
+    finally:
+        os.unlink(path)
+
+
+def _as_core_model(model, example_inputs=None, dynamic_batch=True, opset=17):
+    if isinstance(model, Model):
+        return model._core
+    if isinstance(model, _kiln.Model):
+        return model
+    if type(model).__module__.startswith("torch") or hasattr(model, "state_dict"):
+        return _export_torch(model, example_inputs, dynamic_batch, opset)
+    return _load_model(model)
+
+
+def _shapes_list(input_shapes):
+    if not input_shapes:
+        return []
+    return [f"{name}={','.join(str(int(d)) for d in dims)}" for name, dims in input_shapes.items()]
+
+
+def _input_list(core, inputs, batch=1, seq=128, input_shapes=None):
+    """One array per model input: ``inputs`` as a dict (by name) or list, or the bench rule."""
+    if inputs is None:
+        return _kiln.bench_inputs(core, batch=batch, seq=seq, shapes=_shapes_list(input_shapes))
+    names = [t[0] for t in core.inputs]
+    if isinstance(inputs, dict):
+        missing = [n for n in names if n not in inputs]
+        if missing:
+            raise InvalidArgument("missing input(s): " + ", ".join(missing))
+        return [inputs[n] for n in names]
+    return list(inputs)
+
+
+def optimize(model, *, level=3, portable=False, tune=False, threads=None, input_shapes=None,
+             disable=(), fix_dims=None, example_inputs=None, dynamic_batch=True,
+             tuning_cache=None):
+    """Optimizes a model as ``kiln optimize`` does and returns a kiln.Model.
+
+    ``model``: a path, bytes, an onnx.ModelProto, or a torch.nn.Module with ``example_inputs``
+    (exported with torch.onnx.export, the first dim of every input and output dynamic unless
+    ``dynamic_batch=False``). ``level`` 0-3 as ``-O``; ``portable`` keeps to standard ONNX ops;
+    ``disable`` names passes to skip; ``fix_dims`` ({'batch': 1}) fixes symbolic dims. With
+    ``tune``, every backend that can run a node is timed on inputs of ``input_shapes``
+    ({name: shape}; dynamic dims else batch 1, seq 128) and the fastest is recorded in the model.
+    """
+    core = _as_core_model(model, example_inputs, dynamic_batch)
+    report = {"nodes_before": None, "nodes_after": None, "passes": [], "tuning": None}
+    if level > 0 or fix_dims:
+        r = core.optimize(level=level, portable=portable, disable=list(disable),
+                          fixed_dims=dict(fix_dims or {}))
+        report.update(r)
+    if tune:
+        inputs = _input_list(core, None, input_shapes=input_shapes)
+        report["tuning"] = core.tune(inputs, threads=int(threads or 0),
+                                     cache_path=os.fspath(tuning_cache or ""))
+    report["kernels"] = _kernels_by_backend(core, threads)
+    return Model(core, report)
+
+
+def _kernels_by_backend(core, threads):
+    s = _kiln.Session.create(core, threads=int(threads or 0), level=0)
+    counts = {}
+    for _, backend in s.node_backends():
+        counts[backend] = counts.get(backend, 0) + 1
+    return counts
+
+
+def compare(a, b, inputs=None, per_layer=False, rtol=1e-3, atol=1e-4, threads=None):
+    """Runs models ``a`` and ``b`` (paths, bytes, ModelProtos or kiln.Models) as they are on the
+    same inputs (a dict or list; None: the bench rule) and returns per-output errors, and with
+    ``per_layer`` the first intermediate tensor that diverges."""
+    ca, cb = _as_core_model(a), _as_core_model(b)
+    return _kiln.compare(ca, cb, _input_list(ca, inputs), rtol=rtol, atol=atol,
+                         per_layer=per_layer, threads=int(threads or 0))
+
+
+def _percentile(sorted_ms, q):
+    return sorted_ms[min(len(sorted_ms) - 1, int(q / 100 * len(sorted_ms)))]
+
+
+def bench(model, *, iters=50, warmup=5, threads=None, batch=1, seq=128, input_shapes=None,
+          level=3, inputs=None):
+    """Latency as ``kiln bench`` measures it: the bench rule's inputs, ``warmup`` runs, then
+    ``iters`` timed runs. Returns p50/mean/p99/min in milliseconds and the load time."""
+    t0 = time.perf_counter()
+    core = _as_core_model(model)
+    s = _kiln.Session.create(core, threads=int(threads or 0), level=level)
+    load_ms = (time.perf_counter() - t0) * 1e3
+    arrays = _input_list(core, inputs, batch, seq, input_shapes)
+    for _ in range(warmup):
+        s.run(arrays)
+    times = []
+    for _ in range(iters):
+        t = time.perf_counter()
+        s.run(arrays)
+        times.append((time.perf_counter() - t) * 1e3)
+    ordered = sorted(times)
+    return {"engine": "kiln", "threads": s.threads, "batch": batch, "seq": seq,
+            "load_ms": round(load_ms, 1), "p50_ms": round(_percentile(ordered, 50), 3),
+            "mean_ms": round(sum(times) / len(times), 3), "p99_ms": round(_percentile(ordered, 99), 3),
+            "min_ms": round(ordered[0], 3), "iters": iters}
+
+
+def profile(model, *, iters=10, warmup=3, threads=None, batch=1, seq=128, input_shapes=None,
+            level=3, inputs=None, trace=None):
+    """Time per node, as ``kiln profile`` measures it: rows of node, op, mean ms and GFLOP/s
+    (sorted by time), the mean wall time, and with ``trace`` a Chrome trace of the last run."""
+    core = _as_core_model(model)
+    s = _kiln.Session.create(core, threads=int(threads or 0), level=level)
+    arrays = _input_list(core, inputs, batch, seq, input_shapes)
+    for _ in range(warmup):
+        s.run(arrays)
+    totals, walls, last = {}, [], None
+    for _ in range(iters):
+        _, nodes, wall_us = s.run_profiled(arrays)
+        walls.append(wall_us)
+        last = nodes
+        for n in nodes:
+            row = totals.setdefault(n["node"], {"node": n["node"], "op_type": n["op_type"],
+                                                "us": 0.0, "flops": n["flops"]})
+            row["us"] += n["dur_us"]
+    rows = []
+    for row in totals.values():
+        ms = row["us"] / iters / 1e3
+        gflops = row["flops"] / (ms * 1e6) if row["flops"] > 0 and ms > 0 else None
+        rows.append({"node": row["node"], "op_type": row["op_type"], "ms": ms, "gflops": gflops})
+    rows.sort(key=lambda r: -r["ms"])
+    result = {"nodes": rows, "wall_ms": sum(walls) / len(walls) / 1e3, "threads": s.threads}
+    if trace:
+        events = [{"cat": "Node", "name": n["node"], "ph": "X", "pid": os.getpid(), "tid": 0,
+                   "ts": n["start_us"], "dur": n["dur_us"], "args": {"op_name": n["op_type"]}}
+                  for n in last]
+        with open(trace, "w") as f:
+            json.dump(events, f)
+        result["trace"] = os.fspath(trace)
+    return result

@@ -1,0 +1,324 @@
+"""The Python package against ONNX Runtime (the reference), with models built here by onnx.helper.
+
+Run by scripts/run_tests.sh in the project's venv: python -m pytest tests/python
+"""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import kiln
+
+RNG = np.random.default_rng(0)
+
+
+def _init(name, array):
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def conv_net():
+    """x [batch, 3, 16, 16] -> Conv 8x3x3 + Relu -> global pool -> Gemm 5 -> Softmax."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("GlobalAveragePool", ["r"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "fw", "fb"], ["logits"], transB=1),
+        helper.make_node("Softmax", ["logits"], ["probs"], axis=1),
+    ]
+    inits = [
+        _init("w", RNG.standard_normal((8, 3, 3, 3)).astype(np.float32)),
+        _init("b", RNG.standard_normal(8).astype(np.float32)),
+        _init("fw", RNG.standard_normal((5, 8)).astype(np.float32)),
+        _init("fb", RNG.standard_normal(5).astype(np.float32)),
+    ]
+    g = helper.make_graph(
+        nodes, "conv_net",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 16, 16])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 5]),
+         helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", 5])],
+        inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)],
+                             producer_name="kiln-tests")
+
+
+def two_inputs():
+    """x float [batch, 4] and idx int64 [batch]: y = x @ W + b, z = idx * 3 (int64)."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("Add", ["m", "b"], ["y"]),
+        helper.make_node("Mul", ["idx", "three"], ["z"]),
+    ]
+    inits = [
+        _init("w", RNG.standard_normal((4, 6)).astype(np.float32)),
+        _init("b", RNG.standard_normal(6).astype(np.float32)),
+        _init("three", np.array(3, dtype=np.int64)),
+    ]
+    g = helper.make_graph(
+        nodes, "two_inputs",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4]),
+         helper.make_tensor_value_info("idx", TensorProto.INT64, ["batch"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 6]),
+         helper.make_tensor_value_info("z", TensorProto.INT64, ["batch"])],
+        inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def matmul_chain(n=768, depth=24):
+    """A long run: `depth` n x n MatMuls, so a run takes tens of milliseconds."""
+    nodes, inits, prev = [], [], "x"
+    for i in range(depth):
+        inits.append(_init(f"w{i}", (RNG.standard_normal((n, n)) / np.sqrt(n)).astype(np.float32)))
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"h{i}"]))
+        prev = f"h{i}"
+    g = helper.make_graph(nodes, "chain",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, n])],
+                          [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [n, n])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("models")
+    for name, make in [("conv_net", conv_net), ("two_inputs", two_inputs)]:
+        onnx.save(make(), str(d / f"{name}.onnx"))
+    return d
+
+
+def feeds_for(name, batch=3):
+    if name == "conv_net":
+        return {"x": RNG.standard_normal((batch, 3, 16, 16)).astype(np.float32)}
+    return {"x": RNG.standard_normal((batch, 4)).astype(np.float32),
+            "idx": np.arange(batch, dtype=np.int64) * 7 - 2}
+
+
+@pytest.mark.parametrize("name", ["conv_net", "two_inputs"])
+@pytest.mark.parametrize("level", [kiln.GraphOptimizationLevel.ORT_DISABLE_ALL,
+                                   kiln.GraphOptimizationLevel.ORT_ENABLE_ALL])
+def test_same_outputs_as_onnxruntime(model_dir, name, level):
+    path = str(model_dir / f"{name}.onnx")
+    ref = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    so = kiln.SessionOptions()
+    so.graph_optimization_level = level
+    sess = kiln.InferenceSession(path, so)
+    for batch in (1, 3):
+        feeds = feeds_for(name, batch)
+        want = ref.run(None, feeds)
+        got = sess.run(None, feeds)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6)
+
+
+def test_inputs_outputs_and_metadata_as_onnxruntime(model_dir):
+    path = str(model_dir / "conv_net.onnx")
+    ref = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    sess = kiln.InferenceSession(path)
+    for mine, theirs in [(sess.get_inputs(), ref.get_inputs()),
+                         (sess.get_outputs(), ref.get_outputs())]:
+        assert [(a.name, a.type, a.shape) for a in mine] == \
+               [(a.name, a.type, a.shape) for a in theirs]
+    assert sess.get_modelmeta().producer_name == "kiln-tests"
+    # Selecting outputs by name, in the caller's order.
+    feeds = feeds_for("conv_net")
+    probs, logits = sess.run(["probs", "logits"], feeds)
+    want = ref.run(["probs", "logits"], feeds)
+    np.testing.assert_allclose(probs, want[0], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(logits, want[1], rtol=1e-4, atol=1e-6)
+
+
+def test_bytes_and_model_proto(model_dir):
+    proto = two_inputs()
+    feeds = feeds_for("two_inputs")
+    want = onnxruntime.InferenceSession(proto.SerializeToString()).run(None, feeds)
+    for source in (proto.SerializeToString(), proto):
+        got = kiln.InferenceSession(source).run(None, feeds)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-6)
+        np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_bad_inputs_raise_and_the_session_stays_usable(model_dir):
+    sess = kiln.InferenceSession(str(model_dir / "two_inputs.onnx"))
+    good = feeds_for("two_inputs")
+    expected = sess.run(None, good)
+    bad_feeds = [
+        ({"x": good["x"].astype(np.float64), "idx": good["idx"]}, "float32"),       # dtype
+        ({"x": good["x"][None], "idx": good["idx"]}, "rank"),                        # rank
+        ({"x": good["x"][:, :3].copy(), "idx": good["idx"]}, "dimension 1"),         # fixed dim
+        ({"x": good["x"]}, "idx"),                                                   # missing
+        ({"x": good["x"], "idx": good["idx"], "nope": good["x"]}, "nope"),           # unknown
+        ({"x": np.array([[object()] * 4]), "idx": good["idx"][:1]}, "x"),            # objects
+    ]
+    for feeds, needle in bad_feeds:
+        with pytest.raises(kiln.InvalidArgument) as e:
+            sess.run(None, feeds)
+        assert needle in str(e.value)
+        assert isinstance(e.value, ValueError) and isinstance(e.value, kiln.KilnError)
+    with pytest.raises(kiln.InvalidArgument, match="no output 'nope'"):
+        sess.run(["nope"], good)
+    with pytest.raises(kiln.InvalidArgument):
+        sess.run(None, [good["x"], good["idx"]])  # a list, not a dict
+    # Still runs, and right.
+    again = sess.run(None, good)
+    for a, b in zip(again, expected):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_non_contiguous_and_unaligned_inputs_are_copied(model_dir):
+    sess = kiln.InferenceSession(str(model_dir / "conv_net.onnx"))
+    x = RNG.standard_normal((2, 3, 32, 32)).astype(np.float32)
+    strided = x[:, :, ::2, ::2]  # a view, not contiguous
+    assert not strided.flags.c_contiguous
+    want = sess.run(None, {"x": np.ascontiguousarray(strided)})
+    got = sess.run(None, {"x": strided})
+    np.testing.assert_array_equal(got[0], want[0])
+    raw = np.empty(2 * 3 * 16 * 16 + 1, dtype=np.float32)[1:]  # 4 bytes past alignment
+    unaligned = raw.reshape(2, 3, 16, 16)
+    unaligned[...] = np.ascontiguousarray(strided)
+    np.testing.assert_array_equal(sess.run(None, {"x": unaligned})[0], want[0])
+
+
+def test_bad_models():
+    with pytest.raises(kiln.InvalidModel):
+        kiln.InferenceSession(b"this is not a model")
+    with pytest.raises(kiln.NotFound):
+        kiln.InferenceSession("/no/such/model.onnx")
+    # A node of an op nobody implements.
+    g = helper.make_graph([helper.make_node("NoSuchOp", ["x"], ["y"], domain="com.nowhere")],
+                          "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid("com.nowhere", 1)])
+    with pytest.raises(kiln.KilnError):
+        kiln.InferenceSession(m.SerializeToString())
+
+
+def test_four_threads_share_one_session(model_dir):
+    sess = kiln.InferenceSession(str(model_dir / "conv_net.onnx"))
+    feeds = [feeds_for("conv_net", batch=1 + i % 3) for i in range(8)]
+    expected = [sess.run(None, f) for f in feeds]
+    errors = []
+
+    def worker(k):
+        try:
+            for i in range(40):
+                j = (k + i) % len(feeds)
+                got = sess.run(None, feeds[j])
+                for a, b in zip(got, expected[j]):
+                    np.testing.assert_array_equal(a, b)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+def test_the_gil_is_released_while_a_model_runs(tmp_path):
+    path = str(tmp_path / "chain.onnx")
+    onnx.save(matmul_chain(), path)
+    so = kiln.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = kiln.InferenceSession(path, so)
+    x = {"x": RNG.standard_normal((768, 768)).astype(np.float32)}
+    sess.run(None, x)
+    span = {}
+    ticks = []
+
+    def long_run():
+        span["start"] = time.perf_counter()
+        sess.run(None, x)
+        span["end"] = time.perf_counter()
+
+    t = threading.Thread(target=long_run)
+    t.start()
+    while t.is_alive():
+        ticks.append(time.perf_counter())
+    t.join()
+    start, end = span["start"], span["end"]
+    inside = [s for s in ticks if start + 0.2 * (end - start) < s < end - 0.2 * (end - start)]
+    # While the run holds no GIL, this thread keeps ticking through the middle of it.
+    assert end - start > 0.01, "the model ran too fast to tell"
+    assert len(inside) > 100, f"{len(inside)} ticks in the middle of a {end - start:.3f} s run"
+
+
+def test_rss_stays_flat_over_10000_runs(model_dir):
+    sess = kiln.InferenceSession(str(model_dir / "two_inputs.onnx"))
+    feeds = feeds_for("two_inputs")
+
+    def rss_kib():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+    for _ in range(1000):
+        sess.run(None, feeds)
+    before = rss_kib()
+    for _ in range(10000):
+        sess.run(None, feeds)
+    grown = rss_kib() - before
+    assert grown < 1024, f"RSS grew by {grown} KiB over 10000 runs"
+
+
+def test_optimize_save_and_reload(model_dir, tmp_path):
+    src = str(model_dir / "conv_net.onnx")
+    feeds = feeds_for("conv_net")
+    want = onnxruntime.InferenceSession(src).run(None, feeds)
+    optimized = kiln.optimize(src)
+    assert optimized.report["nodes_after"] <= optimized.report["nodes_before"]
+    assert sum(optimized.report["kernels"].values()) > 0
+    out = str(tmp_path / "conv_net.opt.onnx")
+    optimized.save(out)
+    got = kiln.InferenceSession(out).run(None, feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6)
+    # Portable: standard ONNX, which ONNX Runtime runs and onnx.checker accepts.
+    portable = kiln.optimize(src, level=1, portable=True).to_onnx()
+    onnx.checker.check_model(portable)
+    got = onnxruntime.InferenceSession(portable.SerializeToString()).run(None, feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6)
+
+
+def test_optimized_model_filepath_and_profiling(model_dir, tmp_path):
+    so = kiln.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "saved.onnx")
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "trace")
+    sess = kiln.InferenceSession(str(model_dir / "conv_net.onnx"), so)
+    sess.run(None, feeds_for("conv_net"))
+    assert os.path.getsize(so.optimized_model_filepath) > 0
+    trace = sess.end_profiling()
+    import json
+    with open(trace) as f:
+        events = json.load(f)
+    assert any(e["cat"] == "Node" and e["dur"] >= 0 for e in events)
+    assert any(e["name"] == "model_run" for e in events)
+
+
+def test_compare_bench_and_profile(model_dir):
+    src = str(model_dir / "conv_net.onnx")
+    report = kiln.compare(src, kiln.optimize(src), per_layer=True)
+    assert report["ok"] and len(report["outputs"]) == 2
+    b = kiln.bench(src, iters=5, warmup=1, batch=2)
+    assert 0 < b["min_ms"] <= b["p50_ms"] <= b["p99_ms"]
+    p = kiln.profile(src, iters=2, warmup=1)
+    assert p["nodes"] and p["nodes"][0]["ms"] >= p["nodes"][-1]["ms"]
+
+
+def test_python_m_kiln_runs_the_cli():
+    r = subprocess.run([sys.executable, "-m", "kiln", "--version"], capture_output=True, text=True)
+    assert r.returncode == 0 and "kiln" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "kiln"], capture_output=True, text=True)
+    assert r.returncode == 0 and "optimize" in r.stdout and "bench" in r.stdout
