@@ -322,3 +322,17 @@ def test_python_m_kiln_runs_the_cli():
     assert r.returncode == 0 and "kiln" in r.stdout
     r = subprocess.run([sys.executable, "-m", "kiln"], capture_output=True, text=True)
     assert r.returncode == 0 and "optimize" in r.stdout and "bench" in r.stdout
+
+
+def test_optimize_a_torch_module():
+    torch = pytest.importorskip("torch")  # Debian's python3-torch, where installed
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                            torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 4))
+    model = kiln.optimize(m, example_inputs=torch.randn(2, 3, 16, 16))
+    assert model.inputs[0]["shape"][0] == "batch"  # exported with a dynamic batch
+    x = RNG.standard_normal((5, 3, 16, 16)).astype(np.float32)
+    got = model.session().run(None, {model.inputs[0]["name"]: x})[0]
+    with torch.no_grad():
+        want = m(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
