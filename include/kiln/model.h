@@ -54,6 +54,19 @@ struct SaveReport {
   uint64_t data_file_bytes = 0;
 };
 
+// What `kiln info` prints about a model.
+struct ModelSummary {
+  int64_t nodes = 0;                   // of the main graph
+  std::map<std::string, int64_t> ops;  // "Conv", "ai.kiln.FusedMLP" -> count, subgraphs included
+  int64_t parameters = 0, parameter_bytes = 0;  // the initializers
+  // FLOPs of one run by the op schemas' cost rules, dynamic dims bound as the bench rule binds
+  // them (an input's first dim the batch, any other the seq); -1 when shape inference failed,
+  // which shape_error then names.
+  double flops = -1;
+  int64_t nodes_without_cost = 0;
+  std::string shape_error;
+};
+
 class Model {
  public:
   // A model file; external data is resolved against its folder and must stay in it. Errors:
@@ -91,6 +104,8 @@ class Model {
   std::string description() const;  // the model's doc_string
   int64_t model_version() const;
   std::map<std::string, int64_t> opsets() const;  // domain ("" for ai.onnx) -> version
+  int64_t ir_version() const;
+  ModelSummary summary(int64_t batch = 1, int64_t seq = 128) const;
   // Whether `kiln optimize` (or Model::optimize) produced it: loading it then runs it as it is.
   bool optimized() const;
 

@@ -79,6 +79,10 @@ struct MemoryInfo {
   int64_t in_place_outputs = 0;  // outputs run_into had written straight into the caller's tensors
 };
 
+// The backends SessionOptions::backend may name in this build: "kiln" first, then the
+// third-party libraries built in ("onednn", "openblas", "xnnpack", where their packages were).
+std::vector<std::string> available_backends();
+
 class Session {
  public:
   static Result<std::unique_ptr<Session>> load(const std::string& path, const SessionOptions& options = {});

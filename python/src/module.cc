@@ -174,7 +174,7 @@ py::object tensor_to_python(const Tensor& t, const std::string& name) {
   if (!t.owner() || !t.raw_data()) {
     py::array a(*dt, shape);
     if (t.nbytes()) std::memcpy(a.mutable_data(), t.raw_data(), t.nbytes());
-    return std::move(a);
+    return a;
   }
   auto* keep = new std::shared_ptr<void>(t.owner());
   py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); });
@@ -201,7 +201,7 @@ py::object value_to_python(const Value& v, const std::string& name) {
           items.append(tensor_to_python(v.sequence[i], name));
         }
       }
-      return std::move(items);
+      return items;
     }
     default: return py::none();
   }

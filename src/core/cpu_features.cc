@@ -177,4 +177,6 @@ const CpuFeatures& cpu_features() {
   return features;
 }
 
+IsaLevel active_isa() { return cpu_features().level(); }
+
 }  // namespace kiln

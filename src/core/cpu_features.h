@@ -3,22 +3,11 @@
 // than the x86-64 AVX2 baseline are only called when cpu_features() says so.
 #pragma once
 
-#include <optional>
 #include <string>
-#include <string_view>
+
+#include "kiln/cpu.h"  // IsaLevel, isa_name, parse_isa, set_max_isa
 
 namespace kiln {
-
-// The instruction-set levels kiln has kernels for, lowest first. Each level includes the ones
-// below it: avx2 is AVX2 + FMA + F16C (the baseline), avx512 adds AVX-512 F/BW/VL/DQ (and BF16
-// where the CPU has it), avx512_vnni adds AVX512-VNNI.
-enum class IsaLevel { kAvx2, kAvx512, kAvx512Vnni };
-inline constexpr IsaLevel kIsaLevels[] = {IsaLevel::kAvx2, IsaLevel::kAvx512, IsaLevel::kAvx512Vnni};
-
-const char* isa_name(IsaLevel level);                      // "avx2", "avx512", "avx512_vnni"
-std::optional<IsaLevel> parse_isa(std::string_view name);  // the inverse; nullopt if unknown
-// "'NAME' is not an ISA level (avx2, avx512, avx512_vnni)": what a bad --isa or KILN_ISA says.
-std::string not_an_isa_level(std::string_view name);
 
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
@@ -40,10 +29,6 @@ const CpuFeatures& detected_cpu_features();
 // the CPU's own unless KILN_ISA (or set_max_isa, e.g. the CLI's --isa) caps it, so that a lower
 // ISA's kernels run and are tested on a wider CPU. Fixed at the first call; thread-safe.
 const CpuFeatures& cpu_features();
-
-// Caps the level before the first cpu_features() call (as oneDNN's set_max_cpu_isa does): "" on
-// success, else why not (a level the CPU lacks, or a cap after kernels were chosen).
-std::string set_max_isa(IsaLevel level);
 
 // "" when KILN_ISA is unset or names a level this CPU has, else the error to report. Session
 // creation and the optimizer return it as their error, so a bad KILN_ISA never passes silently.

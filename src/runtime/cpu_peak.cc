@@ -2,6 +2,8 @@
 // each batch timed from the common start to the last thread's finish.
 #include "runtime/cpu_peak.h"
 
+#include "kiln/cpu.h"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -77,3 +79,9 @@ double measure_fma_peak_gflops(int threads, double ms) {
 }
 
 }  // namespace kiln::runtime
+
+namespace kiln {
+
+double fma_peak_gflops(int threads, double ms) { return runtime::measure_fma_peak_gflops(threads, ms); }
+
+}  // namespace kiln

@@ -70,5 +70,49 @@ std::string Model::description() const { return ir_->doc; }
 int64_t Model::model_version() const { return ir_->model_version; }
 std::map<std::string, int64_t> Model::opsets() const { return ir_->opsets; }
 bool Model::optimized() const { return is_optimized(*ir_); }
+int64_t Model::ir_version() const { return ir_->ir_version; }
+
+namespace {
+
+void count_ops(const ir::Graph& g, std::map<std::string, int64_t>& ops) {
+  for (const ir::Node& n : g.nodes) {
+    ++ops[(n.domain.empty() ? "" : n.domain + ".") + n.op_type];
+    for (const ir::Attribute& a : n.attrs) {
+      if (a.g) count_ops(*a.g, ops);
+      for (const auto& sg : a.graphs) count_ops(*sg, ops);
+    }
+  }
+}
+
+}  // namespace
+
+ModelSummary Model::summary(int64_t batch, int64_t seq) const {
+  ModelSummary s;
+  const ir::Graph& g = ir_->graph;
+  s.nodes = static_cast<int64_t>(g.nodes.size());
+  count_ops(g, s.ops);
+  for (const auto& [name, t] : g.initializers) {
+    s.parameters += t.numel();
+    s.parameter_bytes += static_cast<int64_t>(t.nbytes());
+  }
+  // On a copy (weights shared) that shape inference may annotate. It may fail on a model that
+  // still runs (a declared shape the data contradicts): then there is no estimate.
+  ir::Model m = *ir_;
+  if (Status inferred = ir::infer_shapes(m); !inferred.is_ok()) {
+    s.shape_error = inferred.message();
+    return s;
+  }
+  std::map<std::string, int64_t> bindings;  // the bench rule's
+  for (const ir::ValueInfo& v : g.inputs)
+    for (size_t i = 0; i < v.type.shape.size(); ++i)
+      if (!v.type.shape[i].symbol.empty()) bindings.emplace(v.type.shape[i].symbol, i == 0 ? batch : seq);
+  if (auto cost = ir::estimate_cost(m, bindings)) {
+    s.flops = static_cast<double>(cost->flops);
+    s.nodes_without_cost = cost->unknown_nodes;
+  } else {
+    s.shape_error = cost.status().message();
+  }
+  return s;
+}
 
 }  // namespace kiln

@@ -70,6 +70,13 @@ Status check_input(const IoInfo& io, const Value& v) {
 
 }  // namespace
 
+std::vector<std::string> available_backends() {
+  std::vector<std::string> out{backends::kKiln};
+  for (const std::string& b : backends::registered())
+    if (b != backends::kKiln) out.push_back(b);
+  return out;
+}
+
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Session::~Session() = default;
 

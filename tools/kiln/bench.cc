@@ -11,9 +11,8 @@
 #include <numeric>
 #include <random>
 
-#include "backends/backend.h"
 #include "cli.h"
-#include "core/cpu_features.h"
+#include "kiln/cpu.h"
 #include "io_files.h"
 #include "kiln/session.h"
 #include "run_timing.h"
@@ -27,14 +26,6 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 }
 
 double round3(double v) { return std::round(v * 1000.0) / 1000.0; }
-
-// kiln first, then the other backends this build has.
-std::vector<std::string> backends_in_build() {
-  std::vector<std::string> out{backends::kKiln};
-  for (const std::string& b : backends::registered())
-    if (b != backends::kKiln) out.push_back(b);
-  return out;
-}
 
 // kiln's own kernels, each registered backend forced in turn, and the tuned mix: the model's p50
 // under each, the configurations alternating round by round, in a new order each round, so that
@@ -51,7 +42,7 @@ Status print_backend_table(Model model, const std::vector<Value>& inputs, Sessio
     std::vector<double> p50s;
   };
   std::vector<Row> rows;
-  for (const std::string& b : backends_in_build()) {
+  for (const std::string& b : available_backends()) {
     so.backend = b;
     KILN_ASSIGN_OR_RETURN(auto s, Session::create(model, so));
     rows.push_back(Row{b, std::move(s), {}});
@@ -98,7 +89,7 @@ void print_node_backends(const Session& session, bool each_node) {
   std::printf("backends    %s\n", line.c_str());
   if (!each_node) return;
   for (const auto& [node, backend] : session.node_backends())
-    if (backend != backends::kKiln) std::printf("    %-40s %s\n", node.c_str(), backend.c_str());
+    if (backend != "kiln") std::printf("    %-40s %s\n", node.c_str(), backend.c_str());
 }
 
 }  // namespace
@@ -187,7 +178,7 @@ void add_bench_command(CLI::App& app, int* exit_code) {
       nlohmann::ordered_json j = {{"engine", "kiln"},
                                   {"model", opt->model},
                                   {"threads", session->threads()},
-                                  {"isa", isa_name(cpu_features().level())},
+                                  {"isa", isa_name(active_isa())},
                                   {"batch", opt->shape.batch},
                                   {"seq", opt->shape.seq},
                                   {"shapes", opt->shape.shapes},
@@ -203,7 +194,7 @@ void add_bench_command(CLI::App& app, int* exit_code) {
       return;
     }
     std::printf("model       %s\nthreads     %d\nisa         %s\nload        %.1f ms\n", opt->model.c_str(),
-                session->threads(), isa_name(cpu_features().level()), load_ms);
+                session->threads(), isa_name(active_isa()), load_ms);
     print_node_backends(*session, opt->verbose);
     std::printf("latency     p50 %.3f  p90 %.3f  p99 %.3f  mean %.3f  min %.3f ms (%d runs)\n", pct(50), pct(90),
                 pct(99), mean, s.front(), opt->iters);

@@ -8,51 +8,25 @@
 #include "cli.h"
 #include "io_files.h"
 #include "kiln/session.h"
-#include "ir/graph.h"
-#include "ir/shape_inference.h"
 #include "kiln/model.h"
 
 namespace kiln::cli {
 namespace {
 
-std::string dims_str(const ir::TypeInfo& t) {
-  if (t.kind == ir::TypeInfo::Kind::kSequence) return "sequence";
-  if (t.kind == ir::TypeInfo::Kind::kOptional) return "optional";
-  if (!t.has_shape) return "?";
+std::string dims_str(const IoInfo& io) {
+  if (io.kind == Value::Kind::kSequence) return "sequence";
+  if (io.kind == Value::Kind::kOptional) return "optional";
+  if (!io.has_shape) return "?";
   std::string s = "[";
-  for (size_t i = 0; i < t.shape.size(); ++i) {
-    const ir::Dim& d = t.shape[i];
-    s += (i ? "," : "") + (d.known() ? std::to_string(d.value) : d.symbol.empty() ? "?" : d.symbol);
-  }
+  for (size_t i = 0; i < io.dims.size(); ++i)
+    s += (i ? "," : "") + (io.dims[i] >= 0 ? std::to_string(io.dims[i]) : io.dim_names[i].empty() ? "?" : io.dim_names[i]);
   return s + "]";
 }
 
-void count_ops(const ir::Graph& g, std::map<std::string, int64_t>& hist) {
-  for (const auto& n : g.nodes) {
-    ++hist[(n.domain.empty() ? "" : n.domain + ".") + n.op_type];
-    for (const auto& a : n.attrs) {
-      if (a.g) count_ops(*a.g, hist);
-      for (const auto& sg : a.graphs) count_ops(*sg, hist);
-    }
-  }
-}
-
-nlohmann::ordered_json io_json(const std::vector<ir::ValueInfo>& list, const ir::Graph& g) {
+nlohmann::ordered_json io_json(const std::vector<IoInfo>& list) {
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
-  for (const auto& v : list) {
-    if (g.initializers.count(v.name)) continue;
-    out.push_back({{"name", v.name}, {"type", dtype_name(v.type.dtype)}, {"shape", dims_str(v.type)}});
-  }
+  for (const IoInfo& io : list) out.push_back({{"name", io.name}, {"type", dtype_name(io.dtype)}, {"shape", dims_str(io)}});
   return out;
-}
-
-// Dynamic dims bound as the bench rule does: the first dim of an input is the batch, others seq.
-std::map<std::string, int64_t> bench_bindings(const ir::Graph& g, int64_t batch, int64_t seq) {
-  std::map<std::string, int64_t> b;
-  for (const auto& v : g.inputs)
-    for (size_t i = 0; i < v.type.shape.size(); ++i)
-      if (!v.type.shape[i].symbol.empty()) b.emplace(v.type.shape[i].symbol, i == 0 ? batch : seq);
-  return b;
 }
 
 // Loads the model as `kiln bench` does, runs it twice on bench inputs (the first run records the
@@ -121,44 +95,29 @@ void add_info_command(CLI::App& app, int* exit_code) {
                 "kernel for their op, types or attributes)");
   cmd->add_option("-O,--optimize", *level, "With --memory or --kernels: optimization at load, 0-3 (default: as kiln bench)")->check(CLI::Range(0, 3));
   cmd->callback([model_path, json, batch, seq, memory, kernels, level, exit_code] {
-    auto loaded = Model::load(*model_path);
-    if (!loaded) {
-      *exit_code = report_failure("info", loaded.status());
+    auto model = Model::load(*model_path);
+    if (!model) {
+      *exit_code = report_failure("info", model.status());
       return;
     }
-    // A copy (weights shared) that shape inference may annotate.
-    auto model = std::make_unique<ir::Model>(loaded->ir());
-    const ir::Graph& g = model->graph;
-    std::map<std::string, int64_t> hist;
-    count_ops(g, hist);
-    int64_t params = 0, bytes = 0;
-    for (const auto& [name, t] : g.initializers) {
-      params += t.numel();
-      bytes += static_cast<int64_t>(t.nbytes());
-    }
+    const ModelSummary sum = model->summary(*batch, *seq);
     nlohmann::ordered_json j;
     j["model"] = *model_path;
-    j["producer"] = model->producer_name + " " + model->producer_version;
-    j["ir_version"] = model->ir_version;
-    for (const auto& [domain, version] : model->opsets) j["opsets"][domain.empty() ? "ai.onnx" : domain] = version;
-    j["inputs"] = io_json(g.inputs, g);
-    j["outputs"] = io_json(g.outputs, g);
-    j["nodes"] = g.nodes.size();
-    j["parameters"] = params;
-    j["parameter_bytes"] = bytes;
-    j["ops"] = hist;
-    // Shape inference may fail on a model that still runs (e.g. a declared shape the data
-    // contradicts); the estimate is then left out rather than failing the whole command.
-    Status inferred = ir::infer_shapes(*model);
-    if (inferred.is_ok()) {
-      auto cost = ir::estimate_cost(*model, bench_bindings(g, *batch, *seq));
-      if (cost) {
-        j["gflops"] = cost->flops / 1e9;
-        j["gflops_bound_dims"] = {{"batch", *batch}, {"seq", *seq}};
-        j["nodes_without_cost"] = cost->unknown_nodes;
-      }
+    j["producer"] = model->producer_name() + " " + model->producer_version();
+    j["ir_version"] = model->ir_version();
+    for (const auto& [domain, version] : model->opsets()) j["opsets"][domain.empty() ? "ai.onnx" : domain] = version;
+    j["inputs"] = io_json(model->inputs());
+    j["outputs"] = io_json(model->outputs());
+    j["nodes"] = sum.nodes;
+    j["parameters"] = sum.parameters;
+    j["parameter_bytes"] = sum.parameter_bytes;
+    j["ops"] = sum.ops;
+    if (sum.flops >= 0) {
+      j["gflops"] = sum.flops / 1e9;
+      j["gflops_bound_dims"] = {{"batch", *batch}, {"seq", *seq}};
+      j["nodes_without_cost"] = sum.nodes_without_cost;
     } else {
-      j["shape_inference_error"] = inferred.message();
+      j["shape_inference_error"] = sum.shape_error;
     }
     if (*memory) {
       auto m = memory_json(*model_path, *level, *batch, *seq);
@@ -199,14 +158,15 @@ void add_info_command(CLI::App& app, int* exit_code) {
         std::cout << "  " << io["name"].get<std::string>() << "  " << io["type"].get<std::string>() << " "
                   << io["shape"].get<std::string>() << "\n";
     }
-    std::cout << "nodes       " << g.nodes.size() << "\nparameters  " << params << " (" << bytes / 1e6 << " MB)\n";
+    std::cout << "nodes       " << sum.nodes << "\nparameters  " << sum.parameters << " (" << sum.parameter_bytes / 1e6
+              << " MB)\n";
     if (j.contains("gflops"))
       std::cout << "GFLOPs      " << j["gflops"].get<double>() << " (batch " << *batch << ", seq " << *seq << "; "
                 << j["nodes_without_cost"].get<int64_t>() << " nodes without a known cost)\n";
     if (j.contains("shape_inference_error"))
       std::cout << "shape inference failed: " << j["shape_inference_error"].get<std::string>() << "\n";
     std::cout << "operators:\n";
-    for (const auto& [op, n] : hist) std::cout << "  " << op << " " << n << "\n";
+    for (const auto& [op, n] : sum.ops) std::cout << "  " << op << " " << n << "\n";
     if (j.contains("memory")) print_memory(j["memory"]);
     if (*kernels) {
       std::cout << "reference kernels (-O" << *level << "): " << slow.size() << " nodes run plain reference loops"

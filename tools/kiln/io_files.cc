@@ -9,9 +9,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "ir/graph.h"
 #include "npy.h"
-#include "onnx/model_io.h"
+#include "kiln/value_io.h"
 
 namespace kiln::cli {
 
@@ -45,17 +44,13 @@ Result<std::vector<Value>> make_inputs(const std::vector<IoInfo>& ios, const Inp
 }
 
 Result<Value> read_input_file(const std::string& path, const IoInfo& io) {
-  KILN_ASSIGN_OR_RETURN(std::string bytes, onnx_io::read_file(path));
+  KILN_ASSIGN_OR_RETURN(std::string bytes, read_file(path));
   if (std::filesystem::path(path).extension() == ".npy") {
     auto t = parse_npy(bytes);
     if (!t) return t.status().with_context(path);
     return Value::of(std::move(t).value());
   }
-  ir::TypeInfo type;
-  type.kind = io.kind == Value::Kind::kSequence   ? ir::TypeInfo::Kind::kSequence
-              : io.kind == Value::Kind::kOptional ? ir::TypeInfo::Kind::kOptional
-                                                  : ir::TypeInfo::Kind::kTensor;
-  auto v = onnx_io::parse_value(bytes, type);
+  auto v = parse_value(bytes, io);
   if (!v) return v.status().with_context(path);
   return v;
 }
@@ -64,10 +59,10 @@ Status write_output_file(const std::string& dir, size_t k, const Value& v, const
   const std::string base = (std::filesystem::path(dir) / ("output_" + std::to_string(k))).string();
   if (npy && v.is_tensor()) {
     KILN_ASSIGN_OR_RETURN(std::string bytes, serialize_npy(v.tensor));
-    return onnx_io::write_file(base + ".npy", bytes);
+    return write_file(base + ".npy", bytes);
   }
-  KILN_ASSIGN_OR_RETURN(std::string bytes, onnx_io::serialize_value(v, name));
-  return onnx_io::write_file(base + ".pb", bytes);
+  KILN_ASSIGN_OR_RETURN(std::string bytes, serialize_value(v, name));
+  return write_file(base + ".pb", bytes);
 }
 
 }  // namespace kiln::cli

@@ -2,7 +2,7 @@
 #include <iostream>
 
 #include "cli.h"
-#include "core/cpu_features.h"
+#include "kiln/cpu.h"
 
 namespace kiln::cli {
 

@@ -9,10 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
-#include "core/cpu_features.h"
 #include "io_files.h"
 #include "kiln/session.h"
-#include "runtime/cpu_peak.h"
+#include "kiln/cpu.h"
 
 namespace kiln::cli {
 namespace {
@@ -118,7 +117,7 @@ void add_profile_command(CLI::App& app, int* exit_code) {
     if (!inputs) return fail(inputs.status());
     const int threads = (*session)->threads();
     const bool measured = opt->peak <= 0;
-    const double peak = measured ? runtime::measure_fma_peak_gflops(threads) : opt->peak;
+    const double peak = measured ? fma_peak_gflops(threads) : opt->peak;
 
     for (int i = 0; i < opt->warmup; ++i) {
       auto r = (*session)->run(*inputs);
@@ -150,7 +149,7 @@ void add_profile_command(CLI::App& app, int* exit_code) {
     std::printf(
         "model    %s (-O%d)\nthreads  %d\nisa      %s\npeak     %.1f GFLOP/s (%s)\nruns     %d profiled after "
         "%d warmup\n",
-        opt->model.c_str(), opt->level, threads, isa_name(cpu_features().level()), peak,
+        opt->model.c_str(), opt->level, threads, isa_name(active_isa()), peak,
         measured ? "FMA loop on every thread at once, at this ISA; --peak sets it" : "--peak", opt->iters,
         opt->warmup);
 
