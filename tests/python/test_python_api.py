@@ -322,6 +322,11 @@ def test_python_m_kiln_runs_the_cli():
     assert r.returncode == 0 and "kiln" in r.stdout
     r = subprocess.run([sys.executable, "-m", "kiln"], capture_output=True, text=True)
     assert r.returncode == 0 and "optimize" in r.stdout and "bench" in r.stdout
+    # The `kiln` command the package puts beside the venv's python; its exit code follows the
+    # failure's kind (4: a file not found).
+    command = os.path.join(os.path.dirname(sys.executable), "kiln")
+    r = subprocess.run([command, "info", "/no/such/model.onnx"], capture_output=True, text=True)
+    assert r.returncode == 4 and "no such file" in r.stderr
 
 
 def test_optimize_a_torch_module():
