@@ -52,6 +52,11 @@ class Model:
     def metadata(self):
         return dict(self._core.metadata)
 
+    def summary(self, batch=1, seq=128):
+        """What ``kiln info`` prints: nodes, operator counts, parameters, and the FLOPs of a run
+        with dynamic dims bound as the bench rule binds them (None when shapes do not infer)."""
+        return self._core.summary(batch=batch, seq=seq)
+
     def session(self, sess_options=None):
         """An InferenceSession running this model as it is."""
         from kiln.session import InferenceSession
@@ -143,6 +148,8 @@ def optimize(model, *, level=3, portable=False, tune=False, threads=None, input_
         report["tuning"] = core.tune(inputs, threads=int(threads or 0),
                                      cache_path=os.fspath(tuning_cache or ""))
     report["kernels"] = _kernels_by_backend(core, threads)
+    # kiln's own operators in the result are what the fusion and layout passes made.
+    report["fusions"] = {op: n for op, n in core.summary()["ops"].items() if op.startswith("ai.kiln.")}
     return Model(core, report)
 
 
@@ -214,7 +221,13 @@ def profile(model, *, iters=10, warmup=3, threads=None, batch=1, seq=128, input_
         gflops = row["flops"] / (ms * 1e6) if row["flops"] > 0 and ms > 0 else None
         rows.append({"node": row["node"], "op_type": row["op_type"], "ms": ms, "gflops": gflops})
     rows.sort(key=lambda r: -r["ms"])
-    result = {"nodes": rows, "wall_ms": sum(walls) / len(walls) / 1e3, "threads": s.threads}
+    by_op = {}
+    for r in rows:
+        op = by_op.setdefault(r["op_type"], {"op_type": r["op_type"], "count": 0, "ms": 0.0})
+        op["count"] += 1
+        op["ms"] += r["ms"]
+    result = {"nodes": rows, "by_op": sorted(by_op.values(), key=lambda r: -r["ms"]),
+              "wall_ms": sum(walls) / len(walls) / 1e3, "threads": s.threads}
     if trace:
         events = [{"cat": "Node", "name": n["node"], "ph": "X", "pid": os.getpid(), "tid": 0,
                    "ts": n["start_us"], "dur": n["dur_us"], "args": {"op_name": n["op_type"]}}

@@ -392,6 +392,14 @@ PYBIND11_MODULE(_kiln, m) {
          py::arg("node_budget_ms") = 400.0, py::arg("total_budget_s") = 60.0)
       .def("copy", [](const Model& model) { return Model(model); })
       .def("clear_backend_choices", &Model::clear_backend_choices)
+      .def("summary", [](const Model& model, int64_t batch, int64_t seq) {
+        const ModelSummary s = model.summary(batch, seq);
+        return py::dict(py::arg("nodes") = s.nodes, py::arg("ops") = s.ops,
+                        py::arg("parameters") = s.parameters, py::arg("parameter_bytes") = s.parameter_bytes,
+                        py::arg("flops") = s.flops >= 0 ? py::object(py::float_(s.flops)) : py::object(py::none()),
+                        py::arg("nodes_without_cost") = s.nodes_without_cost,
+                        py::arg("shape_error") = s.shape_error);
+      }, py::arg("batch") = 1, py::arg("seq") = 128)
       .def_property_readonly("inputs", [](const Model& model) { return io_list(model.inputs()); })
       .def_property_readonly("outputs", [](const Model& model) { return io_list(model.outputs()); })
       .def_property_readonly("metadata", &Model::metadata)

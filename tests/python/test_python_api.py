@@ -278,6 +278,13 @@ def test_optimize_save_and_reload(model_dir, tmp_path):
     optimized = kiln.optimize(src)
     assert optimized.report["nodes_after"] <= optimized.report["nodes_before"]
     assert sum(optimized.report["kernels"].values()) > 0
+    # Conv + Relu and the rest became kiln's own operators, and the summary counts them.
+    assert optimized.report["fusions"] and all(op.startswith("ai.kiln.") for op in optimized.report["fusions"])
+    summary = kiln.Model.load(src).summary(batch=2)
+    assert summary["parameters"] == 8 * 3 * 3 * 3 + 8 + 5 * 8 + 5
+    assert summary["ops"] == {"Conv": 1, "Relu": 1, "GlobalAveragePool": 1, "Flatten": 1,
+                              "Gemm": 1, "Softmax": 1}
+    assert summary["flops"] >= 2 * 2 * 16 * 16 * 8 * 27  # at least the conv's multiply-adds
     out = str(tmp_path / "conv_net.opt.onnx")
     optimized.save(out)
     got = kiln.InferenceSession(out).run(None, feeds)
@@ -315,6 +322,7 @@ def test_compare_bench_and_profile(model_dir):
     assert 0 < b["min_ms"] <= b["p50_ms"] <= b["p99_ms"]
     p = kiln.profile(src, iters=2, warmup=1)
     assert p["nodes"] and p["nodes"][0]["ms"] >= p["nodes"][-1]["ms"]
+    assert sum(r["count"] for r in p["by_op"]) == len(p["nodes"])
 
 
 def test_python_m_kiln_runs_the_cli():
