@@ -203,22 +203,28 @@ def test_bad_models():
 
 
 def test_four_threads_share_one_session(model_dir):
+    # Four threads on one session, and two more on a second session sharing the thread pool.
     sess = kiln.InferenceSession(str(model_dir / "conv_net.onnx"))
+    other = kiln.InferenceSession(str(model_dir / "two_inputs.onnx"))
     feeds = [feeds_for("conv_net", batch=1 + i % 3) for i in range(8)]
     expected = [sess.run(None, f) for f in feeds]
+    other_feeds = [feeds_for("two_inputs", batch=1 + i) for i in range(4)]
+    other_expected = [other.run(None, f) for f in other_feeds]
     errors = []
 
-    def worker(k):
+    def worker(k, session, feeds, expected):
         try:
             for i in range(40):
                 j = (k + i) % len(feeds)
-                got = sess.run(None, feeds[j])
+                got = session.run(None, feeds[j])
                 for a, b in zip(got, expected[j]):
                     np.testing.assert_array_equal(a, b)
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    threads = [threading.Thread(target=worker, args=(k, sess, feeds, expected)) for k in range(4)]
+    threads += [threading.Thread(target=worker, args=(k, other, other_feeds, other_expected))
+                for k in range(2)]
     for t in threads:
         t.start()
     for t in threads:
