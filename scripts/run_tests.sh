@@ -62,11 +62,26 @@ at_lower_isa_levels() {  # unit tests and -O3 conformance again with KILN_ISA at
   return $rc
 }
 
+bench_models() {  # the six benchmark models, exported by Debian's PyTorch into build/bench-models
+  local out=build/bench-models exporter=../shared/models/export_models.py
+  [ -f $out/bert_tiny.onnx ] && return 0
+  [ -f $exporter ] || { echo "no $exporter: the six-model test will skip"; return 0; }
+  /usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null || {
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo=sudo
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+      python3-torch python3-torchvision >/dev/null || return 1
+  }
+  /usr/bin/python3 $exporter $out 2>&1 | grep -v -i warn
+  [ -f $out/bert_tiny.onnx ]
+}
+
 python_package() {  # the package as installed by bootstrap.sh, against ONNX Runtime from PyPI
   local venv=.venv
   $venv/bin/python -c "import onnxruntime, pytest" 2>/dev/null ||
     $venv/bin/python -m pip install -q onnxruntime pytest || return 1
-  $venv/bin/python -m pytest -q tests/python
+  bench_models || return 1
+  KILN_TEST_MODELS=build/bench-models $venv/bin/python -m pytest -q tests/python
 }
 
 sanitized_tests() {  # the clang ASan+UBSan build made by run_fuzz.sh serves these too
