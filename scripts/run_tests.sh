@@ -69,8 +69,9 @@ bench_models() {  # the six benchmark models, exported by Debian's PyTorch into 
   /usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null || {
     local sudo=""
     [ "$(id -u)" -eq 0 ] || sudo=sudo
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
-      python3-torch python3-torchvision >/dev/null || return 1
+    $sudo apt-get update -qq &&
+      DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+        python3-torch python3-torchvision >/dev/null || return 1
   }
   /usr/bin/python3 $exporter $out 2>&1 | grep -v -i warn
   [ -f $out/bert_tiny.onnx ]
