@@ -32,22 +32,6 @@ def p50_of_runs(sess, feeds, iters, warmup=20):
     return float(np.median(times))
 
 
-def bench_feeds(sess, batch=1, seq=128):
-    feeds = {}
-    for arg in sess.get_inputs():
-        dims = [d if isinstance(d, int) else (batch if i == 0 else seq)
-                for i, d in enumerate(arg.shape)]
-        n = int(np.prod(dims))
-        if arg.type == "tensor(int64)":
-            name = arg.name.lower()
-            v = np.ones(n) if "mask" in name else np.zeros(n) if "type" in name else \
-                (np.arange(n) * 7919) % 1000
-            feeds[arg.name] = v.astype(np.int64).reshape(dims)
-        else:
-            feeds[arg.name] = (np.random.default_rng(0).random(n) - 0.5).astype(np.float32).reshape(dims)
-    return feeds
-
-
 def tiny_model(path):
     g = helper.make_graph([helper.make_node("Add", ["a", "b"], ["c"])], "tiny",
                           [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1]),
@@ -67,7 +51,7 @@ def main():
     so = kiln.SessionOptions()
     so.intra_op_num_threads = os.cpu_count()
     sess = kiln.InferenceSession(a.model, so)
-    feeds = bench_feeds(sess)
+    feeds = kiln.bench_inputs(a.model)
     ratios = []
     for r in range(a.rounds):
         out = subprocess.run([a.kiln, "bench", a.model, "--json", "--iters", str(a.iters)],

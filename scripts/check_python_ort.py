@@ -22,31 +22,10 @@ import kiln
 SIX = ["resnet50", "mobilenet_v2", "efficientnet_b0", "vit_b_16", "bert_base", "bert_tiny"]
 
 
-def make_feeds(sess, batch, seq):
-    """The bench rule's inputs (../shared/bench/README.md), from the session's own input list."""
-    feeds = {}
-    for arg in sess.get_inputs():
-        dims = [d if isinstance(d, int) and d > 0 else (batch if i == 0 else seq)
-                for i, d in enumerate(arg.shape)]
-        n = int(np.prod(dims)) if dims else 1
-        name = arg.name.lower()
-        if arg.type in ("tensor(int64)", "tensor(int32)"):
-            v = np.ones(n) if "mask" in name else np.zeros(n) if "type" in name else \
-                (np.arange(n, dtype=np.int64) * 7919) % 1000
-            feeds[arg.name] = v.astype(np.int64 if arg.type == "tensor(int64)" else np.int32).reshape(dims)
-        else:
-            s, out = 12345, np.empty(n, np.float64)
-            for i in range(n):
-                s = (s * 1103515245 + 12345) & 0x7FFFFFFF
-                out[i] = s
-            feeds[arg.name] = (out / 0x7FFFFFFF - 0.5).astype(np.float32).reshape(dims)
-    return feeds
-
-
 def infer(ort, path, batch, seq):
     """What a deployment script does with either module."""
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    feeds = make_feeds(sess, batch, seq)
+    feeds = kiln.bench_inputs(path, batch, seq)  # the bench rule, the same arrays for both
     names = [o.name for o in sess.get_outputs()]
     return names, sess.run(names, feeds)
 

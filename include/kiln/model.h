@@ -84,6 +84,9 @@ class Model {
 
   // The pass pipeline of `kiln optimize`, in place. Sessions made before keep the model they had.
   Result<OptimizeReport> optimize(const OptimizeOptions& options = {});
+  // What loading does (Session::load, `kiln run`): optimize at `level` unless kiln optimized the
+  // model already or `level` is 0. True when it optimized.
+  Result<bool> optimize_unless_saved(int level);
   // Forgets the backend choices tune() (or a tuned model's metadata) recorded: kiln's kernels
   // run every node again.
   void clear_backend_choices();

@@ -9,7 +9,7 @@
 """
 
 from kiln._kiln import __version__
-from kiln.api import Model, bench, compare, optimize, profile
+from kiln.api import Model, bench, bench_inputs, compare, optimize, profile
 from kiln.errors import (Fail, Internal, InvalidArgument, InvalidModel, KilnError, NotFound,
                          NotImplemented, OutOfRange, ResourceExhausted)
 from kiln.session import (ExecutionMode, GraphOptimizationLevel, InferenceSession, ModelMetadata,
@@ -26,7 +26,7 @@ def get_device():
 
 
 __all__ = [
-    "__version__", "Model", "bench", "compare", "optimize", "profile", "KilnError", "Fail",
+    "__version__", "Model", "bench", "bench_inputs", "compare", "optimize", "profile", "KilnError", "Fail",
     "Internal", "InvalidArgument", "InvalidModel", "NotFound", "NotImplemented", "OutOfRange",
     "ResourceExhausted", "ExecutionMode", "GraphOptimizationLevel", "InferenceSession",
     "ModelMetadata", "NodeArg", "RunOptions", "SessionOptions", "get_available_providers",

@@ -125,6 +125,15 @@ def _input_list(core, inputs, batch=1, seq=128, input_shapes=None):
     return list(inputs)
 
 
+def bench_inputs(model, batch=1, seq=128, input_shapes=None):
+    """The benchmark rule's inputs (what ``kiln bench`` and ../shared/bench's scripts feed) for
+    ``model`` (a path, bytes, ModelProto or kiln.Model): {input name: array}. Dynamic dims take
+    ``batch`` (first) and ``seq`` (others) unless ``input_shapes`` ({name: shape}) gives them."""
+    core = _as_core_model(model)
+    arrays = _input_list(core, None, batch, seq, input_shapes)
+    return {t[0]: a for t, a in zip(core.inputs, arrays)}
+
+
 def optimize(model, *, level=3, portable=False, tune=False, threads=None, input_shapes=None,
              disable=(), fix_dims=None, example_inputs=None, dynamic_batch=True,
              tuning_cache=None):

@@ -276,13 +276,14 @@ struct PySession {
   std::unique_ptr<Session> session;
   std::mutex mutex;
 
-  py::list run(const py::list& arrays) {
+  // The outputs of one run on `arrays`, timing each node into *profile when it is not null.
+  py::list execute(const py::list& arrays, RunProfile* profile) {
     std::vector<Value> inputs = inputs_from_python(arrays, session->inputs());
     Result<std::vector<Value>> outs = Status::error("");
     {
       py::gil_scoped_release release;
       std::lock_guard<std::mutex> lock(mutex);
-      outs = session->run(inputs);
+      outs = profile ? session->run_profiled(inputs, profile) : session->run(inputs);
     }
     std::vector<Value> values = take(std::move(outs));
     py::list result;
@@ -291,19 +292,12 @@ struct PySession {
     return result;
   }
 
+  py::list run(const py::list& arrays) { return execute(arrays, nullptr); }
+
   py::tuple run_profiled(const py::list& arrays) {
-    std::vector<Value> inputs = inputs_from_python(arrays, session->inputs());
     RunProfile profile;
-    Result<std::vector<Value>> outs = Status::error("");
-    {
-      py::gil_scoped_release release;
-      std::lock_guard<std::mutex> lock(mutex);
-      outs = session->run_profiled(inputs, &profile);
-    }
-    std::vector<Value> values = take(std::move(outs));
-    py::list result, nodes;
-    for (size_t i = 0; i < values.size(); ++i)
-      result.append(value_to_python(values[i], session->outputs()[i].name));
+    py::list result = execute(arrays, &profile);
+    py::list nodes;
     for (const NodeTiming& n : profile.nodes)
       nodes.append(py::dict(py::arg("node") = n.node, py::arg("op_type") = n.op_type,
                             py::arg("domain") = n.domain, py::arg("start_us") = n.start_us,
@@ -428,11 +422,7 @@ PYBIND11_MODULE(_kiln, m) {
                                bool arena) {
         // Optimized first at `level` unless kiln optimized it: as Session::load treats a file.
         Model copy = model;
-        if (!copy.optimized() && level > 0) {
-          OptimizeOptions o;
-          o.level = level;
-          take(copy.optimize(o));
-        }
+        take(copy.optimize_unless_saved(level));
         auto s = std::make_unique<PySession>();
         s->session = take(Session::create(copy, session_options(threads, level, backend, arena)));
         return s;

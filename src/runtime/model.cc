@@ -48,6 +48,14 @@ Result<OptimizeReport> Model::optimize(const OptimizeOptions& options) {
 
 void Model::clear_backend_choices() { record_backend_choices(mutable_ir(), {}); }
 
+Result<bool> Model::optimize_unless_saved(int level) {
+  ir::Model copy = *ir_;  // as optimize(): a failing pass leaves the model as it was
+  auto optimized = kiln::optimize_unless_saved(copy, level);
+  if (!optimized) return optimized.status().with_default_code(StatusCode::kInvalidModel);
+  if (*optimized) ir_ = std::make_shared<ir::Model>(std::move(copy));
+  return optimized;
+}
+
 Result<TuneReport> Model::tune(const std::vector<Value>& inputs, const TuneOptions& options) {
   // Backends take nodes by their inputs' types, as Session::load infers them.
   ir::Model& m = mutable_ir();

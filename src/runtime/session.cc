@@ -15,7 +15,6 @@
 #include "ir/shape_inference.h"
 #include "kiln/model.h"
 #include "kiln/optimize.h"
-#include "onnx/model_io.h"
 #include "runtime/backend_choices.h"
 #include "runtime/graph_plan.h"
 #include "runtime/io_info.h"

@@ -24,11 +24,8 @@ void add_tune_options(CLI::App* cmd, TuneFlags* f, bool with_flag) {
 
 Result<Model> load_for_tuning(const std::string& path, int level) {
   KILN_ASSIGN_OR_RETURN(Model m, Model::load(path));
-  if (!m.optimized() && level > 0) {
-    OptimizeOptions oo;
-    oo.level = level;
-    if (auto report = m.optimize(oo); !report) return report.status().with_context(path);
-  }
+  if (auto optimized = m.optimize_unless_saved(level); !optimized)
+    return optimized.status().with_context(path);
   return m;
 }
 
