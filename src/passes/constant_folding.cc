@@ -1,6 +1,8 @@
 // Constant folding: a node whose inputs are all fixed initializers is run once, now, with its
 // reference kernel, and its outputs become initializers. Random ops, control flow and ops whose
-// result would bloat the model are left alone.
+// result would bloat the model are left alone. In a portable model DequantizeLinear of 8-bit
+// weights stays: that is how a QDQ model states its int8 ops, and the runtime that loads it
+// (ONNX Runtime, TensorRT, OpenVINO) runs them in 8 bits only while it sees them.
 #include <set>
 
 #include "core/thread_pool.h"
@@ -22,13 +24,14 @@ constexpr int64_t kMaxFoldedBytes = int64_t{16} << 20;
 
 class ConstantFolding : public Pass {
  public:
-  Result<int64_t> run(ir::Model& model, PassContext&) override {
+  Result<int64_t> run(ir::Model& model, PassContext& ctx) override {
     ThreadPool pool(1);
     int64_t folded = 0;
+    const bool portable = ctx.options().portable;
     for_each_graph(model.graph, [&](ir::Graph& g) {
       std::vector<ir::Node> kept;
       for (auto& n : g.nodes) {
-        if (fold(model, g, n, pool)) {
+        if (!(portable && n.domain.empty() && n.op_type == "DequantizeLinear") && fold(model, g, n, pool)) {
           ++folded;
           continue;
         }

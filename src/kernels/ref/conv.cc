@@ -12,6 +12,7 @@
 #include "kernels/cpu/conv/grouped_conv.h"
 #include "kernels/cpu/gemm/gemm_s16.h"
 #include "kernels/kernel_util.h"
+#include "kernels/ref/conv.h"
 #include "kernels/ref/conv_util.h"
 #include "kernels/ref/gemm_f32.h"
 
@@ -317,7 +318,9 @@ Result<std::vector<float>> read_floats(const Tensor& t) {
   return v;
 }
 
-Status qlinear_conv(KernelContext& ctx) {
+}  // namespace
+
+Status qlinear_conv_reference(KernelContext& ctx) {
   if (ctx.num_inputs() < 8) return ctx.error("QLinearConv needs 8 or 9 inputs");
   for (size_t i = 0; i < 8; ++i)
     if (i != 2 && i != 5 && i != 7 && !optional_input(ctx, i))
@@ -347,21 +350,22 @@ Status qlinear_conv(KernelContext& ctx) {
   KILN_ASSIGN_OR_RETURN(Tensor acc, Tensor::make(DType::kInt32, s.y_shape));
   KILN_RETURN_IF_ERROR(integer_conv(ctx, s, x, xzp, w, optional_input(ctx, 5), acc.data<int32_t>()));
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, out_t, s.y_shape));
-  const double lo = out_t == DType::kInt8 ? -128 : 0, hi = out_t == DType::kInt8 ? 127 : 255;
+  // Requantized in float as MLAS does (and kiln's 8-bit conv, qconv.h): the sum times the scale
+  // is clamped to the output's range less the zero point, rounded half to even, then shifted.
+  const float lo = out_t == DType::kInt8 ? -128.0f : 0.0f, hi = out_t == DType::kInt8 ? 127.0f : 255.0f;
+  const float z = static_cast<float>(yz);
   for (int64_t ni = 0; ni < s.n; ++ni)
     for (int64_t mi = 0; mi < s.m; ++mi) {
       const float factor = (*xs)[0] * (ws->size() == 1 ? (*ws)[0] : (*ws)[mi]) / (*ys)[0];
       const int64_t base = (ni * s.m + mi) * s.out_sz;
       for (int64_t i = 0; i < s.out_sz; ++i) {
-        int32_t a = acc.data<int32_t>()[base + i] + (bias ? bias->data<int32_t>()[mi] : 0);
-        double v = std::nearbyint(static_cast<double>(a) * factor + yz);
-        store_from_double(out_t, y->raw_data(), base + i, std::min(hi, std::max(lo, v)));
+        const int32_t a = acc.data<int32_t>()[base + i] + (bias ? bias->data<int32_t>()[mi] : 0);
+        const float v = std::min(hi - z, std::max(lo - z, static_cast<float>(a) * factor));
+        store_from_double(out_t, y->raw_data(), base + i, std::nearbyint(v) + z);
       }
     }
   return Status::ok();
 }
-
-}  // namespace
 
 // Conv, with what the few-positions product keeps across runs.
 class ConvKernel : public Kernel {
@@ -383,7 +387,6 @@ const KernelRegistrar kConv("", "Conv", "ref", [](const ir::Node& node, int64_t)
   return Result<std::unique_ptr<Kernel>>(std::unique_ptr<Kernel>(std::make_unique<ConvKernel>(node)));
 });
 KILN_REGISTER_KERNEL("", "ConvInteger", conv_integer);
-KILN_REGISTER_KERNEL("", "QLinearConv", qlinear_conv);
 
 // float32 Conv: group 1 by im2col and the GEMM, grouped with few channels a group (1-D or 2-D) by
 // the direct kernel; wider groups and 3-D grouped convs run a GEMM per group, the slow path.

@@ -92,6 +92,92 @@ const Tensor* opt(const KernelContext& ctx, size_t i) {
   return ctx.has_input(i) && ctx.input(i).defined() ? &ctx.input(i) : nullptr;
 }
 
+// max(0, x...) and min(0, x...), NaN skipped as std::max/std::min skip it: 8 lanes, then the lanes.
+// max_ps/min_ps return their second operand when either is NaN, so the running value goes second.
+void zero_inclusive_range(const float* x, int64_t n, float* mn, float* mx) {
+  __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    lo = _mm256_min_ps(v, lo);
+    hi = _mm256_max_ps(v, hi);
+  }
+  alignas(32) float l[8], h[8];
+  _mm256_store_ps(l, lo);
+  _mm256_store_ps(h, hi);
+  *mn = 0.0f, *mx = 0.0f;
+  for (int k = 0; k < 8; ++k) *mn = std::min(*mn, l[k]), *mx = std::max(*mx, h[k]);
+  for (; i < n; ++i) *mn = std::min(*mn, x[i]), *mx = std::max(*mx, x[i]);
+}
+
+// y = saturate(round_half_even(x / scale) + zp) into [0, 255] (or [-128, 127] when Signed), 32
+// at a time: the same float operations as the scalar tail (division, nearbyint in the default
+// rounding mode, NaN to 0).
+template <bool Signed>
+void quantize_8bit(const float* x, int64_t n, float scale, float zp, void* out) {
+  using T = std::conditional_t<Signed, int8_t, uint8_t>;
+  T* y = static_cast<T*>(out);
+  const float lo_f = Signed ? -128.0f : 0.0f, hi_f = Signed ? 127.0f : 255.0f;
+  const __m256 s = _mm256_set1_ps(scale), z = _mm256_set1_ps(zp);
+  const __m256 lo = _mm256_set1_ps(lo_f), hi = _mm256_set1_ps(hi_f);
+  auto q = [&](const float* p) {
+    const __m256 r = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(p), s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_add_ps(r, z), lo), hi));
+  };
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    // The values are in range already, so the saturating packs only narrow them. They work per
+    // 128-bit lane: the bytes come out as dwords 0 4 1 5 2 6 3 7.
+    __m256i bytes;
+    if constexpr (Signed)
+      bytes = _mm256_packs_epi16(_mm256_packs_epi32(q(x + i), q(x + i + 8)), _mm256_packs_epi32(q(x + i + 16), q(x + i + 24)));
+    else
+      bytes = _mm256_packus_epi16(_mm256_packus_epi32(q(x + i), q(x + i + 8)), _mm256_packus_epi32(q(x + i + 16), q(x + i + 24)));
+    bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), bytes);
+  }
+  for (; i < n; ++i) {
+    y[i] = static_cast<T>(std::min(hi_f, std::max(lo_f, std::nearbyint(x[i] / scale) + zp)));
+  }
+}
+
+void quantize_u8(const float* x, int64_t n, float scale, float zp, uint8_t* y) { quantize_8bit<false>(x, n, scale, zp, y); }
+
+// y = (x - zp) * scale for 8-bit x, 8 at a time (the reference's float operations).
+template <bool Signed>
+void dequantize_8bit(const void* in, int64_t n, float scale, int32_t zp, float* y) {
+  using T = std::conditional_t<Signed, int8_t, uint8_t>;
+  const T* x = static_cast<const T*>(in);
+  const __m256 s = _mm256_set1_ps(scale), z = _mm256_set1_ps(static_cast<float>(zp));
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(x + i));
+    const __m256i w = Signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(w), z), s));
+  }
+  for (; i < n; ++i) y[i] = (static_cast<float>(x[i]) - static_cast<float>(zp)) * scale;
+}
+
+// One scale and zero point for a whole float32 tensor and an 8-bit one: the vector loops above.
+// Returns false when the node is not of that kind (per-axis, blocked, other types).
+struct PerTensor {
+  float scale = 0;
+  int32_t zero_point = 0;
+  bool is_signed = false;
+};
+bool per_tensor_8bit(const KernelContext& ctx, DType quantized, PerTensor* p) {
+  const Tensor& scale = ctx.input(1);
+  const Tensor* zp = opt(ctx, 2);
+  if (scale.dtype() != DType::kFloat32 || scale.numel() != 1 || (zp && zp->numel() != 1)) return false;
+  if (ctx.opset >= 21 && ctx.node.attr_int("block_size", 0) != 0) return false;
+  const DType t = zp ? zp->dtype() : quantized;
+  if (t != DType::kUInt8 && t != DType::kInt8) return false;
+  p->scale = scale.data<float>()[0];
+  p->is_signed = t == DType::kInt8;
+  p->zero_point = zp ? (p->is_signed ? zp->data<int8_t>()[0] : zp->data<uint8_t>()[0]) : 0;
+  return true;
+}
+
 Status quantize_linear(KernelContext& ctx) {
   if (!opt(ctx, 0) || !opt(ctx, 1)) return ctx.error("QuantizeLinear needs x and y_scale");
   const Tensor& x = ctx.input(0);
@@ -124,6 +210,13 @@ Status quantize_linear(KernelContext& ctx) {
     return ctx.error("zero point shape " + shape_str(zp->shape()) + " differs from scale " +
                      shape_str(scale.shape()));
   const bool saturate = ctx.node.attr_int("saturate", 1) != 0;
+  PerTensor pt;
+  if (x.dtype() == DType::kFloat32 && (out_t == DType::kUInt8 || out_t == DType::kInt8) && per_tensor_8bit(ctx, out_t, &pt)) {
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, out_t, x.shape()));
+    (pt.is_signed ? quantize_8bit<true> : quantize_8bit<false>)(x.data<float>(), x.numel(), pt.scale,
+                                                                static_cast<float>(pt.zero_point), y->raw_data());
+    return Status::ok();
+  }
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, out_t, x.shape()));
   for (int64_t i = 0; i < x.numel(); ++i) {
     const int64_t p = (*idx)[i];
@@ -160,6 +253,13 @@ Status dequantize_linear(KernelContext& ctx) {
   DType out_t = ctx.opset >= 19 ? scale.dtype() : DType::kFloat32;
   const int64_t od = ctx.node.attr_int("output_dtype", 0);
   if (od != 0 && dtype_is_valid(static_cast<int32_t>(od))) out_t = static_cast<DType>(od);
+  PerTensor pt;
+  if (out_t == DType::kFloat32 && (x.dtype() == DType::kUInt8 || x.dtype() == DType::kInt8) && per_tensor_8bit(ctx, x.dtype(), &pt)) {
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, x.shape()));
+    (pt.is_signed ? dequantize_8bit<true> : dequantize_8bit<false>)(x.raw_data(), x.numel(), pt.scale, pt.zero_point,
+                                                                    y->data<float>());
+    return Status::ok();
+  }
   KILN_ASSIGN_OR_RETURN(Tensor yf, Tensor::make(DType::kFloat32, x.shape()));
   for (int64_t i = 0; i < x.numel(); ++i) {
     const int64_t p = (*idx)[i];
@@ -168,44 +268,6 @@ Status dequantize_linear(KernelContext& ctx) {
   KILN_ASSIGN_OR_RETURN(Tensor y, cast_float_to(yf, out_t));
   ctx.set_output(0, std::move(y));
   return Status::ok();
-}
-
-// max(0, x...) and min(0, x...), NaN skipped as std::max/std::min skip it: 8 lanes, then the lanes.
-// max_ps/min_ps return their second operand when either is NaN, so the running value goes second.
-void zero_inclusive_range(const float* x, int64_t n, float* mn, float* mx) {
-  __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 v = _mm256_loadu_ps(x + i);
-    lo = _mm256_min_ps(v, lo);
-    hi = _mm256_max_ps(v, hi);
-  }
-  alignas(32) float l[8], h[8];
-  _mm256_store_ps(l, lo);
-  _mm256_store_ps(h, hi);
-  *mn = 0.0f, *mx = 0.0f;
-  for (int k = 0; k < 8; ++k) *mn = std::min(*mn, l[k]), *mx = std::max(*mx, h[k]);
-  for (; i < n; ++i) *mn = std::min(*mn, x[i]), *mx = std::max(*mx, x[i]);
-}
-
-// y = saturate(round_half_even(x / scale) + zp) into [0, 255], 32 at a time: the same float
-// operations as the scalar tail (division, nearbyint in the default rounding mode, NaN to 0).
-void quantize_u8(const float* x, int64_t n, float scale, float zp, uint8_t* y) {
-  const __m256 s = _mm256_set1_ps(scale), z = _mm256_set1_ps(zp);
-  const __m256 lo = _mm256_setzero_ps(), hi = _mm256_set1_ps(255.0f);
-  auto q = [&](const float* p) {
-    const __m256 r = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(p), s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_add_ps(r, z), lo), hi));
-  };
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    const __m256i ab = _mm256_packus_epi32(q(x + i), q(x + i + 8));
-    const __m256i cd = _mm256_packus_epi32(q(x + i + 16), q(x + i + 24));
-    // packus works per 128-bit lane: the bytes come out as dwords 0 4 1 5 2 6 3 7.
-    const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), bytes);
-  }
-  for (; i < n; ++i) y[i] = static_cast<uint8_t>(std::min(255.0f, std::max(0.0f, std::nearbyint(x[i] / scale) + zp)));
 }
 
 Status dynamic_quantize_linear(KernelContext& ctx) {
@@ -326,5 +388,18 @@ KILN_REGISTER_KERNEL("", "DequantizeLinear", dequantize_linear);
 KILN_REGISTER_KERNEL("", "DynamicQuantizeLinear", dynamic_quantize_linear);
 KILN_REGISTER_FAST_PATH("", "DynamicQuantizeLinear", float32_input);  // 8 lanes
 KILN_REGISTER_KERNEL("", "QLinearMatMul", qlinear_matmul);
+
+// One float32 scale (and one zero point) for the whole tensor, 8-bit on the integer side: the
+// vector loops of quantize_8bit and dequantize_8bit.
+static bool per_tensor_fast(const FastPathQuery& q, bool quantize) {
+  const Tensor* s = q.constants.size() > 1 ? q.constants[1] : nullptr;
+  const Tensor* z = q.constants.size() > 2 ? q.constants[2] : nullptr;
+  const bool float_side = quantize ? q.input_is(0, DType::kFloat32) : true;
+  const bool int_side = quantize ? (!z || z->dtype() == DType::kUInt8 || z->dtype() == DType::kInt8)
+                                 : q.input_is(0, DType::kUInt8) || q.input_is(0, DType::kInt8);
+  return s && s->dtype() == DType::kFloat32 && s->numel() == 1 && (!z || z->numel() == 1) && float_side && int_side;
+}
+KILN_REGISTER_FAST_PATH("", "QuantizeLinear", [](const FastPathQuery& q) { return per_tensor_fast(q, true); });
+KILN_REGISTER_FAST_PATH("", "DequantizeLinear", [](const FastPathQuery& q) { return per_tensor_fast(q, false); });
 
 }  // namespace kiln

@@ -60,13 +60,25 @@ bool is_reorder(const ir::Node& n, const char* op) {
 bool elementwise(const ir::Node& n) {
   if (n.outputs.size() != 1) return false;
   if (n.domain == "ai.kiln") return n.op_type == "FusedElementwise" && !n.has_attr("x0_parts");
+  if (n.domain == "com.microsoft") return n.op_type == "QLinearAdd" || n.op_type == "QLinearMul";
   if (!n.domain.empty()) return false;
-  static const std::set<std::string> nary = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Sum"};
+  // QuantizeLinear and DequantizeLinear too (quantization_parameter).
+  static const std::set<std::string> nary = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Sum",
+                                             "QuantizeLinear", "DequantizeLinear"};
   static const std::set<std::string> unary = {
       "Relu", "Sigmoid", "Tanh",  "Erf",        "Neg",       "Abs",       "Sqrt",
       "Exp",  "Log",     "Gelu",  "Reciprocal", "Softplus",  "HardSwish", "HardSigmoid",
       "Elu",  "Selu",    "LeakyRelu", "Identity"};
   return nary.count(n.op_type) || (unary.count(n.op_type) && n.inputs.size() == 1);
+}
+
+// Whether input i of elementwise op n is a quantization parameter (a scale or zero point of
+// QuantizeLinear, DequantizeLinear, QLinearAdd, QLinearMul), not data: those do not broadcast
+// (per-axis ones follow `axis`), so only one-value ones, the same in any layout, let n move.
+bool quantization_parameter(const ir::Node& n, size_t i) {
+  if (n.op_type == "QuantizeLinear" || n.op_type == "DequantizeLinear") return i > 0;
+  if (n.op_type == "QLinearAdd" || n.op_type == "QLinearMul") return i != 0 && i != 3;
+  return false;
 }
 
 // The Transposes and reorders whose count the pass lowers: each a full pass over its tensor.
@@ -113,7 +125,7 @@ class ChannelsLast : public Pass {
           return sink(g, idx, n);
         });
       rewrite_until_done(g, [&g](const GraphIndex& idx, const ir::Node& n) {
-        return fold_into_reorder(g, idx, n) || cancel_pair(g, idx, n);
+        return fold_into_reorder(g, idx, n) || cancel_pair(g, idx, n) || cancel_around(g, idx, n);
       });
       drop_unread(g);
       drop_unread_initializers(g, permuted_);
@@ -146,9 +158,12 @@ class ChannelsLast : public Pass {
     if (!e || !elementwise(*e) || e->outputs[0].empty()) return false;
     const Perm q = inverse(p);
     const int64_t r = static_cast<int64_t>(p.size());
-    for (const std::string& in : e->inputs) {
+    for (size_t i = 0; i < e->inputs.size(); ++i) {
+      const std::string& in = e->inputs[i];
+      if (in.empty()) continue;  // an omitted optional input
       const Tensor* c = in == t.outputs[0] ? nullptr : idx.constant(in);
-      if (c ? c->dtype() != DType::kFloat32 || c->rank() > r
+      if (quantization_parameter(*e, i) && (!c || c->numel() != 1)) return false;
+      if (c ? c->rank() > r || (c->numel() != 1 && c->dtype() != DType::kFloat32)
             : in != t.outputs[0] && transpose_perm(idx.producer(in)) != p && rank(in) != r)
         return false;
     }
@@ -156,6 +171,7 @@ class ChannelsLast : public Pass {
     std::map<std::string, std::string> becomes;  // each input of e -> what the moved op reads
     ir::Node moved = *e;
     for (std::string& in : moved.inputs) {
+      if (in.empty()) continue;
       auto known = becomes.find(in);
       if (known != becomes.end()) {
         in = known->second;
@@ -235,6 +251,32 @@ class ChannelsLast : public Pass {
     std::vector<NodeReplacement> found{{{&n}, {}}};
     replace_nodes(g, found);
     rename_uses(g, from, to);
+    return true;
+  }
+
+  // Transpose(q) of E(Transpose(p)(x), c...), q undoing p, E elementwise on one value and
+  // one-value constants, read only by the Transpose(q): E(x, c...) in its place. (sink() leaves
+  // these where a Transpose was another's inverse: a residual's 8-bit skip path, T_nchw ->
+  // DequantizeLinear -> T_nhwc -> Add.)
+  static bool cancel_around(ir::Graph& g, const GraphIndex& idx, const ir::Node& n) {
+    const Perm q = transpose_perm(&n);
+    const ir::Node* e = q.empty() ? nullptr : idx.producer(n.inputs[0]);
+    if (!e || !elementwise(*e) || !idx.single_use(e->outputs[0]) || is_graph_output(g, e->outputs[0])) return false;
+    const ir::Node* first = nullptr;
+    for (const std::string& in : e->inputs) {
+      if (in.empty()) continue;
+      const Tensor* c = idx.constant(in);
+      if (c ? c->numel() != 1 || c->rank() > static_cast<int64_t>(q.size()) : first != nullptr) return false;
+      if (!c) first = idx.producer(in);
+    }
+    const Perm p = transpose_perm(first);
+    if (p.empty() || p.size() != q.size() || inverse(p) != q || is_graph_output(g, n.outputs[0])) return false;
+    ir::Node moved = *e;
+    for (std::string& in : moved.inputs)
+      if (in == first->outputs[0]) in = first->inputs[0];
+    moved.outputs[0] = n.outputs[0];
+    std::vector<NodeReplacement> found{{{e, &n}, {moved}}};
+    replace_nodes(g, found);
     return true;
   }
 

@@ -1,0 +1,79 @@
+// Schemas of the com.microsoft (ONNX Runtime contrib) 8-bit ops kiln reads and writes:
+// QLinearConv (ONNX's inputs; channels_last makes X and Y [N, H, W, C]) and NhwcMaxPool (MaxPool
+// on channels-last 8-bit X), whose shapes come from the standard op's schema run on the NCHW
+// view; QLinearAdd and QLinearMul (A and B broadcast, C of A's type).
+#include "ir/schemas/common.h"
+
+namespace kiln::ir::schemas::ms_quant {
+namespace {
+
+bool ranked(const TypeInfo& t) { return t.kind == TypeInfo::Kind::kTensor && t.has_shape; }
+
+// [N, H, W, C] <-> [N, C, H, W] (any spatial rank).
+Dims channels_first(const Dims& d) {
+  Dims r = {d.front(), d.back()};
+  r.insert(r.end(), d.begin() + 1, d.end() - 1);
+  return r;
+}
+Dims channels_last(const Dims& d) {
+  Dims r = {d.front()};
+  r.insert(r.end(), d.begin() + 2, d.end());
+  r.push_back(d[1]);
+  return r;
+}
+
+// The standard op `op`'s inference on X's NCHW view, its result made channels-last again.
+Outputs infer_channels_last(InferContext& ctx, const char* op, bool last) {
+  const OpSchema* base = OpSchemaRegistry::global().find("", op);
+  if (!base || !base->infer) return ctx.error(std::string("the schema of ") + op + " is missing");
+  InferContext inner(ctx.node, 21);
+  inner.inputs = ctx.inputs;
+  inner.constants = ctx.constants;
+  inner.values = ctx.values;
+  const TypeInfo& x = ctx.input(0);
+  if (last && ranked(x)) {
+    if (x.shape.size() < 3) return ctx.error("X must be [N, spatial..., C], got " + dims_str(x.shape));
+    inner.inputs[0] = tensor_type(x.dtype, channels_first(x.shape));
+  }
+  KILN_ASSIGN_OR_RETURN(std::vector<TypeInfo> outs, base->infer(inner));
+  if (outs.empty()) return ctx.error(std::string(op) + " inferred no output");
+  TypeInfo y = outs[0];
+  if (last && ranked(y) && y.shape.size() >= 3) y.shape = channels_last(y.shape);
+  return one(y);
+}
+
+Outputs infer_qlinear_conv(InferContext& ctx) {
+  return infer_channels_last(ctx, "QLinearConv", ctx.node.attr_int("channels_last", 0) != 0);
+}
+Outputs infer_nhwc_max_pool(InferContext& ctx) { return infer_channels_last(ctx, "MaxPool", true); }
+
+Outputs infer_qlinear_binary(InferContext& ctx) {
+  const TypeInfo &a = ctx.input(0), &b = ctx.input(3);
+  KILN_ASSIGN_OR_RETURN(std::optional<Dims> shape, broadcast_shapes({&a, &b}));
+  if (!shape) return one(tensor_type_unranked(a.dtype));
+  return one(tensor_type(a.dtype, std::move(*shape)));
+}
+
+Cost cost_as(const char* op, const InferContext& ctx, const std::vector<TypeInfo>& outs) {
+  const OpSchema* base = OpSchemaRegistry::global().find("", op);
+  return base && base->cost ? base->cost(ctx, outs) : Cost{0, io_bytes(ctx, outs), 0};
+}
+
+}  // namespace
+
+KILN_REGISTER_OP_SCHEMA("com.microsoft",
+                        (OpSchema{.infer = infer_qlinear_conv,
+                                  .cost = [](const InferContext& ctx, const std::vector<TypeInfo>& outs) {
+                                    return cost_as("QLinearConv", ctx, outs);
+                                  }}),
+                        "QLinearConv");
+KILN_REGISTER_OP_SCHEMA("com.microsoft",
+                        (OpSchema{.infer = infer_nhwc_max_pool,
+                                  .cost = [](const InferContext& ctx, const std::vector<TypeInfo>& outs) {
+                                    return cost_as("MaxPool", ctx, outs);
+                                  }}),
+                        "NhwcMaxPool");
+
+KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_qlinear_binary}), "QLinearAdd", "QLinearMul");
+
+}  // namespace kiln::ir::schemas::ms_quant

@@ -1,0 +1,73 @@
+// com.microsoft.NhwcMaxPool: MaxPool over channels-last 8-bit X [N, H, W, C] (ONNX Runtime's
+// contrib op, which qlinear-nhwc writes between 8-bit convs): each output pixel is the lane-wise
+// max of the window's input pixels that lie inside X (padding never wins a max), every pixel a
+// contiguous run of C bytes the compiler vectorizes. 2-D windows with MaxPool's attributes
+// (strides, pads, dilations, ceil_mode, auto_pad).
+#include <algorithm>
+#include <limits>
+
+#include "core/thread_pool.h"
+#include "kernels/fast_path.h"
+#include "kernels/kernel_util.h"
+#include "kernels/ref/conv_util.h"
+
+namespace kiln {
+namespace {
+
+template <typename T>
+void pool_rows(const T* x, T* y, const conv_util::Geometry& g, int64_t channels, int64_t r0, int64_t r1) {
+  const int64_t ih = g.in[0], iw = g.in[1], oh = g.out[0], ow = g.out[1];
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t n = r / oh, oy = r % oh;
+    int64_t ky0, ky1;
+    conv_util::indices_inside(g.kernel[0], ih, g.dilations[0], oy * g.strides[0] - g.pads[0], &ky0, &ky1);
+    for (int64_t ox = 0; ox < ow; ++ox) {
+      T* out = y + ((n * oh + oy) * ow + ox) * channels;
+      std::fill(out, out + channels, std::numeric_limits<T>::lowest());
+      int64_t kx0, kx1;
+      conv_util::indices_inside(g.kernel[1], iw, g.dilations[1], ox * g.strides[1] - g.pads[1], &kx0, &kx1);
+      for (int64_t ky = ky0; ky < ky1; ++ky)
+        for (int64_t kx = kx0; kx < kx1; ++kx) {
+          const int64_t iy = oy * g.strides[0] - g.pads[0] + ky * g.dilations[0];
+          const int64_t ix = ox * g.strides[1] - g.pads[1] + kx * g.dilations[1];
+          const T* in = x + ((n * ih + iy) * iw + ix) * channels;
+          for (int64_t c = 0; c < channels; ++c) out[c] = std::max(out[c], in[c]);
+        }
+    }
+  }
+}
+
+Status nhwc_max_pool(KernelContext& ctx) {
+  if (ctx.num_inputs() < 1 || !ctx.has_input(0)) return ctx.error("NhwcMaxPool needs input X");
+  const Tensor& x = ctx.input(0);
+  if (x.dtype() != DType::kUInt8 && x.dtype() != DType::kInt8)
+    return ctx.error(std::string("NhwcMaxPool takes uint8 or int8 X, got ") + dtype_name(x.dtype()));
+  if (x.rank() != 4) return ctx.error("NhwcMaxPool needs X [N, H, W, C], got " + shape_str(x.shape()));
+  if (!ctx.node.has_attr("kernel_shape")) return ctx.error("kernel_shape attribute is required");
+  auto geo = conv_util::read_geometry(ctx.node, {x.dim(1), x.dim(2)}, {});
+  if (!geo) return ctx.error(geo.status().message());
+  const Status st = conv_util::compute_output(*geo, ctx.node.attr_string("auto_pad", "NOTSET"),
+                                              ctx.node.attr_int("ceil_mode", 0) != 0);
+  if (!st.ok()) return ctx.error(st.message());
+  const int64_t n = x.dim(0), c = x.dim(3);
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, x.dtype(), {n, geo->out[0], geo->out[1], c}));
+  const int64_t rows = n * geo->out[0];
+  auto run = [&](int64_t r0, int64_t r1) {
+    if (x.dtype() == DType::kUInt8)
+      pool_rows(x.data<uint8_t>(), y->data<uint8_t>(), *geo, c, r0, r1);
+    else
+      pool_rows(x.data<int8_t>(), y->data<int8_t>(), *geo, c, r0, r1);
+  };
+  if (ctx.pool && rows > 1 && y->numel() > (1 << 14))
+    ctx.pool->parallel_for(rows, 1, run);
+  else
+    run(0, rows);
+  return Status::ok();
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL("com.microsoft", "NhwcMaxPool", nhwc_max_pool);
+KILN_REGISTER_FAST_PATH("com.microsoft", "NhwcMaxPool", always_fast);  // C bytes a step, over the pool
+
+}  // namespace kiln

@@ -1,0 +1,96 @@
+// The 8-bit conv (qconv.h): weight packing, the staging of the input into a padded channels-last
+// u8 buffer, and the ISA's tile driver.
+#include "kernels/cpu/qconv/qconv.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/cpu_features.h"
+#include "core/thread_pool.h"
+
+namespace kiln::qconv {
+namespace {
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// Stages X into a padded channels-last u8 buffer (qconv.h): zx everywhere the input is not.
+void stage(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t zx, std::vector<uint8_t>& buf,
+           Staged& s) {
+  s.cp = round_up(g.channels, 4);
+  s.padded_h = std::max(g.in_h + g.pad_top, (g.out_h - 1) * g.stride_h + (g.kernel_h - 1) * g.dilation_h + 1);
+  s.padded_w = std::max(g.in_w + g.pad_left, (g.out_w - 1) * g.stride_w + (g.kernel_w - 1) * g.dilation_w + 1);
+  const uint8_t flip = x_signed ? 0x80 : 0;  // s8 + 128 as u8
+  buf.assign(static_cast<size_t>(g.batch * s.padded_h * s.padded_w * s.cp), static_cast<uint8_t>(zx) ^ flip);
+  const uint8_t* in = static_cast<const uint8_t*>(x);
+  for (int64_t n = 0; n < g.batch; ++n)
+    for (int64_t iy = 0; iy < g.in_h; ++iy) {
+      uint8_t* row = buf.data() + ((n * s.padded_h + iy + g.pad_top) * s.padded_w + g.pad_left) * s.cp;
+      if (x_nhwc) {
+        const uint8_t* src = in + (n * g.in_h + iy) * g.in_w * g.channels;
+        for (int64_t ix = 0; ix < g.in_w; ++ix)
+          for (int64_t c = 0; c < g.channels; ++c) row[ix * s.cp + c] = src[ix * g.channels + c] ^ flip;
+      } else {
+        for (int64_t c = 0; c < g.channels; ++c) {
+          const uint8_t* src = in + ((n * g.channels + c) * g.in_h + iy) * g.in_w;
+          for (int64_t ix = 0; ix < g.in_w; ++ix) row[ix * s.cp + c] = src[ix] ^ flip;
+        }
+      }
+    }
+  s.xp = buf.data();
+}
+
+// Whether X can be read where it is: channels-last u8 in whole quads, and no window leaves it.
+bool readable_in_place(const Geometry& g, bool x_signed, bool x_nhwc) {
+  return x_nhwc && !x_signed && g.channels % 4 == 0 && g.pad_top == 0 && g.pad_left == 0 &&
+         (g.out_h - 1) * g.stride_h + (g.kernel_h - 1) * g.dilation_h < g.in_h &&
+         (g.out_w - 1) * g.stride_w + (g.kernel_w - 1) * g.dilation_w < g.in_w;
+}
+
+// Y channels-last [pixels x filters] to NCHW, per image.
+void to_nchw(const Geometry& g, const void* from, size_t elem, void* to) {
+  const int64_t hw = g.out_h * g.out_w;
+  const char* src = static_cast<const char*>(from);
+  char* dst = static_cast<char*>(to);
+  for (int64_t n = 0; n < g.batch; ++n)
+    for (int64_t p = 0; p < hw; ++p)
+      for (int64_t m = 0; m < g.filters; ++m)
+        std::memcpy(dst + ((n * g.filters + m) * hw + p) * elem, src + ((n * hw + p) * g.filters + m) * elem, elem);
+}
+
+}  // namespace
+
+PackedWeights PackedWeights::pack(const int8_t* w, const Geometry& g) {
+  PackedWeights r;
+  r.quads_ = (g.channels + 3) / 4;
+  r.taps_ = g.kernel_h * g.kernel_w;
+  r.blocks_ = (g.filters + 15) / 16;
+  r.data_.assign(static_cast<size_t>(r.blocks_ * r.taps_ * r.quads_ * 64), 0);
+  r.sums_.assign(static_cast<size_t>(g.filters), 0);
+  for (int64_t m = 0; m < g.filters; ++m)
+    for (int64_t c = 0; c < g.channels; ++c)
+      for (int64_t t = 0; t < r.taps_; ++t) {
+        const int8_t v = w[(m * g.channels + c) * r.taps_ + t];
+        r.data_[static_cast<size_t>(((((m / 16) * r.taps_ + t) * r.quads_ + c / 4) * 16 + m % 16) * 4 + c % 4)] = v;
+        r.sums_[static_cast<size_t>(m)] += v;
+      }
+  return r;
+}
+
+bool available() { return cpu_features().has_avx512_vnni(); }
+
+void conv(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t zx, const PackedWeights& w,
+          const Requantize& rq, void* y, bool y_nhwc, ThreadPool* pool) {
+  thread_local std::vector<uint8_t> staged, nhwc_out;
+  Staged s{static_cast<const uint8_t*>(x), g.in_h, g.in_w, g.channels};
+  if (!readable_in_place(g, x_signed, x_nhwc)) stage(g, x, x_signed, x_nhwc, zx, staged, s);
+  const size_t elem = rq.output == Output::kFloat ? 4 : 1;
+  void* out = y;
+  if (!y_nhwc) {
+    nhwc_out.resize(static_cast<size_t>(g.batch * g.out_h * g.out_w * g.filters) * elem);
+    out = nhwc_out.data();
+  }
+  conv_staged_avx512vnni(g, s, w, rq, out, pool);
+  if (!y_nhwc) to_nchw(g, out, elem, y);
+}
+
+}  // namespace kiln::qconv

@@ -1,0 +1,144 @@
+// QLinearConv: the 8-bit conv of qconv.h where it applies (2-D or 1-D, group 1, constant s8
+// weights with zero points 0, constant scales and zero points, a CPU with its tile), packed
+// once in prepare; every other node, and a run whose X is not the type prepared for, takes the
+// reference (kernels/ref/conv.cc).
+#include <memory>
+
+#include "core/cpu_features.h"
+#include "kernels/cpu/qconv/qconv.h"
+#include "kernels/cpu/qconv/qlinear_conv.h"
+#include "kernels/fast_path.h"
+#include "kernels/kernel_util.h"
+#include "kernels/ref/conv.h"
+#include "kernels/ref/conv_util.h"
+
+namespace kiln {
+namespace {
+
+bool all_zero(const Tensor* t) {
+  if (!t) return true;
+  for (int64_t i = 0; i < t->numel(); ++i)
+    if (load_as_double(t->dtype(), t->raw_data(), i) != 0) return false;
+  return true;
+}
+
+bool float_scale(const Tensor* t) { return t && t->dtype() == DType::kFloat32; }
+
+}  // namespace
+
+bool qlinear_conv_tileable(const ir::Node& node, const std::vector<const Tensor*>& c) {
+  auto at = [&](size_t i) { return i < c.size() ? c[i] : nullptr; };
+  auto named = [&](size_t i) { return i < node.inputs.size() && !node.inputs[i].empty(); };
+  const Tensor *w = at(3), *xs = at(1), *xz = at(2), *ws = at(4), *wz = at(5), *ys = at(6), *yz = at(7), *b = at(8);
+  if (!qconv::available() || node.attr_int("group", 1) != 1 || !w || w->dtype() != DType::kInt8 ||
+      (w->rank() != 4 && w->rank() != 3))
+    return false;
+  if (!float_scale(xs) || xs->numel() != 1 || !float_scale(ys) || ys->numel() != 1 || !float_scale(ws) ||
+      (ws->numel() != 1 && ws->numel() != w->dim(0)) || !all_zero(wz))
+    return false;
+  // A zero point or bias fed at run time (named, not constant) leaves the node on the reference.
+  if ((!xz && named(2)) || (!yz && named(7)) || (!b && named(8))) return false;
+  auto scalar_8bit = [](const Tensor* z) {
+    return !z || (z->numel() == 1 && (z->dtype() == DType::kUInt8 || z->dtype() == DType::kInt8));
+  };
+  return scalar_8bit(xz) && scalar_8bit(yz) && (!b || (b->dtype() == DType::kInt32 && b->numel() == w->dim(0)));
+}
+
+namespace {
+
+// ONNX's QLinearConv, and ONNX Runtime's com.microsoft.QLinearConv, whose channels_last
+// attribute makes X and Y channels-last (qlinear-nhwc writes it; then the node must be tiled).
+class QLinearConvKernel : public Kernel {
+ public:
+  explicit QLinearConvKernel(const ir::Node& node)
+      : node_(node), channels_last_(node.domain == "com.microsoft" && node.attr_int("channels_last", 0) != 0) {}
+
+  Status prepare(const std::vector<const Tensor*>& c, std::vector<bool>&) override {
+    if (!qlinear_conv_tileable(node_, c)) return Status::ok();
+    const Tensor *w = c[3], *xs = c[1], *xz = c[2], *ws = c[4], *ys = c[6], *yz = c.size() > 7 ? c[7] : nullptr;
+    const Tensor* b = c.size() > 8 ? c[8] : nullptr;
+    x_type_ = xz ? xz->dtype() : DType::kUInt8;
+    y_type_ = yz ? yz->dtype() : x_type_;
+    filters_ = w->dim(0), channels_ = w->dim(1), w_rank_ = w->rank();
+    kernel_h_ = w->rank() == 4 ? w->dim(2) : 1, kernel_w_ = w->dim(w->rank() - 1);
+    qconv::Geometry g;
+    g.filters = filters_, g.channels = channels_, g.kernel_h = kernel_h_, g.kernel_w = kernel_w_;
+    packed_ = qconv::PackedWeights::pack(w->data<int8_t>(), g);
+    // The zero point's term joins the bias; the scales multiply in QLinearConv's order.
+    const int32_t zx = xz ? static_cast<int32_t>(load_as_double(xz->dtype(), xz->raw_data(), 0)) : 0;
+    const int32_t zx_u8 = zx + (x_type_ == DType::kInt8 ? 128 : 0);
+    x_zero_point_ = zx;
+    rq_.output = y_type_ == DType::kInt8 ? qconv::Output::kS8 : qconv::Output::kU8;
+    rq_.zero_point = yz ? static_cast<int32_t>(load_as_double(yz->dtype(), yz->raw_data(), 0)) : 0;
+    rq_.lo = y_type_ == DType::kInt8 ? -128 : 0, rq_.hi = y_type_ == DType::kInt8 ? 127 : 255;
+    rq_.bias.resize(static_cast<size_t>(filters_));
+    rq_.scale.resize(static_cast<size_t>(filters_));
+    const float x_scale = xs->data<float>()[0], y_scale = ys->data<float>()[0];
+    for (int64_t m = 0; m < filters_; ++m) {
+      const size_t i = static_cast<size_t>(m);
+      rq_.bias[i] = (b ? b->data<int32_t>()[m] : 0) - zx_u8 * packed_.filter_sums()[i];
+      rq_.scale[i] = x_scale * ws->data<float>()[ws->numel() == 1 ? 0 : m] / y_scale;
+    }
+    ready_ = true;
+    return Status::ok();
+  }
+
+  Status run(KernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    const int64_t c_axis = channels_last_ ? x.rank() - 1 : 1;
+    const bool fits = ready_ && x.dtype() == x_type_ && x.rank() == w_rank_ && x.dim(c_axis) == channels_;
+    if (!fits && channels_last_)
+      return ctx.error("channels-last QLinearConv needs constant s8 weights with zero points 0, group 1, "
+                       "scalar scales and zero points, and X of their type with " + std::to_string(channels_) +
+                       " channels; got X " + shape_str(x.shape()) + " " + dtype_name(x.dtype()));
+    if (!fits) return qlinear_conv_reference(ctx);
+    const int64_t s0 = channels_last_ ? 1 : 2;  // the first spatial axis
+    const Shape in = w_rank_ == 4 ? Shape{x.dim(s0), x.dim(s0 + 1)} : Shape{x.dim(s0)};
+    const Shape kernel = w_rank_ == 4 ? Shape{kernel_h_, kernel_w_} : Shape{kernel_w_};
+    auto geo = conv_util::read_geometry(ctx.node, in, kernel);
+    if (!geo) return ctx.error(geo.status().message());
+    const Status out = conv_util::compute_output(*geo, ctx.node.attr_string("auto_pad", "NOTSET"), false);
+    if (!out.ok()) return ctx.error(out.message());
+    const conv_util::Geo3 g3 = conv_util::to_geo3(*geo);
+    qconv::Geometry g;
+    g.batch = x.dim(0), g.channels = channels_, g.in_h = g3.in[1], g.in_w = g3.in[2];
+    g.filters = filters_, g.out_h = g3.out[1], g.out_w = g3.out[2];
+    g.kernel_h = g3.k[1], g.kernel_w = g3.k[2], g.stride_h = g3.s[1], g.stride_w = g3.s[2];
+    g.dilation_h = g3.d[1], g.dilation_w = g3.d[2], g.pad_top = g3.pb[1], g.pad_left = g3.pb[2];
+    Shape y_shape = {g.batch};
+    if (!channels_last_) y_shape.push_back(filters_);
+    y_shape.insert(y_shape.end(), geo->out.begin(), geo->out.end());
+    if (channels_last_) y_shape.push_back(filters_);
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, y_type_, y_shape));
+    if (y->numel() == 0) return Status::ok();
+    qconv::conv(g, x.raw_data(), x_type_ == DType::kInt8, channels_last_, x_zero_point_, packed_, rq_, y->raw_data(),
+                channels_last_, ctx.pool);
+    return Status::ok();
+  }
+
+ private:
+  ir::Node node_;  // a copy: prepare reads its inputs and group
+  bool channels_last_;
+  bool ready_ = false;
+  DType x_type_ = DType::kUInt8, y_type_ = DType::kUInt8;
+  int64_t filters_ = 0, channels_ = 0, kernel_h_ = 1, kernel_w_ = 1, w_rank_ = 0;
+  int32_t x_zero_point_ = 0;
+  qconv::PackedWeights packed_;
+  qconv::Requantize rq_;
+};
+
+Result<std::unique_ptr<Kernel>> make_kernel(const ir::Node& node, int64_t) {
+  return std::unique_ptr<Kernel>(std::make_unique<QLinearConvKernel>(node));
+}
+const KernelRegistrar kQLinearConv("", "QLinearConv", "ref", make_kernel);
+const KernelRegistrar kMsQLinearConv("com.microsoft", "QLinearConv", "ref", make_kernel);
+
+// The tile's nodes (prepare may still find a zero point or scale it cannot take).
+bool tiled(const FastPathQuery& q) { return qlinear_conv_tileable(q.node, q.constants); }
+
+}  // namespace
+
+KILN_REGISTER_FAST_PATH("", "QLinearConv", tiled);
+KILN_REGISTER_FAST_PATH("com.microsoft", "QLinearConv", tiled);
+
+}  // namespace kiln

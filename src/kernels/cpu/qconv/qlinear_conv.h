@@ -1,0 +1,17 @@
+// Which QLinearConv nodes the 8-bit conv tile runs (qlinear_conv.cc), for the passes that choose
+// their layout by it.
+#pragma once
+
+#include <vector>
+
+#include "ir/graph.h"
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+// Whether QLinearConv `node` (ONNX's or com.microsoft's) takes the tile, its constant inputs as
+// Kernel::prepare receives them (null where not constant): this CPU has the tile, group 1, 1-D or
+// 2-D, s8 weights with zero points 0, scalar scales and zero points, an int32 bias per filter.
+bool qlinear_conv_tileable(const ir::Node& node, const std::vector<const Tensor*>& constants);
+
+}  // namespace kiln

@@ -1,0 +1,150 @@
+// com.microsoft.QLinearAdd and QLinearMul (ONNX Runtime's contrib ops, which its QOperator
+// quantizer writes and qdq-fusion makes of Q(Add(DQ(a), DQ(b)))): 8-bit A and B, each with its
+// scale and zero point, numpy-broadcast, to 8-bit C of A's type:
+//   c = saturate(round_half_even(((a - az) * as  op  (b - bz) * bs) / cs) + cz)
+// in float, the very operations of DequantizeLinear, Add or Mul and QuantizeLinear one after the
+// other, so the fused op gives their results bit for bit. Rows of equal shapes run 8 lanes at
+// a time over the pool; broadcast rows run the same formula one element at a time.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/thread_pool.h"
+#include "kernels/fast_path.h"
+#include "kernels/kernel_util.h"
+#include "kernels/ref/elementwise_util.h"
+
+namespace kiln {
+namespace {
+
+struct Params {
+  float as, bs, cs;
+  float az, bz, cz, lo, hi;
+  bool multiply;
+};
+
+template <typename T>
+float apply(const Params& p, T a, T b) {
+  const float fa = (static_cast<float>(a) - p.az) * p.as, fb = (static_cast<float>(b) - p.bz) * p.bs;
+  const float v = std::nearbyint((p.multiply ? fa * fb : fa + fb) / p.cs) + p.cz;
+  return std::min(p.hi, std::max(p.lo, v));
+}
+
+template <typename T>
+__m256 load8(const T* x) {
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(x));
+  return _mm256_cvtepi32_ps(std::is_signed_v<T> ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
+}
+
+// c[0, n) of a[0, n) and b[0, n).
+template <typename T>
+void contiguous(const Params& p, const T* a, const T* b, T* c, int64_t n) {
+  const __m256 as = _mm256_set1_ps(p.as), bs = _mm256_set1_ps(p.bs), cs = _mm256_set1_ps(p.cs);
+  const __m256 az = _mm256_set1_ps(p.az), bz = _mm256_set1_ps(p.bz), cz = _mm256_set1_ps(p.cz);
+  const __m256 lo = _mm256_set1_ps(p.lo), hi = _mm256_set1_ps(p.hi);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 fa = _mm256_mul_ps(_mm256_sub_ps(load8(a + i), az), as);
+    const __m256 fb = _mm256_mul_ps(_mm256_sub_ps(load8(b + i), bz), bs);
+    const __m256 v = _mm256_div_ps(p.multiply ? _mm256_mul_ps(fa, fb) : _mm256_add_ps(fa, fb), cs);
+    const __m256 r = _mm256_add_ps(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), cz);
+    const __m256i q = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi));
+    // In range already: the packs only narrow (per 128-bit lane: dwords 0..3 then 4..7).
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+    const __m128i bytes = std::is_signed_v<T> ? _mm_packs_epi16(w, w) : _mm_packus_epi16(w, w);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(c + i), bytes);
+  }
+  for (; i < n; ++i) c[i] = static_cast<T>(apply(p, a[i], b[i]));
+}
+
+template <typename T>
+void run_typed(KernelContext& ctx, const Params& p, const Tensor& a, const Tensor& b, Tensor& c) {
+  const T *ad = a.data<T>(), *bd = b.data<T>();
+  T* cd = c.data<T>();
+  if (a.shape() == b.shape()) {
+    const int64_t n = c.numel(), chunk = 1 << 14;
+    auto run = [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) contiguous(p, ad + i * chunk, bd + i * chunk, cd + i * chunk, std::min(chunk, n - i * chunk));
+    };
+    const int64_t chunks = (n + chunk - 1) / chunk;
+    if (ctx.pool && chunks > 1)
+      ctx.pool->parallel_for(chunks, 1, run);
+    else
+      run(0, chunks);
+    return;
+  }
+  ew::for_each_broadcast_row<2>(c.shape(), {&a.shape(), &b.shape()},
+                                [&](int64_t first, const std::array<int64_t, 2>& base, int64_t len,
+                                    const std::array<int64_t, 2>& step) {
+                                  ew::binary_row(ad + base[0], step[0], bd + base[1], step[1], cd + first, len,
+                                                 [&](T x, T y) { return static_cast<T>(apply(p, x, y)); });
+                                });
+}
+
+// A one-value float scale or 8-bit zero point of type `t` (absent: 0), as float.
+Result<float> scalar(const KernelContext& ctx, size_t i, bool scale, DType t) {
+  if (!ctx.has_input(i)) {
+    if (scale) return Status::error("scale input " + std::to_string(i) + " is missing");
+    return 0.0f;
+  }
+  const Tensor& v = ctx.input(i);
+  if (v.numel() != 1) return Status::error("input " + std::to_string(i) + " must hold one value (per-tensor quantization)");
+  if (scale ? v.dtype() != DType::kFloat32 : v.dtype() != t)
+    return Status::error("input " + std::to_string(i) + " must be " + (scale ? "float32" : dtype_name(t)) + ", got " +
+                         dtype_name(v.dtype()));
+  return static_cast<float>(load_as_double(v.dtype(), v.raw_data(), 0));
+}
+
+Status qlinear_binary(KernelContext& ctx, bool multiply) {
+  if (ctx.num_inputs() < 7 || !ctx.has_input(0) || !ctx.has_input(3))
+    return ctx.error("needs A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale[, C_zero_point]");
+  const Tensor &a = ctx.input(0), &b = ctx.input(3);
+  if ((a.dtype() != DType::kUInt8 && a.dtype() != DType::kInt8) || b.dtype() != a.dtype())
+    return ctx.error(std::string("A and B must both be uint8 or both int8, got ") + dtype_name(a.dtype()) + " and " +
+                     dtype_name(b.dtype()));
+  const DType t = a.dtype();
+  Params p{};
+  p.multiply = multiply;
+  const size_t scale_inputs[] = {1, 4, 6}, zero_inputs[] = {2, 5, 7};
+  float* scales[] = {&p.as, &p.bs, &p.cs};
+  float* zeros[] = {&p.az, &p.bz, &p.cz};
+  for (int k = 0; k < 3; ++k) {
+    auto s = scalar(ctx, scale_inputs[k], true, t);
+    auto z = scalar(ctx, zero_inputs[k], false, t);
+    if (!s) return ctx.error(s.status().message());
+    if (!z) return ctx.error(z.status().message());
+    *scales[k] = *s, *zeros[k] = *z;
+  }
+  p.lo = t == DType::kInt8 ? -128.0f : 0.0f, p.hi = t == DType::kInt8 ? 127.0f : 255.0f;
+  auto shape = broadcast_shapes(a.shape(), b.shape());
+  if (!shape) return ctx.error(shape.status().message());
+  KILN_ASSIGN_OR_RETURN(Tensor * c, ctx.make_output_for_overwrite(0, t, *shape));
+  if (t == DType::kUInt8)
+    run_typed<uint8_t>(ctx, p, a, b, *c);
+  else
+    run_typed<int8_t>(ctx, p, a, b, *c);
+  return Status::ok();
+}
+
+Status qlinear_add(KernelContext& ctx) { return qlinear_binary(ctx, false); }
+Status qlinear_mul(KernelContext& ctx) { return qlinear_binary(ctx, true); }
+
+}  // namespace
+
+KILN_REGISTER_KERNEL("com.microsoft", "QLinearAdd", qlinear_add);
+KILN_REGISTER_KERNEL("com.microsoft", "QLinearMul", qlinear_mul);
+
+// A and B of one known shape: the 8-lane rows.
+static bool same_shapes(const FastPathQuery& q) {
+  const ir::TypeInfo* a = q.types.size() > 3 ? q.types[0] : nullptr;
+  const ir::TypeInfo* b = q.types.size() > 3 ? q.types[3] : nullptr;
+  if (!a || !b || q.numel(0) < 0 || q.numel(3) < 0 || a->shape.size() != b->shape.size()) return false;
+  for (size_t i = 0; i < a->shape.size(); ++i)
+    if (a->shape[i].value != b->shape[i].value) return false;
+  return true;
+}
+KILN_REGISTER_FAST_PATH("com.microsoft", "QLinearAdd", same_shapes);
+KILN_REGISTER_FAST_PATH("com.microsoft", "QLinearMul", same_shapes);
+
+}  // namespace kiln

@@ -1,0 +1,179 @@
+// Quantized models in QDQ form (what ONNX Runtime's quantize_static writes, and TensorRT and
+// OpenVINO read) state each int8 op as float ops between DequantizeLinear and QuantizeLinear.
+// This pass gives those ops their 8-bit kernels:
+//
+//   Q(Conv(DQ(xq), DQ(wq) [, DQ(bq)]), ys, yz)        -> QLinearConv(xq, ..., wq, ..., ys, yz [, bq])
+//   Q(Relu(Conv(...)), ys, yz), yz the lowest code    -> the same (Q's clamp is the Relu)
+//   Q(MaxPool(DQ(xq)), s, z), the same s and z as DQ  -> MaxPool(xq) (max commutes with a monotone map)
+//   Q([Relu](Add(DQ(a), DQ(b))))                      -> com.microsoft.QLinearAdd(a, ..., b, ..., ys, yz)
+//
+// x's DequantizeLinear stays for its other readers (dead-code drops it when none is left); the
+// weights' and bias's are absorbed. Needs per-tensor x and y parameters, s8 weights with zero
+// points 0 (per tensor or per output channel), a bias in the accumulator's scale (xs * ws, as the
+// quantizers write it). Runs before constant folding, which would fold DQ(wq) into float weights.
+// Only where the 8-bit conv has a tile (qconv::available()): elsewhere the float convs on the
+// folded weights are faster than the reference integer path. Not portable: QLinearAdd is ONNX
+// Runtime's (which loads it); QLinearConv and 8-bit MaxPool are standard ONNX.
+#include <cmath>
+
+#include "core/float_convert.h"
+#include "kernels/cpu/qconv/qconv.h"
+#include "passes/pass.h"
+#include "passes/pattern.h"
+
+namespace kiln::passes {
+namespace {
+
+using P = Pattern;
+
+bool is_f32(const Tensor& t) { return t.dtype() == DType::kFloat32; }
+bool is_s8(const Tensor& t) { return t.dtype() == DType::kInt8; }
+bool is_i32(const Tensor& t) { return t.dtype() == DType::kInt32; }
+bool any_tensor(const Tensor&) { return true; }
+bool is_8bit(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
+
+// DequantizeLinear of a constant (weights, bias), its parts captured as name_q, name_s, name_z.
+P dequantized_constant(const std::string& name, bool (*accept)(const Tensor&)) {
+  return P::op("DequantizeLinear",
+               {P::constant(accept, name + "_q"), P::constant(is_f32, name + "_s"), P::constant(any_tensor, name + "_z")})
+      .bind(name);
+}
+
+P conv(bool biased) {
+  std::vector<P> in = {P::value("x"), dequantized_constant("w", is_s8)};
+  if (biased) in.push_back(dequantized_constant("b", is_i32));
+  return P::op("Conv", in).bind("conv");
+}
+
+P quantized(const P& p) { return P::op("QuantizeLinear", {p, P::constant(is_f32, "ys"), P::value("yz")}).bind("q"); }
+
+// A per-tensor quantization's scale and zero point inputs of node n (a Q or DQ): constants, one
+// value each, the zero point 8-bit (absent: u8 0).
+struct Params {
+  std::string scale, zero_point;  // zero_point "" when absent
+  float s = 0;
+  int32_t z = 0;
+  DType type = DType::kUInt8;
+};
+std::optional<Params> per_tensor(const ir::Node& n, const GraphIndex& idx) {
+  if (n.inputs.size() < 2 || n.attr_int("block_size", 0) != 0) return std::nullopt;
+  const Tensor* s = idx.constant(n.inputs[1]);
+  const Tensor* z = n.inputs.size() > 2 && !n.inputs[2].empty() ? idx.constant(n.inputs[2]) : nullptr;
+  if (!s || !is_f32(*s) || s->numel() != 1) return std::nullopt;
+  if (n.inputs.size() > 2 && !n.inputs[2].empty() && (!z || z->numel() != 1 || !is_8bit(z->dtype())))
+    return std::nullopt;
+  Params p{n.inputs[1], z ? n.inputs[2] : "", s->data<float>()[0], 0, z ? z->dtype() : DType::kUInt8};
+  if (z) p.z = static_cast<int32_t>(load_as_double(z->dtype(), z->raw_data(), 0));
+  return p;
+}
+
+// The DequantizeLinear producing `value`, and its per-tensor parameters.
+std::optional<std::pair<const ir::Node*, Params>> dequantized_input(const std::string& value, RuleContext& rc) {
+  const GraphIndex& idx = rc.ctx.index(rc.graph);
+  const ir::Node* dq = idx.producer(value);
+  if (!is_onnx_op(dq, "DequantizeLinear") || dq->inputs.empty()) return std::nullopt;
+  auto p = per_tensor(*dq, idx);
+  if (!p) return std::nullopt;
+  return std::make_pair(dq, *p);
+}
+
+// Whether every value of the bias scale is x_scale * w_scale of its channel (relative 1e-6).
+bool accumulator_scaled(const Tensor& bias_scale, float xs, const Tensor& ws) {
+  if (bias_scale.numel() != ws.numel() && bias_scale.numel() != 1) return false;
+  for (int64_t i = 0; i < ws.numel(); ++i) {
+    const float want = xs * ws.data<float>()[i];
+    const float got = bias_scale.data<float>()[bias_scale.numel() == 1 ? 0 : i];
+    if (std::fabs(got - want) > 1e-6f * std::fabs(want)) return false;
+  }
+  return true;
+}
+
+bool all_zero(const Tensor& t) {
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (load_as_double(t.dtype(), t.raw_data(), i) != 0) return false;
+  return true;
+}
+
+std::optional<std::vector<ir::Node>> to_qlinear_conv(const Match& m, RuleContext& rc, bool biased, bool relu) {
+  const auto x = dequantized_input(m.value("x"), rc);
+  const auto y = per_tensor(m.node("q"), rc.ctx.index(rc.graph));
+  if (!x || !y || y->zero_point.empty()) return std::nullopt;
+  const Tensor &ws = m.constant("w_s"), &wz = m.constant("w_z");
+  const int64_t filters = m.constant("w_q").rank() > 0 ? m.constant("w_q").dim(0) : 0;
+  if (wz.dtype() != DType::kInt8 || !all_zero(wz) || (ws.numel() != 1 && ws.numel() != filters) ||
+      ws.rank() > 1 || (ws.numel() != 1 && m.node("w").attr_int("axis", 1) != 0))
+    return std::nullopt;
+  if (relu && y->z != (y->type == DType::kInt8 ? -128 : 0)) return std::nullopt;
+  if (biased) {
+    const Tensor &bs = m.constant("b_s"), &bz = m.constant("b_z");
+    if (!all_zero(bz) || m.constant("b_q").numel() != filters || !accumulator_scaled(bs, x->second.s, ws))
+      return std::nullopt;
+  }
+  const ir::Node& dq = *x->first;
+  std::vector<std::string> in = {dq.inputs[0], x->second.scale, x->second.zero_point,
+                                 m.node("w").inputs[0], m.node("w").inputs[1], m.node("w").inputs[2],
+                                 y->scale, y->zero_point};
+  if (biased) in.push_back(m.node("b").inputs[0]);
+  ir::Node n = replacement_node(m, "QLinearConv", in);
+  n.attrs = m.node("conv").attrs;
+  return std::vector<ir::Node>{std::move(n)};
+}
+
+// Q(Add(DQ(a), DQ(b))) of one 8-bit type throughout: ONNX Runtime's QLinearAdd (its QOperator
+// form), whose kernel computes the same float operations in one pass over 8-bit data.
+std::optional<std::vector<ir::Node>> to_qlinear_add(const Match& m, RuleContext& rc, bool relu) {
+  const auto a = dequantized_input(m.value("a"), rc), b = dequantized_input(m.value("b"), rc);
+  const auto y = per_tensor(m.node("q"), rc.ctx.index(rc.graph));
+  if (!a || !b || !y || y->zero_point.empty() || a->second.type != y->type || b->second.type != y->type)
+    return std::nullopt;
+  const ir::TypeInfo* ta = rc.ctx.types().tensor(a->first->inputs[0]);
+  const ir::TypeInfo* tb = rc.ctx.types().tensor(b->first->inputs[0]);
+  if (!ta || !tb || ta->dtype != y->type || tb->dtype != y->type) return std::nullopt;
+  if (relu && y->z != (y->type == DType::kInt8 ? -128 : 0)) return std::nullopt;
+  ir::Node n = replacement_node(m, "QLinearAdd",
+                                {a->first->inputs[0], a->second.scale, a->second.zero_point, b->first->inputs[0],
+                                 b->second.scale, b->second.zero_point, y->scale, y->zero_point},
+                                "com.microsoft");
+  rc.model.opsets.emplace("com.microsoft", 1);
+  return std::vector<ir::Node>{std::move(n)};
+}
+
+std::optional<std::vector<ir::Node>> to_8bit_max_pool(const Match& m, RuleContext& rc) {
+  const auto x = dequantized_input(m.value("x"), rc);
+  const auto y = per_tensor(m.node("q"), rc.ctx.index(rc.graph));
+  if (!x || !y || x->second.s != y->s || x->second.z != y->z || x->second.type != y->type) return std::nullopt;
+  if (m.node("pool").outputs.size() != 1) return std::nullopt;  // Indices are not 8-bit
+  ir::Node n = replacement_node(m, "MaxPool", {x->first->inputs[0]});
+  n.attrs = m.node("pool").attrs;
+  return std::vector<ir::Node>{std::move(n)};
+}
+
+class QdqFusion : public Pass {
+ public:
+  Result<int64_t> run(ir::Model& model, PassContext& ctx) override {
+    if (!qconv::available()) return int64_t{0};
+    static const std::vector<Rule> rules = {
+        {"relu-conv-bias", quantized(P::op("Relu", {conv(true)})),
+         [](const Match& m, RuleContext& rc) { return to_qlinear_conv(m, rc, true, true); }},
+        {"relu-conv", quantized(P::op("Relu", {conv(false)})),
+         [](const Match& m, RuleContext& rc) { return to_qlinear_conv(m, rc, false, true); }},
+        {"conv-bias", quantized(conv(true)),
+         [](const Match& m, RuleContext& rc) { return to_qlinear_conv(m, rc, true, false); }},
+        {"conv", quantized(conv(false)),
+         [](const Match& m, RuleContext& rc) { return to_qlinear_conv(m, rc, false, false); }},
+        {"relu-add", quantized(P::op("Relu", {P::op("Add", {P::value("a"), P::value("b")})})),
+         [](const Match& m, RuleContext& rc) { return to_qlinear_add(m, rc, true); }},
+        {"add", quantized(P::op("Add", {P::value("a"), P::value("b")})),
+         [](const Match& m, RuleContext& rc) { return to_qlinear_add(m, rc, false); }},
+        {"max-pool", quantized(P::op("MaxPool", {P::value("x")}).bind("pool")), to_8bit_max_pool},
+    };
+    return apply_rules(model, ctx, rules);
+  }
+};
+
+}  // namespace
+
+// Before constant-folding (10), which folds the weights' DequantizeLinear.
+KILN_REGISTER_PASS(QdqFusion, "qdq-fusion", 1, kSimplify, 7, false);
+
+}  // namespace kiln::passes

@@ -1,0 +1,227 @@
+// The 8-bit conv (kernels/cpu/qconv) and QLinearConv against a plain loop, bit-exactly: int64
+// sums of (x - zx) w over the window (padding reads zx, so contributes nothing), plus the bias,
+// requantized as QLinearConv's kernels define it (float(sum) * (x_scale * w_scale / y_scale),
+// clamped to the range less the zero point, rounded half to even). Shapes cover partial pixel
+// tiles (across rows and images), partial filter blocks and block groups, channels not in whole
+// quads, strides, dilations, uneven pads, 1x1 and 7x7 windows, 1-D convs; u8 and s8 inputs and
+// outputs, per-tensor and per-filter scales, float outputs; NCHW and channels-last.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/float_convert.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/qconv/qconv.h"
+#include "pass_test_util.h"
+
+namespace kiln {
+namespace {
+
+struct Case {
+  int64_t n, c, h, w, m, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr;
+};
+
+struct Data {
+  std::vector<uint8_t> x;  // NCHW, u8 (or s8 bytes)
+  std::vector<int8_t> w;   // OIHW
+  std::vector<int32_t> bias;
+  std::vector<float> w_scale;
+  int32_t zx, zy;
+  float x_scale, y_scale;
+};
+
+int64_t out_dim(int64_t in, int64_t k, int64_t s, int64_t d, int64_t pb, int64_t pe) {
+  return (in + pb + pe - d * (k - 1) - 1) / s + 1;
+}
+
+Data make_data(const Case& k, bool x_signed, bool per_filter, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255), weight(-128, 127), bias(-20000, 20000);
+  Data d;
+  d.x.resize(static_cast<size_t>(k.n * k.c * k.h * k.w));
+  for (auto& v : d.x) v = static_cast<uint8_t>(byte(rng));
+  d.w.resize(static_cast<size_t>(k.m * k.c * k.kh * k.kw));
+  for (auto& v : d.w) v = static_cast<int8_t>(weight(rng));
+  d.bias.resize(static_cast<size_t>(k.m));
+  for (auto& v : d.bias) v = bias(rng);
+  d.w_scale.resize(per_filter ? static_cast<size_t>(k.m) : 1);
+  for (auto& v : d.w_scale) v = 0.001f + 0.0001f * static_cast<float>(byte(rng));
+  d.zx = x_signed ? weight(rng) : byte(rng);
+  d.zy = byte(rng) / 2;
+  d.x_scale = 0.02f, d.y_scale = 0.35f;
+  return d;
+}
+
+// The plain loop: y as NCHW, float or the integer values.
+std::vector<double> expected(const Case& k, const Data& d, bool x_signed, qconv::Output out) {
+  const int64_t oh = out_dim(k.h, k.kh, k.sh, k.dh, k.pt, k.pb), ow = out_dim(k.w, k.kw, k.sw, k.dw, k.pl, k.pr);
+  const float lo = out == qconv::Output::kS8 ? -128.0f : 0.0f, hi = out == qconv::Output::kS8 ? 127.0f : 255.0f;
+  const int32_t zy = out == qconv::Output::kS8 ? d.zy - 128 : d.zy;
+  std::vector<double> y;
+  for (int64_t n = 0; n < k.n; ++n)
+    for (int64_t m = 0; m < k.m; ++m)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          int64_t sum = d.bias[static_cast<size_t>(m)];
+          for (int64_t c = 0; c < k.c; ++c)
+            for (int64_t a = 0; a < k.kh; ++a)
+              for (int64_t b = 0; b < k.kw; ++b) {
+                const int64_t ih = i * k.sh - k.pt + a * k.dh, iw = j * k.sw - k.pl + b * k.dw;
+                if (ih < 0 || ih >= k.h || iw < 0 || iw >= k.w) continue;
+                const uint8_t raw = d.x[static_cast<size_t>(((n * k.c + c) * k.h + ih) * k.w + iw)];
+                const int64_t xv = x_signed ? static_cast<int8_t>(raw) : raw;
+                sum += (xv - d.zx) * d.w[static_cast<size_t>(((m * k.c + c) * k.kh + a) * k.kw + b)];
+              }
+          const float ws = d.w_scale[d.w_scale.size() == 1 ? 0 : static_cast<size_t>(m)];
+          if (out == qconv::Output::kFloat) {
+            y.push_back(static_cast<float>(static_cast<int32_t>(sum)) * (d.x_scale * ws));
+            continue;
+          }
+          const float f = static_cast<float>(static_cast<int32_t>(sum)) * (d.x_scale * ws / d.y_scale);
+          const float z = static_cast<float>(zy);
+          y.push_back(std::nearbyint(std::min(hi - z, std::max(lo - z, f))) + z);
+        }
+  return y;
+}
+
+void check_direct(const Case& k, bool x_signed, bool per_filter, qconv::Output out, bool nhwc, int threads) {
+  SCOPED_TRACE(::testing::Message() << k.n << "x" << k.c << "x" << k.h << "x" << k.w << " m " << k.m << " k " << k.kh
+                                    << "x" << k.kw << " s " << k.sh << "," << k.sw << " d " << k.dh << "," << k.dw
+                                    << " pads " << k.pt << k.pl << k.pb << k.pr << (x_signed ? " s8" : " u8")
+                                    << " out " << static_cast<int>(out) << (nhwc ? " nhwc" : " nchw")
+                                    << " threads " << threads);
+  const Data d = make_data(k, x_signed, per_filter, static_cast<uint32_t>(k.c * 31 + k.m * 7 + k.h));
+  qconv::Geometry g;
+  g.batch = k.n, g.channels = k.c, g.in_h = k.h, g.in_w = k.w, g.filters = k.m;
+  g.out_h = out_dim(k.h, k.kh, k.sh, k.dh, k.pt, k.pb), g.out_w = out_dim(k.w, k.kw, k.sw, k.dw, k.pl, k.pr);
+  g.kernel_h = k.kh, g.kernel_w = k.kw, g.stride_h = k.sh, g.stride_w = k.sw, g.dilation_h = k.dh;
+  g.dilation_w = k.dw, g.pad_top = k.pt, g.pad_left = k.pl;
+  const qconv::PackedWeights packed = qconv::PackedWeights::pack(d.w.data(), g);
+  qconv::Requantize rq;
+  rq.output = out;
+  rq.zero_point = out == qconv::Output::kS8 ? d.zy - 128 : d.zy;
+  rq.lo = out == qconv::Output::kS8 ? -128 : 0, rq.hi = out == qconv::Output::kS8 ? 127 : 255;
+  const int32_t zx_u8 = d.zx + (x_signed ? 128 : 0);
+  for (int64_t m = 0; m < k.m; ++m) {
+    const float ws = d.w_scale[d.w_scale.size() == 1 ? 0 : static_cast<size_t>(m)];
+    rq.bias.push_back(d.bias[static_cast<size_t>(m)] - zx_u8 * packed.filter_sums()[static_cast<size_t>(m)]);
+    rq.scale.push_back(out == qconv::Output::kFloat ? d.x_scale * ws : d.x_scale * ws / d.y_scale);
+  }
+  // Channels-last copies of X in and of Y out when asked.
+  std::vector<uint8_t> x = d.x;
+  if (nhwc)
+    for (int64_t n = 0; n < k.n; ++n)
+      for (int64_t c = 0; c < k.c; ++c)
+        for (int64_t p = 0; p < k.h * k.w; ++p)
+          x[static_cast<size_t>((n * k.h * k.w + p) * k.c + c)] = d.x[static_cast<size_t>((n * k.c + c) * k.h * k.w + p)];
+  const int64_t hw = g.out_h * g.out_w, count = k.n * k.m * hw;
+  std::vector<float> yf(static_cast<size_t>(count), -1.0f);
+  std::vector<uint8_t> yq(static_cast<size_t>(count), 0xAB);
+  ThreadPool pool(threads);
+  void* y = out == qconv::Output::kFloat ? static_cast<void*>(yf.data()) : static_cast<void*>(yq.data());
+  qconv::conv(g, x.data(), x_signed, nhwc, d.zx, packed, rq, y, nhwc, threads > 1 ? &pool : nullptr);
+  const std::vector<double> want = expected(k, d, x_signed, out);
+  for (int64_t n = 0; n < k.n; ++n)
+    for (int64_t m = 0; m < k.m; ++m)
+      for (int64_t p = 0; p < hw; ++p) {
+        const size_t nchw = static_cast<size_t>((n * k.m + m) * hw + p);
+        const size_t at = nhwc ? static_cast<size_t>((n * hw + p) * k.m + m) : nchw;
+        const double got = out == qconv::Output::kFloat ? yf[at]
+                           : out == qconv::Output::kS8  ? static_cast<int8_t>(yq[at])
+                                                        : yq[at];
+        if (out == qconv::Output::kFloat)
+          ASSERT_EQ(static_cast<float>(got), static_cast<float>(want[nchw])) << "n " << n << " m " << m << " p " << p;
+        else
+          ASSERT_EQ(got, want[nchw]) << "n " << n << " m " << m << " p " << p;
+      }
+}
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> all = {
+      // n  c   h   w   m   kh kw sh sw dh dw pt pl pb pr
+      {1, 64, 14, 14, 64, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},  // pointwise, one block group
+      {2, 32, 7, 7, 80, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},    // 3x3, 5 blocks (a group of 4 and one), tiles cross images
+      {1, 3, 23, 21, 21, 7, 7, 2, 2, 1, 1, 3, 3, 3, 3},   // stem-like: 3 channels (one part quad), 21 filters
+      {1, 13, 9, 11, 40, 3, 2, 2, 1, 1, 1, 1, 0, 0, 1},   // uneven pads, stride (2, 1)
+      {1, 16, 12, 12, 48, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2},  // dilation 2
+      {1, 24, 8, 8, 17, 1, 1, 2, 2, 1, 1, 0, 0, 0, 0},    // pointwise stride 2
+      {3, 8, 1, 29, 36, 1, 5, 1, 2, 1, 1, 0, 2, 0, 1},    // one row (a 1-D conv)
+  };
+  return all;
+}
+
+TEST(QConv, MatchesAPlainLoop) {
+  if (!qconv::available()) GTEST_SKIP() << "no 8-bit conv tile at this ISA level (the CPU, or KILN_ISA below it)";
+  for (const Case& k : cases())
+    for (const bool x_signed : {false, true})
+      for (const auto out : {qconv::Output::kU8, qconv::Output::kS8, qconv::Output::kFloat})
+        for (const bool nhwc : {false, true}) check_direct(k, x_signed, x_signed == nhwc, out, nhwc, nhwc ? 2 : 1);
+}
+
+// The QLinearConv node reaches the same values (the tile where it applies, the reference where
+// it does not: group 2 here), u8 and s8 X, with its optional inputs given or omitted.
+TEST(QConv, QLinearConvNodeMatchesAPlainLoop) {
+  for (const bool x_signed : {false, true})
+    for (const int64_t group : {1, 2}) {
+      SCOPED_TRACE(::testing::Message() << (x_signed ? "s8" : "u8") << " group " << group);
+      const Case k{2, 12, 10, 9, 34, 3, 3, 2, 1, 1, 1, 1, 1, 0, 1};
+      Data d = make_data(k, x_signed, true, 5);
+      const DType xt = x_signed ? DType::kInt8 : DType::kUInt8;
+      test::Builder b(13);
+      Tensor x = Tensor::make(xt, {k.n, k.c, k.h, k.w}).value();
+      std::copy(d.x.begin(), d.x.end(), x.data<uint8_t>());
+      const int64_t cg = k.c / group;
+      Tensor w = Tensor::make(DType::kInt8, {k.m, cg, k.kh, k.kw}).value();
+      std::copy(d.w.begin(), d.w.begin() + w.numel(), w.data<int8_t>());
+      auto scalar = [](DType t, double v) {
+        Tensor s = Tensor::make(t, {}).value();
+        store_from_double(t, s.raw_data(), 0, v);
+        return s;
+      };
+      Tensor ws = Tensor::make(DType::kFloat32, {k.m}).value();
+      std::copy(d.w_scale.begin(), d.w_scale.end(), ws.data<float>());
+      Tensor bias = Tensor::make(DType::kInt32, {k.m}).value();
+      std::copy(d.bias.begin(), d.bias.end(), bias.data<int32_t>());
+      b.m.graph.inputs.push_back(ir::ValueInfo{"x", ir::TypeInfo::tensor(xt, x.shape()), ""});
+      auto& init = b.m.graph.initializers;
+      init["xs"] = scalar(DType::kFloat32, d.x_scale), init["xz"] = scalar(xt, d.zx);
+      init["w"] = w, init["ws"] = ws, init["ys"] = scalar(DType::kFloat32, d.y_scale);
+      init["yz"] = scalar(DType::kUInt8, d.zy), init["b"] = bias;
+      b.add("QLinearConv", {"x", "xs", "xz", "w", "ws", "", "ys", "yz", "b"}, {"y"},
+            {test::attr_i("group", group), test::attr_ints("strides", {k.sh, k.sw}),
+             test::attr_ints("pads", {k.pt, k.pl, k.pb, k.pr})});
+      b.m.graph.outputs.push_back(ir::ValueInfo{"y", ir::TypeInfo::tensor(DType::kUInt8), ""});
+      const std::vector<Value> out = test::run_model(b.m, {x});
+      ASSERT_EQ(out.size(), 1u);
+      // The plain loop per group: each group's filters read its channels.
+      const int64_t mg = k.m / group, oh = out_dim(k.h, k.kh, k.sh, 1, k.pt, k.pb), ow = out_dim(k.w, k.kw, k.sw, 1, k.pl, k.pr);
+      std::vector<std::vector<double>> parts;
+      for (int64_t gi = 0; gi < group; ++gi) {
+        Case kg = k;
+        kg.c = cg, kg.m = mg;
+        Data dg = d;
+        dg.x.clear();
+        for (int64_t n = 0; n < k.n; ++n)
+          for (int64_t c = gi * cg; c < (gi + 1) * cg; ++c)
+            for (int64_t p = 0; p < k.h * k.w; ++p) dg.x.push_back(d.x[static_cast<size_t>((n * k.c + c) * k.h * k.w + p)]);
+        dg.w.assign(d.w.begin() + gi * mg * cg * k.kh * k.kw, d.w.begin() + (gi + 1) * mg * cg * k.kh * k.kw);
+        dg.bias.assign(d.bias.begin() + gi * mg, d.bias.begin() + (gi + 1) * mg);
+        dg.w_scale.assign(d.w_scale.begin() + gi * mg, d.w_scale.begin() + (gi + 1) * mg);
+        parts.push_back(expected(kg, dg, x_signed, qconv::Output::kU8));
+      }
+      const Tensor& y = out[0].tensor;
+      ASSERT_EQ(y.shape(), (Shape{k.n, k.m, oh, ow}));
+      for (int64_t n = 0; n < k.n; ++n)
+        for (int64_t m = 0; m < k.m; ++m)
+          for (int64_t p = 0; p < oh * ow; ++p) {
+            const auto& part = parts[static_cast<size_t>(m / mg)];
+            const double v = part[static_cast<size_t>((n * mg + m % mg) * oh * ow + p)];
+            ASSERT_EQ(y.data<uint8_t>()[(n * k.m + m) * oh * ow + p], v) << n << " " << m << " " << p;
+          }
+    }
+}
+
+}  // namespace
+}  // namespace kiln

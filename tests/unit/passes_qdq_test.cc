@@ -1,0 +1,129 @@
+// qdq-fusion and qlinear-nhwc on a QDQ model as ONNX Runtime's quantize_static writes them: a
+// conv (per-filter weight scales, an int32 bias, a Relu its Q absorbs), an 8-bit MaxPool, a 1x1
+// conv and a residual Add, each between DequantizeLinear and QuantizeLinear. Every scale is a
+// power of two and the values small, so the float ops of the QDQ form are exact and the 8-bit
+// kernels must give the very same outputs.
+#include <gtest/gtest.h>
+
+#include "core/float_convert.h"
+#include "kernels/cpu/qconv/qconv.h"
+#include "pass_test_util.h"
+
+namespace kiln {
+namespace {
+
+Tensor scalar_of(DType t, double v) {
+  Tensor s = Tensor::make(t, {}).value();
+  store_from_double(t, s.raw_data(), 0, v);
+  return s;
+}
+
+// DQ(name_q) with the given parts, as the quantizer writes a weight or bias.
+void dequantized_constant(test::Builder& b, const std::string& name, Tensor q, Tensor s, Tensor z, int64_t axis) {
+  auto& init = b.m.graph.initializers;
+  init[name + "_q"] = std::move(q), init[name + "_s"] = std::move(s), init[name + "_z"] = std::move(z);
+  b.add("DequantizeLinear", {name + "_q", name + "_s", name + "_z"}, {name}, {test::attr_i("axis", axis)});
+}
+
+// Q then DQ of `x` with scale s and u8 zero point z: what each quantized tensor looks like.
+void qdq(test::Builder& b, const std::string& x, const std::string& q, const std::string& dq, float s, int z) {
+  auto& init = b.m.graph.initializers;
+  init[q + "_s"] = scalar_of(DType::kFloat32, s), init[q + "_z"] = scalar_of(DType::kUInt8, z);
+  b.add("QuantizeLinear", {x, q + "_s", q + "_z"}, {q});
+  b.add("DequantizeLinear", {q, q + "_s", q + "_z"}, {dq});
+}
+
+ir::Model qdq_block() {
+  const int64_t c = 8, m = 16;
+  test::Builder b(13);
+  b.input("x", {1, c, 9, 9});
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> w8(-127, 127), bias(-900, 900);
+  const float xs = 0.0625f;
+  qdq(b, "x", "xq", "xd", xs, 128);
+  // conv1: 3x3, per-filter scales 2^-6 .. 2^-8, bias in xs * ws.
+  Tensor w1 = Tensor::make(DType::kInt8, {m, c, 3, 3}).value();
+  for (int64_t i = 0; i < w1.numel(); ++i) w1.data<int8_t>()[i] = static_cast<int8_t>(w8(rng));
+  Tensor ws1 = Tensor::make(DType::kFloat32, {m}).value(), bs1 = Tensor::make(DType::kFloat32, {m}).value();
+  Tensor b1 = Tensor::make(DType::kInt32, {m}).value(), wz1 = Tensor::make(DType::kInt8, {m}).value();
+  Tensor bz1 = Tensor::make(DType::kInt32, {m}).value();
+  for (int64_t i = 0; i < m; ++i) {
+    ws1.data<float>()[i] = 1.0f / static_cast<float>(64 << (i % 3));
+    bs1.data<float>()[i] = xs * ws1.data<float>()[i];
+    b1.data<int32_t>()[i] = bias(rng);
+  }
+  dequantized_constant(b, "w1", w1, ws1, wz1, 0);
+  dequantized_constant(b, "b1", b1, bs1, bz1, 0);
+  b.add("Conv", {"xd", "w1", "b1"}, {"c1"}, {test::attr_ints("pads", {1, 1, 1, 1})});
+  b.add("Relu", {"c1"}, {"r1"});
+  qdq(b, "r1", "r1q", "r1d", 0.25f, 0);
+  b.add("MaxPool", {"r1d"}, {"p1"}, {test::attr_ints("kernel_shape", {3, 3}), test::attr_ints("pads", {1, 1, 1, 1})});
+  qdq(b, "p1", "p1q", "p1d", 0.25f, 0);
+  // conv2: 1x1 back to c filters, one scale, no bias.
+  Tensor w2 = Tensor::make(DType::kInt8, {c, m, 1, 1}).value();
+  for (int64_t i = 0; i < w2.numel(); ++i) w2.data<int8_t>()[i] = static_cast<int8_t>(w8(rng));
+  dequantized_constant(b, "w2", w2, scalar_of(DType::kFloat32, 1.0 / 128), scalar_of(DType::kInt8, 0), 1);
+  b.add("Conv", {"p1d", "w2"}, {"c2"});
+  qdq(b, "c2", "c2q", "c2d", 0.5f, 100);
+  // The residual: conv2's output plus the block's input.
+  b.add("Add", {"c2d", "xd"}, {"s"});
+  b.add("Relu", {"s"}, {"sr"});
+  qdq(b, "sr", "sq", "y", 0.5f, 0);
+  b.output("y");
+  return b.m;
+}
+
+TEST(QdqFusion, QdqOpsBecomeTheirEightBitForms) {
+  const ir::Model before = qdq_block();
+  ir::Model after = before;
+  if (!qconv::available()) {
+    test::expect_no_rewrite(before, "qdq-fusion");  // the float convs stay faster there
+    GTEST_SKIP() << "no 8-bit conv tile at this ISA level";
+  }
+  test::run_passes(after, {"qdq-fusion", "dead-code"});
+  EXPECT_EQ(test::qualified_histogram(after),
+            (std::map<std::string, int>{{"QLinearConv", 2},
+                                        {"MaxPool", 1},
+                                        {"com.microsoft.QLinearAdd", 1},
+                                        {"QuantizeLinear", 1},
+                                        {"DequantizeLinear", 1}}));
+  test::Builder inputs;
+  const Tensor x = inputs.random({1, 8, 9, 9}, -8, 8);
+  test::expect_same_outputs(before, after, {x}, 0.0f);
+}
+
+// At -O3 the chain runs channels-last: one Transpose into it and one out, none between.
+TEST(QdqFusion, ChainStaysChannelsLastAtO3) {
+  if (!qconv::available()) GTEST_SKIP() << "no 8-bit conv tile at this ISA level";
+  const ir::Model before = qdq_block();
+  ir::Model after = before;
+  auto report = optimize(after, OptimizeOptions{});
+  ASSERT_TRUE(report.is_ok()) << report.status().message();
+  const auto h = test::qualified_histogram(after);
+  EXPECT_EQ(h.at("com.microsoft.QLinearConv"), 2);
+  EXPECT_EQ(h.at("com.microsoft.NhwcMaxPool"), 1);
+  EXPECT_EQ(h.at("com.microsoft.QLinearAdd"), 1);
+  EXPECT_EQ(h.at("Transpose"), 2);
+  test::Builder inputs;
+  const Tensor x = inputs.random({1, 8, 9, 9}, -8, 8);
+  ir::Model plain = before;
+  OptimizeOptions none;
+  none.level = 0;
+  ASSERT_TRUE(optimize(plain, none).is_ok());
+  test::expect_same_outputs(plain, after, {x}, 0.0f);
+}
+
+// A saved portable model keeps the weights' DequantizeLinear, so that the runtime loading it
+// still sees int8 convs.
+TEST(QdqFusion, PortableModelKeepsDequantizedWeights) {
+  ir::Model m = qdq_block();
+  OptimizeOptions portable;
+  portable.portable = true;
+  ASSERT_TRUE(optimize(m, portable).is_ok());
+  const auto h = test::histogram(m);
+  EXPECT_EQ(h.at("Conv"), 2);
+  EXPECT_EQ(h.at("DequantizeLinear"), 8);  // 5 activations' and 3 constants'
+}
+
+}  // namespace
+}  // namespace kiln
