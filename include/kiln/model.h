@@ -17,6 +17,7 @@
 
 #include "kiln/io_info.h"
 #include "kiln/optimize.h"
+#include "kiln/quantize.h"
 #include "kiln/status.h"
 #include "kiln/tune.h"
 #include "kiln/value.h"
@@ -87,6 +88,9 @@ class Model {
   // What loading does (Session::load, `kiln run`): optimize at `level` unless kiln optimized the
   // model already or `level` is 0. True when it optimized.
   Result<bool> optimize_unless_saved(int level);
+  // Static post-training quantization (kiln/quantize.h), in place: calibrates on the samples
+  // `next` gives and rewrites the model to QDQ form. On an error the model stays as it was.
+  Result<QuantizeReport> quantize(const CalibrationReader& next, const QuantizeOptions& options = {});
   // Forgets the backend choices tune() (or a tuned model's metadata) recorded: kiln's kernels
   // run every node again.
   void clear_backend_choices();

@@ -38,6 +38,10 @@ Status save_model(const ir::Model& model, const std::string& path, const SaveOpt
 
 // A value file (input_0.pb, output_0.pb) parsed as the proto its type calls for.
 Result<Value> parse_value(const std::string& bytes, const ir::TypeInfo& type);
+
+// The model with its default-domain opset raised to `version` by ONNX's version converter
+// (opset_upgrade.cc); an error naming what the converter could not convert.
+Result<ir::Model> convert_opset(const ir::Model& model, int64_t version);
 Result<std::string> serialize_value(const Value& value, const std::string& name);
 
 Result<std::string> read_file(const std::string& path);

@@ -7,6 +7,7 @@
 #include "ir/graph.h"
 #include "ir/shape_inference.h"
 #include "onnx/model_io.h"
+#include "quantize/quantize_internal.h"
 #include "runtime/io_info.h"
 
 namespace kiln {
@@ -42,6 +43,14 @@ Result<OptimizeReport> Model::optimize(const OptimizeOptions& options) {
   ir::Model copy = *ir_;
   auto report = kiln::optimize(copy, options);
   if (!report) return report.status().with_default_code(StatusCode::kInvalidModel);
+  ir_ = std::make_shared<ir::Model>(std::move(copy));
+  return report;
+}
+
+Result<QuantizeReport> Model::quantize(const CalibrationReader& next, const QuantizeOptions& options) {
+  ir::Model copy = *ir_;  // as optimize(): a failure leaves the model as it was
+  auto report = quantize::quantize_model(copy, next, options);
+  if (!report) return report.status().with_default_code(StatusCode::kInvalidArgument);
   ir_ = std::make_shared<ir::Model>(std::move(copy));
   return report;
 }

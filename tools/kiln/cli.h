@@ -19,5 +19,6 @@ void add_bench_command(CLI::App& app, int* exit_code);
 void add_optimize_command(CLI::App& app, int* exit_code);
 void add_compare_command(CLI::App& app, int* exit_code);
 void add_profile_command(CLI::App& app, int* exit_code);
+void add_quantize_command(CLI::App& app, int* exit_code);
 
 }  // namespace kiln::cli

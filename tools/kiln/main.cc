@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
   kiln::cli::add_run_command(app, &exit_code);
   kiln::cli::add_bench_command(app, &exit_code);
   kiln::cli::add_optimize_command(app, &exit_code);
+  kiln::cli::add_quantize_command(app, &exit_code);
   kiln::cli::add_compare_command(app, &exit_code);
   kiln::cli::add_profile_command(app, &exit_code);
   try {

@@ -1,0 +1,58 @@
+// Post-training quantization (`kiln quantize`, kiln.quantize in Python): a float model and
+// calibration samples in; the same model out with its convolutions, matrix products and the ops
+// between them (residual Adds, pooling, Concat) stated in 8 bits as standard QDQ ONNX
+// (QuantizeLinear / DequantizeLinear around float ops: what ONNX Runtime's quantize_static
+// writes, and ONNX Runtime, TensorRT and OpenVINO run in 8 bits). kiln's optimizer then fuses
+// each such op into its 8-bit kernel; saved without optimizing, the model is portable.
+//
+//   auto model = kiln::Model::load("model.onnx");
+//   auto report = model->quantize(reader, {});   // reader: the calibration samples
+//   model->save("model.int8.onnx");
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/status.h"
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+// How a tensor's calibrated values become its 8-bit range.
+enum class CalibrationMethod {
+  kMinMax,      // the whole range seen
+  kPercentile,  // |x| up to the given percentile of the values seen (outliers clip)
+  kEntropy,     // the clipping threshold whose 8-bit histogram keeps most information (KL
+                // divergence, TensorRT's calibrator)
+  kMse,         // the threshold with the least mean squared quantization error
+};
+
+struct QuantizeOptions {
+  CalibrationMethod method = CalibrationMethod::kMinMax;
+  double percentile = 99.999;  // kPercentile
+  // Weights: one scale per output channel (filter, column), else one for the whole tensor.
+  bool per_channel = true;
+  // Activations: uint8 with a zero point (asymmetric), or int8 with zero point 0 (symmetric).
+  bool signed_activations = false;
+  // Nodes (by name, or by the name of their first output) left in float.
+  std::vector<std::string> keep_float;
+};
+
+// One calibration sample: a tensor per model input, in the order of the model's inputs; nullopt
+// once there are no more. An error stops the quantization with it.
+using CalibrationReader = std::function<Result<std::optional<std::vector<Tensor>>>()>;
+
+// What quantize() did.
+struct QuantizeReport {
+  int64_t samples = 0;            // calibration samples read
+  int64_t quantized_nodes = 0;    // Conv, MatMul, Gemm nodes whose inputs and weights went 8-bit
+  int64_t quantized_tensors = 0;  // activations given a QuantizeLinear/DequantizeLinear pair
+  int64_t removed_relus = 0;      // Relus whose QuantizeLinear (zero point at the lowest code) does their work
+  int opset_before = 0, opset_after = 0;  // the default domain's: raised to 13 for per-channel scales
+  std::vector<std::string> kept_float;    // quantizable nodes left in float, with why: "name: reason"
+};
+
+}  // namespace kiln

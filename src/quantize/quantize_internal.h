@@ -1,0 +1,41 @@
+// The quantizer's steps (quantize.cc runs them; quantization_points.cc chooses, qdq_writer.cc
+// writes).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "kiln/quantize.h"
+#include "passes/pass_context.h"
+#include "quantize/calibration.h"
+
+namespace kiln::quantize {
+
+// A Conv, MatMul or Gemm whose activation input, weights (and bias) go to 8 bits.
+struct QuantizedNode {
+  size_t node;          // index in the graph's nodes
+  size_t weight_input;  // 1 (Conv, MatMul, Gemm's B)
+  int64_t weight_axis;  // the output-channel axis of the weights: 0 (Conv, Gemm with transB), 1 (MatMul, Gemm)
+  int bias_input;       // 2 (Conv, Gemm's C when 1-D), or -1
+};
+
+struct Plan {
+  std::vector<QuantizedNode> nodes;
+  std::vector<std::string> points;  // the activations given a Q/DQ pair, each once, in graph order
+};
+
+// The nodes and activations to quantize in `model` (simplified, its types in `types`).
+Plan choose(const ir::Model& model, const passes::ValueTypes& types, const QuantizeOptions& options,
+            QuantizeReport* report);
+
+// Rewrites `model` to QDQ form: the plan's activations with the given parameters, its nodes'
+// weights and biases quantized. Nodes stay in place (the caller sorts the graph).
+Status write_qdq(ir::Model& model, const Plan& plan, const std::map<std::string, QuantParams>& params,
+                 const QuantizeOptions& options, QuantizeReport* report);
+
+// What Model::quantize runs on its IR.
+Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader& next, const QuantizeOptions& options);
+
+}  // namespace kiln::quantize

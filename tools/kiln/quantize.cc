@@ -1,0 +1,177 @@
+// `kiln quantize MODEL -o OUT`: static post-training quantization (kiln/quantize.h) calibrated on
+// the user's samples: --calib FILE.npy (samples stacked along axis 0, for a one-input model),
+// --calib DIR (one .npy or .pb file a sample, for a one-input model, in name order), or
+// --calib-random N (generated, with a warning: the ranges are then not those of real data).
+// Saves kiln's fused 8-bit form (the model optimized) or, with --portable, the QDQ model that
+// ONNX Runtime and other runtimes load.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <random>
+#include <cstring>
+#include <sstream>
+
+#include "cli.h"
+#include "io_files.h"
+#include "kiln/model.h"
+#include "kiln/quantize.h"
+#include "kiln/value_io.h"
+#include "npy.h"
+
+namespace kiln::cli {
+namespace {
+
+struct Options {
+  std::string model, out, calib, method = "minmax", keep_float;
+  int64_t calib_random = 0, max_samples = 0;
+  double percentile = 99.999;
+  bool per_tensor = false, signed_activations = false, portable = false;
+  InputShapes shape;
+};
+
+Result<CalibrationMethod> parse_method(const std::string& m) {
+  if (m == "minmax") return CalibrationMethod::kMinMax;
+  if (m == "percentile") return CalibrationMethod::kPercentile;
+  if (m == "entropy") return CalibrationMethod::kEntropy;
+  if (m == "mse") return CalibrationMethod::kMse;
+  return Status::invalid_argument("--method must be minmax, percentile, entropy or mse, got '" + m + "'");
+}
+
+// Samples from --calib: a stacked .npy, or a folder of one file per sample.
+Result<std::vector<std::vector<Tensor>>> read_calibration(const std::string& path, const std::vector<IoInfo>& inputs,
+                                                         int64_t max_samples) {
+  if (inputs.size() != 1)
+    return Status::invalid_argument("--calib reads samples for a one-input model; this one has " +
+                                    std::to_string(inputs.size()) + " inputs (use kiln.quantize in Python)");
+  std::vector<std::vector<Tensor>> samples;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(path, ec)) {
+      const std::string ext = e.path().extension().string();
+      if (e.is_regular_file() && (ext == ".npy" || ext == ".pb")) files.push_back(e.path());
+    }
+    std::sort(files.begin(), files.end());
+    if (files.empty()) return Status::invalid_argument("--calib " + path + ": no .npy or .pb files in it");
+    for (const fs::path& f : files) {
+      if (max_samples > 0 && static_cast<int64_t>(samples.size()) >= max_samples) break;
+      KILN_ASSIGN_OR_RETURN(Value v, read_input_file(f.string(), inputs[0]));
+      if (!v.is_tensor()) return Status::invalid_argument(f.string() + " is not a tensor");
+      samples.push_back({v.tensor});
+    }
+    return samples;
+  }
+  KILN_ASSIGN_OR_RETURN(std::string bytes, read_file(path));
+  KILN_ASSIGN_OR_RETURN(Tensor all, parse_npy(bytes));
+  if (all.rank() < 1 || all.dim(0) < 1) return Status::invalid_argument("--calib " + path + ": no samples along axis 0");
+  // Each sample keeps axis 0 as a batch of one.
+  Shape one = all.shape();
+  one[0] = 1;
+  const int64_t n = max_samples > 0 ? std::min(max_samples, all.dim(0)) : all.dim(0);
+  const size_t bytes_each = all.nbytes() / static_cast<size_t>(all.dim(0));
+  for (int64_t i = 0; i < n; ++i) {
+    KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::make(all.dtype(), one));
+    std::memcpy(t.raw_data(), static_cast<const char*>(all.raw_data()) + static_cast<size_t>(i) * bytes_each, bytes_each);
+    samples.push_back({t});
+  }
+  return samples;
+}
+
+// --calib-random: the bench rule's shapes and types, float inputs drawn from N(0, 1) per sample.
+Result<std::vector<std::vector<Tensor>>> random_calibration(const std::vector<IoInfo>& inputs, const InputShapes& shape,
+                                                           int64_t n) {
+  KILN_ASSIGN_OR_RETURN(std::vector<Value> base, make_bench_inputs(inputs, shape));
+  std::vector<std::vector<Tensor>> samples;
+  std::mt19937 rng(12345);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t s = 0; s < n; ++s) {
+    std::vector<Tensor> sample;
+    for (const Value& v : base) {
+      if (!v.is_tensor()) return Status::invalid_argument("--calib-random: an input is not a tensor");
+      KILN_ASSIGN_OR_RETURN(Tensor t, Tensor::make(v.tensor.dtype(), v.tensor.shape()));
+      std::memcpy(t.raw_data(), v.tensor.raw_data(), v.tensor.nbytes());
+      if (t.dtype() == DType::kFloat32)
+        for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = normal(rng);
+      sample.push_back(t);
+    }
+    samples.push_back(std::move(sample));
+  }
+  return samples;
+}
+
+}  // namespace
+
+void add_quantize_command(CLI::App& app, int* exit_code) {
+  auto opt = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("quantize", "Quantize a model to 8 bits (static, calibrated), and save it");
+  cmd->add_option("model", opt->model, "ONNX model (float)")->required();
+  cmd->add_option("-o,--output", opt->out, "Quantized model to write")->required();
+  CLI::Option* calib = cmd->add_option(
+      "--calib", opt->calib, "Calibration samples: FILE.npy stacked along axis 0, or a folder of .npy/.pb files");
+  CLI::Option* random = cmd->add_option("--calib-random", opt->calib_random,
+                                        "Calibrate on N generated samples (ranges not those of real data)")
+                            ->check(CLI::Range(int64_t{1}, int64_t{100000}));
+  calib->excludes(random);
+  cmd->add_option("--max-samples", opt->max_samples, "Read at most this many samples from --calib")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  cmd->add_option("--method", opt->method, "Calibration: minmax (default), percentile, entropy, mse");
+  cmd->add_option("--percentile", opt->percentile, "With --method percentile: the percentile of |x| kept (99.999)")
+      ->check(CLI::Range(50.0, 100.0));
+  cmd->add_flag("--per-tensor", opt->per_tensor, "One weight scale per tensor (default: per output channel)");
+  cmd->add_flag("--signed-activations", opt->signed_activations,
+                "int8 activations, symmetric (default: uint8 with a zero point)");
+  cmd->add_option("--keep-float", opt->keep_float, "Nodes to leave in float, comma-separated (names or first outputs)");
+  cmd->add_flag("--portable", opt->portable,
+                "Save the standard QDQ model (ONNX Runtime, TensorRT, OpenVINO load it) instead of kiln's fused form");
+  add_shape_options(cmd, &opt->shape, "With --calib-random: ");
+  cmd->callback([opt, exit_code] {
+    auto fail = [&](const Status& st) { *exit_code = report_failure("quantize", st); };
+    auto method = parse_method(opt->method);
+    if (!method) return fail(method.status());
+    if (opt->calib.empty() && opt->calib_random == 0)
+      return fail(Status::invalid_argument("give calibration samples: --calib FILE.npy|DIR, or --calib-random N"));
+    auto model = Model::load(opt->model);
+    if (!model) return fail(model.status());
+    auto samples = opt->calib.empty() ? random_calibration(model->inputs(), opt->shape, opt->calib_random)
+                                      : read_calibration(opt->calib, model->inputs(), opt->max_samples);
+    if (!samples) return fail(samples.status());
+    if (!opt->calib.empty() && opt->calib_random == 0 && samples->empty())
+      return fail(Status::invalid_argument("--calib " + opt->calib + " holds no samples"));
+    if (opt->calib.empty())
+      std::cerr << "kiln quantize: warning: calibrating on generated samples; the ranges are not those of real "
+                   "data, so accuracy on real inputs may suffer (give --calib)\n";
+    QuantizeOptions qo;
+    qo.method = *method;
+    qo.percentile = opt->percentile;
+    qo.per_channel = !opt->per_tensor;
+    qo.signed_activations = opt->signed_activations;
+    std::stringstream ss(opt->keep_float);
+    for (std::string name; std::getline(ss, name, ',');)
+      if (!name.empty()) qo.keep_float.push_back(name);
+    size_t next = 0;
+    CalibrationReader reader = [&]() -> Result<std::optional<std::vector<Tensor>>> {
+      if (next >= samples->size()) return std::optional<std::vector<Tensor>>();
+      return std::optional<std::vector<Tensor>>((*samples)[next++]);
+    };
+    auto report = model->quantize(reader, qo);
+    if (!report) return fail(report.status());
+    std::printf("calibrated on %lld samples (%s)\n", static_cast<long long>(report->samples), opt->method.c_str());
+    std::printf("quantized %lld nodes, %lld activations; %lld Relus absorbed by their QuantizeLinear\n",
+                static_cast<long long>(report->quantized_nodes), static_cast<long long>(report->quantized_tensors),
+                static_cast<long long>(report->removed_relus));
+    if (report->opset_after != report->opset_before)
+      std::printf("opset %d -> %d (ONNX's version converter)\n", report->opset_before, report->opset_after);
+    for (const std::string& k : report->kept_float) std::printf("kept in float: %s\n", k.c_str());
+    if (!opt->portable) {
+      auto optimized = model->optimize({});
+      if (!optimized) return fail(optimized.status());
+    }
+    Status saved = model->save(opt->out);
+    if (!saved.is_ok()) return fail(saved);
+    std::printf("wrote %s (%s)\n", opt->out.c_str(), opt->portable ? "QDQ, portable" : "kiln's fused form");
+  });
+}
+
+}  // namespace kiln::cli
