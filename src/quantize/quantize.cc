@@ -59,6 +59,11 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
   simplify.level = 1;
   simplify.portable = true;
   KILN_RETURN_IF_ERROR(optimize(model, simplify).status().with_context("simplifying before quantization"));
+  // That simplification is a step of quantizing, not the optimization a saved model records:
+  // loading the QDQ model must still fuse it into the 8-bit kernels.
+  std::erase_if(model.metadata, [](const auto& kv) {
+    return kv.first == "kiln.optimization_level" || kv.first == "kiln.passes";
+  });
   // DequantizeLinear needs opset 10, and 13 for its axis (per-channel scales).
   const int64_t needed = options.per_channel ? 13 : 10;
   if (model.opset("") < needed) {

@@ -86,19 +86,21 @@ std::vector<double> expected(const Case& k, const Data& d, bool x_signed, qconv:
   return y;
 }
 
-void check_direct(const Case& k, bool x_signed, bool per_filter, qconv::Output out, bool nhwc, int threads) {
+void check_direct(const Case& k, qconv::Tile tile, bool x_signed, bool per_filter, qconv::Output out, bool nhwc,
+                  int threads) {
   SCOPED_TRACE(::testing::Message() << k.n << "x" << k.c << "x" << k.h << "x" << k.w << " m " << k.m << " k " << k.kh
                                     << "x" << k.kw << " s " << k.sh << "," << k.sw << " d " << k.dh << "," << k.dw
                                     << " pads " << k.pt << k.pl << k.pb << k.pr << (x_signed ? " s8" : " u8")
                                     << " out " << static_cast<int>(out) << (nhwc ? " nhwc" : " nchw")
-                                    << " threads " << threads);
+                                    << " threads " << threads
+                                    << (tile == qconv::Tile::kAvx2 ? " avx2" : " avx512_vnni"));
   const Data d = make_data(k, x_signed, per_filter, static_cast<uint32_t>(k.c * 31 + k.m * 7 + k.h));
   qconv::Geometry g;
   g.batch = k.n, g.channels = k.c, g.in_h = k.h, g.in_w = k.w, g.filters = k.m;
   g.out_h = out_dim(k.h, k.kh, k.sh, k.dh, k.pt, k.pb), g.out_w = out_dim(k.w, k.kw, k.sw, k.dw, k.pl, k.pr);
   g.kernel_h = k.kh, g.kernel_w = k.kw, g.stride_h = k.sh, g.stride_w = k.sw, g.dilation_h = k.dh;
   g.dilation_w = k.dw, g.pad_top = k.pt, g.pad_left = k.pl;
-  const qconv::PackedWeights packed = qconv::PackedWeights::pack(d.w.data(), g);
+  const qconv::PackedWeights packed = qconv::PackedWeights::pack(d.w.data(), g, tile);
   qconv::Requantize rq;
   rq.output = out;
   rq.zero_point = out == qconv::Output::kS8 ? d.zy - 128 : d.zy;
@@ -152,12 +154,16 @@ const std::vector<Case>& cases() {
   return all;
 }
 
+// Every tile this CPU (and KILN_ISA) has: AVX2 always, VNNI where best_tile() says so.
 TEST(QConv, MatchesAPlainLoop) {
-  if (!qconv::available()) GTEST_SKIP() << "no 8-bit conv tile at this ISA level (the CPU, or KILN_ISA below it)";
-  for (const Case& k : cases())
-    for (const bool x_signed : {false, true})
-      for (const auto out : {qconv::Output::kU8, qconv::Output::kS8, qconv::Output::kFloat})
-        for (const bool nhwc : {false, true}) check_direct(k, x_signed, x_signed == nhwc, out, nhwc, nhwc ? 2 : 1);
+  std::vector<qconv::Tile> tiles = {qconv::Tile::kAvx2};
+  if (qconv::best_tile() == qconv::Tile::kAvx512Vnni) tiles.push_back(qconv::Tile::kAvx512Vnni);
+  for (const qconv::Tile tile : tiles)
+    for (const Case& k : cases())
+      for (const bool x_signed : {false, true})
+        for (const auto out : {qconv::Output::kU8, qconv::Output::kS8, qconv::Output::kFloat})
+          for (const bool nhwc : {false, true})
+            check_direct(k, tile, x_signed, x_signed == nhwc, out, nhwc, nhwc ? 2 : 1);
 }
 
 // The QLinearConv node reaches the same values (the tile where it applies, the reference where

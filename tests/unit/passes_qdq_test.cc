@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include "core/float_convert.h"
-#include "kernels/cpu/qconv/qconv.h"
 #include "pass_test_util.h"
 
 namespace kiln {
@@ -76,10 +75,6 @@ ir::Model qdq_block() {
 TEST(QdqFusion, QdqOpsBecomeTheirEightBitForms) {
   const ir::Model before = qdq_block();
   ir::Model after = before;
-  if (!qconv::available()) {
-    test::expect_no_rewrite(before, "qdq-fusion");  // the float convs stay faster there
-    GTEST_SKIP() << "no 8-bit conv tile at this ISA level";
-  }
   test::run_passes(after, {"qdq-fusion", "dead-code"});
   EXPECT_EQ(test::qualified_histogram(after),
             (std::map<std::string, int>{{"QLinearConv", 2},
@@ -94,7 +89,6 @@ TEST(QdqFusion, QdqOpsBecomeTheirEightBitForms) {
 
 // At -O3 the chain runs channels-last: one Transpose into it and one out, none between.
 TEST(QdqFusion, ChainStaysChannelsLastAtO3) {
-  if (!qconv::available()) GTEST_SKIP() << "no 8-bit conv tile at this ISA level";
   const ir::Model before = qdq_block();
   ir::Model after = before;
   auto report = optimize(after, OptimizeOptions{});

@@ -134,6 +134,7 @@ TEST(Quantize, SmallCnnToQdq) {
   }
   EXPECT_EQ(per_channel, 3);
   EXPECT_FALSE(q.graph.initializers.count("c1_w"));
+  EXPECT_FALSE(model.optimized());  // loading the QDQ model still fuses it
   // Outputs close to the float model's on held-out inputs; the fused 8-bit run (default -O3)
   // equal to the QDQ graph run as written up to a step of the output's scale.
   for (int i = 0; i < 4; ++i) {

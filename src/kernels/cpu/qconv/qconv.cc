@@ -13,26 +13,31 @@ namespace {
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-// Stages X into a padded channels-last u8 buffer (qconv.h): zx everywhere the input is not.
-void stage(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t zx, std::vector<uint8_t>& buf,
-           Staged& s) {
-  s.cp = round_up(g.channels, 4);
+// Stages X into a padded channels-last buffer of T (u8 for VNNI, int16 for AVX2) with whole
+// steps of `step` channels (qconv.h): zx everywhere the input is not.
+template <typename T>
+void stage(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t zx, int64_t step,
+           std::vector<char>& buf, Staged& s) {
+  s.cp = round_up(g.channels, step);
   s.padded_h = std::max(g.in_h + g.pad_top, (g.out_h - 1) * g.stride_h + (g.kernel_h - 1) * g.dilation_h + 1);
   s.padded_w = std::max(g.in_w + g.pad_left, (g.out_w - 1) * g.stride_w + (g.kernel_w - 1) * g.dilation_w + 1);
   const uint8_t flip = x_signed ? 0x80 : 0;  // s8 + 128 as u8
-  buf.assign(static_cast<size_t>(g.batch * s.padded_h * s.padded_w * s.cp), static_cast<uint8_t>(zx) ^ flip);
+  const size_t count = static_cast<size_t>(g.batch * s.padded_h * s.padded_w * s.cp);
+  buf.resize(count * sizeof(T));
+  T* data = reinterpret_cast<T*>(buf.data());
+  std::fill(data, data + count, static_cast<T>(static_cast<uint8_t>(zx) ^ flip));
   const uint8_t* in = static_cast<const uint8_t*>(x);
   for (int64_t n = 0; n < g.batch; ++n)
     for (int64_t iy = 0; iy < g.in_h; ++iy) {
-      uint8_t* row = buf.data() + ((n * s.padded_h + iy + g.pad_top) * s.padded_w + g.pad_left) * s.cp;
+      T* row = data + ((n * s.padded_h + iy + g.pad_top) * s.padded_w + g.pad_left) * s.cp;
       if (x_nhwc) {
         const uint8_t* src = in + (n * g.in_h + iy) * g.in_w * g.channels;
         for (int64_t ix = 0; ix < g.in_w; ++ix)
-          for (int64_t c = 0; c < g.channels; ++c) row[ix * s.cp + c] = src[ix * g.channels + c] ^ flip;
+          for (int64_t c = 0; c < g.channels; ++c) row[ix * s.cp + c] = static_cast<T>(src[ix * g.channels + c] ^ flip);
       } else {
         for (int64_t c = 0; c < g.channels; ++c) {
           const uint8_t* src = in + ((n * g.channels + c) * g.in_h + iy) * g.in_w;
-          for (int64_t ix = 0; ix < g.in_w; ++ix) row[ix * s.cp + c] = src[ix] ^ flip;
+          for (int64_t ix = 0; ix < g.in_w; ++ix) row[ix * s.cp + c] = static_cast<T>(src[ix] ^ flip);
         }
       }
     }
@@ -59,37 +64,53 @@ void to_nchw(const Geometry& g, const void* from, size_t elem, void* to) {
 
 }  // namespace
 
-PackedWeights PackedWeights::pack(const int8_t* w, const Geometry& g) {
+Tile best_tile() { return cpu_features().has_avx512_vnni() ? Tile::kAvx512Vnni : Tile::kAvx2; }
+
+PackedWeights PackedWeights::pack(const int8_t* w, const Geometry& g, Tile tile) {
   PackedWeights r;
-  r.quads_ = (g.channels + 3) / 4;
+  r.tile_ = tile;
+  const int64_t per = r.channels_a_step();
+  r.steps_ = (g.channels + per - 1) / per;
   r.taps_ = g.kernel_h * g.kernel_w;
   r.blocks_ = (g.filters + 15) / 16;
-  r.data_.assign(static_cast<size_t>(r.blocks_ * r.taps_ * r.quads_ * 64), 0);
+  r.data_.assign(static_cast<size_t>(r.blocks_ * r.block_bytes()), 0);
   r.sums_.assign(static_cast<size_t>(g.filters), 0);
   for (int64_t m = 0; m < g.filters; ++m)
     for (int64_t c = 0; c < g.channels; ++c)
       for (int64_t t = 0; t < r.taps_; ++t) {
         const int8_t v = w[(m * g.channels + c) * r.taps_ + t];
-        r.data_[static_cast<size_t>(((((m / 16) * r.taps_ + t) * r.quads_ + c / 4) * 16 + m % 16) * 4 + c % 4)] = v;
+        // Step (block, tap, c / per): 16 filters x `per` channels, one value each (s8 or int16).
+        const int64_t at = (((m / 16) * r.taps_ + t) * r.steps_ + c / per) * 64;
+        if (tile == Tile::kAvx512Vnni) {
+          r.data_[static_cast<size_t>(at + (m % 16) * 4 + c % 4)] = v;
+        } else {
+          const int16_t wide = v;
+          std::memcpy(&r.data_[static_cast<size_t>(at + ((m % 16) * 2 + c % 2) * 2)], &wide, 2);
+        }
         r.sums_[static_cast<size_t>(m)] += v;
       }
   return r;
 }
 
-bool available() { return cpu_features().has_avx512_vnni(); }
-
 void conv(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t zx, const PackedWeights& w,
           const Requantize& rq, void* y, bool y_nhwc, ThreadPool* pool) {
-  thread_local std::vector<uint8_t> staged, nhwc_out;
-  Staged s{static_cast<const uint8_t*>(x), g.in_h, g.in_w, g.channels};
-  if (!readable_in_place(g, x_signed, x_nhwc)) stage(g, x, x_signed, x_nhwc, zx, staged, s);
+  thread_local std::vector<char> staged, nhwc_out;
+  const bool vnni = w.tile() == Tile::kAvx512Vnni;
+  Staged s{x, g.in_h, g.in_w, g.channels};
+  if (vnni && !readable_in_place(g, x_signed, x_nhwc))
+    stage<uint8_t>(g, x, x_signed, x_nhwc, zx, 4, staged, s);
+  else if (!vnni)
+    stage<int16_t>(g, x, x_signed, x_nhwc, zx, 2, staged, s);
   const size_t elem = rq.output == Output::kFloat ? 4 : 1;
   void* out = y;
   if (!y_nhwc) {
     nhwc_out.resize(static_cast<size_t>(g.batch * g.out_h * g.out_w * g.filters) * elem);
     out = nhwc_out.data();
   }
-  conv_staged_avx512vnni(g, s, w, rq, out, pool);
+  if (vnni)
+    conv_staged_avx512vnni(g, s, w, rq, out, pool);
+  else
+    conv_staged_avx2(g, s, w, rq, out, pool);
   if (!y_nhwc) to_nchw(g, out, elem, y);
 }
 

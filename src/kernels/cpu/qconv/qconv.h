@@ -43,41 +43,54 @@ struct Requantize {
   int32_t zero_point = 0, lo = 0, hi = 255;
 };
 
-// W [filters, channels, kernel_h, kernel_w] (s8) packed for the tiles: blocks of 16 filters,
-// each tap by tap, each tap's channels in quads, a quad 16 filters x 4 bytes (one zmm); filters
-// and channels past the real ones are zero.
+// The register tiles, best first: AVX-512 VNNI (vpdpbusd on u8 x s8 quads of channels), and AVX2
+// (vpmaddwd on pairs of channels widened to 16 bits: exact, where vpmaddubsw's u8 x s8 pairs
+// would saturate at 16 bits; widening halves the products an instruction, as the u8 x s8
+// route's extra vpmaddwd does). Both take blocks of 16 filters.
+enum class Tile { kAvx512Vnni, kAvx2 };
+// The best tile this CPU (and KILN_ISA) allows.
+Tile best_tile();
+
+// W [filters, channels, kernel_h, kernel_w] (s8) packed for a tile: blocks of 16 filters, each
+// tap by tap, each tap's channels in steps (quads of s8 for VNNI, pairs of s16 for AVX2), a step
+// 16 filters x its channels (64 bytes either way); filters and channels past the real ones are
+// zero.
 class PackedWeights {
  public:
-  static PackedWeights pack(const int8_t* w, const Geometry& g);
-  int64_t quads() const { return quads_; }  // channel quads a tap
+  static PackedWeights pack(const int8_t* w, const Geometry& g, Tile tile);
+  Tile tile() const { return tile_; }
+  int64_t channels_a_step() const { return tile_ == Tile::kAvx512Vnni ? 4 : 2; }
+  int64_t steps() const { return steps_; }  // channel steps a tap
   int64_t taps() const { return taps_; }
-  const int8_t* block(int64_t b) const { return data_.data() + b * taps_ * quads_ * 64; }
   int64_t blocks() const { return blocks_; }
+  int64_t block_bytes() const { return taps_ * steps_ * 64; }  // a step is 64 bytes on either tile
+  const int8_t* block(int64_t b) const { return data_.data() + b * block_bytes(); }
   // sum of W over a filter's window, per filter (the zero point's term).
   const std::vector<int32_t>& filter_sums() const { return sums_; }
 
  private:
-  int64_t quads_ = 0, taps_ = 0, blocks_ = 0;
+  Tile tile_ = Tile::kAvx2;
+  int64_t steps_ = 0, taps_ = 0, blocks_ = 0;
   std::vector<int8_t> data_;
   std::vector<int32_t> sums_;
 };
 
-// Whether this CPU has a tile for the 8-bit conv (AVX-512 VNNI).
-bool available();
-
 // Y = conv(X, W) requantized. X is u8 (x_signed: s8) with zero point zx (X's type), NCHW or channels-last
-// (x_nhwc); Y is written NCHW or channels-last (y_nhwc) as `rq` says (u8, s8 or float).
-// available() must hold. `pool` may be null.
+// (x_nhwc); Y is written NCHW or channels-last (y_nhwc) as `rq` says (u8, s8 or float). `w` is
+// packed for best_tile(). `pool` may be null.
 void conv(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t zx, const PackedWeights& w,
           const Requantize& rq, void* y, bool y_nhwc, ThreadPool* pool);
 
-// The VNNI tiles' driver over a staged input (qconv_avx512vnni.cc): `xp` padded NHWC u8 of
-// `padded_h` x `padded_w` pixels of `cp` channels (whole quads), Y channels-last.
+// The tiles' drivers over a staged input (qconv_avx512vnni.cc, qconv_avx2.cc): `xp` padded NHWC
+// of `padded_h` x `padded_w` pixels of `cp` channels (whole steps), u8 for VNNI and int16 for
+// AVX2; Y channels-last.
 struct Staged {
-  const uint8_t* xp;
+  const void* xp;
   int64_t padded_h, padded_w, cp;
 };
 void conv_staged_avx512vnni(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq,
                             void* y, ThreadPool* pool);
+void conv_staged_avx2(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq, void* y,
+                      ThreadPool* pool);
 
 }  // namespace kiln::qconv

@@ -1,19 +1,16 @@
 // The 8-bit conv's tile on AVX-512 VNNI (qconv.h): 6 output pixels x up to 4 blocks of 16
 // filters, 24 zmm accumulators. Each quad of input channels of each tap is one 4-byte broadcast a
 // pixel and one 64-byte load a block, then vpdpbusd adds the 4 u8 x s8 products of every lane
-// into its int32 sum, exactly (no 16-bit saturation as with vpmaddubsw). The 6 pixels are
-// consecutive in the flattened output (they may cross rows), each with its own input pointer,
-// so narrow outputs (7x7) waste no lanes. The store requantizes (qconv.h, Requantize).
-// Threads take (group of 4 blocks, run of pixels) items, a group's items in a row so that its
-// weights (at most taps x quads x 256 bytes: 288 KiB for a 3x3 conv of 512 channels) stay in L2.
-// This file alone is compiled with -mavx512vnni; it is reached only when qconv::available().
+// into its int32 sum, exactly. The store requantizes (qconv.h, Requantize). A group's weights
+// (at most taps x quads x 256 bytes: 288 KiB for a 3x3 conv of 512 channels) stay in L2 while
+// its pixels stream by (qconv_driver.h). This file alone is compiled with -mavx512vnni; it is
+// reached only when best_tile() is kAvx512Vnni.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 
-#include "core/thread_pool.h"
-#include "kernels/cpu/qconv/qconv.h"
+#include "kernels/cpu/qconv/qconv_driver.h"
 
 // GCC 12 warns of the masked loads' undefined pass-through lanes (maskz zeroes them).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -21,118 +18,83 @@
 namespace kiln::qconv {
 namespace {
 
-constexpr int kPixels = 6, kMaxBlocks = 4;
-constexpr int64_t kTilesAnItem = 8;
-
-inline int32_t load_quad(const uint8_t* p) {
+inline int32_t load_quad(const char* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
   return v;
 }
 
-struct Plan {
-  const Geometry& g;
-  const Staged& x;
-  const PackedWeights& w;
-  const Requantize& rq;
-  void* y;
-  std::vector<int64_t> tap_offsets;  // bytes from a window's corner to each tap's pixel
-};
+struct VnniTiles {
+  static constexpr int kPixels = 6, kMaxBlocks = 4;
 
-// Input pointer of output pixel p's window corner (p flattened over batch, rows and columns).
-const uint8_t* window(const Plan& plan, int64_t p) {
-  const Geometry& g = plan.g;
-  const int64_t per_image = g.out_h * g.out_w, n = p / per_image, r = p % per_image;
-  const int64_t oy = r / g.out_w, ox = r % g.out_w;
-  return plan.x.xp + ((n * plan.x.padded_h + oy * g.stride_h) * plan.x.padded_w + ox * g.stride_w) * plan.x.cp;
-}
-
-// Stores `rows` pixels' sums of `blocks` blocks from filter m0, requantized.
-template <int B>
-void store(const Plan& plan, __m512i (&acc)[kPixels][B], int64_t p0, int rows, int64_t m0) {
-  const Requantize& rq = plan.rq;
-  const int64_t filters = plan.g.filters;
-  const __m512 lo = _mm512_set1_ps(static_cast<float>(rq.lo - rq.zero_point));
-  const __m512 hi = _mm512_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
-  const __m512i zp = _mm512_set1_epi32(rq.zero_point);
-  for (int b = 0; b < B; ++b) {
-    const int64_t m = m0 + b * 16;
-    const __mmask16 mask = static_cast<__mmask16>((1u << std::min<int64_t>(16, filters - m)) - 1);
-    const __m512i bias = _mm512_maskz_loadu_epi32(mask, rq.bias.data() + m);
-    const __m512 scale = _mm512_maskz_loadu_ps(mask, rq.scale.data() + m);
-    for (int i = 0; i < rows; ++i) {
-      const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc[i][b], bias)), scale);
-      const int64_t at = (p0 + i) * filters + m;
-      if (rq.output == Output::kFloat) {
-        _mm512_mask_storeu_ps(static_cast<float*>(plan.y) + at, mask, f);
-        continue;
+  // Stores `rows` pixels' sums of B blocks from filter m0, requantized.
+  template <int B>
+  static void store(const TilePlan& plan, __m512i (&acc)[kPixels][B], int64_t p0, int rows, int64_t m0) {
+    const Requantize& rq = plan.rq;
+    const int64_t filters = plan.g.filters;
+    const __m512 lo = _mm512_set1_ps(static_cast<float>(rq.lo - rq.zero_point));
+    const __m512 hi = _mm512_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
+    const __m512i zp = _mm512_set1_epi32(rq.zero_point);
+    for (int b = 0; b < B; ++b) {
+      const int64_t m = m0 + b * 16;
+      const __mmask16 mask = static_cast<__mmask16>((1u << std::min<int64_t>(16, filters - m)) - 1);
+      const __m512i bias = _mm512_maskz_loadu_epi32(mask, rq.bias.data() + m);
+      const __m512 scale = _mm512_maskz_loadu_ps(mask, rq.scale.data() + m);
+      for (int i = 0; i < rows; ++i) {
+        const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc[i][b], bias)), scale);
+        const int64_t at = (p0 + i) * filters + m;
+        if (rq.output == Output::kFloat) {
+          _mm512_mask_storeu_ps(static_cast<float*>(plan.y) + at, mask, f);
+          continue;
+        }
+        // Clamped in float first (as MLAS does), so huge sums saturate instead of wrapping.
+        const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(f, lo), hi)), zp);
+        _mm512_mask_cvtepi32_storeu_epi8(static_cast<int8_t*>(plan.y) + at, mask, q);
       }
-      // Clamped in float first (as MLAS does), so huge sums saturate instead of wrapping.
-      const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(f, lo), hi)), zp);
-      _mm512_mask_cvtepi32_storeu_epi8(static_cast<int8_t*>(plan.y) + at, mask, q);
     }
   }
-}
 
-// Pixels [p0, p0 + rows) x blocks [b0, b0 + B).
-template <int B>
-void tile(const Plan& plan, int64_t p0, int rows, int64_t b0) {
-  const uint8_t* px[kPixels];
-  for (int i = 0; i < kPixels; ++i) px[i] = window(plan, p0 + std::min(i, rows - 1));
-  __m512i acc[kPixels][B];
-  for (auto& row : acc)
-    for (auto& a : row) a = _mm512_setzero_si512();
-  const int64_t quads = plan.w.quads(), wstride = plan.w.taps() * quads * 64;
-  const int8_t* w = plan.w.block(b0);
-  for (const int64_t off : plan.tap_offsets) {
-    const uint8_t* p[kPixels];
-    for (int i = 0; i < kPixels; ++i) p[i] = px[i] + off;
-    for (int64_t q = 0; q < quads; ++q, w += 64) {
-      __m512i wv[B];
-      for (int b = 0; b < B; ++b) wv[b] = _mm512_loadu_si512(w + b * wstride);
+  // Pixels [p0, p0 + rows) x blocks [b0, b0 + B).
+  template <int B>
+  static void tile(const TilePlan& plan, int64_t p0, int rows, int64_t b0) {
+    const char* px[kPixels];
+    for (int i = 0; i < kPixels; ++i) px[i] = window(plan, p0 + std::min(i, rows - 1));
+    __m512i acc[kPixels][B];
+    for (auto& row : acc)
+      for (auto& a : row) a = _mm512_setzero_si512();
+    const int64_t quads = plan.w.steps(), wstride = plan.w.block_bytes();
+    const int8_t* w = plan.w.block(b0);
+    for (const int64_t off : plan.tap_offsets) {
+      const char* p[kPixels];
+      for (int i = 0; i < kPixels; ++i) p[i] = px[i] + off;
+      for (int64_t q = 0; q < quads; ++q, w += 64) {
+        __m512i wv[B];
+        for (int b = 0; b < B; ++b) wv[b] = _mm512_loadu_si512(w + b * wstride);
 #pragma GCC unroll 6
-      for (int i = 0; i < kPixels; ++i) {
-        const __m512i a = _mm512_set1_epi32(load_quad(p[i] + q * 4));
-        for (int b = 0; b < B; ++b) acc[i][b] = _mm512_dpbusd_epi32(acc[i][b], a, wv[b]);
+        for (int i = 0; i < kPixels; ++i) {
+          const __m512i a = _mm512_set1_epi32(load_quad(p[i] + q * 4));
+          for (int b = 0; b < B; ++b) acc[i][b] = _mm512_dpbusd_epi32(acc[i][b], a, wv[b]);
+        }
       }
     }
+    store<B>(plan, acc, p0, rows, b0 * 16);
   }
-  store<B>(plan, acc, p0, rows, b0 * 16);
-}
+
+  static void run(const TilePlan& plan, int64_t p0, int rows, int64_t b0, int blocks) {
+    switch (blocks) {
+      case 4: return tile<4>(plan, p0, rows, b0);
+      case 3: return tile<3>(plan, p0, rows, b0);
+      case 2: return tile<2>(plan, p0, rows, b0);
+      default: return tile<1>(plan, p0, rows, b0);
+    }
+  }
+};
 
 }  // namespace
 
 void conv_staged_avx512vnni(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq,
                             void* y, ThreadPool* pool) {
-  Plan plan{g, x, w, rq, y, {}};
-  for (int64_t ky = 0; ky < g.kernel_h; ++ky)
-    for (int64_t kx = 0; kx < g.kernel_w; ++kx)
-      plan.tap_offsets.push_back((ky * g.dilation_h * x.padded_w + kx * g.dilation_w) * x.cp);
-  const int64_t pixels = g.batch * g.out_h * g.out_w;
-  const int64_t tiles = (pixels + kPixels - 1) / kPixels;
-  const int64_t runs = (tiles + kTilesAnItem - 1) / kTilesAnItem;
-  const int64_t groups = (w.blocks() + kMaxBlocks - 1) / kMaxBlocks;
-  auto work = [&](int64_t begin, int64_t end) {
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t b0 = (item / runs) * kMaxBlocks, blocks = std::min<int64_t>(kMaxBlocks, w.blocks() - b0);
-      const int64_t t_end = std::min(tiles, (item % runs + 1) * kTilesAnItem);
-      for (int64_t t = (item % runs) * kTilesAnItem; t < t_end; ++t) {
-        const int64_t p0 = t * kPixels;
-        const int rows = static_cast<int>(std::min<int64_t>(kPixels, pixels - p0));
-        switch (blocks) {
-          case 4: tile<4>(plan, p0, rows, b0); break;
-          case 3: tile<3>(plan, p0, rows, b0); break;
-          case 2: tile<2>(plan, p0, rows, b0); break;
-          default: tile<1>(plan, p0, rows, b0); break;
-        }
-      }
-    }
-  };
-  const int64_t items = groups * runs;
-  if (pool && items > 1)
-    pool->parallel_for(items, 1, work);
-  else
-    work(0, items);
+  drive<VnniTiles>(g, x, w, rq, y, 1, pool);
 }
 
 }  // namespace kiln::qconv

@@ -1,0 +1,70 @@
+// What the 8-bit conv's tiles share (qconv_avx512vnni.cc, qconv_avx2.cc include it, each
+// compiled for its ISA): the input pointers of each output pixel's window, the tap offsets, and
+// the loop that hands (group of blocks, run of pixels) items to the threads.
+//
+// A tile covers kPixels output pixels consecutive in the flattened output (they may cross rows
+// and images), each with its own input pointer, so narrow outputs (7x7) waste no lanes. Threads
+// take items group by group, so that a group's weights stay in L2 while its pixels stream by.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/cpu/qconv/qconv.h"
+
+namespace kiln::qconv {
+
+struct TilePlan {
+  const Geometry& g;
+  const Staged& x;
+  const PackedWeights& w;
+  const Requantize& rq;
+  void* y;
+  int64_t element;                   // bytes of a staged value
+  std::vector<int64_t> tap_offsets;  // bytes from a window's corner to each tap's pixel
+};
+
+// Input pointer of output pixel p's window corner (p flattened over batch, rows and columns).
+inline const char* window(const TilePlan& plan, int64_t p) {
+  const Geometry& g = plan.g;
+  const int64_t per_image = g.out_h * g.out_w, n = p / per_image, r = p % per_image;
+  const int64_t oy = r / g.out_w, ox = r % g.out_w;
+  const int64_t pixel = (n * plan.x.padded_h + oy * g.stride_h) * plan.x.padded_w + ox * g.stride_w;
+  return static_cast<const char*>(plan.x.xp) + pixel * plan.x.cp * plan.element;
+}
+
+// Runs Tiles::tile<B>(plan, p0, rows, b0) over every pixel and block, B up to Tiles::kMaxBlocks.
+template <class Tiles>
+void drive(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq, void* y, int64_t element,
+           ThreadPool* pool) {
+  constexpr int kPixels = Tiles::kPixels, kMaxBlocks = Tiles::kMaxBlocks;
+  constexpr int64_t kTilesAnItem = 8;
+  TilePlan plan{g, x, w, rq, y, element, {}};
+  for (int64_t ky = 0; ky < g.kernel_h; ++ky)
+    for (int64_t kx = 0; kx < g.kernel_w; ++kx)
+      plan.tap_offsets.push_back((ky * g.dilation_h * x.padded_w + kx * g.dilation_w) * x.cp * element);
+  const int64_t pixels = g.batch * g.out_h * g.out_w;
+  const int64_t tiles = (pixels + kPixels - 1) / kPixels;
+  const int64_t runs = (tiles + kTilesAnItem - 1) / kTilesAnItem;
+  const int64_t groups = (w.blocks() + kMaxBlocks - 1) / kMaxBlocks;
+  auto work = [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t b0 = (item / runs) * kMaxBlocks, blocks = std::min<int64_t>(kMaxBlocks, w.blocks() - b0);
+      const int64_t t_end = std::min(tiles, (item % runs + 1) * kTilesAnItem);
+      for (int64_t t = (item % runs) * kTilesAnItem; t < t_end; ++t) {
+        const int64_t p0 = t * kPixels;
+        const int rows = static_cast<int>(std::min<int64_t>(kPixels, pixels - p0));
+        Tiles::run(plan, p0, rows, b0, static_cast<int>(blocks));
+      }
+    }
+  };
+  const int64_t items = groups * runs;
+  if (pool && items > 1)
+    pool->parallel_for(items, 1, work);
+  else
+    work(0, items);
+}
+
+}  // namespace kiln::qconv
