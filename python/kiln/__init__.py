@@ -2,6 +2,7 @@
 
     import kiln
     kiln.optimize("model.onnx", tune=True).save("model.opt.onnx")   # the one-line optimize.py
+    kiln.quantize("model.onnx", samples).save("model.int8.onnx")      # 8 bits, calibrated
 
     import kiln as ort                                                # a deployment script
     sess = ort.InferenceSession("model.opt.onnx")                     # written for ONNX Runtime
@@ -9,7 +10,7 @@
 """
 
 from kiln._kiln import __version__
-from kiln.api import Model, bench, bench_inputs, compare, optimize, profile
+from kiln.api import Model, bench, bench_inputs, compare, optimize, profile, quantize
 from kiln.errors import (Fail, Internal, InvalidArgument, InvalidModel, KilnError, NotFound,
                          NotImplemented, OutOfRange, ResourceExhausted)
 from kiln.session import (ExecutionMode, GraphOptimizationLevel, InferenceSession, ModelMetadata,
@@ -26,7 +27,8 @@ def get_device():
 
 
 __all__ = [
-    "__version__", "Model", "bench", "bench_inputs", "compare", "optimize", "profile", "KilnError", "Fail",
+    "__version__", "Model", "bench", "bench_inputs", "compare", "optimize", "profile", "quantize", "KilnError",
+    "Fail",
     "Internal", "InvalidArgument", "InvalidModel", "NotFound", "NotImplemented", "OutOfRange",
     "ResourceExhausted", "ExecutionMode", "GraphOptimizationLevel", "InferenceSession",
     "ModelMetadata", "NodeArg", "RunOptions", "SessionOptions", "get_available_providers",

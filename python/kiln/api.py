@@ -1,9 +1,10 @@
-"""kiln.optimize, kiln.Model, kiln.compare, kiln.profile and kiln.bench."""
+"""kiln.optimize, kiln.quantize, kiln.Model, kiln.compare, kiln.profile and kiln.bench."""
 
 import json
 import os
 import tempfile
 import time
+import warnings
 
 import numpy as np
 
@@ -14,7 +15,7 @@ from kiln.session import _load_model
 
 class Model:
     """A model kiln optimized (or loaded): ``save(path)``, ``to_onnx()``, ``inputs``, ``outputs``,
-    ``metadata`` and ``report`` (what optimize and tune did)."""
+    ``metadata`` and ``report`` (what optimize, tune and quantize did)."""
 
     def __init__(self, core, report=None):
         self._core = core
@@ -160,6 +161,61 @@ def optimize(model, *, level=3, portable=False, tune=False, threads=None, input_
     # kiln's own operators in the result are what the fusion and layout passes made.
     report["fusions"] = {op: n for op, n in core.summary()["ops"].items() if op.startswith("ai.kiln.")}
     return Model(core, report)
+
+
+def _calibration_next(core, data, input_shapes):
+    """A function returning the next sample (arrays in input order) or None, from ``data``: an
+    iterable of feed dicts or lists, an object with get_next() (ONNX Runtime's
+    CalibrationDataReader), or an int N (N generated samples, with a warning)."""
+    names = [t[0] for t in core.inputs]
+
+    def as_list(sample):
+        if sample is None:
+            return None
+        if isinstance(sample, dict):
+            missing = [n for n in names if n not in sample]
+            if missing:
+                raise InvalidArgument("a calibration sample lacks input(s): " + ", ".join(missing))
+            return [sample[n] for n in names]
+        return list(sample) if isinstance(sample, (list, tuple)) else [sample]
+
+    if isinstance(data, int):
+        warnings.warn("kiln.quantize: calibrating on generated samples; the ranges are not those of real data",
+                      stacklevel=3)
+        rng = np.random.default_rng(12345)
+        base = _input_list(core, None, input_shapes=input_shapes)
+        samples = iter([[rng.standard_normal(a.shape).astype(a.dtype) if a.dtype.kind == "f" else a for a in base]
+                        for _ in range(data)])
+        return lambda: next(samples, None)
+    if hasattr(data, "get_next"):
+        return lambda: as_list(data.get_next())
+    it = iter(data)
+    return lambda: as_list(next(it, None))
+
+
+def quantize(model, calibration_data, *, method="minmax", percentile=99.999, per_channel=True,
+             signed_activations=False, keep_float=(), portable=False, input_shapes=None,
+             example_inputs=None, dynamic_batch=True):
+    """Static post-training quantization, as ``kiln quantize``: returns a kiln.Model whose convs,
+    matrix products and the ops between them run in 8 bits.
+
+    ``model``: a path, bytes, ModelProto, kiln.Model or torch.nn.Module (with ``example_inputs``).
+    ``calibration_data``: an iterable of feed dicts ({input name: array}) or lists in input order,
+    an ONNX Runtime CalibrationDataReader (anything with get_next()), or an int N to calibrate on
+    N generated samples (a warning: the ranges are then not those of real data). ``method``:
+    "minmax", "percentile", "entropy" or "mse"; ``per_channel`` weight scales; int8 symmetric
+    activations with ``signed_activations`` (else uint8 with a zero point); ``keep_float`` names
+    nodes left in float. The result is optimized into kiln's fused 8-bit form unless ``portable``,
+    which keeps the standard QDQ model ONNX Runtime, TensorRT and OpenVINO load.
+    """
+    core = _as_core_model(model, example_inputs, dynamic_batch)
+    core = core.copy() if isinstance(model, (Model, _kiln.Model)) else core
+    report = core.quantize(_calibration_next(core, calibration_data, input_shapes), method=method,
+                           percentile=float(percentile), per_channel=bool(per_channel),
+                           signed_activations=bool(signed_activations), keep_float=list(keep_float))
+    if not portable:
+        core.optimize()
+    return Model(core, {"quantization": report})
 
 
 def _kernels_by_backend(core, threads):

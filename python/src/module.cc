@@ -384,6 +384,49 @@ PYBIND11_MODULE(_kiln, m) {
         return tune_report(r);
       }, py::arg("inputs"), py::arg("threads") = 0, py::arg("cache_path") = "",
          py::arg("node_budget_ms") = 400.0, py::arg("total_budget_s") = 60.0)
+      .def("quantize", [](Model& model, const py::function& next, const std::string& method, double percentile,
+                          bool per_channel, bool signed_activations, const std::vector<std::string>& keep_float) {
+        QuantizeOptions o;
+        if (method == "minmax") o.method = CalibrationMethod::kMinMax;
+        else if (method == "percentile") o.method = CalibrationMethod::kPercentile;
+        else if (method == "entropy") o.method = CalibrationMethod::kEntropy;
+        else if (method == "mse") o.method = CalibrationMethod::kMse;
+        else throw StatusError{Status::invalid_argument("method must be minmax, percentile, entropy or mse")};
+        o.percentile = percentile;
+        o.per_channel = per_channel;
+        o.signed_activations = signed_activations;
+        o.keep_float = keep_float;
+        const std::vector<IoInfo> ios = model.inputs();
+        // `next` returns a list of arrays in input order, or None; samples are copied (kept).
+        CalibrationReader reader = [&]() -> Result<std::optional<std::vector<Tensor>>> {
+          py::gil_scoped_acquire gil;
+          try {
+            py::object sample = next();
+            if (sample.is_none()) return std::optional<std::vector<Tensor>>();
+            py::list arrays(sample);
+            if (arrays.size() != ios.size())
+              return Status::invalid_argument("a calibration sample has " + std::to_string(arrays.size()) +
+                                              " arrays; the model takes " + std::to_string(ios.size()) + " inputs");
+            std::vector<Tensor> tensors;
+            for (size_t i = 0; i < ios.size(); ++i) tensors.push_back(tensor_from_python(arrays[i], ios[i], false));
+            return std::optional<std::vector<Tensor>>(std::move(tensors));
+          } catch (const StatusError& e) {
+            return e.status;
+          } catch (const py::error_already_set& e) {
+            return Status::invalid_argument(std::string("reading calibration data: ") + e.what());
+          }
+        };
+        QuantizeReport r;
+        {
+          py::gil_scoped_release release;
+          r = take(model.quantize(reader, o));
+        }
+        return py::dict(py::arg("samples") = r.samples, py::arg("quantized_nodes") = r.quantized_nodes,
+                        py::arg("quantized_tensors") = r.quantized_tensors, py::arg("removed_relus") = r.removed_relus,
+                        py::arg("opset_before") = r.opset_before, py::arg("opset_after") = r.opset_after,
+                        py::arg("kept_float") = r.kept_float);
+      }, py::arg("next"), py::arg("method") = "minmax", py::arg("percentile") = 99.999, py::arg("per_channel") = true,
+         py::arg("signed_activations") = false, py::arg("keep_float") = std::vector<std::string>{})
       .def("copy", [](const Model& model) { return Model(model); })
       .def("clear_backend_choices", &Model::clear_backend_choices)
       .def("summary", [](const Model& model, int64_t batch, int64_t seq) {

@@ -355,3 +355,45 @@ def test_optimize_a_torch_module():
     with torch.no_grad():
         want = m(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+class _Reader:
+    """ONNX Runtime's CalibrationDataReader protocol: get_next() until None."""
+
+    def __init__(self, samples):
+        self._it = iter(samples)
+
+    def get_next(self):
+        return next(self._it, None)
+
+
+def test_quantize_from_dicts_and_a_reader(model_dir, tmp_path):
+    """kiln.quantize on conv_net: the same model from feed dicts and from an ORT-style reader; its
+    portable QDQ form loads in ONNX Runtime and agrees with kiln's fused form and the float model."""
+    path = os.path.join(model_dir, "conv_net.onnx")
+    calib = [{"x": RNG.standard_normal((1, 3, 16, 16)).astype(np.float32)} for _ in range(8)]
+    fused = kiln.quantize(path, calib)
+    assert fused.report["quantization"]["quantized_nodes"] == 2
+    assert fused.report["quantization"]["removed_relus"] == 1
+    portable = kiln.quantize(path, _Reader(calib), portable=True)
+    qdq = os.path.join(tmp_path, "conv_net.qdq.onnx")
+    portable.save(qdq)
+    ops = {n.op_type for n in onnx.load(qdq).graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear", "Conv", "Gemm"} <= ops and "Relu" not in ops
+    x = RNG.standard_normal((2, 3, 16, 16)).astype(np.float32)
+    want = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"]).run(["logits"], {"x": x})[0]
+    ort_q = onnxruntime.InferenceSession(qdq, providers=["CPUExecutionProvider"]).run(["logits"], {"x": x})[0]
+    kiln_q = fused.session().run(["logits"], {"x": x})[0]
+    scale = np.abs(want).max()
+    assert np.abs(ort_q - want).max() < 0.1 * scale
+    assert np.abs(kiln_q - ort_q).max() < 0.02 * scale
+
+
+def test_quantize_bad_calibration_data(model_dir):
+    path = os.path.join(model_dir, "conv_net.onnx")
+    with pytest.raises(kiln.InvalidArgument, match="lacks input"):
+        kiln.quantize(path, [{"y": np.zeros((1, 3, 16, 16), np.float32)}])
+    with pytest.raises(kiln.InvalidArgument, match="no calibration samples"):
+        kiln.quantize(path, [])
+    with pytest.warns(UserWarning, match="generated samples"):
+        kiln.quantize(path, 2)
