@@ -118,6 +118,42 @@ TEST(QdqFusion, PortableModelKeepsDequantizedWeights) {
   EXPECT_EQ(h.at("Conv"), 2);
   EXPECT_EQ(h.at("DequantizeLinear"), 8);  // 5 activations' and 3 constants'
 }
+// quantize_dynamic's MatMul chain, DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul(xs * ws)
+// -> Add(bias), becomes one MatMulIntegerToFloat with the same float operations: the outputs stay
+// (FMA contraction aside) the same; per-column weight scales too.
+TEST(DynamicQuantMatMul, ChainBecomesMatMulIntegerToFloat) {
+  for (const bool per_column : {false, true}) {
+    const int64_t k = 40, n = 24;
+    test::Builder b(13);
+    b.input("x", {2, 7, k});
+    std::mt19937 rng(9);
+    std::uniform_int_distribution<int> w8(-127, 127);
+    Tensor wq = Tensor::make(DType::kInt8, {k, n}).value();
+    for (int64_t i = 0; i < wq.numel(); ++i) wq.data<int8_t>()[i] = static_cast<int8_t>(w8(rng));
+    auto& init = b.m.graph.initializers;
+    init["wq"] = wq;
+    init["wz"] = scalar_of(DType::kInt8, 0);
+    if (per_column)
+      init["ws"] = b.random({n}, 0.001f, 0.01f);
+    else
+      init["ws"] = scalar_of(DType::kFloat32, 0.004);
+    init["bias"] = b.random({n});
+    b.add("DynamicQuantizeLinear", {"x"}, {"xq", "xs", "xz"});
+    b.add("MatMulInteger", {"xq", "wq", "xz", "wz"}, {"acc"});
+    b.add("Cast", {"acc"}, {"accf"}, {test::attr_i("to", 1)});
+    b.add("Mul", {"xs", "ws"}, {"s"});
+    b.add("Mul", {"accf", "s"}, {"m"});
+    b.add("Add", {"bias", "m"}, {"y"});
+    b.output("y");
+    ir::Model after = b.m;
+    auto rewrites = test::run_pass(after, "dynamic-quant-matmul");
+    ASSERT_TRUE(rewrites.is_ok()) << rewrites.status().message();
+    ASSERT_EQ(*rewrites, 1);
+    EXPECT_EQ(test::qualified_histogram(after),
+              (std::map<std::string, int>{{"DynamicQuantizeLinear", 1}, {"com.microsoft.MatMulIntegerToFloat", 1}}));
+    test::expect_same_outputs(b.m, after, {b.random({2, 7, k})}, 1e-6f);
+  }
+}
 
 }  // namespace
 }  // namespace kiln

@@ -1,7 +1,8 @@
 // Schemas of the com.microsoft (ONNX Runtime contrib) 8-bit ops kiln reads and writes:
 // QLinearConv (ONNX's inputs; channels_last makes X and Y [N, H, W, C]) and NhwcMaxPool (MaxPool
 // on channels-last 8-bit X), whose shapes come from the standard op's schema run on the NCHW
-// view; QLinearAdd and QLinearMul (A and B broadcast, C of A's type).
+// view; QLinearAdd and QLinearMul (A and B broadcast, C of A's type); MatMulIntegerToFloat
+// (MatMulInteger's shapes, float32).
 #include "ir/schemas/common.h"
 
 namespace kiln::ir::schemas::ms_quant {
@@ -54,6 +55,16 @@ Outputs infer_qlinear_binary(InferContext& ctx) {
   return one(tensor_type(a.dtype, std::move(*shape)));
 }
 
+Outputs infer_matmul_integer_to_float(InferContext& ctx) {
+  const OpSchema* base = OpSchemaRegistry::global().find("", "MatMulInteger");
+  if (!base || !base->infer) return ctx.error("the schema of MatMulInteger is missing");
+  InferContext inner(ctx.node, 21);
+  inner.inputs = {ctx.input(0), ctx.input(1)};
+  KILN_ASSIGN_OR_RETURN(std::vector<TypeInfo> outs, base->infer(inner));
+  if (outs.empty()) return ctx.error("MatMulInteger inferred no output");
+  return one(with_dtype(outs[0], DType::kFloat32));
+}
+
 Cost cost_as(const char* op, const InferContext& ctx, const std::vector<TypeInfo>& outs) {
   const OpSchema* base = OpSchemaRegistry::global().find("", op);
   return base && base->cost ? base->cost(ctx, outs) : Cost{0, io_bytes(ctx, outs), 0};
@@ -75,5 +86,11 @@ KILN_REGISTER_OP_SCHEMA("com.microsoft",
                         "NhwcMaxPool");
 
 KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_qlinear_binary}), "QLinearAdd", "QLinearMul");
+KILN_REGISTER_OP_SCHEMA("com.microsoft",
+                        (OpSchema{.infer = infer_matmul_integer_to_float,
+                                  .cost = [](const InferContext& ctx, const std::vector<TypeInfo>& outs) {
+                                    return cost_as("MatMulInteger", ctx, outs);
+                                  }}),
+                        "MatMulIntegerToFloat");
 
 }  // namespace kiln::ir::schemas::ms_quant
