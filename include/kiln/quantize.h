@@ -50,7 +50,7 @@ struct QuantizeReport {
   int64_t samples = 0;            // calibration samples read
   int64_t quantized_nodes = 0;    // Conv, MatMul, Gemm nodes whose inputs and weights went 8-bit
   int64_t quantized_tensors = 0;  // activations given a QuantizeLinear/DequantizeLinear pair
-  int64_t removed_relus = 0;      // Relus whose QuantizeLinear (zero point at the lowest code) does their work
+  int64_t removed_clamps = 0;     // Relus and Clips whose QuantizeLinear saturates at their bounds, dropped
   int opset_before = 0, opset_after = 0;  // the default domain's: raised to 13 for per-channel scales
   std::vector<std::string> kept_float;    // quantizable nodes left in float, with why: "name: reason"
 };

@@ -422,7 +422,7 @@ PYBIND11_MODULE(_kiln, m) {
           r = take(model.quantize(reader, o));
         }
         return py::dict(py::arg("samples") = r.samples, py::arg("quantized_nodes") = r.quantized_nodes,
-                        py::arg("quantized_tensors") = r.quantized_tensors, py::arg("removed_relus") = r.removed_relus,
+                        py::arg("quantized_tensors") = r.quantized_tensors, py::arg("removed_clamps") = r.removed_clamps,
                         py::arg("opset_before") = r.opset_before, py::arg("opset_after") = r.opset_after,
                         py::arg("kept_float") = r.kept_float);
       }, py::arg("next"), py::arg("method") = "minmax", py::arg("percentile") = 99.999, py::arg("per_channel") = true,

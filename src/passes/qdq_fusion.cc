@@ -3,9 +3,10 @@
 // This pass gives those ops their 8-bit kernels:
 //
 //   Q(Conv(DQ(xq), DQ(wq) [, DQ(bq)]), ys, yz)        -> QLinearConv(xq, ..., wq, ..., ys, yz [, bq])
-//   Q(Relu(Conv(...)), ys, yz), yz the lowest code    -> the same (Q's clamp is the Relu)
+//   Q(Relu or Clip(Conv(...))), when the clamp changes -> the same (Q's saturation is the clamp:
+//     no code (a Relu before u8 codes from 0, a ReLU6 before codes within [0, 6]))
 //   Q(MaxPool(DQ(xq)), s, z), the same s and z as DQ  -> MaxPool(xq) (max commutes with a monotone map)
-//   Q([Relu](Add(DQ(a), DQ(b))))                      -> com.microsoft.QLinearAdd(a, ..., b, ..., ys, yz)
+//   Q([Relu or Clip](Add(DQ(a), DQ(b))))              -> com.microsoft.QLinearAdd(a, ..., b, ..., ys, yz)
 //
 // x's DequantizeLinear stays for its other readers (dead-code drops it when none is left); the
 // weights' and bias's are absorbed. Needs per-tensor x and y parameters, s8 weights with zero
@@ -17,6 +18,7 @@
 #include <cmath>
 
 #include "core/float_convert.h"
+#include "passes/fusions/epilogue_match.h"
 #include "passes/pass.h"
 #include "passes/pattern.h"
 
@@ -93,7 +95,16 @@ bool all_zero(const Tensor& t) {
   return true;
 }
 
-std::optional<std::vector<ir::Node>> to_qlinear_conv(const Match& m, RuleContext& rc, bool biased, bool relu) {
+// Whether the matched clamp (a Relu or Clip bound "act", when the rule has one) changes no code of
+// the QuantizeLinear after it: then the 8-bit op's saturation does it.
+bool clamp_absorbed(const Match& m, RuleContext& rc, const Params& y) {
+  auto it = m.nodes.find("act");
+  if (it == m.nodes.end()) return true;
+  const auto bounds = epilogue::clamp_bounds(rc.ctx.index(rc.graph), *it->second);
+  return bounds && epilogue::clamp_is_saturation(bounds->first, bounds->second, y.s, y.z, y.type);
+}
+
+std::optional<std::vector<ir::Node>> to_qlinear_conv(const Match& m, RuleContext& rc, bool biased) {
   const auto x = dequantized_input(m.value("x"), rc);
   const auto y = per_tensor(m.node("q"), rc.ctx.index(rc.graph));
   if (!x || !y || y->zero_point.empty()) return std::nullopt;
@@ -102,7 +113,7 @@ std::optional<std::vector<ir::Node>> to_qlinear_conv(const Match& m, RuleContext
   if (wz.dtype() != DType::kInt8 || !all_zero(wz) || (ws.numel() != 1 && ws.numel() != filters) ||
       ws.rank() > 1 || (ws.numel() != 1 && m.node("w").attr_int("axis", 1) != 0))
     return std::nullopt;
-  if (relu && y->z != (y->type == DType::kInt8 ? -128 : 0)) return std::nullopt;
+  if (!clamp_absorbed(m, rc, *y)) return std::nullopt;
   if (biased) {
     const Tensor &bs = m.constant("b_s"), &bz = m.constant("b_z");
     if (!all_zero(bz) || m.constant("b_q").numel() != filters || !accumulator_scaled(bs, x->second.s, ws))
@@ -120,7 +131,7 @@ std::optional<std::vector<ir::Node>> to_qlinear_conv(const Match& m, RuleContext
 
 // Q(Add(DQ(a), DQ(b))) of one 8-bit type throughout: ONNX Runtime's QLinearAdd (its QOperator
 // form), whose kernel computes the same float operations in one pass over 8-bit data.
-std::optional<std::vector<ir::Node>> to_qlinear_add(const Match& m, RuleContext& rc, bool relu) {
+std::optional<std::vector<ir::Node>> to_qlinear_add(const Match& m, RuleContext& rc) {
   const auto a = dequantized_input(m.value("a"), rc), b = dequantized_input(m.value("b"), rc);
   const auto y = per_tensor(m.node("q"), rc.ctx.index(rc.graph));
   if (!a || !b || !y || y->zero_point.empty() || a->second.type != y->type || b->second.type != y->type)
@@ -128,7 +139,7 @@ std::optional<std::vector<ir::Node>> to_qlinear_add(const Match& m, RuleContext&
   const ir::TypeInfo* ta = rc.ctx.types().tensor(a->first->inputs[0]);
   const ir::TypeInfo* tb = rc.ctx.types().tensor(b->first->inputs[0]);
   if (!ta || !tb || ta->dtype != y->type || tb->dtype != y->type) return std::nullopt;
-  if (relu && y->z != (y->type == DType::kInt8 ? -128 : 0)) return std::nullopt;
+  if (!clamp_absorbed(m, rc, *y)) return std::nullopt;
   ir::Node n = replacement_node(m, "QLinearAdd",
                                 {a->first->inputs[0], a->second.scale, a->second.zero_point, b->first->inputs[0],
                                  b->second.scale, b->second.zero_point, y->scale, y->zero_point},
@@ -147,24 +158,36 @@ std::optional<std::vector<ir::Node>> to_8bit_max_pool(const Match& m, RuleContex
   return std::vector<ir::Node>{std::move(n)};
 }
 
+// The clamps a QuantizeLinear may absorb, as patterns over `p`: none, Relu, and Clip with its
+// bounds as attributes (1 input) or inputs (2 or 3).
+std::vector<std::pair<std::string, P>> clamped(const P& p) {
+  return {{"", p},
+          {"relu-", P::op("Relu", {p}).bind("act")},
+          {"clip1-", P::op("Clip", {p}).bind("act")},
+          {"clip2-", P::op("Clip", {p, P::value("")}).bind("act")},
+          {"clip3-", P::op("Clip", {p, P::value(""), P::value("")}).bind("act")}};
+}
+
+std::vector<Rule> make_rules() {
+  std::vector<Rule> rules;
+  // Longer forms first at each root: the clamped ones, then the plain.
+  for (int i = 4; i >= 0; --i) {
+    for (const bool biased : {true, false}) {
+      auto [prefix, pattern] = clamped(conv(biased))[static_cast<size_t>(i)];
+      rules.push_back({prefix + (biased ? "conv-bias" : "conv"), quantized(pattern),
+                       [biased](const Match& m, RuleContext& rc) { return to_qlinear_conv(m, rc, biased); }});
+    }
+    auto [prefix, pattern] = clamped(P::op("Add", {P::value("a"), P::value("b")}))[static_cast<size_t>(i)];
+    rules.push_back({prefix + "add", quantized(pattern), to_qlinear_add});
+  }
+  rules.push_back({"max-pool", quantized(P::op("MaxPool", {P::value("x")}).bind("pool")), to_8bit_max_pool});
+  return rules;
+}
+
 class QdqFusion : public Pass {
  public:
   Result<int64_t> run(ir::Model& model, PassContext& ctx) override {
-    static const std::vector<Rule> rules = {
-        {"relu-conv-bias", quantized(P::op("Relu", {conv(true)})),
-         [](const Match& m, RuleContext& rc) { return to_qlinear_conv(m, rc, true, true); }},
-        {"relu-conv", quantized(P::op("Relu", {conv(false)})),
-         [](const Match& m, RuleContext& rc) { return to_qlinear_conv(m, rc, false, true); }},
-        {"conv-bias", quantized(conv(true)),
-         [](const Match& m, RuleContext& rc) { return to_qlinear_conv(m, rc, true, false); }},
-        {"conv", quantized(conv(false)),
-         [](const Match& m, RuleContext& rc) { return to_qlinear_conv(m, rc, false, false); }},
-        {"relu-add", quantized(P::op("Relu", {P::op("Add", {P::value("a"), P::value("b")})})),
-         [](const Match& m, RuleContext& rc) { return to_qlinear_add(m, rc, true); }},
-        {"add", quantized(P::op("Add", {P::value("a"), P::value("b")})),
-         [](const Match& m, RuleContext& rc) { return to_qlinear_add(m, rc, false); }},
-        {"max-pool", quantized(P::op("MaxPool", {P::value("x")}).bind("pool")), to_8bit_max_pool},
-    };
+    static const std::vector<Rule> rules = make_rules();
     return apply_rules(model, ctx, rules);
   }
 };

@@ -11,7 +11,9 @@
 #include <limits>
 #include <set>
 
+#include "passes/fusions/epilogue_match.h"
 #include "passes/graph_edit.h"
+#include "passes/graph_index.h"
 #include "quantize/quantize_internal.h"
 
 namespace kiln::quantize {
@@ -89,7 +91,8 @@ class Writer {
     return out;
   }
 
-  // Q and DQ of activation t; the Relu producing it goes when its clamp is Q's. True when it did.
+  // Q and DQ of activation t; the Relu or Clip producing it goes when Q's saturation does its
+  // clamp (passes/fusions/epilogue_match.h). True when it went.
   bool activation(const std::string& t, const QuantParams& p, bool is_signed) {
     const std::string s = fresh_name(g_, t + "_scale");
     g_.initializers[s] = Tensor::scalar<float>(DType::kFloat32, p.scale);
@@ -99,19 +102,21 @@ class Writer {
     const std::string q = fresh_name(g_, t + "_quantized"), dq = fresh_name(g_, t + "_dequantized");
     passes::rename_uses(g_, t, dq);
     std::string source = t;
-    const ir::Node* relu = producer(t);
-    const bool drop_relu = relu && relu->op_type == "Relu" && relu->domain.empty() && !is_signed && p.zero_point == 0 &&
-                           !passes::is_graph_output(g_, t) && relu->inputs.size() == 1 && single_reader(relu->inputs[0]);
-    if (drop_relu) {
-      source = relu->inputs[0];
+    const ir::Node* clamp = producer(t);
+    const auto bounds = clamp ? passes::epilogue::clamp_bounds(passes::GraphIndex(g_), *clamp) : std::nullopt;
+    const bool drop = bounds && !passes::is_graph_output(g_, t) && single_reader(clamp->inputs[0]) &&
+                      passes::epilogue::clamp_is_saturation(bounds->first, bounds->second, p.scale, p.zero_point,
+                                                            is_signed ? DType::kInt8 : DType::kUInt8);
+    if (drop) {
+      source = clamp->inputs[0];
       dropped_.insert(t);
     }
     added_.push_back(make_node(q, "QuantizeLinear", {source, s, z}, {q}));
     added_.push_back(make_node(dq, "DequantizeLinear", {q, s, z}, {dq}));
-    return drop_relu;
+    return drop;
   }
 
-  // Appends what was added, without the dropped Relus.
+  // Appends what was added, without the dropped clamps.
   void finish() {
     std::erase_if(g_.nodes, [&](const ir::Node& n) { return n.outputs.size() == 1 && dropped_.count(n.outputs[0]); });
     for (ir::Node& n : added_) g_.nodes.push_back(std::move(n));
@@ -132,7 +137,7 @@ class Writer {
 
   ir::Graph& g_;
   std::vector<ir::Node> added_;
-  std::set<std::string> dropped_;  // outputs of the Relus that went
+  std::set<std::string> dropped_;  // outputs of the clamps that went
 };
 
 }  // namespace
@@ -163,7 +168,7 @@ Status write_qdq(ir::Model& model, const Plan& plan, const std::map<std::string,
           writer.dequantized(b_name, quantize_bias(*b, xp.scale, w_scale), 0);
     }
   }
-  for (const std::string& t : plan.points) report->removed_relus += writer.activation(t, params.at(t), options.signed_activations);
+  for (const std::string& t : plan.points) report->removed_clamps += writer.activation(t, params.at(t), options.signed_activations);
   report->quantized_tensors = static_cast<int64_t>(plan.points.size());
   writer.finish();
   passes::drop_unread_initializers(g, replaced);

@@ -10,7 +10,9 @@
 #include <map>
 #include <set>
 
+#include "passes/fusions/epilogue_match.h"
 #include "passes/graph_edit.h"
+#include "passes/graph_index.h"
 #include "quantize/quantize_internal.h"
 
 namespace kiln::quantize {
@@ -40,13 +42,15 @@ Plan choose(const ir::Model& model, const passes::ValueTypes& types, const Quant
   std::map<std::string, std::vector<const ir::Node*>> readers;
   for (const ir::Node& n : g.nodes)
     for (const std::string& in : n.inputs) readers[in].push_back(&n);
-  // An op's output read only by a Relu is quantized after the Relu, which its QuantizeLinear then
-  // absorbs (zero point at code 0): one Q/DQ pair, not a requantization from the op's range.
-  auto through_relu = [&](const std::string& v) {
+  // An op's output read only by a Relu or Clip is quantized after it, which its QuantizeLinear
+  // then absorbs where the calibrated range allows (qdq_writer.cc): one Q/DQ pair, not a
+  // requantization from the op's range.
+  const passes::GraphIndex index(g);
+  auto through_clamp = [&](const std::string& v) {
     auto it = readers.find(v);
     if (it == readers.end() || it->second.size() != 1 || passes::is_graph_output(g, v)) return v;
     const ir::Node* r = it->second[0];
-    return r->domain.empty() && r->op_type == "Relu" && r->outputs.size() == 1 && activation(r->outputs[0]) ? r->outputs[0] : v;
+    return r->inputs[0] == v && passes::epilogue::clamp_bounds(index, *r) && activation(r->outputs[0]) ? r->outputs[0] : v;
   };
   Plan plan;
   std::set<std::string> chosen;
@@ -91,16 +95,16 @@ Plan choose(const ir::Model& model, const passes::ValueTypes& types, const Quant
       point(n.inputs[0]);
     } else if (op == "Add") {
       if (n.inputs.size() == 2 && activation(n.inputs[0]) && activation(n.inputs[1]) && activation(n.outputs[0]))
-        point(n.inputs[0]), point(n.inputs[1]), point(through_relu(n.outputs[0]));
+        point(n.inputs[0]), point(n.inputs[1]), point(through_clamp(n.outputs[0]));
     } else if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool") {
       if (n.outputs.size() == 1 && activation(n.inputs[0]) && activation(n.outputs[0]))
-        point(n.inputs[0]), point(through_relu(n.outputs[0]));
+        point(n.inputs[0]), point(through_clamp(n.outputs[0]));
     } else if (op == "Concat") {
       bool all = activation(n.outputs[0]);
       for (const std::string& in : n.inputs) all = all && activation(in);
       if (!all) continue;
       for (const std::string& in : n.inputs) point(in);
-      point(through_relu(n.outputs[0]));
+      point(through_clamp(n.outputs[0]));
     }
   }
   report->quantized_nodes = static_cast<int64_t>(plan.nodes.size());

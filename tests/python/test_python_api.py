@@ -374,7 +374,7 @@ def test_quantize_from_dicts_and_a_reader(model_dir, tmp_path):
     calib = [{"x": RNG.standard_normal((1, 3, 16, 16)).astype(np.float32)} for _ in range(8)]
     fused = kiln.quantize(path, calib)
     assert fused.report["quantization"]["quantized_nodes"] == 2
-    assert fused.report["quantization"]["removed_relus"] == 1
+    assert fused.report["quantization"]["removed_clamps"] == 1
     portable = kiln.quantize(path, _Reader(calib), portable=True)
     qdq = os.path.join(tmp_path, "conv_net.qdq.onnx")
     portable.save(qdq)

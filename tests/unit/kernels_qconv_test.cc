@@ -21,6 +21,7 @@ namespace {
 
 struct Case {
   int64_t n, c, h, w, m, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr;
+  bool depthwise = false;  // m == c, one filter a channel (W [c, 1, kh, kw])
 };
 
 struct Data {
@@ -42,7 +43,7 @@ Data make_data(const Case& k, bool x_signed, bool per_filter, uint32_t seed) {
   Data d;
   d.x.resize(static_cast<size_t>(k.n * k.c * k.h * k.w));
   for (auto& v : d.x) v = static_cast<uint8_t>(byte(rng));
-  d.w.resize(static_cast<size_t>(k.m * k.c * k.kh * k.kw));
+  d.w.resize(static_cast<size_t>(k.m * (k.depthwise ? 1 : k.c) * k.kh * k.kw));
   for (auto& v : d.w) v = static_cast<int8_t>(weight(rng));
   d.bias.resize(static_cast<size_t>(k.m));
   for (auto& v : d.bias) v = bias(rng);
@@ -65,14 +66,15 @@ std::vector<double> expected(const Case& k, const Data& d, bool x_signed, qconv:
       for (int64_t i = 0; i < oh; ++i)
         for (int64_t j = 0; j < ow; ++j) {
           int64_t sum = d.bias[static_cast<size_t>(m)];
-          for (int64_t c = 0; c < k.c; ++c)
+          const int64_t c0 = k.depthwise ? m : 0, c1 = k.depthwise ? m + 1 : k.c, cw = k.depthwise ? 1 : k.c;
+          for (int64_t c = c0; c < c1; ++c)
             for (int64_t a = 0; a < k.kh; ++a)
               for (int64_t b = 0; b < k.kw; ++b) {
                 const int64_t ih = i * k.sh - k.pt + a * k.dh, iw = j * k.sw - k.pl + b * k.dw;
                 if (ih < 0 || ih >= k.h || iw < 0 || iw >= k.w) continue;
                 const uint8_t raw = d.x[static_cast<size_t>(((n * k.c + c) * k.h + ih) * k.w + iw)];
                 const int64_t xv = x_signed ? static_cast<int8_t>(raw) : raw;
-                sum += (xv - d.zx) * d.w[static_cast<size_t>(((m * k.c + c) * k.kh + a) * k.kw + b)];
+                sum += (xv - d.zx) * d.w[static_cast<size_t>(((m * cw + c - c0) * k.kh + a) * k.kw + b)];
               }
           const float ws = d.w_scale[d.w_scale.size() == 1 ? 0 : static_cast<size_t>(m)];
           if (out == qconv::Output::kFloat) {
@@ -152,6 +154,24 @@ const std::vector<Case>& cases() {
       {3, 8, 1, 29, 36, 1, 5, 1, 2, 1, 1, 0, 2, 0, 1},    // one row (a 1-D conv)
   };
   return all;
+}
+
+// Depthwise convs on their tile: channels in one part block and several, 3x3 and 5x5 (odd tap
+// counts: the last pair half empty), stride 2, dilation, uneven pads.
+TEST(QConv, DepthwiseMatchesAPlainLoop) {
+  const std::vector<Case> depthwise = {
+      // n  c   h   w   m   kh kw sh sw dh dw pt pl pb pr
+      {1, 32, 12, 12, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, true},
+      {2, 21, 9, 11, 21, 3, 3, 2, 2, 1, 1, 1, 1, 0, 1, true},
+      {1, 40, 10, 10, 40, 5, 5, 1, 1, 1, 1, 2, 2, 2, 2, true},
+      {1, 16, 13, 8, 16, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2, true},
+      {1, 8, 1, 20, 8, 1, 3, 1, 1, 1, 1, 0, 1, 0, 1, true},
+  };
+  for (const Case& k : depthwise)
+    for (const bool x_signed : {false, true})
+      for (const auto out : {qconv::Output::kU8, qconv::Output::kS8, qconv::Output::kFloat})
+        for (const bool nhwc : {false, true})
+          check_direct(k, qconv::Tile::kDepthwise, x_signed, x_signed == nhwc, out, nhwc, nhwc ? 2 : 1);
 }
 
 // Every tile this CPU (and KILN_ISA) has: AVX2 always, VNNI where best_tile() says so.

@@ -106,7 +106,7 @@ TEST(Quantize, SmallCnnToQdq) {
   ASSERT_TRUE(report.is_ok()) << report.status().message();
   EXPECT_EQ(report->samples, 8);
   EXPECT_EQ(report->quantized_nodes, 3);  // two convs and the Gemm
-  EXPECT_EQ(report->removed_relus, 2);
+  EXPECT_EQ(report->removed_clamps, 2);
   const ir::Model& q = model.ir();
   const auto h = test::histogram(q);
   EXPECT_EQ(h.count("Relu"), 0u);

@@ -158,9 +158,9 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     auto report = model->quantize(reader, qo);
     if (!report) return fail(report.status());
     std::printf("calibrated on %lld samples (%s)\n", static_cast<long long>(report->samples), opt->method.c_str());
-    std::printf("quantized %lld nodes, %lld activations; %lld Relus absorbed by their QuantizeLinear\n",
+    std::printf("quantized %lld nodes, %lld activations; %lld Relu/Clip absorbed by their QuantizeLinear\n",
                 static_cast<long long>(report->quantized_nodes), static_cast<long long>(report->quantized_tensors),
-                static_cast<long long>(report->removed_relus));
+                static_cast<long long>(report->removed_clamps));
     if (report->opset_after != report->opset_before)
       std::printf("opset %d -> %d (ONNX's version converter)\n", report->opset_before, report->opset_after);
     for (const std::string& k : report->kept_float) std::printf("kept in float: %s\n", k.c_str());

@@ -52,7 +52,26 @@ std::optional<Activation> unary_activation(const GraphIndex& idx, const ir::Node
   if (op == "HardSigmoid")
     return Activation{op, {n.attr_float("alpha", 0.2f), n.attr_float("beta", 0.5f)}};
   if (op != "Clip") return std::nullopt;
-  float lo = -std::numeric_limits<float>::infinity(), hi = std::numeric_limits<float>::infinity();
+  const auto bounds = clamp_bounds(idx, n);
+  if (!bounds) return std::nullopt;
+  return Activation{"Clip", {bounds->first, bounds->second}};
+}
+
+}  // namespace
+
+bool clamp_is_saturation(float lo, float hi, float scale, int32_t zero_point, DType type) {
+  const float qmin = type == DType::kInt8 ? -128.0f : 0.0f, qmax = type == DType::kInt8 ? 127.0f : 255.0f;
+  // QuantizeLinear's arithmetic: x / scale, rounded half to even, plus the zero point, saturated.
+  auto code = [&](float x) { return std::min(qmax, std::max(qmin, std::nearbyint(x / scale) + static_cast<float>(zero_point))); };
+  return scale > 0 && code(lo) == qmin && code(hi) == qmax;
+}
+
+std::optional<std::pair<float, float>> clamp_bounds(const GraphIndex& idx, const ir::Node& n) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  if (!n.domain.empty() || n.inputs.empty() || n.outputs.size() != 1) return std::nullopt;
+  if (n.op_type == "Relu") return n.inputs.size() == 1 ? std::optional(std::pair(0.0f, kInf)) : std::nullopt;
+  if (n.op_type != "Clip") return std::nullopt;
+  float lo = -kInf, hi = kInf;
   if (n.has_attr("min") || n.has_attr("max")) {  // Clip-6: bounds are attributes
     if (n.inputs.size() != 1) return std::nullopt;
     lo = n.attr_float("min", lo);
@@ -66,10 +85,8 @@ std::optional<Activation> unary_activation(const GraphIndex& idx, const ir::Node
       (i == 1 ? lo : hi) = static_cast<float>(*s);
     }
   }
-  return Activation{"Clip", {lo, hi}};
+  return std::pair(lo, hi);
 }
-
-}  // namespace
 
 const ir::Node* sole_consumer(const GraphIndex& idx, const std::string& v, const Taken& taken) {
   const ir::Node* n = idx.sole_consumer(v);

@@ -66,6 +66,15 @@ using Taken = std::set<const ir::Node*>;
 // The one node reading `v` (GraphIndex::sole_consumer), unless an earlier match took it.
 const ir::Node* sole_consumer(const GraphIndex& idx, const std::string& v, const Taken& taken);
 
+// The clamp a Relu ([0, +inf]) or Clip (bounds as attributes or constant inputs, an absent one
+// infinite) applies; nullopt for another node, or bounds that are not constants.
+std::optional<std::pair<float, float>> clamp_bounds(const GraphIndex& idx, const ir::Node& n);
+// Whether a clamp to [lo, hi] before QuantizeLinear(scale, zero_point) to `type` (u8 or s8)
+// changes no code: the quantization of lo is already the lowest code and that of hi the highest,
+// so the Q's saturation does the clamp (a Relu before u8 codes with zero point 0, a ReLU6 before
+// codes spanning at most [0, 6]).
+bool clamp_is_saturation(float lo, float hi, float scale, int32_t zero_point, DType type);
+
 // An activation reading `v` (v read by nothing else): Relu, Clip (attributes or constant inputs),
 // LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Tanh, Gelu (ONNX or ai.kiln), v*Sigmoid(v) and
 // v*HardSigmoid(v) (1/6, 1/2), with the Clip that alone reads its result, if one does, as its

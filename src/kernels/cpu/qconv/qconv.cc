@@ -32,8 +32,11 @@ void stage(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t
       T* row = data + ((n * s.padded_h + iy + g.pad_top) * s.padded_w + g.pad_left) * s.cp;
       if (x_nhwc) {
         const uint8_t* src = in + (n * g.in_h + iy) * g.in_w * g.channels;
-        for (int64_t ix = 0; ix < g.in_w; ++ix)
-          for (int64_t c = 0; c < g.channels; ++c) row[ix * s.cp + c] = static_cast<T>(src[ix * g.channels + c] ^ flip);
+        for (int64_t ix = 0; ix < g.in_w; ++ix) {
+          const uint8_t* __restrict from = src + ix * g.channels;
+          T* __restrict to = row + ix * s.cp;
+          for (int64_t c = 0; c < g.channels; ++c) to[c] = static_cast<T>(from[c] ^ flip);
+        }
       } else {
         for (int64_t c = 0; c < g.channels; ++c) {
           const uint8_t* src = in + ((n * g.channels + c) * g.in_h + iy) * g.in_w;
@@ -69,6 +72,22 @@ Tile best_tile() { return cpu_features().has_avx512_vnni() ? Tile::kAvx512Vnni :
 PackedWeights PackedWeights::pack(const int8_t* w, const Geometry& g, Tile tile) {
   PackedWeights r;
   r.tile_ = tile;
+  if (tile == Tile::kDepthwise) {
+    // Per block of 16 channels, per pair of taps, 16 int16 pairs (w_t, w_t+1) in vpunpck{l,h}wd's
+    // lane order: the low vector holds channels 0-3 then 8-11, the high one 4-7 then 12-15.
+    r.taps_ = g.kernel_h * g.kernel_w, r.steps_ = (r.taps_ + 1) / 2, r.blocks_ = (g.channels + 15) / 16;
+    r.data_.assign(static_cast<size_t>(r.blocks_ * r.block_bytes()), 0);
+    r.sums_.assign(static_cast<size_t>(g.channels), 0);
+    for (int64_t c = 0; c < g.channels; ++c)
+      for (int64_t t = 0; t < r.taps_; ++t) {
+        const int16_t v = w[c * r.taps_ + t];
+        const int64_t i = c % 16, lane = (i / 8) * 4 + i % 4, half = (i % 8) / 4;
+        const int64_t at = ((c / 16) * r.steps_ + t / 2) * 64 + ((half * 8 + lane) * 2 + t % 2) * 2;
+        std::memcpy(&r.data_[static_cast<size_t>(at)], &v, 2);
+        r.sums_[static_cast<size_t>(c)] += v;
+      }
+    return r;
+  }
   const int64_t per = r.channels_a_step();
   r.steps_ = (g.channels + per - 1) / per;
   r.taps_ = g.kernel_h * g.kernel_w;
@@ -95,22 +114,29 @@ PackedWeights PackedWeights::pack(const int8_t* w, const Geometry& g, Tile tile)
 void conv(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t zx, const PackedWeights& w,
           const Requantize& rq, void* y, bool y_nhwc, ThreadPool* pool) {
   thread_local std::vector<char> staged, nhwc_out;
-  const bool vnni = w.tile() == Tile::kAvx512Vnni;
-  Staged s{x, g.in_h, g.in_w, g.channels};
-  if (vnni && !readable_in_place(g, x_signed, x_nhwc))
-    stage<uint8_t>(g, x, x_signed, x_nhwc, zx, 4, staged, s);
-  else if (!vnni)
-    stage<int16_t>(g, x, x_signed, x_nhwc, zx, 2, staged, s);
   const size_t elem = rq.output == Output::kFloat ? 4 : 1;
   void* out = y;
   if (!y_nhwc) {
     nhwc_out.resize(static_cast<size_t>(g.batch * g.out_h * g.out_w * g.filters) * elem);
     out = nhwc_out.data();
   }
-  if (vnni)
+  Staged s{x, g.in_h, g.in_w, g.channels};
+  if (w.tile() == Tile::kDepthwise) {
+    if (x_nhwc) {
+      conv_depthwise(g, x, x_signed, zx, g.channels, w, rq, out, pool);
+    } else {  // channels-last first: a padded copy, read as unpadded (its borders hold zx)
+      stage<uint8_t>(g, x, x_signed, false, zx, 16, staged, s);
+      Geometry padded = g;
+      padded.in_h = s.padded_h, padded.in_w = s.padded_w, padded.pad_top = padded.pad_left = 0;
+      conv_depthwise(padded, s.xp, false, static_cast<uint8_t>(zx) ^ (x_signed ? 0x80 : 0), s.cp, w, rq, out, pool);
+    }
+  } else if (w.tile() == Tile::kAvx512Vnni) {
+    if (!readable_in_place(g, x_signed, x_nhwc)) stage<uint8_t>(g, x, x_signed, x_nhwc, zx, 4, staged, s);
     conv_staged_avx512vnni(g, s, w, rq, out, pool);
-  else
+  } else {
+    stage<int16_t>(g, x, x_signed, x_nhwc, zx, 2, staged, s);
     conv_staged_avx2(g, s, w, rq, out, pool);
+  }
   if (!y_nhwc) to_nchw(g, out, elem, y);
 }
 

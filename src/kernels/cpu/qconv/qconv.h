@@ -23,7 +23,7 @@ class ThreadPool;
 
 namespace kiln::qconv {
 
-// A 2-D conv (1-D convs are 2-D with one row), group 1.
+// A 2-D conv (1-D convs are 2-D with one row): group 1, or depthwise (group = channels = filters).
 struct Geometry {
   int64_t batch = 0, channels = 0, in_h = 0, in_w = 0;  // input, NHWC or NCHW
   int64_t filters = 0, out_h = 0, out_w = 0;           // output
@@ -46,24 +46,28 @@ struct Requantize {
 // The register tiles, best first: AVX-512 VNNI (vpdpbusd on u8 x s8 quads of channels), and AVX2
 // (vpmaddwd on pairs of channels widened to 16 bits: exact, where vpmaddubsw's u8 x s8 pairs
 // would saturate at 16 bits; widening halves the products an instruction, as the u8 x s8
-// route's extra vpmaddwd does). Both take blocks of 16 filters.
-enum class Tile { kAvx512Vnni, kAvx2 };
+// route's extra vpmaddwd does). Both take blocks of 16 filters. Depthwise convs have a tile of
+// their own (AVX2, every CPU): 16 channels a block, the window's taps in pairs (vpmaddwd).
+enum class Tile { kAvx512Vnni, kAvx2, kDepthwise };
 // The best tile this CPU (and KILN_ISA) allows.
 Tile best_tile();
 
 // W [filters, channels, kernel_h, kernel_w] (s8) packed for a tile: blocks of 16 filters, each
 // tap by tap, each tap's channels in steps (quads of s8 for VNNI, pairs of s16 for AVX2), a step
 // 16 filters x its channels (64 bytes either way); filters and channels past the real ones are
-// zero.
+// zero. Depthwise W [channels, 1, kernel_h, kernel_w]: blocks of 16 channels, each a step per
+// pair of taps (the last one's second tap zero), a step the 16 channels' two 16-bit weights
+// interleaved as vpunpck{l,h}wd interleaves two taps' inputs (channels 0-3 and 8-11, then 4-7
+// and 12-15).
 class PackedWeights {
  public:
   static PackedWeights pack(const int8_t* w, const Geometry& g, Tile tile);
   Tile tile() const { return tile_; }
   int64_t channels_a_step() const { return tile_ == Tile::kAvx512Vnni ? 4 : 2; }
-  int64_t steps() const { return steps_; }  // channel steps a tap
+  int64_t steps() const { return steps_; }  // channel steps a tap; tap pairs (depthwise)
   int64_t taps() const { return taps_; }
   int64_t blocks() const { return blocks_; }
-  int64_t block_bytes() const { return taps_ * steps_ * 64; }  // a step is 64 bytes on either tile
+  int64_t block_bytes() const { return (tile_ == Tile::kDepthwise ? 1 : taps_) * steps_ * 64; }  // 64-byte steps
   const int8_t* block(int64_t b) const { return data_.data() + b * block_bytes(); }
   // sum of W over a filter's window, per filter (the zero point's term).
   const std::vector<int32_t>& filter_sums() const { return sums_; }
@@ -92,5 +96,9 @@ void conv_staged_avx512vnni(const Geometry& g, const Staged& x, const PackedWeig
                             void* y, ThreadPool* pool);
 void conv_staged_avx2(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq, void* y,
                       ThreadPool* pool);
+// Depthwise (qconv_depthwise.cc) reads channels-last u8 X (x_signed: s8) where it is, `stride`
+// bytes a pixel, with zero point zx (X's type).
+void conv_depthwise(const Geometry& g, const void* x, bool x_signed, int32_t zx, int64_t stride, const PackedWeights& w,
+                    const Requantize& rq, void* y, ThreadPool* pool);
 
 }  // namespace kiln::qconv

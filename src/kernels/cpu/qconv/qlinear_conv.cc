@@ -1,4 +1,4 @@
-// QLinearConv: the 8-bit conv of qconv.h where it applies (2-D or 1-D, group 1, constant s8
+// QLinearConv: the 8-bit conv of qconv.h where it applies (2-D or 1-D, group 1 or depthwise, constant s8
 // weights with zero points 0, constant scales and zero points), packed
 // once in prepare; every other node, and a run whose X is not the type prepared for, takes the
 // reference (kernels/ref/conv.cc).
@@ -30,9 +30,10 @@ bool qlinear_conv_tileable(const ir::Node& node, const std::vector<const Tensor*
   auto at = [&](size_t i) { return i < c.size() ? c[i] : nullptr; };
   auto named = [&](size_t i) { return i < node.inputs.size() && !node.inputs[i].empty(); };
   const Tensor *w = at(3), *xs = at(1), *xz = at(2), *ws = at(4), *wz = at(5), *ys = at(6), *yz = at(7), *b = at(8);
-  if (node.attr_int("group", 1) != 1 || !w || w->dtype() != DType::kInt8 ||
-      (w->rank() != 4 && w->rank() != 3))
-    return false;
+  if (!w || w->dtype() != DType::kInt8 || (w->rank() != 4 && w->rank() != 3)) return false;
+  // Group 1, or depthwise: one filter a channel.
+  const int64_t group = node.attr_int("group", 1);
+  if (group != 1 && (group != w->dim(0) || w->dim(1) != 1)) return false;
   if (!float_scale(xs) || xs->numel() != 1 || !float_scale(ys) || ys->numel() != 1 || !float_scale(ws) ||
       (ws->numel() != 1 && ws->numel() != w->dim(0)) || !all_zero(wz))
     return false;
@@ -59,11 +60,12 @@ class QLinearConvKernel : public Kernel {
     const Tensor* b = c.size() > 8 ? c[8] : nullptr;
     x_type_ = xz ? xz->dtype() : DType::kUInt8;
     y_type_ = yz ? yz->dtype() : x_type_;
-    filters_ = w->dim(0), channels_ = w->dim(1), w_rank_ = w->rank();
+    const bool depthwise = node_.attr_int("group", 1) != 1;
+    filters_ = w->dim(0), channels_ = depthwise ? filters_ : w->dim(1), w_rank_ = w->rank();
     kernel_h_ = w->rank() == 4 ? w->dim(2) : 1, kernel_w_ = w->dim(w->rank() - 1);
     qconv::Geometry g;
     g.filters = filters_, g.channels = channels_, g.kernel_h = kernel_h_, g.kernel_w = kernel_w_;
-    packed_ = qconv::PackedWeights::pack(w->data<int8_t>(), g, qconv::best_tile());
+    packed_ = qconv::PackedWeights::pack(w->data<int8_t>(), g, depthwise ? qconv::Tile::kDepthwise : qconv::best_tile());
     // The zero point's term joins the bias; the scales multiply in QLinearConv's order.
     const int32_t zx = xz ? static_cast<int32_t>(load_as_double(xz->dtype(), xz->raw_data(), 0)) : 0;
     const int32_t zx_u8 = zx + (x_type_ == DType::kInt8 ? 128 : 0);

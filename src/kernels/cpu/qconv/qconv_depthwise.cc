@@ -1,0 +1,184 @@
+// The 8-bit depthwise conv (qconv.h), AVX2, on every CPU: one output pixel x 16 channels at a
+// time, the window's taps in pairs, reading channels-last X where it is (no staged copy: a
+// depthwise conv does 9 products a value, so a copy would cost as much as the arithmetic); a tap
+// outside X reads 16 bytes of its zero point. Each tap's 16 channels are widened to 16 bits (one
+// ymm); vpunpck{l,h}wd interleaves two taps' (channels 0-3 and 8-11, 4-7 and 12-15, per 128-bit
+// lane) and vpmaddwd multiplies them with the two taps' weights, packed in that order, and adds
+// the pair into each channel's int32 lane, exactly. The store's packs (per 128-bit lane) put the
+// channels back in order. Threads take (block, output row) items, a block's rows in a row.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <vector>
+#include <cstring>
+
+#include "kernels/cpu/qconv/qconv_driver.h"
+
+namespace kiln::qconv {
+namespace {
+
+inline __m256i first_lanes(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// 16 int32 or float values from channel m as the two unpacked halves: lo holds channels 0-3 and
+// 8-11, hi 4-7 and 12-15 (past `count` zero).
+template <typename T, typename V>
+void load_unpacked(const T* p, int64_t count, V* lo, V* hi) {
+  V a, b;
+  if constexpr (std::is_same_v<V, __m256>) {
+    a = _mm256_maskload_ps(p, first_lanes(count)), b = _mm256_maskload_ps(p + 8, first_lanes(count - 8));
+    *lo = _mm256_permute2f128_ps(a, b, 0x20), *hi = _mm256_permute2f128_ps(a, b, 0x31);
+  } else {
+    a = _mm256_maskload_epi32(p, first_lanes(count)), b = _mm256_maskload_epi32(p + 8, first_lanes(count - 8));
+    *lo = _mm256_permute2x128_si256(a, b, 0x20), *hi = _mm256_permute2x128_si256(a, b, 0x31);
+  }
+}
+
+struct DepthwiseTiles {
+
+  // A block's bias and scale in the accumulators' lane order.
+  struct BlockParams {
+    __m256i bias_lo, bias_hi;
+    __m256 scale_lo, scale_hi;
+    int64_t m, count;
+  };
+
+  static void store(const TilePlan& plan, const BlockParams& bp, __m256i lo, __m256i hi, int64_t pixel) {
+    const Requantize& rq = plan.rq;
+    const int64_t channels = plan.g.filters, m = bp.m, count = bp.count;
+    const __m256 f_lo = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(lo, bp.bias_lo)), bp.scale_lo);
+    const __m256 f_hi = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(hi, bp.bias_hi)), bp.scale_hi);
+    const int64_t at = pixel * channels + m;
+    if (rq.output == Output::kFloat) {
+      float* out = static_cast<float*>(plan.y) + at;
+      _mm256_maskstore_ps(out, first_lanes(count), _mm256_permute2f128_ps(f_lo, f_hi, 0x20));
+      _mm256_maskstore_ps(out + 8, first_lanes(count - 8), _mm256_permute2f128_ps(f_lo, f_hi, 0x31));
+      return;
+    }
+    const __m256 lo_bound = _mm256_set1_ps(static_cast<float>(rq.lo - rq.zero_point));
+    const __m256 hi_bound = _mm256_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
+    const __m256i zp = _mm256_set1_epi32(rq.zero_point);
+    auto code = [&](__m256 f) {
+      return _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f, lo_bound), hi_bound)), zp);
+    };
+    // In range already: the packs only narrow; per lane they give channels 0-7 | 8-15.
+    const __m256i words = _mm256_packs_epi32(code(f_lo), code(f_hi));
+    const __m256i bytes = rq.output == Output::kS8 ? _mm256_packs_epi16(words, words) : _mm256_packus_epi16(words, words);
+    const __m128i ordered = _mm256_castsi256_si128(_mm256_permute4x64_epi64(bytes, _MM_SHUFFLE(3, 1, 2, 0)));
+    char* out = static_cast<char*>(plan.y) + at;
+    if (count == 16) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out), ordered);
+    } else {
+      alignas(16) char tmp[16];
+      _mm_store_si128(reinterpret_cast<__m128i*>(tmp), ordered);
+      std::memcpy(out, tmp, static_cast<size_t>(count));
+    }
+  }
+
+};
+
+// The window's sums of one pixel's 16 channels into lo/hi (the unpacked lane order), tap t read
+// at ptr(t); kTaps the window's taps when known at compile time (9: 3x3), else 0.
+template <int kTaps, typename Ptr>
+inline void window_sums(Ptr ptr, int64_t taps, __m128i flip, const int8_t* wb, __m256i& lo, __m256i& hi) {
+  const int64_t n = kTaps > 0 ? kTaps : taps, pairs = (n + 1) / 2;
+  auto widen = [&](int64_t t) {
+    return _mm256_cvtepu8_epi16(_mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ptr(t))), flip));
+  };
+  lo = hi = _mm256_setzero_si256();
+#pragma GCC unroll 8
+  for (int64_t j = 0; j < pairs; ++j) {
+    const __m256i a = widen(2 * j);
+    const __m256i b = 2 * j + 1 < n ? widen(2 * j + 1) : _mm256_setzero_si256();
+    const __m256i wl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + j * 64));
+    const __m256i wh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + j * 64 + 32));
+    lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), wl));
+    hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), wh));
+  }
+}
+
+// One output row (image n, row oy) of one block of 16 channels, reading X in place: u8 (flip:
+// s8 moved to u8) channels-last of `stride` bytes a pixel; taps outside X read `pad` (16 zx).
+// Pixels whose whole window lies inside X (most) read it at fixed offsets from its corner; the
+// others, and a block that runs past a pixel's bytes (channels not a multiple of 16), look up
+// each tap.
+void depthwise_row(const Geometry& g, const uint8_t* x, int64_t stride, uint8_t flip, const uint8_t* pad,
+                   const PackedWeights& w, const TilePlan& plan, int64_t n, int64_t oy, int64_t b0) {
+  const int64_t taps = w.taps(), c0 = b0 * 16;
+  const int8_t* wb = w.block(b0);
+  DepthwiseTiles::BlockParams bp;
+  bp.m = c0, bp.count = std::min<int64_t>(16, g.filters - c0);
+  load_unpacked(plan.rq.bias.data() + bp.m, bp.count, &bp.bias_lo, &bp.bias_hi);
+  load_unpacked(plan.rq.scale.data() + bp.m, bp.count, &bp.scale_lo, &bp.scale_hi);
+  const bool tail = c0 + 16 > stride;  // the block runs past a pixel's bytes: copy them first
+  const __m128i flip16 = _mm_set1_epi8(static_cast<char>(flip));
+  thread_local std::vector<const uint8_t*> at;
+  thread_local std::vector<std::array<uint8_t, 16>> copies;
+  at.resize(static_cast<size_t>(taps));
+  copies.resize(static_cast<size_t>(taps));
+  // The interior: every row of the window inside X, and columns [ox_lo, ox_hi).
+  const int64_t iy0 = oy * g.stride_h - g.pad_top, span_w = (g.kernel_w - 1) * g.dilation_w;
+  const bool rows_inside = iy0 >= 0 && iy0 + (g.kernel_h - 1) * g.dilation_h < g.in_h;
+  const int64_t ox_lo = std::min(g.out_w, (g.pad_left + g.stride_w - 1) / g.stride_w);
+  const int64_t ox_hi = g.in_w - 1 + g.pad_left - span_w < 0 ? 0
+                        : std::min(g.out_w, (g.in_w - 1 + g.pad_left - span_w) / g.stride_w + 1);
+  const int64_t* offsets = plan.tap_offsets.data();
+  const uint8_t* row = x + (n * g.in_h + iy0) * g.in_w * stride + c0;
+  for (int64_t ox = 0; ox < g.out_w; ++ox) {
+    __m256i lo, hi;
+    const int64_t ix0 = ox * g.stride_w - g.pad_left;
+    if (rows_inside && !tail && ox >= ox_lo && ox < ox_hi) {
+      const uint8_t* corner = row + ix0 * stride;
+      auto ptr = [&](int64_t t) { return corner + offsets[t]; };
+      if (taps == 9)
+        window_sums<9>(ptr, taps, flip16, wb, lo, hi);
+      else
+        window_sums<0>(ptr, taps, flip16, wb, lo, hi);
+    } else {
+      for (int64_t ky = 0, t = 0; ky < g.kernel_h; ++ky)
+        for (int64_t kx = 0; kx < g.kernel_w; ++kx, ++t) {
+          const int64_t iy = iy0 + ky * g.dilation_h, ix = ix0 + kx * g.dilation_w;
+          const bool inside = iy >= 0 && iy < g.in_h && ix >= 0 && ix < g.in_w;
+          const uint8_t* p = inside ? x + ((n * g.in_h + iy) * g.in_w + ix) * stride + c0 : pad;
+          if (inside && tail) {
+            std::array<uint8_t, 16>& copy = copies[static_cast<size_t>(t)];
+            std::memcpy(copy.data(), pad, 16);
+            std::memcpy(copy.data(), p, static_cast<size_t>(stride - c0));
+            p = copy.data();
+          }
+          at[static_cast<size_t>(t)] = p;
+        }
+      window_sums<0>([&](int64_t t) { return at[static_cast<size_t>(t)]; }, taps, flip16, wb, lo, hi);
+    }
+    DepthwiseTiles::store(plan, bp, lo, hi, (n * g.out_h + oy) * g.out_w + ox);
+  }
+}
+
+}  // namespace
+
+void conv_depthwise(const Geometry& g, const void* x, bool x_signed, int32_t zx, int64_t stride, const PackedWeights& w,
+                    const Requantize& rq, void* y, ThreadPool* pool) {
+  const Staged staged{x, g.in_h, g.in_w, g.channels};
+  TilePlan plan{g, staged, w, rq, y, 1, {}};
+  for (int64_t ky = 0; ky < g.kernel_h; ++ky)  // from a window's corner, inside X
+    for (int64_t kx = 0; kx < g.kernel_w; ++kx)
+      plan.tap_offsets.push_back((ky * g.dilation_h * g.in_w + kx * g.dilation_w) * stride);
+  const uint8_t flip = x_signed ? 0x80 : 0;
+  uint8_t pad[16];  // X's zero point as X holds it: the load's flip treats it as X's values
+  std::memset(pad, static_cast<uint8_t>(zx), sizeof(pad));
+  const int64_t rows = g.batch * g.out_h, blocks = w.blocks();
+  auto work = [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t b0 = i / rows, r = i % rows;
+      depthwise_row(g, static_cast<const uint8_t*>(x), stride, flip, pad, w, plan, r / g.out_h, r % g.out_h, b0);
+    }
+  };
+  if (pool && rows * blocks > 1)
+    pool->parallel_for(rows * blocks, 1, work);
+  else
+    work(0, rows * blocks);
+}
+
+}  // namespace kiln::qconv
