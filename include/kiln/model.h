@@ -89,8 +89,10 @@ class Model {
   // model already or `level` is 0. True when it optimized.
   Result<bool> optimize_unless_saved(int level);
   // Static post-training quantization (kiln/quantize.h), in place: calibrates on the samples
-  // `next` gives and rewrites the model to QDQ form. On an error the model stays as it was.
-  Result<QuantizeReport> quantize(const CalibrationReader& next, const QuantizeOptions& options = {});
+  // `next` gives, rewrites the model to QDQ form, and measures it (the accuracy guard) on the
+  // samples `held_out` gives (none: the calibration samples). On an error the model stays as it was.
+  Result<QuantizeReport> quantize(const CalibrationReader& next, const QuantizeOptions& options = {},
+                                  const CalibrationReader& held_out = {});
   // Forgets the backend choices tune() (or a tuned model's metadata) recorded: kiln's kernels
   // run every node again.
   void clear_backend_choices();

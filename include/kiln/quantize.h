@@ -39,11 +39,27 @@ struct QuantizeOptions {
   bool signed_activations = false;
   // Nodes (by name, or by the name of their first output) left in float.
   std::vector<std::string> keep_float;
+  // The accuracy guard: every float output of the quantized model must keep at least this cosine
+  // similarity to the float model's on each held-out sample (`held_out`, else the calibration
+  // samples); activations go back to float, with the Conv/MatMul/Gemm producing them, the one
+  // adding most quantization noise first (relative noise power over that of its producer's
+  // inputs), until it does. 0 turns the guard off.
+  double min_cosine = 0.99;
+  // At most this many fallbacks before the guard gives up (an error naming the budget).
+  int max_fallbacks = 16;
 };
 
 // One calibration sample: a tensor per model input, in the order of the model's inputs; nullopt
 // once there are no more. An error stops the quantization with it.
 using CalibrationReader = std::function<Result<std::optional<std::vector<Tensor>>>()>;
+
+// How far a quantized tensor is from the float model's: signal-to-quantization-noise ratio
+// 10 log10(sum x^2 / sum (x - q)^2) in dB and cosine similarity, over the held-out samples (the
+// worst sample's cosine).
+struct TensorError {
+  std::string tensor;
+  double sqnr_db = 0, cosine = 1;
+};
 
 // What quantize() did.
 struct QuantizeReport {
@@ -53,6 +69,10 @@ struct QuantizeReport {
   int64_t removed_clamps = 0;     // Relus and Clips whose QuantizeLinear saturates at their bounds, dropped
   int opset_before = 0, opset_after = 0;  // the default domain's: raised to 13 for per-channel scales
   std::vector<std::string> kept_float;    // quantizable nodes left in float, with why: "name: reason"
+  // The per-layer report: each quantized activation as its DequantizeLinear gives it, against the
+  // float model's value, and each output; measured on held-out samples when `held_out` was given.
+  std::vector<TensorError> layers, outputs;
+  bool measured_on_held_out = false;
 };
 
 }  // namespace kiln

@@ -193,9 +193,9 @@ def _calibration_next(core, data, input_shapes):
     return lambda: as_list(next(it, None))
 
 
-def quantize(model, calibration_data, *, method="minmax", percentile=99.999, per_channel=True,
-             signed_activations=False, keep_float=(), portable=False, input_shapes=None,
-             example_inputs=None, dynamic_batch=True):
+def quantize(model, calibration_data, *, held_out=None, method="minmax", percentile=99.999, per_channel=True,
+             signed_activations=False, keep_float=(), min_cosine=0.99, max_fallbacks=16, portable=False,
+             input_shapes=None, example_inputs=None, dynamic_batch=True):
     """Static post-training quantization, as ``kiln quantize``: returns a kiln.Model whose convs,
     matrix products and the ops between them run in 8 bits.
 
@@ -205,14 +205,21 @@ def quantize(model, calibration_data, *, method="minmax", percentile=99.999, per
     N generated samples (a warning: the ranges are then not those of real data). ``method``:
     "minmax", "percentile", "entropy" or "mse"; ``per_channel`` weight scales; int8 symmetric
     activations with ``signed_activations`` (else uint8 with a zero point); ``keep_float`` names
-    nodes left in float. The result is optimized into kiln's fused 8-bit form unless ``portable``,
-    which keeps the standard QDQ model ONNX Runtime, TensorRT and OpenVINO load.
+    nodes left in float. The accuracy guard: each output must keep a cosine of at least
+    ``min_cosine`` to the float model's on ``held_out`` (samples as ``calibration_data``; default
+    the calibration samples), nodes going back to float, most sensitive first, up to
+    ``max_fallbacks``; ``min_cosine=0`` turns it off. ``report["quantization"]`` has each quantized
+    tensor's SQNR and cosine ("layers"), the outputs', and what stayed float and why. The result is
+    optimized into kiln's fused 8-bit form unless ``portable``, which keeps the standard QDQ model
+    ONNX Runtime, TensorRT and OpenVINO load.
     """
     core = _as_core_model(model, example_inputs, dynamic_batch)
     core = core.copy() if isinstance(model, (Model, _kiln.Model)) else core
-    report = core.quantize(_calibration_next(core, calibration_data, input_shapes), method=method,
+    held = None if held_out is None else _calibration_next(core, held_out, input_shapes)
+    report = core.quantize(_calibration_next(core, calibration_data, input_shapes), held_out=held, method=method,
                            percentile=float(percentile), per_channel=bool(per_channel),
-                           signed_activations=bool(signed_activations), keep_float=list(keep_float))
+                           signed_activations=bool(signed_activations), keep_float=list(keep_float),
+                           min_cosine=float(min_cosine), max_fallbacks=int(max_fallbacks))
     if not portable:
         core.optimize()
     return Model(core, {"quantization": report})

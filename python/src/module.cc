@@ -384,8 +384,9 @@ PYBIND11_MODULE(_kiln, m) {
         return tune_report(r);
       }, py::arg("inputs"), py::arg("threads") = 0, py::arg("cache_path") = "",
          py::arg("node_budget_ms") = 400.0, py::arg("total_budget_s") = 60.0)
-      .def("quantize", [](Model& model, const py::function& next, const std::string& method, double percentile,
-                          bool per_channel, bool signed_activations, const std::vector<std::string>& keep_float) {
+      .def("quantize", [](Model& model, const py::function& next, const py::object& held_out, const std::string& method,
+                          double percentile, bool per_channel, bool signed_activations,
+                          const std::vector<std::string>& keep_float, double min_cosine, int max_fallbacks) {
         QuantizeOptions o;
         if (method == "minmax") o.method = CalibrationMethod::kMinMax;
         else if (method == "percentile") o.method = CalibrationMethod::kPercentile;
@@ -396,12 +397,15 @@ PYBIND11_MODULE(_kiln, m) {
         o.per_channel = per_channel;
         o.signed_activations = signed_activations;
         o.keep_float = keep_float;
+        o.min_cosine = min_cosine;
+        o.max_fallbacks = max_fallbacks;
         const std::vector<IoInfo> ios = model.inputs();
         // `next` returns a list of arrays in input order, or None; samples are copied (kept).
-        CalibrationReader reader = [&]() -> Result<std::optional<std::vector<Tensor>>> {
+        auto reader_of = [&](const py::object& source) -> CalibrationReader {
+          return [&ios, source]() -> Result<std::optional<std::vector<Tensor>>> {
           py::gil_scoped_acquire gil;
           try {
-            py::object sample = next();
+            py::object sample = source();
             if (sample.is_none()) return std::optional<std::vector<Tensor>>();
             py::list arrays(sample);
             if (arrays.size() != ios.size())
@@ -415,18 +419,29 @@ PYBIND11_MODULE(_kiln, m) {
           } catch (const py::error_already_set& e) {
             return Status::invalid_argument(std::string("reading calibration data: ") + e.what());
           }
+          };
         };
+        const CalibrationReader reader = reader_of(next);
+        const CalibrationReader held = held_out.is_none() ? CalibrationReader() : reader_of(held_out);
         QuantizeReport r;
         {
           py::gil_scoped_release release;
-          r = take(model.quantize(reader, o));
+          r = take(model.quantize(reader, o, held));
         }
+        auto errors = [](const std::vector<TensorError>& list) {
+          py::list out;
+          for (const TensorError& e : list)
+            out.append(py::dict(py::arg("tensor") = e.tensor, py::arg("sqnr_db") = e.sqnr_db, py::arg("cosine") = e.cosine));
+          return out;
+        };
         return py::dict(py::arg("samples") = r.samples, py::arg("quantized_nodes") = r.quantized_nodes,
                         py::arg("quantized_tensors") = r.quantized_tensors, py::arg("removed_clamps") = r.removed_clamps,
                         py::arg("opset_before") = r.opset_before, py::arg("opset_after") = r.opset_after,
-                        py::arg("kept_float") = r.kept_float);
-      }, py::arg("next"), py::arg("method") = "minmax", py::arg("percentile") = 99.999, py::arg("per_channel") = true,
-         py::arg("signed_activations") = false, py::arg("keep_float") = std::vector<std::string>{})
+                        py::arg("kept_float") = r.kept_float, py::arg("layers") = errors(r.layers),
+                        py::arg("outputs") = errors(r.outputs), py::arg("measured_on_held_out") = r.measured_on_held_out);
+      }, py::arg("next"), py::arg("held_out") = py::none(), py::arg("method") = "minmax", py::arg("percentile") = 99.999,
+         py::arg("per_channel") = true, py::arg("signed_activations") = false,
+         py::arg("keep_float") = std::vector<std::string>{}, py::arg("min_cosine") = 0.99, py::arg("max_fallbacks") = 16)
       .def("copy", [](const Model& model) { return Model(model); })
       .def("clear_backend_choices", &Model::clear_backend_choices)
       .def("summary", [](const Model& model, int64_t batch, int64_t seq) {

@@ -93,13 +93,14 @@ class Writer {
 
   // Q and DQ of activation t; the Relu or Clip producing it goes when Q's saturation does its
   // clamp (passes/fusions/epilogue_match.h). True when it went.
-  bool activation(const std::string& t, const QuantParams& p, bool is_signed) {
+  bool activation(const std::string& t, const QuantParams& p, bool is_signed, std::string* dequantized) {
     const std::string s = fresh_name(g_, t + "_scale");
     g_.initializers[s] = Tensor::scalar<float>(DType::kFloat32, p.scale);
     const std::string z = fresh_name(g_, t + "_zero_point");
     g_.initializers[z] = is_signed ? Tensor::scalar<int8_t>(DType::kInt8, static_cast<int8_t>(p.zero_point))
                                    : Tensor::scalar<uint8_t>(DType::kUInt8, static_cast<uint8_t>(p.zero_point));
     const std::string q = fresh_name(g_, t + "_quantized"), dq = fresh_name(g_, t + "_dequantized");
+    *dequantized = dq;
     passes::rename_uses(g_, t, dq);
     std::string source = t;
     const ir::Node* clamp = producer(t);
@@ -143,7 +144,8 @@ class Writer {
 }  // namespace
 
 Status write_qdq(ir::Model& model, const Plan& plan, const std::map<std::string, QuantParams>& params,
-                 const QuantizeOptions& options, QuantizeReport* report) {
+                 const QuantizeOptions& options, QuantizeReport* report,
+                 std::map<std::string, std::string>* dequantized) {
   ir::Graph& g = model.graph;
   Writer writer(g);
   std::set<std::string> replaced;  // float weights and biases, dropped at the end unless read elsewhere
@@ -168,7 +170,8 @@ Status write_qdq(ir::Model& model, const Plan& plan, const std::map<std::string,
           writer.dequantized(b_name, quantize_bias(*b, xp.scale, w_scale), 0);
     }
   }
-  for (const std::string& t : plan.points) report->removed_clamps += writer.activation(t, params.at(t), options.signed_activations);
+  for (const std::string& t : plan.points)
+    report->removed_clamps += writer.activation(t, params.at(t), options.signed_activations, &(*dequantized)[t]);
   report->quantized_tensors = static_cast<int64_t>(plan.points.size());
   writer.finish();
   passes::drop_unread_initializers(g, replaced);

@@ -26,7 +26,7 @@ bool listed(const std::vector<std::string>& names, const ir::Node& n) {
 }  // namespace
 
 Plan choose(const ir::Model& model, const passes::ValueTypes& types, const QuantizeOptions& options,
-            QuantizeReport* report) {
+            const std::set<std::string>& float_tensors, QuantizeReport* report) {
   const ir::Graph& g = model.graph;
   auto constant = [&](const std::string& v) -> const Tensor* {
     return v.empty() ? nullptr : passes::constant_value(g, v);
@@ -55,7 +55,7 @@ Plan choose(const ir::Model& model, const passes::ValueTypes& types, const Quant
   Plan plan;
   std::set<std::string> chosen;
   auto point = [&](const std::string& v) {
-    if (chosen.insert(v).second) plan.points.push_back(v);
+    if (!float_tensors.count(v) && chosen.insert(v).second) plan.points.push_back(v);
   };
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const ir::Node& n = g.nodes[i];

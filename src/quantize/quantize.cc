@@ -8,8 +8,14 @@
 //  3. calibrate: run the samples through the model with every chosen activation an output, once
 //     for the ranges and, for the clipping methods, once more for the histograms;
 //  4. write QDQ (qdq_writer.cc): QuantizeLinear/DequantizeLinear pairs on the activations,
-//     weights in int8 per output channel, biases in int32 at the accumulator's scale.
+//     weights in int8 per output channel, biases in int32 at the accumulator's scale; then the
+//     accuracy guard (accuracy.cc): the QDQ model and the float one on held-out samples, each
+//     quantized activation and output compared (the per-layer report), and while an output's
+//     cosine misses the budget, the node losing most SQNR goes back to float.
 // The samples are kept in memory between the passes (calibration sets are small).
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -49,9 +55,56 @@ Status run_samples(const ir::Model& model, const std::vector<std::string>& point
   return Status::ok();
 }
 
+// Every sample `next` gives, each checked to hold one tensor per model input.
+Result<std::vector<std::vector<Tensor>>> read_samples(const CalibrationReader& next, size_t inputs, const char* what) {
+  std::vector<std::vector<Tensor>> samples;
+  for (;;) {
+    KILN_ASSIGN_OR_RETURN(std::optional<std::vector<Tensor>> sample, next());
+    if (!sample) break;
+    if (sample->size() != inputs)
+      return Status::invalid_argument(std::string(what) + " sample " + std::to_string(samples.size()) + " has " +
+                                      std::to_string(sample->size()) + " tensors; the model has " +
+                                      std::to_string(inputs) + " inputs");
+    samples.push_back(std::move(*sample));
+  }
+  return samples;
+}
+
+// Where quantization adds most noise: the activation whose relative noise power 10^(-SQNR/10)
+// exceeds that of the noisiest quantized input of the node producing it (through a Relu or Clip)
+// by the most. Returns it, and that node when it is one of the plan's (its weights then go back
+// to float too); "" when nothing is quantized.
+std::pair<std::string, std::string> noisiest(const ir::Model& model, const Plan& plan, const QuantizeReport& r) {
+  std::map<std::string, double> noise;
+  for (const TensorError& e : r.layers) noise[e.tensor] = std::pow(10.0, -e.sqnr_db / 10);
+  std::map<std::string, const ir::Node*> producer;
+  for (const ir::Node& n : model.graph.nodes)
+    for (const std::string& out : n.outputs) producer[out] = &n;
+  std::set<std::string> compute;
+  for (const QuantizedNode& q : plan.nodes) compute.insert(model.graph.nodes[q.node].outputs[0]);
+  std::pair<std::string, std::string> best;
+  double best_added = -1;
+  for (const std::string& t : plan.points) {
+    const ir::Node* p = producer.count(t) ? producer[t] : nullptr;
+    if (p && (p->op_type == "Relu" || p->op_type == "Clip") && !noise.count(p->inputs[0]) && producer.count(p->inputs[0]))
+      p = producer[p->inputs[0]];
+    double before = 0;
+    if (p)
+      for (const std::string& in : p->inputs)
+        if (noise.count(in)) before = std::max(before, noise[in]);
+    const double added = noise[t] - before;
+    if (added > best_added) {
+      best_added = added;
+      best = {t, p && compute.count(p->outputs[0]) ? (p->name.empty() ? p->outputs[0] : p->name) : ""};
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
-Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader& next, const QuantizeOptions& options) {
+Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader& next, const QuantizeOptions& options,
+                                      const CalibrationReader& held_out) {
   QuantizeReport report;
   report.opset_before = static_cast<int>(model.opset(""));
   // 1. Simplify, then raise the opset where per-channel scales need it.
@@ -72,52 +125,87 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
   report.opset_after = static_cast<int>(model.opset(""));
 
   // 2. What to quantize.
-  Plan plan;
-  {
-    OptimizeOptions none;
-    passes::PassContext ctx(model, none);
-    if (!ctx.types().inferred) return Status::error("quantize: shape inference failed on the model");
-    plan = choose(model, ctx.types(), options, &report);
-  }
-  if (plan.points.empty()) return Status::error("quantize: the model has no Conv, MatMul or Gemm with constant weights to quantize");
+  OptimizeOptions none;
+  passes::PassContext ctx(model, none);
+  if (!ctx.types().inferred) return Status::error("quantize: shape inference failed on the model");
+  const passes::ValueTypes& types = ctx.types();
+  QuantizeReport chosen = report;
+  const Plan full = choose(model, types, options, {}, &chosen);
+  if (full.points.empty()) return Status::error("quantize: the model has no Conv, MatMul or Gemm with constant weights to quantize");
 
   // 3. Calibrate.
-  std::vector<std::vector<Tensor>> samples;
-  const size_t inputs = [&] {
-    size_t n = 0;
-    for (const ir::ValueInfo& in : model.graph.inputs) n += !model.graph.initializers.count(in.name);
-    return n;
-  }();
-  for (;;) {
-    KILN_ASSIGN_OR_RETURN(std::optional<std::vector<Tensor>> sample, next());
-    if (!sample) break;
-    if (sample->size() != inputs)
-      return Status::error("calibration sample " + std::to_string(samples.size()) + " has " +
-                           std::to_string(sample->size()) + " tensors; the model has " + std::to_string(inputs) +
-                           " inputs");
-    samples.push_back(std::move(*sample));
+  size_t inputs = 0;
+  for (const ir::ValueInfo& in : model.graph.inputs) inputs += !model.graph.initializers.count(in.name);
+  KILN_ASSIGN_OR_RETURN(std::vector<std::vector<Tensor>> samples, read_samples(next, inputs, "calibration"));
+  if (samples.empty()) return Status::invalid_argument("quantize: no calibration samples");
+  std::vector<std::vector<Tensor>> eval;
+  if (held_out) {
+    KILN_ASSIGN_OR_RETURN(eval, read_samples(held_out, inputs, "held-out"));
   }
-  if (samples.empty()) return Status::error("quantize: no calibration samples");
-  report.samples = static_cast<int64_t>(samples.size());
-  std::vector<TensorStats> stats(plan.points.size());
-  KILN_RETURN_IF_ERROR(run_samples(model, plan.points, samples, [&](size_t i, const float* x, int64_t n) {
+  const bool on_held_out = !eval.empty();
+  if (!on_held_out) eval = samples;
+  std::vector<TensorStats> stats(full.points.size());
+  KILN_RETURN_IF_ERROR(run_samples(model, full.points, samples, [&](size_t i, const float* x, int64_t n) {
     stats[i].add_range(x, n);
   }));
   if (options.method != CalibrationMethod::kMinMax)
-    KILN_RETURN_IF_ERROR(run_samples(model, plan.points, samples, [&](size_t i, const float* x, int64_t n) {
+    KILN_RETURN_IF_ERROR(run_samples(model, full.points, samples, [&](size_t i, const float* x, int64_t n) {
       stats[i].add_histogram(x, n);
     }));
   std::map<std::string, QuantParams> params;
-  for (size_t i = 0; i < plan.points.size(); ++i) {
+  for (size_t i = 0; i < full.points.size(); ++i) {
     float lo = 0, hi = 0;
     stats[i].range(options, &lo, &hi);
-    params[plan.points[i]] = activation_params(lo, hi, options.signed_activations);
+    params[full.points[i]] = activation_params(lo, hi, options.signed_activations);
   }
 
-  // 4. Write the QDQ model.
-  KILN_RETURN_IF_ERROR(write_qdq(model, plan, params, options, &report));
-  KILN_RETURN_IF_ERROR(ir::sort_topologically(model.graph).with_context("the quantized graph"));
-  return report;
+  // 4. Write the QDQ model and measure it; while an output misses the budget, the node losing
+  //    most goes back to float (the calibrated ranges stay: fewer points, the same values).
+  QuantizeOptions current = options;
+  std::set<std::string> float_tensors;
+  std::vector<std::string> fallbacks;
+  for (;;) {
+    QuantizeReport r = report;
+    const Plan plan = choose(model, types, current, float_tensors, &r);
+    ir::Model qdq = model;
+    std::map<std::string, std::string> dequantized;
+    KILN_RETURN_IF_ERROR(write_qdq(qdq, plan, params, current, &r, &dequantized));
+    KILN_RETURN_IF_ERROR(ir::sort_topologically(qdq.graph).with_context("the quantized graph"));
+    KILN_RETURN_IF_ERROR(measure(model, qdq, plan.points, dequantized, eval, &r.layers, &r.outputs));
+    r.samples = static_cast<int64_t>(samples.size());
+    r.measured_on_held_out = on_held_out;
+    double worst = 1;
+    for (const TensorError& e : r.outputs) worst = std::min(worst, e.cosine);
+    const bool holds = options.min_cosine <= 0 || worst >= options.min_cosine;
+    if (holds || plan.points.empty()) {
+      if (!holds)
+        return Status::error("quantize: nothing left in 8 bits, and the outputs' cosine " + std::to_string(worst) +
+                             " still misses the budget " + std::to_string(options.min_cosine));
+      // The guard's fallbacks with its reason, not choose()'s "asked to".
+      std::erase_if(r.kept_float, [&](const std::string& k) {
+        return std::any_of(fallbacks.begin(), fallbacks.end(), [&](const std::string& f) {
+          return k.substr(0, k.find(':')) == f.substr(0, f.find(':'));
+        });
+      });
+      r.kept_float.insert(r.kept_float.end(), fallbacks.begin(), fallbacks.end());
+      model = std::move(qdq);
+      return r;
+    }
+    if (static_cast<int>(fallbacks.size()) >= options.max_fallbacks)
+      return Status::error("quantize: the outputs' cosine to the float model is " + std::to_string(worst) +
+                           " after " + std::to_string(fallbacks.size()) + " fallbacks to float; the budget is " +
+                           std::to_string(options.min_cosine) + " (lower it, allow more fallbacks, or calibrate on more data)");
+    const auto [tensor, node] = noisiest(model, plan, r);
+    const std::string why = ": accuracy guard (outputs' cosine " + std::to_string(worst) + " < " +
+                            std::to_string(options.min_cosine) + "; it added the most quantization noise)";
+    float_tensors.insert(tensor);
+    if (!node.empty()) {
+      current.keep_float.push_back(node);
+      fallbacks.push_back(node + why);
+    } else {
+      fallbacks.push_back(tensor + " (activation)" + why);
+    }
+  }
 }
 
 }  // namespace kiln::quantize

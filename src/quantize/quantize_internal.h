@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,16 +27,26 @@ struct Plan {
   std::vector<std::string> points;  // the activations given a Q/DQ pair, each once, in graph order
 };
 
-// The nodes and activations to quantize in `model` (simplified, its types in `types`).
+// The nodes and activations to quantize in `model` (simplified, its types in `types`), but none
+// of the activations in `float_tensors` (the accuracy guard's).
 Plan choose(const ir::Model& model, const passes::ValueTypes& types, const QuantizeOptions& options,
-            QuantizeReport* report);
+            const std::set<std::string>& float_tensors, QuantizeReport* report);
 
 // Rewrites `model` to QDQ form: the plan's activations with the given parameters, its nodes'
-// weights and biases quantized. Nodes stay in place (the caller sorts the graph).
+// weights and biases quantized; `dequantized` gets each activation's DequantizeLinear output.
+// Nodes stay in place (the caller sorts the graph).
 Status write_qdq(ir::Model& model, const Plan& plan, const std::map<std::string, QuantParams>& params,
-                 const QuantizeOptions& options, QuantizeReport* report);
+                 const QuantizeOptions& options, QuantizeReport* report,
+                 std::map<std::string, std::string>* dequantized);
+
+// The errors of `qdq` against `fp32` on `samples` (accuracy.cc): each point as its
+// DequantizeLinear (`dequantized`) gives it, and each float output.
+Status measure(const ir::Model& fp32, const ir::Model& qdq, const std::vector<std::string>& points,
+               const std::map<std::string, std::string>& dequantized, const std::vector<std::vector<Tensor>>& samples,
+               std::vector<TensorError>* layers, std::vector<TensorError>* outputs);
 
 // What Model::quantize runs on its IR.
-Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader& next, const QuantizeOptions& options);
+Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader& next, const QuantizeOptions& options,
+                                      const CalibrationReader& held_out);
 
 }  // namespace kiln::quantize

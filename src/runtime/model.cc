@@ -47,9 +47,10 @@ Result<OptimizeReport> Model::optimize(const OptimizeOptions& options) {
   return report;
 }
 
-Result<QuantizeReport> Model::quantize(const CalibrationReader& next, const QuantizeOptions& options) {
+Result<QuantizeReport> Model::quantize(const CalibrationReader& next, const QuantizeOptions& options,
+                                       const CalibrationReader& held_out) {
   ir::Model copy = *ir_;  // as optimize(): a failure leaves the model as it was
-  auto report = quantize::quantize_model(copy, next, options);
+  auto report = quantize::quantize_model(copy, next, options, held_out);
   if (!report) return report.status().with_default_code(StatusCode::kInvalidArgument);
   ir_ = std::make_shared<ir::Model>(std::move(copy));
   return report;

@@ -181,5 +181,51 @@ TEST(Quantize, NothingToQuantizeIsAnError) {
   EXPECT_NE(report.status().message().find("no Conv, MatMul or Gemm"), std::string::npos);
 }
 
+// The per-layer report names every quantized activation with a finite SQNR; the accuracy guard,
+// given a budget the plain quantization misses (calibration ranges blown up by an outlier sample,
+// so the first conv's input is coarse), puts tensors back in float until the held-out outputs
+// meet it, and says which; with the guard off nothing goes back.
+TEST(Quantize, ReportAndAccuracyGuard) {
+  const ir::Model fp32 = small_cnn(13);
+  test::Builder data;
+  std::vector<Tensor> calib, held_out;
+  for (int i = 0; i < 6; ++i) calib.push_back(data.random({1, 8, 12, 12}));
+  calib[0].data<float>()[5] = 400.0f;  // one outlier: the input's range is 400 wide
+  for (int i = 0; i < 4; ++i) held_out.push_back(data.random({1, 8, 12, 12}));
+  QuantizeOptions off;
+  off.min_cosine = 0;
+  Model plain(std::make_shared<ir::Model>(fp32));
+  auto r0 = plain.quantize(samples_of(calib), off, samples_of(held_out));
+  ASSERT_TRUE(r0.is_ok()) << r0.status().message();
+  EXPECT_TRUE(r0->measured_on_held_out);
+  ASSERT_FALSE(r0->layers.empty());
+  for (const TensorError& e : r0->layers) EXPECT_TRUE(std::isfinite(e.sqnr_db)) << e.tensor;
+  ASSERT_EQ(r0->outputs.size(), 1u);
+  const double plain_cosine = r0->outputs[0].cosine;
+  EXPECT_TRUE(r0->kept_float.empty());
+  ASSERT_LT(plain_cosine, 0.9999);  // the outlier made it lose accuracy
+  QuantizeOptions guarded;
+  guarded.min_cosine = 0.9999;
+  Model model(std::make_shared<ir::Model>(fp32));
+  auto r = model.quantize(samples_of(calib), guarded, samples_of(held_out));
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_GE(r->outputs[0].cosine, 0.9999);
+  ASSERT_FALSE(r->kept_float.empty());
+  EXPECT_NE(r->kept_float[0].find("accuracy guard"), std::string::npos) << r->kept_float[0];
+  // The held-out outputs of the saved model meet the budget as measured.
+  for (const Tensor& x : held_out) {
+    SessionOptions plain_run;
+    plain_run.optimize_level = 0;
+    EXPECT_GE(cosine(test::run_model(fp32, {x})[0].tensor, test::run_model(model.ir(), {x}, plain_run)[0].tensor),
+              0.9999f);
+  }
+  // A budget no fallback can meet within the allowance is an error naming it.
+  guarded.max_fallbacks = 0;
+  Model strict(std::make_shared<ir::Model>(fp32));
+  auto bad = strict.quantize(samples_of(calib), guarded, samples_of(held_out));
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("budget"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -2,8 +2,11 @@
 // the user's samples: --calib FILE.npy (samples stacked along axis 0, for a one-input model),
 // --calib DIR (one .npy or .pb file a sample, for a one-input model, in name order), or
 // --calib-random N (generated, with a warning: the ranges are then not those of real data).
-// Saves kiln's fused 8-bit form (the model optimized) or, with --portable, the QDQ model that
-// ONNX Runtime and other runtimes load.
+// The accuracy guard (--budget cosine=X, on --eval held-out samples or the calibration ones)
+// puts the most sensitive nodes back in float until every output keeps that cosine to the float
+// model's, and says which; --report prints every quantized tensor's SQNR and cosine. Saves kiln's
+// fused 8-bit form (the model optimized) or, with --portable, the QDQ model that ONNX Runtime and
+// other runtimes load.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -23,12 +26,23 @@ namespace kiln::cli {
 namespace {
 
 struct Options {
-  std::string model, out, calib, method = "minmax", keep_float;
+  std::string model, out, calib, eval, method = "minmax", keep_float, budget = "cosine=0.99";
   int64_t calib_random = 0, max_samples = 0;
+  int max_fallbacks = 16;
   double percentile = 99.999;
-  bool per_tensor = false, signed_activations = false, portable = false;
+  bool per_tensor = false, signed_activations = false, portable = false, report = false;
   InputShapes shape;
 };
+
+// --budget cosine=X (X in [0, 1]; 0 turns the guard off).
+Result<double> parse_budget(const std::string& text) {
+  const std::string key = "cosine=";
+  if (text.rfind(key, 0) != 0) return Status::invalid_argument("--budget expects cosine=X, got '" + text + "'");
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str() + key.size(), &end);
+  if (*end != '\0' || !(v >= 0 && v <= 1)) return Status::invalid_argument("--budget: X must be in [0, 1], got '" + text + "'");
+  return v;
+}
 
 Result<CalibrationMethod> parse_method(const std::string& m) {
   if (m == "minmax") return CalibrationMethod::kMinMax;
@@ -123,6 +137,14 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
   cmd->add_flag("--signed-activations", opt->signed_activations,
                 "int8 activations, symmetric (default: uint8 with a zero point)");
   cmd->add_option("--keep-float", opt->keep_float, "Nodes to leave in float, comma-separated (names or first outputs)");
+  cmd->add_option("--eval", opt->eval,
+                  "Held-out samples for the accuracy guard and --report (as --calib; default: the calibration samples)");
+  cmd->add_option("--budget", opt->budget,
+                  "Accuracy guard: cosine=X, the least cosine of each output to the float model's (default cosine=0.99; "
+                  "cosine=0 turns it off); nodes fall back to float, most sensitive first, until it holds");
+  cmd->add_option("--max-fallbacks", opt->max_fallbacks, "Nodes the guard may put back in float (default 16)")
+      ->check(CLI::Range(0, 100000));
+  cmd->add_flag("--report", opt->report, "Print each quantized tensor's SQNR and cosine against the float model");
   cmd->add_flag("--portable", opt->portable,
                 "Save the standard QDQ model (ONNX Runtime, TensorRT, OpenVINO load it) instead of kiln's fused form");
   add_shape_options(cmd, &opt->shape, "With --calib-random: ");
@@ -142,7 +164,17 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     if (opt->calib.empty())
       std::cerr << "kiln quantize: warning: calibrating on generated samples; the ranges are not those of real "
                    "data, so accuracy on real inputs may suffer (give --calib)\n";
+    auto budget = parse_budget(opt->budget);
+    if (!budget) return fail(budget.status());
+    std::vector<std::vector<Tensor>> held_out;
+    if (!opt->eval.empty()) {
+      auto e = read_calibration(opt->eval, model->inputs(), opt->max_samples);
+      if (!e) return fail(e.status().with_context("--eval"));
+      held_out = std::move(e).value();
+    }
     QuantizeOptions qo;
+    qo.min_cosine = *budget;
+    qo.max_fallbacks = opt->max_fallbacks;
     qo.method = *method;
     qo.percentile = opt->percentile;
     qo.per_channel = !opt->per_tensor;
@@ -150,12 +182,14 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     std::stringstream ss(opt->keep_float);
     for (std::string name; std::getline(ss, name, ',');)
       if (!name.empty()) qo.keep_float.push_back(name);
-    size_t next = 0;
-    CalibrationReader reader = [&]() -> Result<std::optional<std::vector<Tensor>>> {
-      if (next >= samples->size()) return std::optional<std::vector<Tensor>>();
-      return std::optional<std::vector<Tensor>>((*samples)[next++]);
+    auto reader_of = [](const std::vector<std::vector<Tensor>>& all) {
+      auto next = std::make_shared<size_t>(0);
+      return CalibrationReader([&all, next]() -> Result<std::optional<std::vector<Tensor>>> {
+        if (*next >= all.size()) return std::optional<std::vector<Tensor>>();
+        return std::optional<std::vector<Tensor>>(all[(*next)++]);
+      });
     };
-    auto report = model->quantize(reader, qo);
+    auto report = model->quantize(reader_of(*samples), qo, held_out.empty() ? CalibrationReader() : reader_of(held_out));
     if (!report) return fail(report.status());
     std::printf("calibrated on %lld samples (%s)\n", static_cast<long long>(report->samples), opt->method.c_str());
     std::printf("quantized %lld nodes, %lld activations; %lld Relu/Clip absorbed by their QuantizeLinear\n",
@@ -164,6 +198,16 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     if (report->opset_after != report->opset_before)
       std::printf("opset %d -> %d (ONNX's version converter)\n", report->opset_before, report->opset_after);
     for (const std::string& k : report->kept_float) std::printf("kept in float: %s\n", k.c_str());
+    const char* where = report->measured_on_held_out ? "held-out samples" : "the calibration samples";
+    if (opt->report) {
+      std::printf("\nper layer, against the float model on %s (worst sample's cosine):\n", where);
+      std::printf("  %-56s %9s %9s\n", "tensor", "SQNR dB", "cosine");
+      for (const TensorError& e : report->layers)
+        std::printf("  %-56s %9.2f %9.5f\n", e.tensor.c_str(), e.sqnr_db, e.cosine);
+    }
+    for (const TensorError& e : report->outputs)
+      std::printf("output %s: SQNR %.2f dB, cosine %.5f to the float model (%s; budget %s)\n", e.tensor.c_str(),
+                  e.sqnr_db, e.cosine, where, opt->budget.c_str());
     if (!opt->portable) {
       auto optimized = model->optimize({});
       if (!optimized) return fail(optimized.status());

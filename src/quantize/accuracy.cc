@@ -1,0 +1,73 @@
+// The quantizer's accuracy measurements (quantize_internal.h): the float model and its QDQ form
+// run side by side on each held-out sample, every quantized activation of the QDQ model taken
+// where its DequantizeLinear gives it, against the float model's value of the same tensor.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kiln/session.h"
+#include "quantize/quantize_internal.h"
+
+namespace kiln::quantize {
+namespace {
+
+struct Sums {
+  double signal = 0, noise = 0, worst_cosine = 1;
+};
+
+void accumulate(const Tensor& ref, const Tensor& got, Sums& s) {
+  if (ref.dtype() != DType::kFloat32 || got.dtype() != DType::kFloat32 || ref.numel() != got.numel()) return;
+  double xx = 0, yy = 0, xy = 0, ee = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const double x = ref.data<float>()[i], y = got.data<float>()[i];
+    xx += x * x, yy += y * y, xy += x * y, ee += (x - y) * (x - y);
+  }
+  s.signal += xx, s.noise += ee;
+  const double cosine = xx == 0 && yy == 0 ? 1.0 : (xx == 0 || yy == 0 ? 0.0 : xy / std::sqrt(xx * yy));
+  s.worst_cosine = std::min(s.worst_cosine, cosine);
+}
+
+TensorError error_of(const std::string& name, const Sums& s) {
+  const double sqnr = s.noise == 0 ? std::numeric_limits<double>::infinity()
+                                   : 10 * std::log10(std::max(s.signal, 1e-30) / s.noise);
+  return TensorError{name, sqnr, s.worst_cosine};
+}
+
+Result<std::unique_ptr<Session>> probe(const ir::Model& model, const std::vector<std::string>& outputs) {
+  auto m = std::make_shared<ir::Model>(model);
+  m->graph.outputs.clear();
+  for (const std::string& o : outputs) m->graph.outputs.push_back(ir::ValueInfo{o, ir::TypeInfo::tensor(DType::kFloat32), ""});
+  SessionOptions options;
+  options.optimize_level = 0;  // the QDQ graph as written: every tensor it names is computed
+  return Session::create(m, options);
+}
+
+}  // namespace
+
+Status measure(const ir::Model& fp32, const ir::Model& qdq, const std::vector<std::string>& points,
+               const std::map<std::string, std::string>& dequantized, const std::vector<std::vector<Tensor>>& samples,
+               std::vector<TensorError>* layers, std::vector<TensorError>* outputs) {
+  std::vector<std::string> ref_names = points, got_names;
+  for (const std::string& p : points) got_names.push_back(dequantized.at(p));
+  std::vector<std::string> model_outputs;
+  for (const ir::ValueInfo& o : fp32.graph.outputs)
+    if (o.type.dtype == DType::kFloat32 || o.type.kind != ir::TypeInfo::Kind::kTensor) model_outputs.push_back(o.name);
+  for (const std::string& o : model_outputs) ref_names.push_back(o), got_names.push_back(o);
+  KILN_ASSIGN_OR_RETURN(auto ref, probe(fp32, ref_names));
+  KILN_ASSIGN_OR_RETURN(auto got, probe(qdq, got_names));
+  std::vector<Sums> sums(ref_names.size());
+  for (const std::vector<Tensor>& sample : samples) {
+    std::vector<Value> feeds;
+    for (const Tensor& t : sample) feeds.push_back(Value::of(t));
+    KILN_ASSIGN_OR_RETURN(std::vector<Value> a, ref->run(feeds));
+    KILN_ASSIGN_OR_RETURN(std::vector<Value> b, got->run(feeds));
+    for (size_t i = 0; i < sums.size(); ++i)
+      if (a[i].is_tensor() && b[i].is_tensor()) accumulate(a[i].tensor, b[i].tensor, sums[i]);
+  }
+  layers->clear(), outputs->clear();
+  for (size_t i = 0; i < points.size(); ++i) layers->push_back(error_of(points[i], sums[i]));
+  for (size_t i = 0; i < model_outputs.size(); ++i) outputs->push_back(error_of(model_outputs[i], sums[points.size() + i]));
+  return Status::ok();
+}
+
+}  // namespace kiln::quantize
