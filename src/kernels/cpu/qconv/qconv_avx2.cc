@@ -19,11 +19,6 @@ inline int32_t load_pair(const char* p) {
   return v;
 }
 
-// The first n of 8 int32 lanes, as a maskload/maskstore mask.
-inline __m256i first_lanes(int64_t n) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
 struct Avx2Tiles {
   static constexpr int kPixels = 6, kMaxBlocks = 1;
 
@@ -50,14 +45,7 @@ struct Avx2Tiles {
         const __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f, lo), hi)), zp);
         const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
         const __m128i bytes = rq.output == Output::kS8 ? _mm_packs_epi16(w, w) : _mm_packus_epi16(w, w);
-        char* out = static_cast<char*>(plan.y) + at;
-        if (count == 8) {
-          _mm_storel_epi64(reinterpret_cast<__m128i*>(out), bytes);
-        } else {
-          alignas(16) char tmp[16];
-          _mm_store_si128(reinterpret_cast<__m128i*>(tmp), bytes);
-          std::memcpy(out, tmp, static_cast<size_t>(count));
-        }
+        store_first_bytes(static_cast<char*>(plan.y) + at, bytes, count, 8);
       }
     }
   }

@@ -18,10 +18,6 @@
 namespace kiln::qconv {
 namespace {
 
-inline __m256i first_lanes(int64_t n) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
 // 16 int32 or float values from channel m as the two unpacked halves: lo holds channels 0-3 and
 // 8-11, hi 4-7 and 12-15 (past `count` zero).
 template <typename T, typename V>
@@ -67,14 +63,7 @@ struct DepthwiseTiles {
     const __m256i words = _mm256_packs_epi32(code(f_lo), code(f_hi));
     const __m256i bytes = rq.output == Output::kS8 ? _mm256_packs_epi16(words, words) : _mm256_packus_epi16(words, words);
     const __m128i ordered = _mm256_castsi256_si128(_mm256_permute4x64_epi64(bytes, _MM_SHUFFLE(3, 1, 2, 0)));
-    char* out = static_cast<char*>(plan.y) + at;
-    if (count == 16) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out), ordered);
-    } else {
-      alignas(16) char tmp[16];
-      _mm_store_si128(reinterpret_cast<__m128i*>(tmp), ordered);
-      std::memcpy(out, tmp, static_cast<size_t>(count));
-    }
+    store_first_bytes(static_cast<char*>(plan.y) + at, ordered, count, 16);
   }
 
 };

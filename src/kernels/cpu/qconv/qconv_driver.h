@@ -7,14 +7,37 @@
 // take items group by group, so that a group's weights stay in L2 while its pixels stream by.
 #pragma once
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/qconv/qconv.h"
 
 namespace kiln::qconv {
+
+// The first n of 8 int32 lanes, as an AVX2 maskload/maskstore mask.
+inline __m256i first_lanes(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// The first `count` (at most 16) bytes of `bytes` to `out`: a whole store when it fits, else
+// through a buffer (AVX2 has no byte-masked store).
+inline void store_first_bytes(char* out, __m128i bytes, int64_t count, int64_t whole) {
+  if (count == whole) {
+    if (whole == 16)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out), bytes);
+    else
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(out), bytes);
+    return;
+  }
+  alignas(16) char tmp[16];
+  _mm_store_si128(reinterpret_cast<__m128i*>(tmp), bytes);
+  std::memcpy(out, tmp, static_cast<size_t>(count));
+}
 
 struct TilePlan {
   const Geometry& g;
