@@ -37,6 +37,12 @@ struct QuantizeOptions {
   bool per_channel = true;
   // Activations: uint8 with a zero point (asymmetric), or int8 with zero point 0 (symmetric).
   bool signed_activations = false;
+  // Dynamic quantization instead: MatMul and Gemm nodes with constant 2-D weights get int8 weights
+  // (per column, or per tensor) and quantize their activation per tensor at each run
+  // (DynamicQuantizeLinear -> MatMulInteger, as ONNX Runtime's quantize_dynamic writes them). No
+  // calibration samples; the accuracy guard does not apply (held-out samples, if given, measure
+  // the outputs).
+  bool dynamic = false;
   // Nodes (by name, or by the name of their first output) left in float.
   std::vector<std::string> keep_float;
   // The accuracy guard: every float output of the quantized model must keep at least this cosine

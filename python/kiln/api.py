@@ -193,16 +193,18 @@ def _calibration_next(core, data, input_shapes):
     return lambda: as_list(next(it, None))
 
 
-def quantize(model, calibration_data, *, held_out=None, method="minmax", percentile=99.999, per_channel=True,
-             signed_activations=False, keep_float=(), min_cosine=0.99, max_fallbacks=16, portable=False,
-             input_shapes=None, example_inputs=None, dynamic_batch=True):
+def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, method="minmax", percentile=99.999,
+             per_channel=True, signed_activations=False, keep_float=(), min_cosine=0.99, max_fallbacks=16,
+             portable=False, input_shapes=None, example_inputs=None, dynamic_batch=True):
     """Static post-training quantization, as ``kiln quantize``: returns a kiln.Model whose convs,
     matrix products and the ops between them run in 8 bits.
 
     ``model``: a path, bytes, ModelProto, kiln.Model or torch.nn.Module (with ``example_inputs``).
     ``calibration_data``: an iterable of feed dicts ({input name: array}) or lists in input order,
     an ONNX Runtime CalibrationDataReader (anything with get_next()), or an int N to calibrate on
-    N generated samples (a warning: the ranges are then not those of real data). ``method``:
+    N generated samples (a warning: the ranges are then not those of real data); none with
+    ``dynamic``, which quantizes MatMul/Gemm weights and their activations at each run instead
+    (ONNX Runtime's quantize_dynamic form). ``method``:
     "minmax", "percentile", "entropy" or "mse"; ``per_channel`` weight scales; int8 symmetric
     activations with ``signed_activations`` (else uint8 with a zero point); ``keep_float`` names
     nodes left in float. The accuracy guard: each output must keep a cosine of at least
@@ -216,7 +218,10 @@ def quantize(model, calibration_data, *, held_out=None, method="minmax", percent
     core = _as_core_model(model, example_inputs, dynamic_batch)
     core = core.copy() if isinstance(model, (Model, _kiln.Model)) else core
     held = None if held_out is None else _calibration_next(core, held_out, input_shapes)
-    report = core.quantize(_calibration_next(core, calibration_data, input_shapes), held_out=held, method=method,
+    if calibration_data is None and not dynamic:
+        raise InvalidArgument("kiln.quantize needs calibration_data (or dynamic=True)")
+    samples = _calibration_next(core, calibration_data if calibration_data is not None else [], input_shapes)
+    report = core.quantize(samples, held_out=held, dynamic=bool(dynamic), method=method,
                            percentile=float(percentile), per_channel=bool(per_channel),
                            signed_activations=bool(signed_activations), keep_float=list(keep_float),
                            min_cosine=float(min_cosine), max_fallbacks=int(max_fallbacks))

@@ -386,7 +386,8 @@ PYBIND11_MODULE(_kiln, m) {
          py::arg("node_budget_ms") = 400.0, py::arg("total_budget_s") = 60.0)
       .def("quantize", [](Model& model, const py::function& next, const py::object& held_out, const std::string& method,
                           double percentile, bool per_channel, bool signed_activations,
-                          const std::vector<std::string>& keep_float, double min_cosine, int max_fallbacks) {
+                          const std::vector<std::string>& keep_float, double min_cosine, int max_fallbacks,
+                          bool dynamic) {
         QuantizeOptions o;
         if (method == "minmax") o.method = CalibrationMethod::kMinMax;
         else if (method == "percentile") o.method = CalibrationMethod::kPercentile;
@@ -399,6 +400,7 @@ PYBIND11_MODULE(_kiln, m) {
         o.keep_float = keep_float;
         o.min_cosine = min_cosine;
         o.max_fallbacks = max_fallbacks;
+        o.dynamic = dynamic;
         const std::vector<IoInfo> ios = model.inputs();
         // `next` returns a list of arrays in input order, or None; samples are copied (kept).
         auto reader_of = [&](const py::object& source) -> CalibrationReader {
@@ -441,7 +443,8 @@ PYBIND11_MODULE(_kiln, m) {
                         py::arg("outputs") = errors(r.outputs), py::arg("measured_on_held_out") = r.measured_on_held_out);
       }, py::arg("next"), py::arg("held_out") = py::none(), py::arg("method") = "minmax", py::arg("percentile") = 99.999,
          py::arg("per_channel") = true, py::arg("signed_activations") = false,
-         py::arg("keep_float") = std::vector<std::string>{}, py::arg("min_cosine") = 0.99, py::arg("max_fallbacks") = 16)
+         py::arg("keep_float") = std::vector<std::string>{}, py::arg("min_cosine") = 0.99, py::arg("max_fallbacks") = 16,
+         py::arg("dynamic") = false)
       .def("copy", [](const Model& model) { return Model(model); })
       .def("clear_backend_choices", &Model::clear_backend_choices)
       .def("summary", [](const Model& model, int64_t batch, int64_t seq) {

@@ -117,8 +117,9 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
   std::erase_if(model.metadata, [](const auto& kv) {
     return kv.first == "kiln.optimization_level" || kv.first == "kiln.passes";
   });
-  // DequantizeLinear needs opset 10, and 13 for its axis (per-channel scales).
-  const int64_t needed = options.per_channel ? 13 : 10;
+  // DequantizeLinear needs opset 10, and 13 for its axis (per-channel scales); the dynamic form's
+  // ops (DynamicQuantizeLinear, MatMulInteger with per-column zero points) 11.
+  const int64_t needed = options.dynamic ? 11 : options.per_channel ? 13 : 10;
   if (model.opset("") < needed) {
     KILN_ASSIGN_OR_RETURN(model, onnx_io::convert_opset(model, needed));
   }
@@ -129,13 +130,26 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
   passes::PassContext ctx(model, none);
   if (!ctx.types().inferred) return Status::error("quantize: shape inference failed on the model");
   const passes::ValueTypes& types = ctx.types();
+  size_t inputs = 0;
+  for (const ir::ValueInfo& in : model.graph.inputs) inputs += !model.graph.initializers.count(in.name);
+  if (options.dynamic) {
+    ir::Model quantized = model;
+    KILN_RETURN_IF_ERROR(write_dynamic(quantized, types, options, &report));
+    if (report.quantized_nodes == 0)
+      return Status::error("quantize --dynamic: the model has no MatMul or Gemm with constant 2-D weights");
+    if (held_out) {  // the outputs against the float model's; nothing to fall back on per tensor
+      KILN_ASSIGN_OR_RETURN(std::vector<std::vector<Tensor>> eval, read_samples(held_out, inputs, "held-out"));
+      KILN_RETURN_IF_ERROR(measure(model, quantized, {}, {}, eval, &report.layers, &report.outputs));
+      report.measured_on_held_out = !eval.empty();
+    }
+    model = std::move(quantized);
+    return report;
+  }
   QuantizeReport chosen = report;
   const Plan full = choose(model, types, options, {}, &chosen);
   if (full.points.empty()) return Status::error("quantize: the model has no Conv, MatMul or Gemm with constant weights to quantize");
 
   // 3. Calibrate.
-  size_t inputs = 0;
-  for (const ir::ValueInfo& in : model.graph.inputs) inputs += !model.graph.initializers.count(in.name);
   KILN_ASSIGN_OR_RETURN(std::vector<std::vector<Tensor>> samples, read_samples(next, inputs, "calibration"));
   if (samples.empty()) return Status::invalid_argument("quantize: no calibration samples");
   std::vector<std::vector<Tensor>> eval;

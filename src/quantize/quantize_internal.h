@@ -39,6 +39,10 @@ Status write_qdq(ir::Model& model, const Plan& plan, const std::map<std::string,
                  const QuantizeOptions& options, QuantizeReport* report,
                  std::map<std::string, std::string>* dequantized);
 
+// Dynamic quantization's rewrite of every MatMul and Gemm with constant 2-D weights (dynamic.cc).
+Status write_dynamic(ir::Model& model, const passes::ValueTypes& types, const QuantizeOptions& options,
+                     QuantizeReport* report);
+
 // The errors of `qdq` against `fp32` on `samples` (accuracy.cc): each point as its
 // DequantizeLinear (`dequantized`) gives it, and each float output.
 Status measure(const ir::Model& fp32, const ir::Model& qdq, const std::vector<std::string>& points,

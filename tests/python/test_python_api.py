@@ -401,3 +401,22 @@ def test_quantize_bad_calibration_data(model_dir):
         kiln.quantize(path, [])
     with pytest.warns(UserWarning, match="generated samples"):
         kiln.quantize(path, 2)
+
+
+def test_quantize_dynamic_runs_in_onnxruntime(model_dir, tmp_path):
+    """kiln.quantize(dynamic=True) needs no samples; its portable form loads in ONNX Runtime and
+    both agree with the float model."""
+    path = os.path.join(model_dir, "two_inputs.onnx")
+    feeds = feeds_for("two_inputs")
+    want = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"]).run(["y"], feeds)[0]
+    fused = kiln.quantize(path, dynamic=True)
+    assert fused.report["quantization"]["quantized_nodes"] == 1
+    portable = kiln.quantize(path, dynamic=True, portable=True)
+    out = os.path.join(tmp_path, "dyn.onnx")
+    portable.save(out)
+    got_ort = onnxruntime.InferenceSession(out, providers=["CPUExecutionProvider"]).run(["y"], feeds)[0]
+    got_kiln = fused.session().run(["y"], feeds)[0]
+    tol = 0.05 * np.abs(want).max()
+    assert np.abs(got_ort - want).max() < tol and np.abs(got_kiln - want).max() < tol
+    with pytest.raises(kiln.InvalidArgument, match="calibration_data"):
+        kiln.quantize(path)

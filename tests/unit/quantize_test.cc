@@ -227,5 +227,59 @@ TEST(Quantize, ReportAndAccuracyGuard) {
   EXPECT_NE(bad.status().message().find("budget"), std::string::npos);
 }
 
+// --dynamic: every MatMul and Gemm with constant 2-D weights becomes ONNX Runtime's
+// quantize_dynamic chain in standard ops (one DynamicQuantizeLinear per activation, shared),
+// weights int8 per column at 127; no calibration; the output stays close to the float model's,
+// and at -O2 each chain fuses into one MatMulIntegerToFloat.
+TEST(Quantize, DynamicMatMulAndGemm) {
+  test::Builder b(13);
+  b.input("x", {2, 5, 16});
+  b.weight("w1", {16, 24});
+  b.weight("w2", {16, 8});
+  b.weight("w3", {6, 24});  // Gemm with transB: [N, K]
+  b.weight("c3", {6});
+  b.add("MatMul", {"x", "w1"}, {"h"});
+  b.add("MatMul", {"x", "w2"}, {"side"});
+  b.add("Relu", {"h"}, {"r"});
+  b.add("Reshape", {"r", "shape"}, {"r2"});
+  b.ints("shape", {10, 24});
+  b.add("Gemm", {"r2", "w3", "c3"}, {"y"}, {test::attr_i("transB", 1)});
+  b.output("y");
+  b.output("side");
+  Model model(std::make_shared<ir::Model>(b.m));
+  QuantizeOptions o;
+  o.dynamic = true;
+  auto report = model.quantize({}, o);
+  ASSERT_TRUE(report.is_ok()) << report.status().message();
+  EXPECT_EQ(report->quantized_nodes, 3);
+  const auto h = test::histogram(model.ir());
+  EXPECT_EQ(h.at("DynamicQuantizeLinear"), 2);  // x's (shared by two MatMuls) and r2's
+  EXPECT_EQ(h.at("MatMulInteger"), 3);
+  EXPECT_EQ(h.count("MatMul") + h.count("Gemm"), 0u);
+  for (const auto& [name, t] : model.ir().graph.initializers) {
+    if (t.dtype() != DType::kInt8 || t.rank() != 2) continue;
+    for (int64_t j = 0; j < t.dim(1); ++j) {
+      int top = 0;
+      for (int64_t i = 0; i < t.dim(0); ++i) top = std::max(top, std::abs(int{t.data<int8_t>()[i * t.dim(1) + j]}));
+      EXPECT_EQ(top, 127) << name << " column " << j;
+    }
+  }
+  const Tensor x = b.random({2, 5, 16});
+  SessionOptions plain;
+  plain.optimize_level = 0;
+  const auto want = test::run_model(b.m, {x});
+  const auto got = test::run_model(model.ir(), {x}, plain);
+  const auto fused = test::run_model(model.ir(), {x});
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_GT(cosine(want[i].tensor, got[i].tensor), 0.999f) << i;
+    EXPECT_GT(cosine(got[i].tensor, fused[i].tensor), 0.99999f) << i;
+  }
+  ir::Model optimized = model.ir();
+  OptimizeOptions o2;
+  o2.level = 2;
+  ASSERT_TRUE(optimize(optimized, o2).is_ok());
+  EXPECT_EQ(test::qualified_histogram(optimized).at("com.microsoft.MatMulIntegerToFloat"), 3);
+}
+
 }  // namespace
 }  // namespace kiln

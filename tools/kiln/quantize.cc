@@ -30,7 +30,7 @@ struct Options {
   int64_t calib_random = 0, max_samples = 0;
   int max_fallbacks = 16;
   double percentile = 99.999;
-  bool per_tensor = false, signed_activations = false, portable = false, report = false;
+  bool per_tensor = false, signed_activations = false, portable = false, report = false, dynamic = false;
   InputShapes shape;
 };
 
@@ -128,6 +128,8 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
                                         "Calibrate on N generated samples (ranges not those of real data)")
                             ->check(CLI::Range(int64_t{1}, int64_t{100000}));
   calib->excludes(random);
+  cmd->add_flag("--dynamic", opt->dynamic,
+                "Dynamic quantization of MatMul/Gemm weights (activations quantized at each run; no calibration)");
   cmd->add_option("--max-samples", opt->max_samples, "Read at most this many samples from --calib")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   cmd->add_option("--method", opt->method, "Calibration: minmax (default), percentile, entropy, mse");
@@ -152,16 +154,19 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     auto fail = [&](const Status& st) { *exit_code = report_failure("quantize", st); };
     auto method = parse_method(opt->method);
     if (!method) return fail(method.status());
-    if (opt->calib.empty() && opt->calib_random == 0)
+    if (opt->calib.empty() && opt->calib_random == 0 && !opt->dynamic)
       return fail(Status::invalid_argument("give calibration samples: --calib FILE.npy|DIR, or --calib-random N"));
     auto model = Model::load(opt->model);
     if (!model) return fail(model.status());
-    auto samples = opt->calib.empty() ? random_calibration(model->inputs(), opt->shape, opt->calib_random)
-                                      : read_calibration(opt->calib, model->inputs(), opt->max_samples);
+    Result<std::vector<std::vector<Tensor>>> samples = std::vector<std::vector<Tensor>>{};
+    if (!opt->calib.empty())
+      samples = read_calibration(opt->calib, model->inputs(), opt->max_samples);
+    else if (opt->calib_random > 0)
+      samples = random_calibration(model->inputs(), opt->shape, opt->calib_random);
     if (!samples) return fail(samples.status());
-    if (!opt->calib.empty() && opt->calib_random == 0 && samples->empty())
+    if (!opt->calib.empty() && samples->empty())
       return fail(Status::invalid_argument("--calib " + opt->calib + " holds no samples"));
-    if (opt->calib.empty())
+    if (opt->calib.empty() && !opt->dynamic)
       std::cerr << "kiln quantize: warning: calibrating on generated samples; the ranges are not those of real "
                    "data, so accuracy on real inputs may suffer (give --calib)\n";
     auto budget = parse_budget(opt->budget);
@@ -174,6 +179,7 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     }
     QuantizeOptions qo;
     qo.min_cosine = *budget;
+    qo.dynamic = opt->dynamic;
     qo.max_fallbacks = opt->max_fallbacks;
     qo.method = *method;
     qo.percentile = opt->percentile;
@@ -191,7 +197,10 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     };
     auto report = model->quantize(reader_of(*samples), qo, held_out.empty() ? CalibrationReader() : reader_of(held_out));
     if (!report) return fail(report.status());
-    std::printf("calibrated on %lld samples (%s)\n", static_cast<long long>(report->samples), opt->method.c_str());
+    if (opt->dynamic)
+      std::printf("dynamic: activations quantized at each run, no calibration\n");
+    else
+      std::printf("calibrated on %lld samples (%s)\n", static_cast<long long>(report->samples), opt->method.c_str());
     std::printf("quantized %lld nodes, %lld activations; %lld Relu/Clip absorbed by their QuantizeLinear\n",
                 static_cast<long long>(report->quantized_nodes), static_cast<long long>(report->quantized_tensors),
                 static_cast<long long>(report->removed_clamps));
