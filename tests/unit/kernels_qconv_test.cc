@@ -14,6 +14,7 @@
 #include "core/float_convert.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/qconv/qconv.h"
+#include "kiln/session.h"
 #include "pass_test_util.h"
 
 namespace kiln {
@@ -247,6 +248,88 @@ TEST(QConv, QLinearConvNodeMatchesAPlainLoop) {
             ASSERT_EQ(y.data<uint8_t>()[(n * k.m + m) * oh * ow + p], v) << n << " " << m << " " << p;
           }
     }
+}
+
+// The 8-bit ops name what is wrong with bad inputs instead of crashing: types, shapes, per-axis
+// parameters where one value is required, a channels-last conv given the wrong channel count.
+std::string run_error(test::Builder& b, const std::vector<Tensor>& feeds) {
+  SessionOptions plain;
+  plain.optimize_level = 0;
+  auto s = Session::create(std::make_shared<const ir::Model>(b.m), plain);
+  if (!s.is_ok()) return s.status().message();
+  std::vector<Value> in;
+  for (const Tensor& t : feeds) in.push_back(Value::of(t));
+  auto out = (*s)->run(in);
+  return out.is_ok() ? "" : out.status().message();
+}
+
+Tensor bytes_of(DType t, const Shape& shape) { return Tensor::make(t, shape).value(); }
+
+TEST(QConv, EightBitOpsRejectBadInputs) {
+  auto scalar = [](DType t, double v) {
+    Tensor s = Tensor::make(t, {}).value();
+    store_from_double(t, s.raw_data(), 0, v);
+    return s;
+  };
+  auto ms = [](ir::Node& n) -> ir::Node& {
+    n.domain = "com.microsoft";
+    return n;
+  };
+  {  // QLinearAdd: u8 and s8, shapes that do not broadcast, a per-axis scale
+    for (int c = 0; c < 3; ++c) {
+      test::Builder b(13);
+      b.m.opsets["com.microsoft"] = 1;
+      const DType bt = c == 0 ? DType::kInt8 : DType::kUInt8;
+      const Shape bs = c == 1 ? Shape{1, 5} : Shape{1, 4};
+      b.m.graph.inputs.push_back(ir::ValueInfo{"a", ir::TypeInfo::tensor(DType::kUInt8, {1, 4}), ""});
+      b.m.graph.inputs.push_back(ir::ValueInfo{"b", ir::TypeInfo::tensor(bt, bs), ""});
+      auto& init = b.m.graph.initializers;
+      init["s"] = scalar(DType::kFloat32, 0.1);
+      init["s2"] = Tensor::make(DType::kFloat32, {2}).value();
+      init["z"] = scalar(DType::kUInt8, 1);
+      init["zb"] = scalar(bt, 1);
+      ms(b.add("QLinearAdd", {"a", c == 2 ? "s2" : "s", "z", "b", "s", "zb", "s", "z"}, {"y"}));
+      b.m.graph.outputs.push_back(ir::ValueInfo{"y", ir::TypeInfo::tensor(DType::kUInt8), ""});
+      const std::string e = run_error(b, {bytes_of(DType::kUInt8, {1, 4}), bytes_of(bt, bs)});
+      const char* want[] = {"must both be uint8 or both int8", "[1,5]", "one value"};
+      EXPECT_NE(e.find(want[c]), std::string::npos) << c << ": " << e;
+    }
+  }
+  {  // NhwcMaxPool on a rank-3 X
+    test::Builder b(13);
+    b.m.opsets["com.microsoft"] = 1;
+    b.m.graph.inputs.push_back(ir::ValueInfo{"x", ir::TypeInfo::tensor(DType::kUInt8, {1, 4, 4}), ""});
+    ms(b.add("NhwcMaxPool", {"x"}, {"y"}, {test::attr_ints("kernel_shape", {2, 2})}));
+    b.m.graph.outputs.push_back(ir::ValueInfo{"y", ir::TypeInfo::tensor(DType::kUInt8), ""});
+    const std::string e = run_error(b, {bytes_of(DType::kUInt8, {1, 4, 4})});
+    EXPECT_NE(e.find("[N, H, W, C]"), std::string::npos) << e;
+  }
+  {  // channels-last QLinearConv fed 5 channels for weights of 4
+    test::Builder b(13);
+    b.m.opsets["com.microsoft"] = 1;
+    b.m.graph.inputs.push_back(ir::ValueInfo{"x", ir::TypeInfo::tensor(DType::kUInt8), ""});
+    auto& init = b.m.graph.initializers;
+    init["xs"] = scalar(DType::kFloat32, 0.1), init["xz"] = scalar(DType::kUInt8, 3);
+    init["w"] = Tensor::make(DType::kInt8, {8, 4, 3, 3}).value(), init["ws"] = scalar(DType::kFloat32, 0.01);
+    init["ys"] = scalar(DType::kFloat32, 0.2), init["yz"] = scalar(DType::kUInt8, 0);
+    ms(b.add("QLinearConv", {"x", "xs", "xz", "w", "ws", "", "ys", "yz"}, {"y"},
+             {test::attr_i("channels_last", 1), test::attr_ints("pads", {1, 1, 1, 1})}));
+    b.m.graph.outputs.push_back(ir::ValueInfo{"y", ir::TypeInfo::tensor(DType::kUInt8), ""});
+    const std::string e = run_error(b, {bytes_of(DType::kUInt8, {1, 6, 6, 5})});
+    EXPECT_NE(e.find("channels-last QLinearConv"), std::string::npos) << e;
+  }
+  {  // MatMulIntegerToFloat with a b_scale of the wrong length
+    test::Builder b(13);
+    b.m.opsets["com.microsoft"] = 1;
+    b.m.graph.inputs.push_back(ir::ValueInfo{"a", ir::TypeInfo::tensor(DType::kUInt8, {2, 4}), ""});
+    auto& init = b.m.graph.initializers;
+    init["b"] = Tensor::make(DType::kInt8, {4, 3}).value(), init["as"] = scalar(DType::kFloat32, 0.1);
+    init["bs"] = Tensor::make(DType::kFloat32, {5}).value(), init["az"] = scalar(DType::kUInt8, 0);
+    ms(b.add("MatMulIntegerToFloat", {"a", "b", "as", "bs", "az"}, {"y"}));
+    b.m.graph.outputs.push_back(ir::ValueInfo{"y", ir::TypeInfo::tensor(DType::kFloat32), ""});
+    const std::string e = run_error(b, {bytes_of(DType::kUInt8, {2, 4})});
+    EXPECT_NE(e.find("b_scale"), std::string::npos) << e;
+  }
 }
 
 }  // namespace
