@@ -27,11 +27,43 @@ inline int32_t load_quad(const char* p) {
 struct VnniTiles {
   static constexpr int kPixels = 6, kMaxBlocks = 4;
 
+  // Four whole blocks (64 filters) of 8-bit codes a pixel: the saturating packs narrow them to one
+  // 64-byte store (their lane order undone by one permute) and do the lower clamp (a sum too
+  // negative for cvtps' int32 gives INT_MIN, which saturates to the lowest code too); the upper
+  // one stays in float, where a huge positive sum would otherwise wrap.
+  static void store_packed(const TilePlan& plan, __m512i (&acc)[kPixels][4], int64_t p0, int rows, int64_t m0) {
+    const Requantize& rq = plan.rq;
+    const int64_t filters = plan.g.filters;
+    const __m512 hi = _mm512_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
+    const __m512i zp = _mm512_set1_epi32(rq.zero_point);
+    __m512i bias[4];
+    __m512 scale[4];
+    for (int b = 0; b < 4; ++b) {
+      bias[b] = _mm512_loadu_si512(rq.bias.data() + m0 + b * 16);
+      scale[b] = _mm512_loadu_ps(rq.scale.data() + m0 + b * 16);
+    }
+    // Dword d of the packed vector holds block d % 4's channels 4 (d / 4) .. 4 (d / 4) + 3.
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    for (int i = 0; i < rows; ++i) {
+      __m512i q[4];
+      for (int b = 0; b < 4; ++b) {
+        const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc[i][b], bias[b])), scale[b]);
+        q[b] = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_min_ps(f, hi)), zp);
+      }
+      const __m512i w01 = _mm512_packs_epi32(q[0], q[1]), w23 = _mm512_packs_epi32(q[2], q[3]);
+      const __m512i bytes = rq.output == Output::kS8 ? _mm512_packs_epi16(w01, w23) : _mm512_packus_epi16(w01, w23);
+      _mm512_storeu_si512(static_cast<int8_t*>(plan.y) + (p0 + i) * filters + m0, _mm512_permutexvar_epi32(order, bytes));
+    }
+  }
+
   // Stores `rows` pixels' sums of B blocks from filter m0, requantized.
   template <int B>
   static void store(const TilePlan& plan, __m512i (&acc)[kPixels][B], int64_t p0, int rows, int64_t m0) {
     const Requantize& rq = plan.rq;
     const int64_t filters = plan.g.filters;
+    if constexpr (B == 4) {
+      if (rq.output != Output::kFloat && m0 + 64 <= filters) return store_packed(plan, acc, p0, rows, m0);
+    }
     const __m512 lo = _mm512_set1_ps(static_cast<float>(rq.lo - rq.zero_point));
     const __m512 hi = _mm512_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
     const __m512i zp = _mm512_set1_epi32(rq.zero_point);
