@@ -3,7 +3,9 @@
 //    (alpha 1, no transA): their weights, their bias, and their activation input;
 //  - the ops that carry 8-bit data from one such node to the next, quantized in and out so that
 //    the chain stays 8-bit: Add of two activations (a residual), MaxPool, AveragePool,
-//    GlobalAveragePool, Concat.
+//    GlobalAveragePool, Concat, where they touch a chosen node's data;
+//  - but only the nodes whose output is quantized (through a Relu or Clip): one whose output goes
+//    on in float (a SiLU, the logits) would not run as one 8-bit kernel, so it stays float.
 // An activation is a non-constant float32 tensor. Each gets one Q/DQ pair whatever reads it;
 // a node's output needs no rule of its own: it is quantized when an op above reads it.
 #include <algorithm>
@@ -52,61 +54,110 @@ Plan choose(const ir::Model& model, const passes::ValueTypes& types, const Quant
     const ir::Node* r = it->second[0];
     return r->inputs[0] == v && passes::epilogue::clamp_bounds(index, *r) && activation(r->outputs[0]) ? r->outputs[0] : v;
   };
-  Plan plan;
-  std::set<std::string> chosen;
-  auto point = [&](const std::string& v) {
-    if (!float_tensors.count(v) && chosen.insert(v).second) plan.points.push_back(v);
-  };
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const ir::Node& n = g.nodes[i];
-    if (!n.domain.empty() || n.inputs.empty() || n.outputs.empty()) continue;
+  // The ops that carry 8-bit data from one chosen node to the next: Add of two activations (a
+  // residual), MaxPool, AveragePool, GlobalAveragePool, Concat, with every input and the output
+  // activations.
+  auto carrier = [&](const ir::Node& n) {
     const std::string& op = n.op_type;
-    const bool compute = op == "Conv" || op == "MatMul" || op == "Gemm";
-    if (listed(options.keep_float, n)) {
-      if (compute) report->kept_float.push_back(n.name + ": asked to (keep_float)");
-      continue;
-    }
-    if (compute) {
-      if (n.inputs.size() < 2 || !activation(n.inputs[0])) continue;
-      QuantizedNode q{i, 1, 0, -1};
-      if (op == "Conv") {
-        if (!float_constant(n.inputs[1], -1)) {
-          report->kept_float.push_back(n.name + ": weights not a constant");
-          continue;
-        }
-        if (n.inputs.size() > 2 && float_constant(n.inputs[2], 1)) q.bias_input = 2;
-      } else if (op == "MatMul") {
-        if (!float_constant(n.inputs[1], 2)) continue;  // activation x activation (attention)
-        q.weight_axis = 1;
-      } else {
-        if (!float_constant(n.inputs[1], 2) || n.attr_int("transA", 0) != 0 || n.attr_float("alpha", 1.0f) != 1.0f ||
-            n.attr_float("beta", 1.0f) != 1.0f) {
-          report->kept_float.push_back(n.name + ": Gemm form not quantized (transA, alpha, beta, or B not constant)");
-          continue;
-        }
-        q.weight_axis = n.attr_int("transB", 0) != 0 ? 0 : 1;
-        if (n.inputs.size() > 2 && float_constant(n.inputs[2], 1)) q.bias_input = 2;
-      }
-      if (n.inputs.size() > 2 && !n.inputs[2].empty() && q.bias_input < 0 && op != "MatMul") {
-        report->kept_float.push_back(n.name + ": bias not a constant vector");
+    if (n.outputs.size() != 1 || !activation(n.outputs[0])) return false;
+    if (op == "Add") return n.inputs.size() == 2 && activation(n.inputs[0]) && activation(n.inputs[1]);
+    if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool") return activation(n.inputs[0]);
+    if (op != "Concat") return false;
+    for (const std::string& in : n.inputs)
+      if (!activation(in)) return false;
+    return true;
+  };
+  // One pass over the graph, the nodes in `skip` left out.
+  auto pass = [&](const std::set<size_t>& skip, QuantizeReport* rep) {
+    Plan plan;
+    std::vector<const ir::Node*> carriers;
+    std::set<std::string> chosen;
+    auto point = [&](const std::string& v) {
+      if (!float_tensors.count(v) && chosen.insert(v).second) plan.points.push_back(v);
+    };
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const ir::Node& n = g.nodes[i];
+      if (!n.domain.empty() || n.inputs.empty() || n.outputs.empty()) continue;
+      if (skip.count(i)) continue;
+      const std::string& op = n.op_type;
+      const bool compute = op == "Conv" || op == "MatMul" || op == "Gemm";
+      if (listed(options.keep_float, n)) {
+        if (compute) rep->kept_float.push_back(n.name + ": asked to (keep_float)");
         continue;
       }
-      plan.nodes.push_back(q);
-      point(n.inputs[0]);
-    } else if (op == "Add") {
-      if (n.inputs.size() == 2 && activation(n.inputs[0]) && activation(n.inputs[1]) && activation(n.outputs[0]))
-        point(n.inputs[0]), point(n.inputs[1]), point(through_clamp(n.outputs[0]));
-    } else if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool") {
-      if (n.outputs.size() == 1 && activation(n.inputs[0]) && activation(n.outputs[0]))
-        point(n.inputs[0]), point(through_clamp(n.outputs[0]));
-    } else if (op == "Concat") {
-      bool all = activation(n.outputs[0]);
-      for (const std::string& in : n.inputs) all = all && activation(in);
-      if (!all) continue;
-      for (const std::string& in : n.inputs) point(in);
-      point(through_clamp(n.outputs[0]));
+      if (compute) {
+        if (n.inputs.size() < 2 || !activation(n.inputs[0])) continue;
+        QuantizedNode q{i, 1, 0, -1};
+        if (op == "Conv") {
+          if (!float_constant(n.inputs[1], -1)) {
+            rep->kept_float.push_back(n.name + ": weights not a constant");
+            continue;
+          }
+          if (n.inputs.size() > 2 && float_constant(n.inputs[2], 1)) q.bias_input = 2;
+        } else if (op == "MatMul") {
+          if (!float_constant(n.inputs[1], 2)) continue;  // activation x activation (attention)
+          q.weight_axis = 1;
+        } else {
+          if (!float_constant(n.inputs[1], 2) || n.attr_int("transA", 0) != 0 || n.attr_float("alpha", 1.0f) != 1.0f ||
+              n.attr_float("beta", 1.0f) != 1.0f) {
+            rep->kept_float.push_back(n.name + ": Gemm form not quantized (transA, alpha, beta, or B not constant)");
+            continue;
+          }
+          q.weight_axis = n.attr_int("transB", 0) != 0 ? 0 : 1;
+          if (n.inputs.size() > 2 && float_constant(n.inputs[2], 1)) q.bias_input = 2;
+        }
+        if (n.inputs.size() > 2 && !n.inputs[2].empty() && q.bias_input < 0 && op != "MatMul") {
+          rep->kept_float.push_back(n.name + ": bias not a constant vector");
+          continue;
+        }
+        plan.nodes.push_back(q);
+        point(n.inputs[0]);
+      } else if (carrier(n)) {
+        carriers.push_back(&n);
+      }
     }
+    // The carriers join where they touch 8-bit data: an input or output (through a clamp) that a
+    // chosen node reads or writes, or that another carrier already quantized. A chain of them
+    // between float ops (a squeeze-excite's pooling) would only add Q/DQ passes.
+    std::set<std::string> produced;  // the chosen nodes' outputs, through their clamps
+    for (const QuantizedNode& q : plan.nodes) produced.insert(through_clamp(g.nodes[q.node].outputs[0]));
+    std::set<const ir::Node*> joined;
+    for (bool grew = true; grew;) {
+      grew = false;
+      for (const ir::Node* c : carriers) {
+        const std::string out = through_clamp(c->outputs[0]);
+        if (joined.count(c)) continue;
+        bool touches = chosen.count(out) || produced.count(out);
+        for (const std::string& in : c->inputs) touches = touches || chosen.count(in) || produced.count(in);
+        if (!touches) continue;
+        for (const std::string& in : c->inputs) point(in);
+        point(out);
+        joined.insert(c);
+        grew = true;
+      }
+    }
+    return plan;
+  };
+  // An 8-bit Conv/MatMul/Gemm pays only with a QuantizeLinear after it (through a clamp), so that
+  // it runs as one 8-bit kernel; one whose output goes on in float (a SiLU, logits) stays float,
+  // and the activations only it wanted go with it.
+  std::set<size_t> skip;
+  std::vector<std::string> unpaid;
+  for (;;) {
+    QuantizeReport scratch;
+    const Plan plan = pass(skip, &scratch);
+    const std::set<std::string> points(plan.points.begin(), plan.points.end());
+    const size_t before = skip.size();
+    for (const QuantizedNode& q : plan.nodes) {
+      const ir::Node& n = g.nodes[q.node];
+      if (points.count(through_clamp(n.outputs[0]))) continue;
+      skip.insert(q.node);
+      unpaid.push_back((n.name.empty() ? n.outputs[0] : n.name) + ": its output goes on in float, so 8 bits would not pay");
+    }
+    if (skip.size() == before) break;
   }
+  Plan plan = pass(skip, report);
+  report->kept_float.insert(report->kept_float.end(), unpaid.begin(), unpaid.end());
   report->quantized_nodes = static_cast<int64_t>(plan.nodes.size());
   return plan;
 }
