@@ -1,20 +1,22 @@
-// Quantized models in QDQ form (what ONNX Runtime's quantize_static writes, and TensorRT and
-// OpenVINO read) state each int8 op as float ops between DequantizeLinear and QuantizeLinear.
-// This pass gives those ops their 8-bit kernels:
+// Quantized models in QDQ form (what ONNX Runtime's quantize_static and kiln quantize write, and
+// TensorRT and OpenVINO read) state each int8 op as float ops between DequantizeLinear and
+// QuantizeLinear. This pass gives those ops their 8-bit kernels:
 //
-//   Q(Conv(DQ(xq), DQ(wq) [, DQ(bq)]), ys, yz)        -> QLinearConv(xq, ..., wq, ..., ys, yz [, bq])
-//   Q(Relu or Clip(Conv(...))), when the clamp changes -> the same (Q's saturation is the clamp:
-//     no code (a Relu before u8 codes from 0, a ReLU6 before codes within [0, 6]))
-//   Q(MaxPool(DQ(xq)), s, z), the same s and z as DQ  -> MaxPool(xq) (max commutes with a monotone map)
-//   Q([Relu or Clip](Add(DQ(a), DQ(b))))              -> com.microsoft.QLinearAdd(a, ..., b, ..., ys, yz)
+//   Q(Conv(DQ(xq), DQ(wq) [, DQ(bq)]), ys, yz)      -> QLinearConv(xq, ..., wq, ..., ys, yz [, bq])
+//   Q(Relu or Clip(Conv(...)))                      -> the same, when the clamp changes no code (Q's
+//                                                      saturation does it: a Relu before u8 codes
+//                                                      from 0, a ReLU6 before codes within [0, 6])
+//   Q(MaxPool(DQ(xq)), s, z), DQ's s and z           -> MaxPool(xq) (max commutes with a monotone map)
+//   Q([Relu or Clip](Add(DQ(a), DQ(b))))            -> com.microsoft.QLinearAdd(a, ..., b, ..., ys, yz)
 //
 // x's DequantizeLinear stays for its other readers (dead-code drops it when none is left); the
 // weights' and bias's are absorbed. Needs per-tensor x and y parameters, s8 weights with zero
 // points 0 (per tensor or per output channel), a bias in the accumulator's scale (xs * ws, as the
 // quantizers write it). Runs before constant folding, which would fold DQ(wq) into float weights.
 // On every CPU: the 8-bit conv's AVX2 tile runs ONNX Runtime's QDQ resnet50 in 33 ms against
-// 36-42 ms for the float convs on the folded weights (AMD EPYC Zen 4 capped at AVX2). Not portable: QLinearAdd is ONNX
-// Runtime's (which loads it); QLinearConv and 8-bit MaxPool are standard ONNX.
+// 36-42 ms for the float convs on the folded weights (AMD EPYC Zen 4 capped at AVX2). Not
+// portable: QLinearAdd is ONNX Runtime's (which loads it); QLinearConv and 8-bit MaxPool are
+// standard ONNX.
 #include <cmath>
 
 #include "core/float_convert.h"
