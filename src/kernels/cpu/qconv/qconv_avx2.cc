@@ -13,12 +13,6 @@
 namespace kiln::qconv {
 namespace {
 
-inline int32_t load_pair(const char* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 struct Avx2Tiles {
   static constexpr int kPixels = 6, kMaxBlocks = 1;
 
@@ -65,7 +59,7 @@ struct Avx2Tiles {
         const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32));
 #pragma GCC unroll 6
         for (int i = 0; i < kPixels; ++i) {
-          const __m256i a = _mm256_set1_epi32(load_pair(p[i] + q * 4));
+          const __m256i a = _mm256_set1_epi32(load_u32(p[i] + q * 4));
           acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(a, w0));
           acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(a, w1));
         }

@@ -18,12 +18,6 @@
 namespace kiln::qconv {
 namespace {
 
-inline int32_t load_quad(const char* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 struct VnniTiles {
   static constexpr int kPixels = 6, kMaxBlocks = 4;
 
@@ -104,7 +98,7 @@ struct VnniTiles {
         for (int b = 0; b < B; ++b) wv[b] = _mm512_loadu_si512(w + b * wstride);
 #pragma GCC unroll 6
         for (int i = 0; i < kPixels; ++i) {
-          const __m512i a = _mm512_set1_epi32(load_quad(p[i] + q * 4));
+          const __m512i a = _mm512_set1_epi32(load_u32(p[i] + q * 4));
           for (int b = 0; b < B; ++b) acc[i][b] = _mm512_dpbusd_epi32(acc[i][b], a, wv[b]);
         }
       }

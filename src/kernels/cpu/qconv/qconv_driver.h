@@ -19,6 +19,13 @@
 
 namespace kiln::qconv {
 
+// 4 bytes of the input (a quad of u8 channels, a pair of int16 ones) to broadcast, unaligned.
+inline int32_t load_u32(const char* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
 // The first n of 8 int32 lanes, as an AVX2 maskload/maskstore mask.
 inline __m256i first_lanes(int64_t n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
