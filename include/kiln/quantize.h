@@ -43,6 +43,9 @@ struct QuantizeOptions {
   // calibration samples; the accuracy guard does not apply (held-out samples, if given, measure
   // the outputs).
   bool dynamic = false;
+  // Standard ONNX only. It changes what --dynamic writes: ONNX Runtime's chain, its activations
+  // quantized per tensor, instead of kiln's DynamicQuantMatMul, which quantizes them per row.
+  bool portable = false;
   // Nodes (by name, or by the name of their first output) left in float.
   std::vector<std::string> keep_float;
   // The accuracy guard: every float output of the quantized model must keep at least this cosine

@@ -221,7 +221,7 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, meth
     if calibration_data is None and not dynamic:
         raise InvalidArgument("kiln.quantize needs calibration_data (or dynamic=True)")
     samples = _calibration_next(core, calibration_data if calibration_data is not None else [], input_shapes)
-    report = core.quantize(samples, held_out=held, dynamic=bool(dynamic), method=method,
+    report = core.quantize(samples, held_out=held, dynamic=bool(dynamic), portable=bool(portable), method=method,
                            percentile=float(percentile), per_channel=bool(per_channel),
                            signed_activations=bool(signed_activations), keep_float=list(keep_float),
                            min_cosine=float(min_cosine), max_fallbacks=int(max_fallbacks))

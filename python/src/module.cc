@@ -387,7 +387,7 @@ PYBIND11_MODULE(_kiln, m) {
       .def("quantize", [](Model& model, const py::function& next, const py::object& held_out, const std::string& method,
                           double percentile, bool per_channel, bool signed_activations,
                           const std::vector<std::string>& keep_float, double min_cosine, int max_fallbacks,
-                          bool dynamic) {
+                          bool dynamic, bool portable) {
         QuantizeOptions o;
         if (method == "minmax") o.method = CalibrationMethod::kMinMax;
         else if (method == "percentile") o.method = CalibrationMethod::kPercentile;
@@ -401,6 +401,7 @@ PYBIND11_MODULE(_kiln, m) {
         o.min_cosine = min_cosine;
         o.max_fallbacks = max_fallbacks;
         o.dynamic = dynamic;
+        o.portable = portable;
         const std::vector<IoInfo> ios = model.inputs();
         // `next` returns a list of arrays in input order, or None; samples are copied (kept).
         auto reader_of = [&](const py::object& source) -> CalibrationReader {
@@ -444,7 +445,7 @@ PYBIND11_MODULE(_kiln, m) {
       }, py::arg("next"), py::arg("held_out") = py::none(), py::arg("method") = "minmax", py::arg("percentile") = 99.999,
          py::arg("per_channel") = true, py::arg("signed_activations") = false,
          py::arg("keep_float") = std::vector<std::string>{}, py::arg("min_cosine") = 0.99, py::arg("max_fallbacks") = 16,
-         py::arg("dynamic") = false)
+         py::arg("dynamic") = false, py::arg("portable") = false)
       .def("copy", [](const Model& model) { return Model(model); })
       .def("clear_backend_choices", &Model::clear_backend_choices)
       .def("summary", [](const Model& model, int64_t batch, int64_t seq) {

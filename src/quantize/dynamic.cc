@@ -6,8 +6,10 @@
 //   xq, xs, xz = DynamicQuantizeLinear(x)            (once per activation, shared by its readers)
 //   y = Mul(Cast(MatMulInteger(xq, wq, xz, wz)), Mul(xs, ws)) [+ C]
 //
-// No calibration: the activations' ranges are each run's. ONNX Runtime runs the result as is;
-// kiln's dynamic-quant-matmul fuses each chain into one MatMulIntegerToFloat.
+// That is the portable form: ONNX Runtime runs it as is, and kiln's dynamic-quant-matmul fuses each
+// chain into one MatMulIntegerToFloat. kiln's own form (QuantizeOptions::portable false) is one
+// ai.kiln.DynamicQuantMatMul a node, which quantizes each row of the activation on its own. No
+// calibration either way: the activations' ranges are each run's.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -60,7 +62,25 @@ Status write_dynamic(ir::Model& model, const passes::ValueTypes& types, const Qu
   std::map<std::string, std::array<std::string, 3>> quantized;  // activation -> xq, xs, xz
   std::vector<ir::Node> nodes;
   std::set<std::string> replaced;
+  // kiln's form takes a MatMul's bias Add in (the Add's constant vector is the op's bias input).
+  std::map<std::string, const ir::Node*> bias_add;  // MatMul output -> the Add reading it alone
+  std::set<const ir::Node*> absorbed;
+  if (!options.portable) {
+    const auto uses = passes::use_counts(g);
+    for (const ir::Node& n : g.nodes) {
+      if (!n.domain.empty() || n.op_type != "Add" || n.inputs.size() != 2 || n.outputs.size() != 1) continue;
+      for (int side = 0; side < 2; ++side) {
+        const Tensor* c = passes::constant_value(g, n.inputs[static_cast<size_t>(1 - side)]);
+        const std::string& v = n.inputs[static_cast<size_t>(side)];
+        auto it = uses.find(v);
+        if (c && c->dtype() == DType::kFloat32 && c->rank() == 1 && it != uses.end() && it->second == 1 &&
+            !passes::is_graph_output(g, v))
+          bias_add.emplace(v, &n);
+      }
+    }
+  }
   for (const ir::Node& n : g.nodes) {
+    if (absorbed.count(&n)) continue;
     const bool matmul = n.domain.empty() && n.op_type == "MatMul", gemm = n.domain.empty() && n.op_type == "Gemm";
     const Tensor* w = (matmul || gemm) && n.inputs.size() >= 2 ? passes::constant_value(g, n.inputs[1]) : nullptr;
     const ir::TypeInfo* x = (matmul || gemm) ? types.tensor(n.inputs[0]) : nullptr;
@@ -76,23 +96,44 @@ Status write_dynamic(ir::Model& model, const passes::ValueTypes& types, const Qu
       nodes.push_back(n);
       continue;
     }
+    Tensor wq, ws, wz;
+    quantize_columns(*w, gemm && n.attr_int("transB", 0) != 0, options.per_channel, &wq, &ws, &wz);
+    const std::string base = n.inputs[1];
+    const std::string wq_name = fresh_name(g, base + "_quantized"), ws_name = fresh_name(g, base + "_scale");
+    g.initializers[wq_name] = std::move(wq), g.initializers[ws_name] = std::move(ws);
+    replaced.insert(base);
+    ++report->quantized_nodes;
+    const bool biased = gemm && n.inputs.size() > 2 && !n.inputs[2].empty();
+    const std::string out = n.outputs[0], stem = n.name.empty() ? out : n.name;
+    if (!options.portable) {
+      const int64_t columns = g.initializers.at(wq_name).dim(1);
+      std::string bias = biased ? n.inputs[2] : "", result = out;
+      auto add = matmul ? bias_add.find(out) : bias_add.end();
+      if (add != bias_add.end()) {
+        const ir::Node& a = *add->second;
+        const std::string& c = a.inputs[0] == out ? a.inputs[1] : a.inputs[0];
+        if (passes::constant_value(g, c)->numel() == columns) bias = c, result = a.outputs[0], absorbed.insert(&a);
+      }
+      const Tensor* c = bias.empty() ? nullptr : passes::constant_value(g, bias);
+      const bool bias_input = c && c->dtype() == DType::kFloat32 && c->numel() == columns;
+      const std::string product = !bias.empty() && !bias_input ? fresh_name(g, stem + "_product") : result;
+      std::vector<std::string> in = {n.inputs[0], wq_name, ws_name};
+      if (bias_input) in.push_back(bias);
+      nodes.push_back(make_node(stem + "_DynamicQuantMatMul", "DynamicQuantMatMul", in, {product}, "ai.kiln"));
+      if (!bias.empty() && !bias_input) nodes.push_back(make_node(stem + "_bias", "Add", {product, bias}, {result}));
+      model.opsets.emplace("ai.kiln", 1);
+      continue;
+    }
+    const std::string wz_name = fresh_name(g, base + "_zero_point");
+    g.initializers[wz_name] = std::move(wz);
     auto& q = quantized[n.inputs[0]];
     if (q[0].empty()) {
       for (int i = 0; i < 3; ++i)
         q[static_cast<size_t>(i)] = fresh_name(g, n.inputs[0] + (i == 0 ? "_quantized" : i == 1 ? "_scale" : "_zero_point"));
       nodes.push_back(make_node(q[0], "DynamicQuantizeLinear", {n.inputs[0]}, {q[0], q[1], q[2]}));
     }
-    Tensor wq, ws, wz;
-    quantize_columns(*w, gemm && n.attr_int("transB", 0) != 0, options.per_channel, &wq, &ws, &wz);
-    const std::string base = n.inputs[1];
-    const std::string wq_name = fresh_name(g, base + "_quantized"), ws_name = fresh_name(g, base + "_scale"),
-                      wz_name = fresh_name(g, base + "_zero_point");
-    g.initializers[wq_name] = std::move(wq), g.initializers[ws_name] = std::move(ws), g.initializers[wz_name] = std::move(wz);
-    replaced.insert(base);
-    const std::string out = n.outputs[0], stem = n.name.empty() ? out : n.name;
     const std::string acc = fresh_name(g, stem + "_int32"), accf = fresh_name(g, stem + "_int32_float"),
                       scale = fresh_name(g, stem + "_scale"), product = fresh_name(g, stem + "_product");
-    const bool biased = gemm && n.inputs.size() > 2 && !n.inputs[2].empty();
     nodes.push_back(make_node(stem + "_MatMulInteger", "MatMulInteger", {q[0], wq_name, q[2], wz_name}, {acc}));
     ir::Node cast = make_node(stem + "_Cast", "Cast", {acc}, {accf});
     cast.attrs.push_back(ir::Attribute::of_int("to", static_cast<int64_t>(DType::kFloat32)));
@@ -100,7 +141,6 @@ Status write_dynamic(ir::Model& model, const passes::ValueTypes& types, const Qu
     nodes.push_back(make_node(stem + "_scales", "Mul", {q[1], ws_name}, {scale}));
     nodes.push_back(make_node(stem + "_Mul", "Mul", {accf, scale}, {biased ? product : out}));
     if (biased) nodes.push_back(make_node(stem + "_bias", "Add", {product, n.inputs[2]}, {out}));
-    ++report->quantized_nodes;
   }
   g.nodes = std::move(nodes);
   passes::drop_unread_initializers(g, replaced);

@@ -252,6 +252,7 @@ TEST(Quantize, DynamicMatMulAndGemm) {
   Model model(std::make_shared<ir::Model>(b.m));
   QuantizeOptions o;
   o.dynamic = true;
+  o.portable = true;  // ONNX Runtime's chain; kiln's own form: DynamicQuantMatMulPerRow below
   auto report = model.quantize({}, o);
   ASSERT_TRUE(report.is_ok()) << report.status().message();
   EXPECT_EQ(report->quantized_nodes, 3);
@@ -282,6 +283,54 @@ TEST(Quantize, DynamicMatMulAndGemm) {
   o2.level = 2;
   ASSERT_TRUE(optimize(optimized, o2).is_ok());
   EXPECT_EQ(test::qualified_histogram(optimized).at("com.microsoft.MatMulIntegerToFloat"), 3);
+}
+
+// kiln's form of --dynamic: one ai.kiln.DynamicQuantMatMul a node (a MatMul's bias Add taken
+// in); the op against plain loops of its definition (each row of A quantized on its own, a row
+// of zeros and an all-positive row among them).
+TEST(Quantize, DynamicQuantMatMulPerRow) {
+  test::Builder b(13);
+  b.input("x", {3, 16});
+  b.weight("w", {16, 12});
+  b.weight("bias", {12});
+  b.add("MatMul", {"x", "w"}, {"m"});
+  b.add("Add", {"m", "bias"}, {"y"});
+  b.output("y");
+  Model model(std::make_shared<ir::Model>(b.m));
+  QuantizeOptions o;
+  o.dynamic = true;
+  auto report = model.quantize({}, o);
+  ASSERT_TRUE(report.is_ok()) << report.status().message();
+  EXPECT_EQ(test::qualified_histogram(model.ir()), (std::map<std::string, int>{{"ai.kiln.DynamicQuantMatMul", 1}}));
+  Tensor x = b.random({3, 16});
+  for (int64_t k = 0; k < 16; ++k) x.data<float>()[k] = 0.0f;                       // row 0: zeros
+  for (int64_t k = 0; k < 16; ++k) x.data<float>()[16 + k] = 0.5f + 0.1f * float(k);  // row 1: positive
+  const ir::Node& n = model.ir().graph.nodes[0];
+  const Tensor& wq = model.ir().graph.initializers.at(n.inputs[1]);
+  const Tensor& ws = model.ir().graph.initializers.at(n.inputs[2]);
+  const Tensor& bias = model.ir().graph.initializers.at(n.inputs[3]);
+  SessionOptions plain;
+  plain.optimize_level = 0;
+  const Tensor y = test::run_model(model.ir(), {x}, plain)[0].tensor;
+  ASSERT_EQ(y.shape(), (Shape{3, 12}));
+  for (int64_t i = 0; i < 3; ++i) {
+    const float* row = x.data<float>() + i * 16;
+    float lo = 0, hi = 0;
+    for (int64_t k = 0; k < 16; ++k) lo = std::min(lo, row[k]), hi = std::max(hi, row[k]);
+    const float scale = (hi == lo ? 1.0f : hi - lo) / 255.0f;
+    const float zp = std::nearbyint(std::clamp(-lo / scale, 0.0f, 255.0f));
+    for (int64_t j = 0; j < 12; ++j) {
+      int64_t sum = 0;
+      for (int64_t k = 0; k < 16; ++k) {
+        const float q = std::min(255.0f, std::max(0.0f, std::nearbyint(row[k] / scale) + zp));
+        sum += (static_cast<int64_t>(q) - static_cast<int64_t>(zp)) * wq.data<int8_t>()[k * 12 + j];
+      }
+      const float want = static_cast<float>(sum) * (scale * ws.data<float>()[ws.numel() == 1 ? 0 : j]) + bias.data<float>()[j];
+      // The codes and sums exactly; the last multiply-add may fuse (an FMA's single rounding).
+      ASSERT_NEAR(y.data<float>()[i * 12 + j], want, 1e-6f * std::max(1.0f, std::fabs(want))) << i << " " << j;
+    }
+  }
+  EXPECT_GT(cosine(test::run_model(b.m, {x})[0].tensor, y), 0.999f);
 }
 
 }  // namespace

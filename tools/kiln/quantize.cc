@@ -180,6 +180,7 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     QuantizeOptions qo;
     qo.min_cosine = *budget;
     qo.dynamic = opt->dynamic;
+    qo.portable = opt->portable;
     qo.max_fallbacks = opt->max_fallbacks;
     qo.method = *method;
     qo.percentile = opt->percentile;

@@ -8,6 +8,7 @@
 #include "kernels/fast_path.h"
 #include "kernels/kernel_util.h"
 #include "kernels/ref/gemm_f32.h"
+#include "kernels/ref/quantize.h"
 
 namespace kiln {
 namespace {
@@ -94,7 +95,7 @@ const Tensor* opt(const KernelContext& ctx, size_t i) {
 
 // max(0, x...) and min(0, x...), NaN skipped as std::max/std::min skip it: 8 lanes, then the lanes.
 // max_ps/min_ps return their second operand when either is NaN, so the running value goes second.
-void zero_inclusive_range(const float* x, int64_t n, float* mn, float* mx) {
+void range_with_zero(const float* x, int64_t n, float* mn, float* mx) {
   __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -141,7 +142,7 @@ void quantize_8bit(const float* x, int64_t n, float scale, float zp, void* out) 
   }
 }
 
-void quantize_u8(const float* x, int64_t n, float scale, float zp, uint8_t* y) { quantize_8bit<false>(x, n, scale, zp, y); }
+
 
 // y = (x - zp) * scale for 8-bit x, 8 at a time (the reference's float operations).
 template <bool Signed>
@@ -276,11 +277,11 @@ Status dynamic_quantize_linear(KernelContext& ctx) {
   if (x.dtype() != DType::kFloat32) return ctx.error("DynamicQuantizeLinear needs float32 x");
   const float* xd = x.data<float>();
   float mx = 0.0f, mn = 0.0f;
-  zero_inclusive_range(xd, x.numel(), &mn, &mx);
+  range_with_zero(xd, x.numel(), &mn, &mx);
   const float scale = (mx == mn ? 1.0f : (mx - mn)) / 255.0f;
   const float zpf = std::nearbyint(std::min(255.0f, std::max(0.0f, 0.0f - mn / scale)));
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kUInt8, x.shape()));
-  quantize_u8(xd, x.numel(), scale, zpf, y->data<uint8_t>());
+  quantize_8bit<false>(xd, x.numel(), scale, zpf, y->data<uint8_t>());
   if (ctx.wants_output(1)) {
     KILN_ASSIGN_OR_RETURN(Tensor * s, ctx.make_output(1, DType::kFloat32, {}));
     *s->data<float>() = scale;
@@ -382,6 +383,9 @@ Status qlinear_matmul(KernelContext& ctx) {
 }
 
 }  // namespace
+
+void zero_inclusive_range(const float* x, int64_t n, float* mn, float* mx) { range_with_zero(x, n, mn, mx); }
+void quantize_u8(const float* x, int64_t n, float scale, float zp, uint8_t* y) { quantize_8bit<false>(x, n, scale, zp, y); }
 
 KILN_REGISTER_KERNEL("", "QuantizeLinear", quantize_linear);
 KILN_REGISTER_KERNEL("", "DequantizeLinear", dequantize_linear);

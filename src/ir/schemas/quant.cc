@@ -1,11 +1,12 @@
-// Schemas of the com.microsoft (ONNX Runtime contrib) 8-bit ops kiln reads and writes:
+// Schemas of the 8-bit ops beyond ONNX's: kiln's DynamicQuantMatMul (MatMul's shapes, float32),
+// and the com.microsoft (ONNX Runtime contrib) ones kiln reads and writes:
 // QLinearConv (ONNX's inputs; channels_last makes X and Y [N, H, W, C]) and NhwcMaxPool (MaxPool
 // on channels-last 8-bit X), whose shapes come from the standard op's schema run on the NCHW
 // view; QLinearAdd and QLinearMul (A and B broadcast, C of A's type); MatMulIntegerToFloat
 // (MatMulInteger's shapes, float32).
 #include "ir/schemas/common.h"
 
-namespace kiln::ir::schemas::ms_quant {
+namespace kiln::ir::schemas::quant {
 namespace {
 
 bool ranked(const TypeInfo& t) { return t.kind == TypeInfo::Kind::kTensor && t.has_shape; }
@@ -55,6 +56,7 @@ Outputs infer_qlinear_binary(InferContext& ctx) {
   return one(tensor_type(a.dtype, std::move(*shape)));
 }
 
+// MatMulInteger's shapes of inputs 0 and 1, float32 (MatMulIntegerToFloat, DynamicQuantMatMul).
 Outputs infer_matmul_integer_to_float(InferContext& ctx) {
   const OpSchema* base = OpSchemaRegistry::global().find("", "MatMulInteger");
   if (!base || !base->infer) return ctx.error("the schema of MatMulInteger is missing");
@@ -92,5 +94,11 @@ KILN_REGISTER_OP_SCHEMA("com.microsoft",
                                     return cost_as("MatMulInteger", ctx, outs);
                                   }}),
                         "MatMulIntegerToFloat");
+KILN_REGISTER_OP_SCHEMA("ai.kiln",
+                        (OpSchema{.infer = infer_matmul_integer_to_float,
+                                  .cost = [](const InferContext& ctx, const std::vector<TypeInfo>& outs) {
+                                    return cost_as("MatMulInteger", ctx, outs);
+                                  }}),
+                        "DynamicQuantMatMul");
 
-}  // namespace kiln::ir::schemas::ms_quant
+}  // namespace kiln::ir::schemas::quant
