@@ -46,7 +46,7 @@ struct Avx2Tiles {
 
   static void run(const TilePlan& plan, int64_t p0, int rows, int64_t b0, int) {
     const char* px[kPixels];
-    for (int i = 0; i < kPixels; ++i) px[i] = window(plan, p0 + std::min(i, rows - 1));
+    windows(plan, p0, rows, px, kPixels);
     __m256i acc[kPixels][2];
     for (auto& row : acc) row[0] = row[1] = _mm256_setzero_si256();
     const int64_t pairs = plan.w.steps();

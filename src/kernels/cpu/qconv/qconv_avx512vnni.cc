@@ -21,46 +21,50 @@ namespace {
 struct VnniTiles {
   static constexpr int kPixels = 6, kMaxBlocks = 4;
 
-  // Four whole blocks (64 filters) of 8-bit codes a pixel: the saturating packs narrow them to one
-  // 64-byte store (their lane order undone by one permute) and do the lower clamp (a sum too
-  // negative for cvtps' int32 gives INT_MIN, which saturates to the lowest code too); the upper
-  // one stays in float, where a huge positive sum would otherwise wrap.
-  static void store_packed(const TilePlan& plan, __m512i (&acc)[kPixels][4], int64_t p0, int rows, int64_t m0) {
+  // 8-bit codes of up to four blocks (64 filters) a pixel leave as one store: the saturating
+  // packs narrow them (blocks past B packed as zeros, bytes past the filters masked off) and do
+  // the lower clamp (a sum too negative for cvtps' int32 gives INT_MIN, which saturates to the
+  // lowest code too); the upper one stays in float, where a huge positive sum would otherwise wrap.
+  template <int B>
+  static void store_packed(const TilePlan& plan, __m512i (&acc)[kPixels][B], int64_t p0, int rows, int64_t m0) {
     const Requantize& rq = plan.rq;
-    const int64_t filters = plan.g.filters;
+    const int64_t filters = plan.g.filters, count = std::min<int64_t>(B * 16, filters - m0);
     const __m512 hi = _mm512_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
     const __m512i zp = _mm512_set1_epi32(rq.zero_point);
-    __m512i bias[4];
-    __m512 scale[4];
-    for (int b = 0; b < 4; ++b) {
-      bias[b] = _mm512_loadu_si512(rq.bias.data() + m0 + b * 16);
-      scale[b] = _mm512_loadu_ps(rq.scale.data() + m0 + b * 16);
+    __m512i bias[B];
+    __m512 scale[B];
+    for (int b = 0; b < B; ++b) {
+      const int64_t lanes = std::clamp<int64_t>(count - b * 16, 0, 16);
+      const __mmask16 mask = static_cast<__mmask16>((1u << lanes) - 1);
+      bias[b] = _mm512_maskz_loadu_epi32(mask, rq.bias.data() + m0 + b * 16);
+      scale[b] = _mm512_maskz_loadu_ps(mask, rq.scale.data() + m0 + b * 16);
     }
+    const __mmask64 store_mask = count >= 64 ? ~__mmask64{0} : (__mmask64{1} << count) - 1;
     // Dword d of the packed vector holds block d % 4's channels 4 (d / 4) .. 4 (d / 4) + 3.
     const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     for (int i = 0; i < rows; ++i) {
       __m512i q[4];
       for (int b = 0; b < 4; ++b) {
+        if (b >= B) {
+          q[b] = _mm512_setzero_si512();
+          continue;
+        }
         const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc[i][b], bias[b])), scale[b]);
         q[b] = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_min_ps(f, hi)), zp);
       }
       const __m512i w01 = _mm512_packs_epi32(q[0], q[1]), w23 = _mm512_packs_epi32(q[2], q[3]);
       const __m512i bytes = rq.output == Output::kS8 ? _mm512_packs_epi16(w01, w23) : _mm512_packus_epi16(w01, w23);
-      _mm512_storeu_si512(static_cast<int8_t*>(plan.y) + (p0 + i) * filters + m0, _mm512_permutexvar_epi32(order, bytes));
+      _mm512_mask_storeu_epi8(static_cast<int8_t*>(plan.y) + (p0 + i) * filters + m0, store_mask,
+                              _mm512_permutexvar_epi32(order, bytes));
     }
   }
 
-  // Stores `rows` pixels' sums of B blocks from filter m0, requantized.
+  // Stores `rows` pixels' sums of B blocks from filter m0: 8-bit codes (store_packed), or floats.
   template <int B>
   static void store(const TilePlan& plan, __m512i (&acc)[kPixels][B], int64_t p0, int rows, int64_t m0) {
     const Requantize& rq = plan.rq;
+    if (rq.output != Output::kFloat) return store_packed<B>(plan, acc, p0, rows, m0);
     const int64_t filters = plan.g.filters;
-    if constexpr (B == 4) {
-      if (rq.output != Output::kFloat && m0 + 64 <= filters) return store_packed(plan, acc, p0, rows, m0);
-    }
-    const __m512 lo = _mm512_set1_ps(static_cast<float>(rq.lo - rq.zero_point));
-    const __m512 hi = _mm512_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
-    const __m512i zp = _mm512_set1_epi32(rq.zero_point);
     for (int b = 0; b < B; ++b) {
       const int64_t m = m0 + b * 16;
       const __mmask16 mask = static_cast<__mmask16>((1u << std::min<int64_t>(16, filters - m)) - 1);
@@ -68,14 +72,7 @@ struct VnniTiles {
       const __m512 scale = _mm512_maskz_loadu_ps(mask, rq.scale.data() + m);
       for (int i = 0; i < rows; ++i) {
         const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc[i][b], bias)), scale);
-        const int64_t at = (p0 + i) * filters + m;
-        if (rq.output == Output::kFloat) {
-          _mm512_mask_storeu_ps(static_cast<float*>(plan.y) + at, mask, f);
-          continue;
-        }
-        // Clamped in float first (as MLAS does), so huge sums saturate instead of wrapping.
-        const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(f, lo), hi)), zp);
-        _mm512_mask_cvtepi32_storeu_epi8(static_cast<int8_t*>(plan.y) + at, mask, q);
+        _mm512_mask_storeu_ps(static_cast<float*>(plan.y) + (p0 + i) * filters + m, mask, f);
       }
     }
   }
@@ -84,7 +81,7 @@ struct VnniTiles {
   template <int B>
   static void tile(const TilePlan& plan, int64_t p0, int rows, int64_t b0) {
     const char* px[kPixels];
-    for (int i = 0; i < kPixels; ++i) px[i] = window(plan, p0 + std::min(i, rows - 1));
+    windows(plan, p0, rows, px, kPixels);
     __m512i acc[kPixels][B];
     for (auto& row : acc)
       for (auto& a : row) a = _mm512_setzero_si512();

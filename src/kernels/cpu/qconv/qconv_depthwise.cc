@@ -20,16 +20,13 @@ namespace {
 
 // 16 int32 or float values from channel m as the two unpacked halves: lo holds channels 0-3 and
 // 8-11, hi 4-7 and 12-15 (past `count` zero).
-template <typename T, typename V>
-void load_unpacked(const T* p, int64_t count, V* lo, V* hi) {
-  V a, b;
-  if constexpr (std::is_same_v<V, __m256>) {
-    a = _mm256_maskload_ps(p, first_lanes(count)), b = _mm256_maskload_ps(p + 8, first_lanes(count - 8));
-    *lo = _mm256_permute2f128_ps(a, b, 0x20), *hi = _mm256_permute2f128_ps(a, b, 0x31);
-  } else {
-    a = _mm256_maskload_epi32(p, first_lanes(count)), b = _mm256_maskload_epi32(p + 8, first_lanes(count - 8));
-    *lo = _mm256_permute2x128_si256(a, b, 0x20), *hi = _mm256_permute2x128_si256(a, b, 0x31);
-  }
+void load_unpacked(const int32_t* p, int64_t count, __m256i* lo, __m256i* hi) {
+  const __m256i a = _mm256_maskload_epi32(p, first_lanes(count)), b = _mm256_maskload_epi32(p + 8, first_lanes(count - 8));
+  *lo = _mm256_permute2x128_si256(a, b, 0x20), *hi = _mm256_permute2x128_si256(a, b, 0x31);
+}
+void load_unpacked(const float* p, int64_t count, __m256* lo, __m256* hi) {
+  const __m256 a = _mm256_maskload_ps(p, first_lanes(count)), b = _mm256_maskload_ps(p + 8, first_lanes(count - 8));
+  *lo = _mm256_permute2f128_ps(a, b, 0x20), *hi = _mm256_permute2f128_ps(a, b, 0x31);
 }
 
 struct DepthwiseTiles {

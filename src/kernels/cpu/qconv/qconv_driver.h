@@ -1,6 +1,7 @@
-// What the 8-bit conv's tiles share (qconv_avx512vnni.cc, qconv_avx2.cc include it, each
-// compiled for its ISA): the input pointers of each output pixel's window, the tap offsets, and
-// the loop that hands (group of blocks, run of pixels) items to the threads.
+// What the 8-bit conv's tiles share (qconv_avx512vnni.cc, qconv_avx2.cc, qconv_depthwise.cc
+// include it, each compiled for its ISA): the input pointers of each output pixel's window, the
+// tap offsets, the loop that hands (group of blocks, run of pixels) items to the threads, and
+// small load/store helpers.
 //
 // A tile covers kPixels output pixels consecutive in the flattened output (they may cross rows
 // and images), each with its own input pointer, so narrow outputs (7x7) waste no lanes. Threads
@@ -56,13 +57,26 @@ struct TilePlan {
   std::vector<int64_t> tap_offsets;  // bytes from a window's corner to each tap's pixel
 };
 
-// Input pointer of output pixel p's window corner (p flattened over batch, rows and columns).
-inline const char* window(const TilePlan& plan, int64_t p) {
+// The window corners of pixels p0, p0 + 1, ..., `rows` of them, into px[0, count) (the last
+// repeated past `rows`): one division for the first, then steps along the row (a tile's pixels
+// are consecutive; dividing for each cost more than a small conv's arithmetic).
+inline void windows(const TilePlan& plan, int64_t p0, int rows, const char** px, int count) {
   const Geometry& g = plan.g;
-  const int64_t per_image = g.out_h * g.out_w, n = p / per_image, r = p % per_image;
-  const int64_t oy = r / g.out_w, ox = r % g.out_w;
-  const int64_t pixel = (n * plan.x.padded_h + oy * g.stride_h) * plan.x.padded_w + ox * g.stride_w;
-  return static_cast<const char*>(plan.x.xp) + pixel * plan.x.cp * plan.element;
+  const int64_t per_image = g.out_h * g.out_w;
+  int64_t n = p0 / per_image, oy = (p0 % per_image) / g.out_w, ox = p0 % g.out_w;
+  const int64_t pixel_bytes = plan.x.cp * plan.element;
+  const char* last = nullptr;
+  for (int i = 0; i < count; ++i) {
+    if (i < rows) {
+      if (i > 0 && ++ox == g.out_w) {
+        ox = 0;
+        if (++oy == g.out_h) oy = 0, ++n;
+      }
+      last = static_cast<const char*>(plan.x.xp) +
+             ((n * plan.x.padded_h + oy * g.stride_h) * plan.x.padded_w + ox * g.stride_w) * pixel_bytes;
+    }
+    px[i] = last;
+  }
 }
 
 // Runs Tiles::tile<B>(plan, p0, rows, b0) over every pixel and block, B up to Tiles::kMaxBlocks.
