@@ -1,10 +1,9 @@
-// QLinearConv: the 8-bit conv of qconv.h where it applies (2-D or 1-D, group 1 or depthwise, constant s8
-// weights with zero points 0, constant scales and zero points), packed
-// once in prepare; every other node, and a run whose X is not the type prepared for, takes the
-// reference (kernels/ref/conv.cc).
+// QLinearConv: the 8-bit conv of qconv.h where it applies (2-D or 1-D, group 1 or depthwise,
+// constant s8 weights with zero points 0, constant scales and zero points), packed once in
+// prepare; every other node, and a run whose X is not the type prepared for, takes the reference
+// (kernels/ref/conv.cc).
 #include <memory>
 
-#include "core/cpu_features.h"
 #include "kernels/cpu/qconv/qconv.h"
 #include "kernels/cpu/qconv/qlinear_conv.h"
 #include "kernels/fast_path.h"
@@ -90,7 +89,7 @@ class QLinearConvKernel : public Kernel {
     const int64_t c_axis = channels_last_ ? x.rank() - 1 : 1;
     const bool fits = ready_ && x.dtype() == x_type_ && x.rank() == w_rank_ && x.dim(c_axis) == channels_;
     if (!fits && channels_last_)
-      return ctx.error("channels-last QLinearConv needs constant s8 weights with zero points 0, group 1, "
+      return ctx.error("channels-last QLinearConv needs constant s8 weights with zero points 0, group 1 or depthwise, "
                        "scalar scales and zero points, and X of their type with " + std::to_string(channels_) +
                        " channels; got X " + shape_str(x.shape()) + " " + dtype_name(x.dtype()));
     if (!fits) return qlinear_conv_reference(ctx);
