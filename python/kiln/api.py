@@ -195,7 +195,7 @@ def _calibration_next(core, data, input_shapes):
 
 def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, method="minmax", percentile=99.999,
              per_channel=True, signed_activations=False, keep_float=(), min_cosine=0.99, max_fallbacks=16,
-             portable=False, input_shapes=None, example_inputs=None, dynamic_batch=True):
+             weight_bits="auto", portable=False, input_shapes=None, example_inputs=None, dynamic_batch=True):
     """Static post-training quantization, as ``kiln quantize``: returns a kiln.Model whose convs,
     matrix products and the ops between them run in 8 bits.
 
@@ -207,7 +207,8 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, meth
     (ONNX Runtime's quantize_dynamic form). ``method``:
     "minmax", "percentile", "entropy" or "mse"; ``per_channel`` weight scales; int8 symmetric
     activations with ``signed_activations`` (else uint8 with a zero point); ``keep_float`` names
-    nodes left in float. The accuracy guard: each output must keep a cosine of at least
+    nodes left in float. ``weight_bits`` 8, 7 (a u8 x s8 pair sum then fits 16 bits: the AVX2
+    kernels' faster vpmaddubsw route) or "auto" (7 where this CPU lacks VNNI). The accuracy guard: each output must keep a cosine of at least
     ``min_cosine`` to the float model's on ``held_out`` (samples as ``calibration_data``; default
     the calibration samples), nodes going back to float, most sensitive first, up to
     ``max_fallbacks``; ``min_cosine=0`` turns it off. ``report["quantization"]`` has each quantized
@@ -221,7 +222,11 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, meth
     if calibration_data is None and not dynamic:
         raise InvalidArgument("kiln.quantize needs calibration_data (or dynamic=True)")
     samples = _calibration_next(core, calibration_data if calibration_data is not None else [], input_shapes)
-    report = core.quantize(samples, held_out=held, dynamic=bool(dynamic), portable=bool(portable), method=method,
+    if weight_bits not in ("auto", 7, 8, "7", "8"):
+        raise InvalidArgument("weight_bits must be 8, 7 or 'auto'")
+    reduce = str(weight_bits) == "7" or (weight_bits == "auto" and _kiln.active_isa() != "avx512_vnni")
+    report = core.quantize(samples, held_out=held, dynamic=bool(dynamic), portable=bool(portable),
+                           reduce_range=reduce, method=method,
                            percentile=float(percentile), per_channel=bool(per_channel),
                            signed_activations=bool(signed_activations), keep_float=list(keep_float),
                            min_cosine=float(min_cosine), max_fallbacks=int(max_fallbacks))

@@ -13,6 +13,7 @@
 
 #include "kiln/bench_inputs.h"
 #include "kiln/compare.h"
+#include "kiln/cpu.h"
 #include "kiln/model.h"
 #include "kiln/session.h"
 
@@ -387,7 +388,7 @@ PYBIND11_MODULE(_kiln, m) {
       .def("quantize", [](Model& model, const py::function& next, const py::object& held_out, const std::string& method,
                           double percentile, bool per_channel, bool signed_activations,
                           const std::vector<std::string>& keep_float, double min_cosine, int max_fallbacks,
-                          bool dynamic, bool portable) {
+                          bool dynamic, bool portable, bool reduce_range) {
         QuantizeOptions o;
         if (method == "minmax") o.method = CalibrationMethod::kMinMax;
         else if (method == "percentile") o.method = CalibrationMethod::kPercentile;
@@ -402,6 +403,7 @@ PYBIND11_MODULE(_kiln, m) {
         o.max_fallbacks = max_fallbacks;
         o.dynamic = dynamic;
         o.portable = portable;
+        o.reduce_range = reduce_range;
         const std::vector<IoInfo> ios = model.inputs();
         // `next` returns a list of arrays in input order, or None; samples are copied (kept).
         auto reader_of = [&](const py::object& source) -> CalibrationReader {
@@ -445,7 +447,7 @@ PYBIND11_MODULE(_kiln, m) {
       }, py::arg("next"), py::arg("held_out") = py::none(), py::arg("method") = "minmax", py::arg("percentile") = 99.999,
          py::arg("per_channel") = true, py::arg("signed_activations") = false,
          py::arg("keep_float") = std::vector<std::string>{}, py::arg("min_cosine") = 0.99, py::arg("max_fallbacks") = 16,
-         py::arg("dynamic") = false, py::arg("portable") = false)
+         py::arg("dynamic") = false, py::arg("portable") = false, py::arg("reduce_range") = false)
       .def("copy", [](const Model& model) { return Model(model); })
       .def("clear_backend_choices", &Model::clear_backend_choices)
       .def("summary", [](const Model& model, int64_t batch, int64_t seq) {
@@ -497,6 +499,8 @@ PYBIND11_MODULE(_kiln, m) {
       .def_property_readonly("threads", [](const PySession& s) { return s.session->threads(); })
       .def("node_backends", [](const PySession& s) { return s.session->node_backends(); });
 
+  m.def("active_isa", [] { return std::string(isa_name(active_isa())); },
+        "The ISA level kiln's kernels use: avx2, avx512 or avx512_vnni");
   m.def("compare", [](const Model& a, const Model& b, const py::list& arrays, double rtol, double atol,
                       bool per_layer, int threads) {
     std::vector<Value> inputs = inputs_from_python(arrays, a.inputs());

@@ -3,8 +3,8 @@
 //    of it, and every reader of t reads t_dequantized. When t is a Relu's output and z is u8 0,
 //    the Relu goes: QuantizeLinear's clamp at code 0 is the Relu (exact), and QuantizeLinear reads
 //    the Relu's input, so that DQ -> Conv -> Q, the form runtimes fuse, is what remains;
-//  - weights: int8, symmetric (zero point 0), scale max|w| / 127 per output channel (or per
-//    tensor), behind a DequantizeLinear with that axis;
+//  - weights: int8, symmetric (zero point 0), scale max|w| / 127 (63 with reduce_range) per
+//    output channel (or per tensor), behind a DequantizeLinear with that axis;
 //  - biases: int32 at the accumulator's scale x_scale * w_scale (per channel), zero point 0.
 #include <algorithm>
 #include <cmath>
@@ -33,7 +33,8 @@ struct QuantizedWeight {
   Tensor q, scale, zero_point;
 };
 
-QuantizedWeight quantize_weight(const Tensor& w, int64_t axis, bool per_channel) {
+// `levels` codes each side of 0: 127, or 63 for 7-bit weights (QuantizeOptions::reduce_range).
+QuantizedWeight quantize_weight(const Tensor& w, int64_t axis, bool per_channel, float levels) {
   const int64_t channels = per_channel ? w.dim(axis) : 1;
   std::vector<float> top(static_cast<size_t>(channels), 0.0f);
   const float* d = w.data<float>();
@@ -45,12 +46,13 @@ QuantizedWeight quantize_weight(const Tensor& w, int64_t axis, bool per_channel)
   const Shape param_shape = per_channel ? Shape{channels} : Shape{};
   r.scale = Tensor::make(DType::kFloat32, param_shape).value();
   r.zero_point = Tensor::make(DType::kInt8, param_shape).value();  // zeros
-  for (int64_t c = 0; c < channels; ++c) r.scale.data<float>()[c] = top[static_cast<size_t>(c)] > 0 ? top[static_cast<size_t>(c)] / 127.0f : 1.0f;
+  for (int64_t c = 0; c < channels; ++c)
+    r.scale.data<float>()[c] = top[static_cast<size_t>(c)] > 0 ? top[static_cast<size_t>(c)] / levels : 1.0f;
   r.q = Tensor::make(DType::kInt8, w.shape()).value();
   for (int64_t i = 0; i < w.numel(); ++i) {
     const float s = r.scale.data<float>()[per_channel ? channel_of(w.shape(), axis, i) : 0];
     const float v = std::isfinite(d[i]) ? std::nearbyint(d[i] / s) : 0.0f;
-    r.q.data<int8_t>()[i] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+    r.q.data<int8_t>()[i] = static_cast<int8_t>(std::clamp(v, -levels, levels));
   }
   return r;
 }
@@ -157,7 +159,7 @@ Status write_qdq(ir::Model& model, const Plan& plan, const std::map<std::string,
     const std::string w_name = g.nodes[qn.node].inputs[qn.weight_input];
     const Tensor* w = passes::constant_value(g, w_name);
     if (!w) return Status::error("quantize: the weights " + w_name + " are not constant");
-    QuantizedWeight qw = quantize_weight(*w, qn.weight_axis, options.per_channel);
+    QuantizedWeight qw = quantize_weight(*w, qn.weight_axis, options.per_channel, options.reduce_range ? 63.0f : 127.0f);
     replaced.insert(w_name);
     const Tensor w_scale = qw.scale;
     g.nodes[qn.node].inputs[qn.weight_input] = writer.dequantized(w_name, std::move(qw), qn.weight_axis);

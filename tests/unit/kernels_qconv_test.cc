@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/float_convert.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/qconv/qconv.h"
@@ -38,9 +39,11 @@ int64_t out_dim(int64_t in, int64_t k, int64_t s, int64_t d, int64_t pb, int64_t
   return (in + pb + pe - d * (k - 1) - 1) / s + 1;
 }
 
-Data make_data(const Case& k, bool x_signed, bool per_filter, uint32_t seed) {
+// Weights over all of s8, or 7-bit ones (|w| <= 64, what the kAvx2Bytes tile takes).
+Data make_data(const Case& k, bool x_signed, bool per_filter, uint32_t seed, bool seven_bit = false) {
   std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> byte(0, 255), weight(-128, 127), bias(-20000, 20000);
+  std::uniform_int_distribution<int> byte(0, 255), weight(seven_bit ? -64 : -128, seven_bit ? 64 : 127),
+      bias(-20000, 20000);
   Data d;
   d.x.resize(static_cast<size_t>(k.n * k.c * k.h * k.w));
   for (auto& v : d.x) v = static_cast<uint8_t>(byte(rng));
@@ -50,7 +53,7 @@ Data make_data(const Case& k, bool x_signed, bool per_filter, uint32_t seed) {
   for (auto& v : d.bias) v = bias(rng);
   d.w_scale.resize(per_filter ? static_cast<size_t>(k.m) : 1);
   for (auto& v : d.w_scale) v = 0.001f + 0.0001f * static_cast<float>(byte(rng));
-  d.zx = x_signed ? weight(rng) : byte(rng);
+  d.zx = x_signed ? byte(rng) - 128 : byte(rng);
   d.zy = byte(rng) / 2;
   d.x_scale = 0.02f, d.y_scale = 0.35f;
   return d;
@@ -96,8 +99,9 @@ void check_direct(const Case& k, qconv::Tile tile, bool x_signed, bool per_filte
                                     << " pads " << k.pt << k.pl << k.pb << k.pr << (x_signed ? " s8" : " u8")
                                     << " out " << static_cast<int>(out) << (nhwc ? " nhwc" : " nchw")
                                     << " threads " << threads
-                                    << (tile == qconv::Tile::kAvx2 ? " avx2" : " avx512_vnni"));
-  const Data d = make_data(k, x_signed, per_filter, static_cast<uint32_t>(k.c * 31 + k.m * 7 + k.h));
+                                    << " tile " << static_cast<int>(tile));
+  const Data d = make_data(k, x_signed, per_filter, static_cast<uint32_t>(k.c * 31 + k.m * 7 + k.h),
+                           tile == qconv::Tile::kAvx2Bytes);
   qconv::Geometry g;
   g.batch = k.n, g.channels = k.c, g.in_h = k.h, g.in_w = k.w, g.filters = k.m;
   g.out_h = out_dim(k.h, k.kh, k.sh, k.dh, k.pt, k.pb), g.out_w = out_dim(k.w, k.kw, k.sw, k.dw, k.pl, k.pr);
@@ -175,10 +179,11 @@ TEST(QConv, DepthwiseMatchesAPlainLoop) {
           check_direct(k, qconv::Tile::kDepthwise, x_signed, x_signed == nhwc, out, nhwc, nhwc ? 2 : 1);
 }
 
-// Every tile this CPU (and KILN_ISA) has: AVX2 always, VNNI where best_tile() says so.
+// Every tile this CPU (and KILN_ISA) has: the AVX2 ones always (kAvx2Bytes on 7-bit weights),
+// VNNI where the CPU has it.
 TEST(QConv, MatchesAPlainLoop) {
-  std::vector<qconv::Tile> tiles = {qconv::Tile::kAvx2};
-  if (qconv::best_tile() == qconv::Tile::kAvx512Vnni) tiles.push_back(qconv::Tile::kAvx512Vnni);
+  std::vector<qconv::Tile> tiles = {qconv::Tile::kAvx2, qconv::Tile::kAvx2Bytes};
+  if (cpu_features().has_avx512_vnni()) tiles.push_back(qconv::Tile::kAvx512Vnni);
   for (const qconv::Tile tile : tiles)
     for (const Case& k : cases())
       for (const bool x_signed : {false, true})

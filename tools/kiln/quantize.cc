@@ -17,6 +17,7 @@
 
 #include "cli.h"
 #include "io_files.h"
+#include "kiln/cpu.h"
 #include "kiln/model.h"
 #include "kiln/quantize.h"
 #include "kiln/value_io.h"
@@ -31,6 +32,7 @@ struct Options {
   int max_fallbacks = 16;
   double percentile = 99.999;
   bool per_tensor = false, signed_activations = false, portable = false, report = false, dynamic = false;
+  std::string weight_bits = "auto";
   InputShapes shape;
 };
 
@@ -135,6 +137,10 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--method", opt->method, "Calibration: minmax (default), percentile, entropy, mse");
   cmd->add_option("--percentile", opt->percentile, "With --method percentile: the percentile of |x| kept (99.999)")
       ->check(CLI::Range(50.0, 100.0));
+  cmd->add_option("--weight-bits", opt->weight_bits,
+                  "8, or 7 (7-bit weights: the AVX2 kernels' faster vpmaddubsw route); auto (default): 7 where this "
+                  "CPU lacks VNNI")
+      ->check(CLI::IsMember({"auto", "7", "8"}));
   cmd->add_flag("--per-tensor", opt->per_tensor, "One weight scale per tensor (default: per output channel)");
   cmd->add_flag("--signed-activations", opt->signed_activations,
                 "int8 activations, symmetric (default: uint8 with a zero point)");
@@ -183,6 +189,7 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     qo.portable = opt->portable;
     qo.max_fallbacks = opt->max_fallbacks;
     qo.method = *method;
+    qo.reduce_range = opt->weight_bits == "7" || (opt->weight_bits == "auto" && active_isa() != IsaLevel::kAvx512Vnni);
     qo.percentile = opt->percentile;
     qo.per_channel = !opt->per_tensor;
     qo.signed_activations = opt->signed_activations;
@@ -205,6 +212,8 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     std::printf("quantized %lld nodes, %lld activations; %lld Relu/Clip absorbed by their QuantizeLinear\n",
                 static_cast<long long>(report->quantized_nodes), static_cast<long long>(report->quantized_tensors),
                 static_cast<long long>(report->removed_clamps));
+    if (qo.reduce_range && !opt->dynamic)
+      std::printf("7-bit weights (--weight-bits %s): this CPU's 8-bit convs take vpmaddubsw\n", opt->weight_bits.c_str());
     if (report->opset_after != report->opset_before)
       std::printf("opset %d -> %d (ONNX's version converter)\n", report->opset_before, report->opset_after);
     for (const std::string& k : report->kept_float) std::printf("kept in float: %s\n", k.c_str());

@@ -67,7 +67,11 @@ void to_nchw(const Geometry& g, const void* from, size_t elem, void* to) {
 
 }  // namespace
 
-Tile best_tile() { return cpu_features().has_avx512_vnni() ? Tile::kAvx512Vnni : Tile::kAvx2; }
+Tile best_tile(const int8_t* w, int64_t count) {
+  if (cpu_features().has_avx512_vnni()) return Tile::kAvx512Vnni;
+  const bool seven_bit = std::all_of(w, w + count, [](int8_t v) { return v >= -64 && v <= 64; });
+  return seven_bit ? Tile::kAvx2Bytes : Tile::kAvx2;
+}
 
 PackedWeights PackedWeights::pack(const int8_t* w, const Geometry& g, Tile tile) {
   PackedWeights r;
@@ -100,7 +104,7 @@ PackedWeights PackedWeights::pack(const int8_t* w, const Geometry& g, Tile tile)
         const int8_t v = w[(m * g.channels + c) * r.taps_ + t];
         // Step (block, tap, c / per): 16 filters x `per` channels, one value each (s8 or int16).
         const int64_t at = (((m / 16) * r.taps_ + t) * r.steps_ + c / per) * 64;
-        if (tile == Tile::kAvx512Vnni) {
+        if (tile != Tile::kAvx2) {  // quads of s8
           r.data_[static_cast<size_t>(at + (m % 16) * 4 + c % 4)] = v;
         } else {
           const int16_t wide = v;
@@ -130,9 +134,12 @@ void conv(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t 
       padded.in_h = s.padded_h, padded.in_w = s.padded_w, padded.pad_top = padded.pad_left = 0;
       conv_depthwise(padded, s.xp, false, static_cast<uint8_t>(zx) ^ (x_signed ? 0x80 : 0), s.cp, w, rq, out, pool);
     }
-  } else if (w.tile() == Tile::kAvx512Vnni) {
+  } else if (w.tile() == Tile::kAvx512Vnni || w.tile() == Tile::kAvx2Bytes) {
     if (!readable_in_place(g, x_signed, x_nhwc)) stage<uint8_t>(g, x, x_signed, x_nhwc, zx, 4, staged, s);
-    conv_staged_avx512vnni(g, s, w, rq, out, pool);
+    if (w.tile() == Tile::kAvx512Vnni)
+      conv_staged_avx512vnni(g, s, w, rq, out, pool);
+    else
+      conv_staged_avx2_bytes(g, s, w, rq, out, pool);
   } else {
     stage<int16_t>(g, x, x_signed, x_nhwc, zx, 2, staged, s);
     conv_staged_avx2(g, s, w, rq, out, pool);

@@ -46,11 +46,14 @@ struct Requantize {
 // The register tiles, best first: AVX-512 VNNI (vpdpbusd on u8 x s8 quads of channels), and AVX2
 // (vpmaddwd on pairs of channels widened to 16 bits: exact, where vpmaddubsw's u8 x s8 pairs
 // would saturate at 16 bits; widening halves the products an instruction, as the u8 x s8
-// route's extra vpmaddwd does). Both take blocks of 16 filters. Depthwise convs have a tile of
-// their own (AVX2, every CPU): 16 channels a block, the window's taps in pairs (vpmaddwd).
-enum class Tile { kAvx512Vnni, kAvx2, kDepthwise };
-// The best tile this CPU (and KILN_ISA) allows.
-Tile best_tile();
+// route's extra vpmaddwd does). Both take blocks of 16 filters. With 7-bit weights (|w| <= 64,
+// what `kiln quantize --reduce-range` writes) a u8 x s8 pair sum stays within 16 bits, and the
+// AVX2 tile kAvx2Bytes multiplies quads of u8 channels with vpmaddubsw + vpmaddwd exactly (3 ops
+// for 32 products against kAvx2's 4, on a u8 staged copy half the size). Depthwise convs have a
+// tile of their own (AVX2, every CPU): 16 channels a block, the window's taps in pairs (vpmaddwd).
+enum class Tile { kAvx512Vnni, kAvx2, kAvx2Bytes, kDepthwise };
+// The best tile this CPU (and KILN_ISA) allows for weights w (s8, `count` of them).
+Tile best_tile(const int8_t* w, int64_t count);
 
 // W [filters, channels, kernel_h, kernel_w] (s8) packed for a tile: blocks of 16 filters, each
 // tap by tap, each tap's channels in steps (quads of s8 for VNNI, pairs of s16 for AVX2), a step
@@ -63,7 +66,7 @@ class PackedWeights {
  public:
   static PackedWeights pack(const int8_t* w, const Geometry& g, Tile tile);
   Tile tile() const { return tile_; }
-  int64_t channels_a_step() const { return tile_ == Tile::kAvx512Vnni ? 4 : 2; }
+  int64_t channels_a_step() const { return tile_ == Tile::kAvx2 ? 2 : 4; }
   int64_t steps() const { return steps_; }  // channel steps a tap; tap pairs (depthwise)
   int64_t taps() const { return taps_; }
   int64_t blocks() const { return blocks_; }
@@ -86,8 +89,8 @@ void conv(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t 
           const Requantize& rq, void* y, bool y_nhwc, ThreadPool* pool);
 
 // The tiles' drivers over a staged input (qconv_avx512vnni.cc, qconv_avx2.cc): `xp` padded NHWC
-// of `padded_h` x `padded_w` pixels of `cp` channels (whole steps), u8 for VNNI and int16 for
-// AVX2; Y channels-last.
+// of `padded_h` x `padded_w` pixels of `cp` channels (whole steps), u8 for VNNI and kAvx2Bytes,
+// int16 for kAvx2; Y channels-last.
 struct Staged {
   const void* xp;
   int64_t padded_h, padded_w, cp;
@@ -96,6 +99,8 @@ void conv_staged_avx512vnni(const Geometry& g, const Staged& x, const PackedWeig
                             void* y, ThreadPool* pool);
 void conv_staged_avx2(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq, void* y,
                       ThreadPool* pool);
+void conv_staged_avx2_bytes(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq, void* y,
+                            ThreadPool* pool);
 // Depthwise (qconv_depthwise.cc) reads channels-last u8 X (x_signed: s8) where it is, `stride`
 // bytes a pixel, with zero point zx (X's type).
 void conv_depthwise(const Geometry& g, const void* x, bool x_signed, int32_t zx, int64_t stride, const PackedWeights& w,
