@@ -333,5 +333,32 @@ TEST(Quantize, DynamicQuantMatMulPerRow) {
   EXPECT_GT(cosine(test::run_model(b.m, {x})[0].tensor, y), 0.999f);
 }
 
+// reduce_range: 7-bit weights, each filter's largest |w| at 63, and the model still close to the
+// float one (the AVX2 tile for them is tested bit-exactly in kernels_qconv_test.cc).
+TEST(Quantize, ReduceRangeWritesSevenBitWeights) {
+  const ir::Model fp32 = small_cnn(13);
+  test::Builder data;
+  std::vector<Tensor> calib;
+  for (int i = 0; i < 6; ++i) calib.push_back(data.random({1, 8, 12, 12}));
+  QuantizeOptions o;
+  o.reduce_range = true;
+  Model model(std::make_shared<ir::Model>(fp32));
+  auto report = model.quantize(samples_of(calib), o);
+  ASSERT_TRUE(report.is_ok()) << report.status().message();
+  int checked = 0;
+  for (const ir::Node& n : model.ir().graph.nodes) {
+    if (n.op_type != "DequantizeLinear" || !model.ir().graph.initializers.count(n.inputs[0])) continue;
+    const Tensor& wq = model.ir().graph.initializers.at(n.inputs[0]);
+    if (wq.dtype() != DType::kInt8) continue;
+    int top = 0;
+    for (int64_t i = 0; i < wq.numel(); ++i) top = std::max(top, std::abs(int{wq.data<int8_t>()[i]}));
+    EXPECT_EQ(top, 63);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);
+  const Tensor x = data.random({1, 8, 12, 12});
+  EXPECT_GT(cosine(test::run_model(fp32, {x})[0].tensor, test::run_model(model.ir(), {x})[0].tensor), 0.99f);
+}
+
 }  // namespace
 }  // namespace kiln
