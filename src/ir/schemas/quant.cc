@@ -72,33 +72,18 @@ Cost cost_as(const char* op, const InferContext& ctx, const std::vector<TypeInfo
   return base && base->cost ? base->cost(ctx, outs) : Cost{0, io_bytes(ctx, outs), 0};
 }
 
+Cost cost_conv(const InferContext& ctx, const std::vector<TypeInfo>& outs) { return cost_as("QLinearConv", ctx, outs); }
+Cost cost_pool(const InferContext& ctx, const std::vector<TypeInfo>& outs) { return cost_as("MaxPool", ctx, outs); }
+Cost cost_matmul(const InferContext& ctx, const std::vector<TypeInfo>& outs) { return cost_as("MatMulInteger", ctx, outs); }
+
 }  // namespace
 
-KILN_REGISTER_OP_SCHEMA("com.microsoft",
-                        (OpSchema{.infer = infer_qlinear_conv,
-                                  .cost = [](const InferContext& ctx, const std::vector<TypeInfo>& outs) {
-                                    return cost_as("QLinearConv", ctx, outs);
-                                  }}),
-                        "QLinearConv");
-KILN_REGISTER_OP_SCHEMA("com.microsoft",
-                        (OpSchema{.infer = infer_nhwc_max_pool,
-                                  .cost = [](const InferContext& ctx, const std::vector<TypeInfo>& outs) {
-                                    return cost_as("MaxPool", ctx, outs);
-                                  }}),
-                        "NhwcMaxPool");
-
+KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_qlinear_conv, .cost = cost_conv}), "QLinearConv");
+KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_nhwc_max_pool, .cost = cost_pool}), "NhwcMaxPool");
 KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_qlinear_binary}), "QLinearAdd", "QLinearMul");
-KILN_REGISTER_OP_SCHEMA("com.microsoft",
-                        (OpSchema{.infer = infer_matmul_integer_to_float,
-                                  .cost = [](const InferContext& ctx, const std::vector<TypeInfo>& outs) {
-                                    return cost_as("MatMulInteger", ctx, outs);
-                                  }}),
+KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_matmul_integer_to_float, .cost = cost_matmul}),
                         "MatMulIntegerToFloat");
-KILN_REGISTER_OP_SCHEMA("ai.kiln",
-                        (OpSchema{.infer = infer_matmul_integer_to_float,
-                                  .cost = [](const InferContext& ctx, const std::vector<TypeInfo>& outs) {
-                                    return cost_as("MatMulInteger", ctx, outs);
-                                  }}),
+KILN_REGISTER_OP_SCHEMA("ai.kiln", (OpSchema{.infer = infer_matmul_integer_to_float, .cost = cost_matmul}),
                         "DynamicQuantMatMul");
 
 }  // namespace kiln::ir::schemas::quant

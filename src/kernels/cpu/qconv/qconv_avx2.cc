@@ -44,28 +44,36 @@ struct Avx2Tiles {
     }
   }
 
-  static void run(const TilePlan& plan, int64_t p0, int rows, int64_t b0, int) {
+  // Pixels [p0, p0 + rows) x block b0, the product `Product` (a broadcast step against one weight
+  // vector of 8 filters: their int32 sums).
+  template <typename Product>
+  static void run_with(const TilePlan& plan, int64_t p0, int rows, int64_t b0, Product product) {
     const char* px[kPixels];
     windows(plan, p0, rows, px, kPixels);
     __m256i acc[kPixels][2];
     for (auto& row : acc) row[0] = row[1] = _mm256_setzero_si256();
-    const int64_t pairs = plan.w.steps();
+    const int64_t steps = plan.w.steps();
     const int8_t* w = plan.w.block(b0);
     for (const int64_t off : plan.tap_offsets) {
       const char* p[kPixels];
       for (int i = 0; i < kPixels; ++i) p[i] = px[i] + off;
-      for (int64_t q = 0; q < pairs; ++q, w += 64) {
+      for (int64_t q = 0; q < steps; ++q, w += 64) {
         const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
         const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32));
 #pragma GCC unroll 6
         for (int i = 0; i < kPixels; ++i) {
           const __m256i a = _mm256_set1_epi32(load_u32(p[i] + q * 4));
-          acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(a, w0));
-          acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(a, w1));
+          acc[i][0] = _mm256_add_epi32(acc[i][0], product(a, w0));
+          acc[i][1] = _mm256_add_epi32(acc[i][1], product(a, w1));
         }
       }
     }
     store(plan, acc, p0, rows, b0 * 16);
+  }
+
+  // 16-bit values: vpmaddwd on a pair of channels.
+  static void run(const TilePlan& plan, int64_t p0, int rows, int64_t b0, int) {
+    run_with(plan, p0, rows, b0, [](__m256i a, __m256i w) { return _mm256_madd_epi16(a, w); });
   }
 };
 
@@ -73,31 +81,12 @@ struct Avx2Tiles {
 // pair sums (at most 255 * 64 * 2 = 32640) exact in 16 bits, vpmaddwd against ones adding the
 // two pairs into each filter's int32 lane.
 struct Avx2ByteTiles {
-  static constexpr int kPixels = 6, kMaxBlocks = 1;
-
+  static constexpr int kPixels = Avx2Tiles::kPixels, kMaxBlocks = 1;
   static void run(const TilePlan& plan, int64_t p0, int rows, int64_t b0, int) {
-    const char* px[kPixels];
-    windows(plan, p0, rows, px, kPixels);
-    __m256i acc[kPixels][2];
-    for (auto& row : acc) row[0] = row[1] = _mm256_setzero_si256();
     const __m256i ones = _mm256_set1_epi16(1);
-    const int64_t quads = plan.w.steps();
-    const int8_t* w = plan.w.block(b0);
-    for (const int64_t off : plan.tap_offsets) {
-      const char* p[kPixels];
-      for (int i = 0; i < kPixels; ++i) p[i] = px[i] + off;
-      for (int64_t q = 0; q < quads; ++q, w += 64) {
-        const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
-        const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32));
-#pragma GCC unroll 6
-        for (int i = 0; i < kPixels; ++i) {
-          const __m256i a = _mm256_set1_epi32(load_u32(p[i] + q * 4));
-          acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(_mm256_maddubs_epi16(a, w0), ones));
-          acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(_mm256_maddubs_epi16(a, w1), ones));
-        }
-      }
-    }
-    Avx2Tiles::store(plan, acc, p0, rows, b0 * 16);
+    Avx2Tiles::run_with(plan, p0, rows, b0, [ones](__m256i a, __m256i w) {
+      return _mm256_madd_epi16(_mm256_maddubs_epi16(a, w), ones);
+    });
   }
 };
 
