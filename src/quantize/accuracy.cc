@@ -33,16 +33,16 @@ TensorError error_of(const std::string& name, const Sums& s) {
   return TensorError{name, sqnr, s.worst_cosine};
 }
 
+}  // namespace
+
 Result<std::unique_ptr<Session>> probe(const ir::Model& model, const std::vector<std::string>& outputs) {
   auto m = std::make_shared<ir::Model>(model);
   m->graph.outputs.clear();
   for (const std::string& o : outputs) m->graph.outputs.push_back(ir::ValueInfo{o, ir::TypeInfo::tensor(DType::kFloat32), ""});
   SessionOptions options;
-  options.optimize_level = 0;  // the QDQ graph as written: every tensor it names is computed
+  options.optimize_level = 0;  // the graph as written: every tensor it names is computed
   return Session::create(m, options);
 }
-
-}  // namespace
 
 Status measure(const ir::Model& fp32, const ir::Model& qdq, const std::vector<std::string>& points,
                const std::map<std::string, std::string>& dequantized, const std::vector<std::vector<Tensor>>& samples,

@@ -25,11 +25,6 @@ namespace {
 using passes::fresh_name;
 using passes::make_node;
 
-bool listed(const std::vector<std::string>& names, const ir::Node& n) {
-  return std::find(names.begin(), names.end(), n.name) != names.end() ||
-         std::find(names.begin(), names.end(), n.outputs[0]) != names.end();
-}
-
 // W [K, N] (or W^T when `transposed`) as int8 [K, N] with scales per column (or one).
 void quantize_columns(const Tensor& w, bool transposed, bool per_column, Tensor* q, Tensor* scale, Tensor* zero) {
   const int64_t k = transposed ? w.dim(1) : w.dim(0), n = transposed ? w.dim(0) : w.dim(1);
@@ -91,7 +86,7 @@ Status write_dynamic(ir::Model& model, const passes::ValueTypes& types, const Qu
       nodes.push_back(n);
       continue;
     }
-    if (listed(options.keep_float, n)) {
+    if (asked_float(options, n)) {
       report->kept_float.push_back((n.name.empty() ? n.outputs[0] : n.name) + ": asked to (keep_float)");
       nodes.push_back(n);
       continue;

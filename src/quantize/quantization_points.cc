@@ -18,14 +18,12 @@
 #include "quantize/quantize_internal.h"
 
 namespace kiln::quantize {
-namespace {
 
-bool listed(const std::vector<std::string>& names, const ir::Node& n) {
+bool asked_float(const QuantizeOptions& options, const ir::Node& n) {
+  const std::vector<std::string>& names = options.keep_float;
   return std::find(names.begin(), names.end(), n.name) != names.end() ||
          (!n.outputs.empty() && std::find(names.begin(), names.end(), n.outputs[0]) != names.end());
 }
-
-}  // namespace
 
 Plan choose(const ir::Model& model, const passes::ValueTypes& types, const QuantizeOptions& options,
             const std::set<std::string>& float_tensors, QuantizeReport* report) {
@@ -81,7 +79,7 @@ Plan choose(const ir::Model& model, const passes::ValueTypes& types, const Quant
       if (skip.count(i)) continue;
       const std::string& op = n.op_type;
       const bool compute = op == "Conv" || op == "MatMul" || op == "Gemm";
-      if (listed(options.keep_float, n)) {
+      if (asked_float(options, n)) {
         if (compute) rep->kept_float.push_back(n.name + ": asked to (keep_float)");
         continue;
       }

@@ -34,12 +34,7 @@ namespace {
 Status run_samples(const ir::Model& model, const std::vector<std::string>& points,
                    const std::vector<std::vector<Tensor>>& samples,
                    const std::function<void(size_t, const float*, int64_t)>& use) {
-  auto probe = std::make_shared<ir::Model>(model);
-  probe->graph.outputs.clear();
-  for (const std::string& p : points) probe->graph.outputs.push_back(ir::ValueInfo{p, ir::TypeInfo::tensor(DType::kFloat32), ""});
-  SessionOptions options;
-  options.optimize_level = 0;  // every point must be computed as it is
-  KILN_ASSIGN_OR_RETURN(auto session, Session::create(probe, options));
+  KILN_ASSIGN_OR_RETURN(auto session, probe(model, points));
   for (size_t s = 0; s < samples.size(); ++s) {
     std::vector<Value> feeds;
     for (const Tensor& t : samples[s]) feeds.push_back(Value::of(t));

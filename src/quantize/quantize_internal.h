@@ -9,6 +9,7 @@
 
 #include "ir/graph.h"
 #include "kiln/quantize.h"
+#include "kiln/session.h"
 #include "passes/pass_context.h"
 #include "quantize/calibration.h"
 
@@ -42,6 +43,13 @@ Status write_qdq(ir::Model& model, const Plan& plan, const std::map<std::string,
 // Dynamic quantization's rewrite of every MatMul and Gemm with constant 2-D weights (dynamic.cc).
 Status write_dynamic(ir::Model& model, const passes::ValueTypes& types, const QuantizeOptions& options,
                      QuantizeReport* report);
+
+// A session running `model` as written (no optimization) with `outputs` as its outputs: what
+// calibration and the accuracy measurements read the intermediate tensors from.
+Result<std::unique_ptr<Session>> probe(const ir::Model& model, const std::vector<std::string>& outputs);
+
+// Whether `options` asks for node n (by name, or by its first output's) to stay float.
+bool asked_float(const QuantizeOptions& options, const ir::Node& n);
 
 // The errors of `qdq` against `fp32` on `samples` (accuracy.cc): each point as its
 // DequantizeLinear (`dequantized`) gives it, and each float output.

@@ -60,12 +60,8 @@ class DynamicQuantMatMulKernel : public Kernel {
     zero_points_.resize(static_cast<size_t>(rows));
     auto quantize_rows = [&](int64_t r0, int64_t r1) {
       for (int64_t i = r0; i < r1; ++i) {
-        const float* row = a.data<float>() + i * k_;
-        float lo = 0, hi = 0;
-        zero_inclusive_range(row, k_, &lo, &hi);
-        const float scale = (hi == lo ? 1.0f : hi - lo) / 255.0f;
-        const float zp = std::nearbyint(std::clamp(-lo / scale, 0.0f, 255.0f));
-        quantize_u8(row, k_, scale, zp, codes_.data() + i * k_);
+        float scale = 0, zp = 0;
+        dynamic_quantize_u8(a.data<float>() + i * k_, k_, codes_.data() + i * k_, &scale, &zp);
         scales_[static_cast<size_t>(i)] = scale;
         zero_points_[static_cast<size_t>(i)] = static_cast<int32_t>(zp);
       }

@@ -275,13 +275,9 @@ Status dynamic_quantize_linear(KernelContext& ctx) {
   if (!opt(ctx, 0)) return ctx.error("DynamicQuantizeLinear needs x");
   const Tensor& x = ctx.input(0);
   if (x.dtype() != DType::kFloat32) return ctx.error("DynamicQuantizeLinear needs float32 x");
-  const float* xd = x.data<float>();
-  float mx = 0.0f, mn = 0.0f;
-  range_with_zero(xd, x.numel(), &mn, &mx);
-  const float scale = (mx == mn ? 1.0f : (mx - mn)) / 255.0f;
-  const float zpf = std::nearbyint(std::min(255.0f, std::max(0.0f, 0.0f - mn / scale)));
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kUInt8, x.shape()));
-  quantize_8bit<false>(xd, x.numel(), scale, zpf, y->data<uint8_t>());
+  float scale = 0, zpf = 0;
+  dynamic_quantize_u8(x.data<float>(), x.numel(), y->data<uint8_t>(), &scale, &zpf);
   if (ctx.wants_output(1)) {
     KILN_ASSIGN_OR_RETURN(Tensor * s, ctx.make_output(1, DType::kFloat32, {}));
     *s->data<float>() = scale;
@@ -384,8 +380,13 @@ Status qlinear_matmul(KernelContext& ctx) {
 
 }  // namespace
 
-void zero_inclusive_range(const float* x, int64_t n, float* mn, float* mx) { range_with_zero(x, n, mn, mx); }
-void quantize_u8(const float* x, int64_t n, float scale, float zp, uint8_t* y) { quantize_8bit<false>(x, n, scale, zp, y); }
+void dynamic_quantize_u8(const float* x, int64_t n, uint8_t* y, float* scale, float* zero_point) {
+  float mx = 0.0f, mn = 0.0f;
+  range_with_zero(x, n, &mn, &mx);
+  *scale = (mx == mn ? 1.0f : (mx - mn)) / 255.0f;
+  *zero_point = std::nearbyint(std::min(255.0f, std::max(0.0f, 0.0f - mn / *scale)));
+  quantize_8bit<false>(x, n, *scale, *zero_point, y);
+}
 
 KILN_REGISTER_KERNEL("", "QuantizeLinear", quantize_linear);
 KILN_REGISTER_KERNEL("", "DequantizeLinear", dequantize_linear);

@@ -5,9 +5,8 @@
 
 namespace kiln {
 
-// min(0, x...) and max(0, x...), NaN skipped (DynamicQuantizeLinear's range).
-void zero_inclusive_range(const float* x, int64_t n, float* mn, float* mx);
-// y = saturate(round_half_even(x / scale) + zp) into [0, 255], 32 at a time.
-void quantize_u8(const float* x, int64_t n, float scale, float zp, uint8_t* y);
+// DynamicQuantizeLinear's rule on x[0, n): the u8 scale and zero point of its range with 0
+// included (NaN skipped), and y = saturate(round_half_even(x / scale) + zero_point), 32 at a time.
+void dynamic_quantize_u8(const float* x, int64_t n, uint8_t* y, float* scale, float* zero_point);
 
 }  // namespace kiln
