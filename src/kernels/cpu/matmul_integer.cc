@@ -12,7 +12,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/gemm/gemm_s16.h"
-#include "kernels/cpu/gemm/gemm_u8s8.h"
+#include "kernels/cpu/gemm/packed_int8.h"
 #include "kernels/fast_path.h"
 #include "kernels/kernel_util.h"
 #include "kernels/ref/gemm_f32.h"
@@ -130,9 +130,8 @@ Status integer_product(KernelContext& ctx, const Operands& ops, Tensor* y) {
   return Status::ok();
 }
 
-// y = float(c) * (a_scale * b_scale[j]) + bias[j] over rows of n columns.
-Status to_float(KernelContext& ctx, const Operands& ops, const int32_t* c, int64_t rows, int64_t n, float* y,
-                std::vector<float>& scale_) {
+// y = float(c) * (a_scale * b_scale[j]) + bias[j] over rows of n columns, the inputs checked.
+Status to_float(KernelContext& ctx, const Operands& ops, const int32_t* c, int64_t rows, int64_t n, float* y) {
   if (!given(ctx, static_cast<size_t>(ops.a_scale)) || !given(ctx, static_cast<size_t>(ops.b_scale)))
     return ctx.error("needs a_scale and b_scale");
   const Tensor& as = ctx.input(static_cast<size_t>(ops.a_scale));
@@ -143,25 +142,8 @@ Status to_float(KernelContext& ctx, const Operands& ops, const int32_t* c, int64
     return ctx.error("b_scale must be float32, one value or one per column of B");
   if (bias && (bias->dtype() != DType::kFloat32 || bias->numel() != n))
     return ctx.error("bias must be float32 with one value per column of B");
-  const float a_scale = as.data<float>()[0];
-  const float* b_scale = bs.data<float>();
-  const float* b = bias ? bias->data<float>() : nullptr;
-  scale_.resize(static_cast<size_t>(n));
-  for (int64_t j = 0; j < n; ++j) scale_[static_cast<size_t>(j)] = a_scale * b_scale[bs.numel() == 1 ? 0 : j];
-  auto run = [&](int64_t r0, int64_t r1) {
-    for (int64_t i = r0; i < r1; ++i) {
-      const int32_t* ci = c + i * n;
-      float* yi = y + i * n;
-      if (b)
-        for (int64_t j = 0; j < n; ++j) yi[j] = static_cast<float>(ci[j]) * scale_[static_cast<size_t>(j)] + b[j];
-      else
-        for (int64_t j = 0; j < n; ++j) yi[j] = static_cast<float>(ci[j]) * scale_[static_cast<size_t>(j)];
-    }
-  };
-  if (ctx.pool && rows > 1 && rows * n > (1 << 14))
-    ctx.pool->parallel_for(rows, 1, run);
-  else
-    run(0, rows);
+  gemm::dequantize_rows(c, rows, n, as.data<float>(), false, bs.data<float>(), bs.numel() != 1,
+                        bias ? bias->data<float>() : nullptr, y, ctx.pool);
   return Status::ok();
 }
 
@@ -185,24 +167,17 @@ class MatMulIntegerKernel : public Kernel {
     const int64_t n = b->dim(1);
     absorbed[1] = true;
     if (zp) absorbed[ops_.b_zero_point] = true;
-    if (gemm::u8s8_available() && b->dim(0) <= gemm::kMaxU8S8Depth) {
-      packed_u8s8_ = gemm::PackedU8S8::pack(b->raw_data(), b->dtype() == DType::kInt8, n, b->dim(0), n, bzp);
-      return Status::ok();
-    }
-    std::vector<int16_t> wide(static_cast<size_t>(b->numel()));
-    widen_s16(*b, [&](int64_t i) { return bzp.size() == 1 ? bzp[0] : bzp[i % n]; }, wide.data());
-    packed_ = gemm::PackedS16::pack(wide.data(), n, b->dim(0), n);
+    packed_ = gemm::PackedInt8::pack(b->raw_data(), b->dtype() == DType::kInt8, n, b->dim(0), n, bzp);
     return Status::ok();
   }
 
   Status run(KernelContext& ctx) override {
     Tensor product;
-    const bool u8s8 = !packed_u8s8_.empty();
-    if (packed_.empty() && !u8s8) {
+    if (packed_.empty()) {
       KILN_RETURN_IF_ERROR(integer_product(ctx, ops_, &product));
     } else {
       if (ctx.num_inputs() < 2 || !ctx.has_input(0)) return ctx.error("needs inputs A and B");
-      KILN_RETURN_IF_ERROR(packed_product(ctx, u8s8, &product));
+      KILN_RETURN_IF_ERROR(packed_product(ctx, &product));
     }
     if (!ops_.to_float()) {
       ctx.set_output(0, std::move(product));
@@ -210,14 +185,14 @@ class MatMulIntegerKernel : public Kernel {
     }
     const int64_t n = product.rank() >= 1 ? product.dim(product.rank() - 1) : 1;
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, product.shape()));
-    return to_float(ctx, ops_, product.data<int32_t>(), n == 0 ? 0 : product.numel() / n, n, y->data<float>(), scale_);
+    return to_float(ctx, ops_, product.data<int32_t>(), n == 0 ? 0 : product.numel() / n, n, y->data<float>());
   }
 
  private:
   // A times the packed B, all of A's rows in one GEMM.
-  Status packed_product(KernelContext& ctx, bool u8s8, Tensor* y) {
+  Status packed_product(KernelContext& ctx, Tensor* y) {
     const Tensor& a = ctx.input(0);
-    const int64_t k = u8s8 ? packed_u8s8_.k() : packed_.k(), n = u8s8 ? packed_u8s8_.n() : packed_.n();
+    const int64_t k = packed_.k(), n = packed_.n();
     if (!is_8bit(a.dtype())) return ctx.error("needs int8/uint8 A");
     if (a.rank() < 1 || a.dim(a.rank() - 1) != k)
       return ctx.error("A " + shape_str(a.shape()) + " does not match B [" + std::to_string(k) + ", " +
@@ -233,30 +208,20 @@ class MatMulIntegerKernel : public Kernel {
     if (a.rank() >= 2) out.back() = n;
     else out = {n};
     KILN_ASSIGN_OR_RETURN(*y, Tensor::make_for_overwrite(DType::kInt32, out));
-    if (u8s8) {
-      // One zero point per row of the GEMM: A's per-row points repeat over its leading dims.
-      if (azp.size() != 1) {
-        row_zero_points_.resize(static_cast<size_t>(rows));
-        for (int64_t i = 0; i < rows; ++i) row_zero_points_[static_cast<size_t>(i)] = azp[static_cast<size_t>(i % m)];
-      }
-      gemm::gemm_u8s8(rows, a.raw_data(), a.dtype() == DType::kInt8, k, azp.size() == 1 ? azp : row_zero_points_,
-                      packed_u8s8_, y->data<int32_t>(), n, ctx.pool);
-      return Status::ok();
+    // One zero point per row of the GEMM: A's per-row points repeat over its leading dims.
+    if (azp.size() != 1) {
+      row_zero_points_.resize(static_cast<size_t>(rows));
+      for (int64_t i = 0; i < rows; ++i) row_zero_points_[static_cast<size_t>(i)] = azp[static_cast<size_t>(i % m)];
     }
-    wide_a_.resize(static_cast<size_t>(a.numel()));  // grows once: later runs allocate nothing
-    widen_s16(a, [&](int64_t i) { return azp.size() == 1 ? azp[0] : azp[(i / std::max<int64_t>(k, 1)) % m]; },
-              wide_a_.data());
-    gemm::gemm_s16(rows, wide_a_.data(), k, packed_, y->data<int32_t>(), n, ctx.pool);
+    packed_.multiply(rows, a.raw_data(), a.dtype() == DType::kInt8, k, azp.size() == 1 ? azp : row_zero_points_,
+                     y->data<int32_t>(), ctx.pool);
     return Status::ok();
   }
 
   Operands ops_;
   bool b_zero_point_input_;
-  gemm::PackedS16 packed_;
-  gemm::PackedU8S8 packed_u8s8_;
-  std::vector<int16_t> wide_a_;
+  gemm::PackedInt8 packed_;
   std::vector<int32_t> row_zero_points_;
-  std::vector<float> scale_;  // a_scale * b_scale[j], per run
 };
 
 }  // namespace

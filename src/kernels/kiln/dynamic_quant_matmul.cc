@@ -11,8 +11,7 @@
 #include <cmath>
 
 #include "core/thread_pool.h"
-#include "kernels/cpu/gemm/gemm_s16.h"
-#include "kernels/cpu/gemm/gemm_u8s8.h"
+#include "kernels/cpu/gemm/packed_int8.h"
 #include "kernels/fast_path.h"
 #include "kernels/kernel_util.h"
 #include "kernels/ref/quantize.h"
@@ -26,18 +25,13 @@ class DynamicQuantMatMulKernel : public Kernel {
     const Tensor* b = c.size() > 1 ? c[1] : nullptr;
     if (!b || b->dtype() != DType::kInt8 || b->rank() != 2 || b->dim(0) > gemm::kMaxS16Depth) return Status::ok();
     k_ = b->dim(0), n_ = b->dim(1);
-    if (gemm::u8s8_available() && k_ <= gemm::kMaxU8S8Depth) {
-      u8s8_ = gemm::PackedU8S8::pack(b->raw_data(), true, n_, k_, n_, {0});
-    } else {
-      std::vector<int16_t> wide(b->data<int8_t>(), b->data<int8_t>() + b->numel());
-      s16_ = gemm::PackedS16::pack(wide.data(), n_, k_, n_);
-    }
+    packed_ = gemm::PackedInt8::pack(b->raw_data(), true, n_, k_, n_, {0});
     absorbed[1] = true;
     return Status::ok();
   }
 
   Status run(KernelContext& ctx) override {
-    if (u8s8_.empty() && s16_.empty()) return ctx.error("B must be a constant int8 [K, N] with K <= 32768");
+    if (packed_.empty()) return ctx.error("B must be a constant int8 [K, N] with K <= 32768");
     if (ctx.num_inputs() < 3 || !ctx.has_input(0) || !ctx.has_input(2)) return ctx.error("needs A, B and b_scale");
     const Tensor& a = ctx.input(0);
     const Tensor& bs = ctx.input(2);
@@ -71,44 +65,18 @@ class DynamicQuantMatMulKernel : public Kernel {
     else
       quantize_rows(0, rows);
     product_.resize(static_cast<size_t>(rows * n_));
-    if (!u8s8_.empty()) {
-      gemm::gemm_u8s8(rows, codes_.data(), false, k_, zero_points_, u8s8_, product_.data(), n_, ctx.pool);
-    } else {
-      wide_.resize(codes_.size());
-      for (int64_t i = 0; i < rows; ++i)
-        for (int64_t q = 0; q < k_; ++q)
-          wide_[static_cast<size_t>(i * k_ + q)] =
-              static_cast<int16_t>(codes_[static_cast<size_t>(i * k_ + q)] - zero_points_[static_cast<size_t>(i)]);
-      gemm::gemm_s16(rows, wide_.data(), k_, s16_, product_.data(), n_, ctx.pool);
-    }
-    const float* b_scale = bs.data<float>();
-    const float* b = bias ? bias->data<float>() : nullptr;
-    auto epilogue = [&](int64_t r0, int64_t r1) {
-      for (int64_t i = r0; i < r1; ++i) {
-        const float as = scales_[static_cast<size_t>(i)];
-        const int32_t* c = product_.data() + i * n_;
-        float* yi = y->data<float>() + i * n_;
-        for (int64_t j = 0; j < n_; ++j) {
-          const float v = static_cast<float>(c[j]) * (as * b_scale[bs.numel() == 1 ? 0 : j]);
-          yi[j] = b ? v + b[j] : v;
-        }
-      }
-    };
-    if (ctx.pool && rows > 1 && rows * n_ > (1 << 14))
-      ctx.pool->parallel_for(rows, 1, epilogue);
-    else
-      epilogue(0, rows);
+    packed_.multiply(rows, codes_.data(), false, k_, zero_points_, product_.data(), ctx.pool);
+    gemm::dequantize_rows(product_.data(), rows, n_, scales_.data(), true, bs.data<float>(), bs.numel() != 1,
+                          bias ? bias->data<float>() : nullptr, y->data<float>(), ctx.pool);
     return Status::ok();
   }
 
  private:
   int64_t k_ = 0, n_ = 0;
-  gemm::PackedU8S8 u8s8_;
-  gemm::PackedS16 s16_;
+  gemm::PackedInt8 packed_;
   std::vector<uint8_t> codes_;
   std::vector<float> scales_;
   std::vector<int32_t> zero_points_, product_;
-  std::vector<int16_t> wide_;
 };
 
 const KernelRegistrar kDynamicQuantMatMul("ai.kiln", "DynamicQuantMatMul", "ref", [](const ir::Node&, int64_t) {

@@ -1,0 +1,44 @@
+// An 8-bit B [k x n] minus its zero points, packed once for the integer GEMM this CPU runs best
+// (gemm_u8s8 on VNNI CPUs for k <= kMaxU8S8Depth, else gemm_s16), its products with 8-bit rows of
+// A, and the rows' dequantization: what MatMulInteger, MatMulIntegerToFloat and
+// DynamicQuantMatMul share.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/gemm/gemm_s16.h"
+#include "kernels/cpu/gemm/gemm_u8s8.h"
+
+namespace kiln {
+class ThreadPool;
+}
+
+namespace kiln::gemm {
+
+class PackedInt8 {
+ public:
+  // b row-major with leading dimension ldb, int8 when b_signed else uint8; zb one zero point or
+  // one per column; k <= kMaxS16Depth.
+  static PackedInt8 pack(const void* b, bool b_signed, int64_t ldb, int64_t k, int64_t n,
+                         const std::vector<int32_t>& zb);
+  bool empty() const { return u8s8_.empty() && s16_.empty(); }
+  int64_t k() const { return u8s8_.empty() ? s16_.k() : u8s8_.k(); }
+  int64_t n() const { return u8s8_.empty() ? s16_.n() : u8s8_.n(); }
+  // C[rows x n] (leading dimension n) = (A - za) B: A [rows x k] 8-bit with leading dimension
+  // lda, za one zero point or one per row. `pool` may be null.
+  void multiply(int64_t rows, const void* a, bool a_signed, int64_t lda, const std::vector<int32_t>& za, int32_t* c,
+                ThreadPool* pool) const;
+
+ private:
+  PackedU8S8 u8s8_;
+  PackedS16 s16_;
+};
+
+// y[i, j] = float(c[i, j]) * (a_scale[i] * b_scale[j]) + bias[j] over rows of n: a_scale one value
+// (a_per_row false) or one per row, b_scale one (b_per_column false) or one per column, bias null
+// or one per column.
+void dequantize_rows(const int32_t* c, int64_t rows, int64_t n, const float* a_scale, bool a_per_row,
+                     const float* b_scale, bool b_per_column, const float* bias, float* y, ThreadPool* pool);
+
+}  // namespace kiln::gemm
