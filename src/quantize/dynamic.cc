@@ -25,28 +25,16 @@ namespace {
 using passes::fresh_name;
 using passes::make_node;
 
-// W [K, N] (or W^T when `transposed`) as int8 [K, N] with scales per column (or one).
-void quantize_columns(const Tensor& w, bool transposed, bool per_column, Tensor* q, Tensor* scale, Tensor* zero) {
-  const int64_t k = transposed ? w.dim(1) : w.dim(0), n = transposed ? w.dim(0) : w.dim(1);
-  auto at = [&](int64_t i, int64_t j) { return w.data<float>()[transposed ? j * k + i : i * n + j]; };
-  std::vector<float> top(static_cast<size_t>(per_column ? n : 1), 0.0f);
-  for (int64_t i = 0; i < k; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      const float v = at(i, j);
-      float& t = top[static_cast<size_t>(per_column ? j : 0)];
-      if (std::isfinite(v)) t = std::max(t, std::fabs(v));
-    }
-  const Shape params = per_column ? Shape{n} : Shape{};
-  *scale = Tensor::make(DType::kFloat32, params).value();
-  *zero = Tensor::make(DType::kInt8, params).value();
-  for (size_t c = 0; c < top.size(); ++c) scale->data<float>()[c] = top[c] > 0 ? top[c] / 127.0f : 1.0f;
-  *q = Tensor::make(DType::kInt8, {k, n}).value();
-  for (int64_t i = 0; i < k; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      const float s = scale->data<float>()[per_column ? j : 0], v = at(i, j);
-      q->data<int8_t>()[i * n + j] =
-          static_cast<int8_t>(std::clamp(std::isfinite(v) ? std::nearbyint(v / s) : 0.0f, -127.0f, 127.0f));
-    }
+// W [K, N] (or, `transposed`, W [N, K] as W^T) as int8 [K, N] with scales per column (or one).
+QuantizedWeight quantize_columns(const Tensor& w, bool transposed, bool per_column) {
+  QuantizedWeight r = quantize_weight(w, transposed ? 0 : 1, per_column, 127.0f);
+  if (!transposed) return r;
+  const int64_t n = w.dim(0), k = w.dim(1);
+  Tensor t = Tensor::make(DType::kInt8, {k, n}).value();
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = 0; i < k; ++i) t.data<int8_t>()[i * n + j] = r.q.data<int8_t>()[j * k + i];
+  r.q = std::move(t);
+  return r;
 }
 
 }  // namespace
@@ -91,8 +79,8 @@ Status write_dynamic(ir::Model& model, const passes::ValueTypes& types, const Qu
       nodes.push_back(n);
       continue;
     }
-    Tensor wq, ws, wz;
-    quantize_columns(*w, gemm && n.attr_int("transB", 0) != 0, options.per_channel, &wq, &ws, &wz);
+    QuantizedWeight qw = quantize_columns(*w, gemm && n.attr_int("transB", 0) != 0, options.per_channel);
+    Tensor wq = std::move(qw.q), ws = std::move(qw.scale), wz = std::move(qw.zero_point);
     const std::string base = n.inputs[1];
     const std::string wq_name = fresh_name(g, base + "_quantized"), ws_name = fresh_name(g, base + "_scale");
     g.initializers[wq_name] = std::move(wq), g.initializers[ws_name] = std::move(ws);

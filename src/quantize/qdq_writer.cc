@@ -29,11 +29,8 @@ int64_t channel_of(const Shape& shape, int64_t axis, int64_t i) {
   return (i / inner) % shape[static_cast<size_t>(axis)];
 }
 
-struct QuantizedWeight {
-  Tensor q, scale, zero_point;
-};
+}  // namespace
 
-// `levels` codes each side of 0: 127, or 63 for 7-bit weights (QuantizeOptions::reduce_range).
 QuantizedWeight quantize_weight(const Tensor& w, int64_t axis, bool per_channel, float levels) {
   const int64_t channels = per_channel ? w.dim(axis) : 1;
   std::vector<float> top(static_cast<size_t>(channels), 0.0f);
@@ -56,6 +53,8 @@ QuantizedWeight quantize_weight(const Tensor& w, int64_t axis, bool per_channel,
   }
   return r;
 }
+
+namespace {
 
 // bias / (x_scale * w_scale[c]), rounded, in int32; the scales as the 8-bit conv expects them.
 QuantizedWeight quantize_bias(const Tensor& b, float x_scale, const Tensor& w_scale) {

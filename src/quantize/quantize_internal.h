@@ -44,6 +44,13 @@ Status write_qdq(ir::Model& model, const Plan& plan, const std::map<std::string,
 Status write_dynamic(ir::Model& model, const passes::ValueTypes& types, const QuantizeOptions& options,
                      QuantizeReport* report);
 
+// A weight in int8, symmetric (zero point 0): scale max|w| / levels per channel along `axis` (or
+// one for the whole tensor), codes within +-levels (127, or 63 for 7-bit weights).
+struct QuantizedWeight {
+  Tensor q, scale, zero_point;
+};
+QuantizedWeight quantize_weight(const Tensor& w, int64_t axis, bool per_channel, float levels);
+
 // A session running `model` as written (no optimization) with `outputs` as its outputs: what
 // calibration and the accuracy measurements read the intermediate tensors from.
 Result<std::unique_ptr<Session>> probe(const ir::Model& model, const std::vector<std::string>& outputs);
