@@ -30,7 +30,16 @@ enum class CalibrationMethod {
   kMse,         // the threshold with the least mean squared quantization error
 };
 
+// What quantize() lowers the model to.
+enum class QuantizePrecision {
+  kInt8,      // 8-bit integer convolutions and matrix products (calibrated, or `dynamic`)
+  kFloat16,   // float weights stored as float16 and widened back to float32 at load: half the
+              // model's size on any CPU, float32 compute (values beyond float16's range stay)
+  kBFloat16,  // the same with bfloat16 (float32's range, 8 bits of mantissa)
+};
+
 struct QuantizeOptions {
+  QuantizePrecision precision = QuantizePrecision::kInt8;
   CalibrationMethod method = CalibrationMethod::kMinMax;
   double percentile = 99.999;  // kPercentile
   // Weights: one scale per output channel (filter, column), else one for the whole tensor.
@@ -79,8 +88,10 @@ struct TensorError {
 struct QuantizeReport {
   int64_t samples = 0;            // calibration samples read
   int64_t quantized_nodes = 0;    // Conv, MatMul, Gemm nodes whose inputs and weights went 8-bit
-  int64_t quantized_tensors = 0;  // activations given a QuantizeLinear/DequantizeLinear pair
+  int64_t quantized_tensors = 0;  // activations given a QuantizeLinear/DequantizeLinear pair (16-bit
+                                  // precisions: weights stored in 16 bits)
   int64_t removed_clamps = 0;     // Relus and Clips whose QuantizeLinear saturates at their bounds, dropped
+  int64_t weight_bytes_before = 0, weight_bytes_after = 0;  // 16-bit precisions: the weights' bytes
   int opset_before = 0, opset_after = 0;  // the default domain's: raised to 13 for per-channel scales
   std::vector<std::string> kept_float;    // quantizable nodes left in float, with why: "name: reason"
   // The per-layer report: each quantized activation as its DequantizeLinear gives it, against the

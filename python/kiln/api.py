@@ -193,7 +193,8 @@ def _calibration_next(core, data, input_shapes):
     return lambda: as_list(next(it, None))
 
 
-def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, method="minmax", percentile=99.999,
+def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, precision="int8", method="minmax",
+             percentile=99.999,
              per_channel=True, signed_activations=False, keep_float=(), min_cosine=0.99, max_fallbacks=16,
              weight_bits="auto", portable=False, input_shapes=None, example_inputs=None, dynamic_batch=True):
     """Static post-training quantization, as ``kiln quantize``: returns a kiln.Model whose convs,
@@ -215,12 +216,17 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, meth
     tensor's SQNR and cosine ("layers"), the outputs', and what stayed float and why. The result is
     optimized into kiln's fused 8-bit form unless ``portable``, which keeps the standard QDQ model
     ONNX Runtime, TensorRT and OpenVINO load.
+
+    ``precision="fp16"`` or ``"bf16"`` stores the float weights in 16 bits instead (half the
+    size, float compute, no calibration; samples given measure the outputs against the budget);
+    the model stays portable.
     """
     core = _as_core_model(model, example_inputs, dynamic_batch)
     core = core.copy() if isinstance(model, (Model, _kiln.Model)) else core
     held = None if held_out is None else _calibration_next(core, held_out, input_shapes)
-    if calibration_data is None and not dynamic:
-        raise InvalidArgument("kiln.quantize needs calibration_data (or dynamic=True)")
+    weights16 = precision in ("fp16", "bf16")
+    if calibration_data is None and not dynamic and not weights16:
+        raise InvalidArgument("kiln.quantize needs calibration_data (or dynamic=True, or precision='fp16')")
     samples = _calibration_next(core, calibration_data if calibration_data is not None else [], input_shapes)
     if weight_bits not in ("auto", 7, 8, "7", "8"):
         raise InvalidArgument("weight_bits must be 8, 7 or 'auto'")
@@ -229,8 +235,9 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, meth
                            reduce_range=reduce, method=method,
                            percentile=float(percentile), per_channel=bool(per_channel),
                            signed_activations=bool(signed_activations), keep_float=list(keep_float),
-                           min_cosine=float(min_cosine), max_fallbacks=int(max_fallbacks))
-    if not portable:
+                           min_cosine=float(min_cosine), max_fallbacks=int(max_fallbacks),
+                           precision=str(precision))
+    if not portable and not weights16:
         core.optimize()
     return Model(core, {"quantization": report})
 

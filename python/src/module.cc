@@ -388,8 +388,12 @@ PYBIND11_MODULE(_kiln, m) {
       .def("quantize", [](Model& model, const py::function& next, const py::object& held_out, const std::string& method,
                           double percentile, bool per_channel, bool signed_activations,
                           const std::vector<std::string>& keep_float, double min_cosine, int max_fallbacks,
-                          bool dynamic, bool portable, bool reduce_range) {
+                          bool dynamic, bool portable, bool reduce_range, const std::string& precision) {
         QuantizeOptions o;
+        if (precision == "int8") o.precision = QuantizePrecision::kInt8;
+        else if (precision == "fp16") o.precision = QuantizePrecision::kFloat16;
+        else if (precision == "bf16") o.precision = QuantizePrecision::kBFloat16;
+        else throw StatusError{Status::invalid_argument("precision must be int8, fp16 or bf16")};
         if (method == "minmax") o.method = CalibrationMethod::kMinMax;
         else if (method == "percentile") o.method = CalibrationMethod::kPercentile;
         else if (method == "entropy") o.method = CalibrationMethod::kEntropy;
@@ -443,11 +447,14 @@ PYBIND11_MODULE(_kiln, m) {
                         py::arg("quantized_tensors") = r.quantized_tensors, py::arg("removed_clamps") = r.removed_clamps,
                         py::arg("opset_before") = r.opset_before, py::arg("opset_after") = r.opset_after,
                         py::arg("kept_float") = r.kept_float, py::arg("layers") = errors(r.layers),
-                        py::arg("outputs") = errors(r.outputs), py::arg("measured_on_held_out") = r.measured_on_held_out);
+                        py::arg("outputs") = errors(r.outputs), py::arg("measured_on_held_out") = r.measured_on_held_out,
+                        py::arg("weight_bytes_before") = r.weight_bytes_before,
+                        py::arg("weight_bytes_after") = r.weight_bytes_after);
       }, py::arg("next"), py::arg("held_out") = py::none(), py::arg("method") = "minmax", py::arg("percentile") = 99.999,
          py::arg("per_channel") = true, py::arg("signed_activations") = false,
          py::arg("keep_float") = std::vector<std::string>{}, py::arg("min_cosine") = 0.99, py::arg("max_fallbacks") = 16,
-         py::arg("dynamic") = false, py::arg("portable") = false, py::arg("reduce_range") = false)
+         py::arg("dynamic") = false, py::arg("portable") = false, py::arg("reduce_range") = false,
+         py::arg("precision") = "int8")
       .def("copy", [](const Model& model) { return Model(model); })
       .def("clear_backend_choices", &Model::clear_backend_choices)
       .def("summary", [](const Model& model, int64_t batch, int64_t seq) {

@@ -1,6 +1,8 @@
 // Bit-exact conversions for float16, bfloat16 and the four float8 formats.
 #include "core/float_convert.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -122,6 +124,48 @@ uint16_t float_to_bfloat16(float f) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
   u += 0x7fffu + ((u >> 16) & 1);
   return static_cast<uint16_t>(u >> 16);
+}
+
+void halves_to_floats(const uint16_t* in, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+  for (; i < n; ++i) out[i] = half_to_float(in[i]);
+}
+
+void floats_to_halves(const float* in, uint16_t* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (; i < n; ++i) out[i] = float_to_half(in[i]);
+}
+
+void bfloat16s_to_floats(const uint16_t* in, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i b = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_slli_epi32(b, 16));
+  }
+  for (; i < n; ++i) out[i] = bfloat16_to_float(in[i]);
+}
+
+void floats_to_bfloat16s(const float* in, uint16_t* out, int64_t n) {
+  int64_t i = 0;
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i half_ulp = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1), quiet = _mm256_set1_epi32(0x400000);
+  for (; i + 8 <= n; i += 8) {
+    const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
+    // Round to nearest even; a NaN keeps its top bits, made quiet, as float_to_bfloat16 does.
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+    const __m256i rounded = _mm256_add_epi32(u, _mm256_add_epi32(half_ulp, odd));
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+    const __m256i v = _mm256_srli_epi32(_mm256_blendv_epi8(rounded, _mm256_or_si256(u, quiet), nan), 16);
+    // 8 x 32-bit -> 8 x 16-bit, in order (packus works within 128-bit lanes).
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_castsi256_si128(packed));
+  }
+  for (; i < n; ++i) out[i] = float_to_bfloat16(in[i]);
 }
 
 float float8_to_float(DType type, uint8_t bits) { return decode_f8(format_of(type), bits); }

@@ -13,6 +13,13 @@ uint16_t float_to_half(float f);
 float bfloat16_to_float(uint16_t b);
 uint16_t float_to_bfloat16(float f);
 
+// The same conversions over arrays: F16C for float16 (kiln's baseline ISA has it), integer
+// shifts and rounding on 8 lanes for bfloat16. Equal to the scalar ones but for NaN payloads.
+void halves_to_floats(const uint16_t* in, float* out, int64_t n);
+void floats_to_halves(const float* in, uint16_t* out, int64_t n);
+void bfloat16s_to_floats(const uint16_t* in, float* out, int64_t n);
+void floats_to_bfloat16s(const float* in, uint16_t* out, int64_t n);
+
 float float8_to_float(DType type, uint8_t bits);
 uint8_t float_to_float8(DType type, float f, bool saturate = true);
 

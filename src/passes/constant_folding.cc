@@ -1,8 +1,9 @@
 // Constant folding: a node whose inputs are all fixed initializers is run once, now, with its
 // reference kernel, and its outputs become initializers. Random ops, control flow and ops whose
-// result would bloat the model are left alone. In a portable model DequantizeLinear of 8-bit
-// weights stays: that is how a QDQ model states its int8 ops, and the runtime that loads it
-// (ONNX Runtime, TensorRT, OpenVINO) runs them in 8 bits only while it sees them.
+// result would bloat the model are left alone. In a portable model the nodes that widen stored
+// weights stay: DequantizeLinear of 8-bit weights (how a QDQ model states its int8 ops, which the
+// runtime that loads it, ONNX Runtime, TensorRT or OpenVINO, runs in 8 bits only while it sees
+// them) and Cast of float16/bfloat16 weights to float (the model keeps half the size).
 #include <set>
 
 #include "core/thread_pool.h"
@@ -31,7 +32,7 @@ class ConstantFolding : public Pass {
     for_each_graph(model.graph, [&](ir::Graph& g) {
       std::vector<ir::Node> kept;
       for (auto& n : g.nodes) {
-        if (!(portable && n.domain.empty() && n.op_type == "DequantizeLinear") && fold(model, g, n, pool)) {
+        if (!(portable && widens_stored_weights(g, n)) && fold(model, g, n, pool)) {
           ++folded;
           continue;
         }
@@ -43,6 +44,15 @@ class ConstantFolding : public Pass {
   }
 
  private:
+  static bool widens_stored_weights(const ir::Graph& g, const ir::Node& n) {
+    if (!n.domain.empty()) return false;
+    if (n.op_type == "DequantizeLinear") return true;
+    if (n.op_type != "Cast" || n.inputs.empty() || n.attr_int("to", 0) != static_cast<int64_t>(DType::kFloat32))
+      return false;
+    const Tensor* t = constant_value(g, n.inputs[0]);
+    return t && (t->dtype() == DType::kFloat16 || t->dtype() == DType::kBFloat16);
+  }
+
   // Runs `n` when all its inputs are constant; true when its outputs became initializers.
   static bool fold(const ir::Model& model, ir::Graph& g, const ir::Node& n, ThreadPool& pool) {
     if (kNeverFold.count(n.op_type) || !n.domain.empty()) return false;

@@ -114,7 +114,10 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
   });
   // DequantizeLinear needs opset 10, and 13 for its axis (per-channel scales); the dynamic form's
   // ops (DynamicQuantizeLinear, MatMulInteger with per-column zero points) 11.
-  const int64_t needed = options.dynamic ? 11 : options.per_channel ? 13 : 10;
+  // A Cast from bfloat16, 13; from float16, any.
+  const bool float16 = options.precision != QuantizePrecision::kInt8;
+  const int64_t needed = float16 ? (options.precision == QuantizePrecision::kBFloat16 ? 13 : 1)
+                         : options.dynamic ? 11 : options.per_channel ? 13 : 10;
   if (model.opset("") < needed) {
     KILN_ASSIGN_OR_RETURN(model, onnx_io::convert_opset(model, needed));
   }
@@ -127,15 +130,34 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
   const passes::ValueTypes& types = ctx.types();
   size_t inputs = 0;
   for (const ir::ValueInfo& in : model.graph.inputs) inputs += !model.graph.initializers.count(in.name);
-  if (options.dynamic) {
+  if (options.dynamic || float16) {
     ir::Model quantized = model;
-    KILN_RETURN_IF_ERROR(write_dynamic(quantized, types, options, &report));
-    if (report.quantized_nodes == 0)
-      return Status::error("quantize --dynamic: the model has no MatMul or Gemm with constant 2-D weights");
-    if (held_out) {  // the outputs against the float model's; nothing to fall back on per tensor
-      KILN_ASSIGN_OR_RETURN(std::vector<std::vector<Tensor>> eval, read_samples(held_out, inputs, "held-out"));
-      KILN_RETURN_IF_ERROR(measure(model, quantized, {}, {}, eval, &report.layers, &report.outputs));
+    if (float16) {
+      const DType to = options.precision == QuantizePrecision::kFloat16 ? DType::kFloat16 : DType::kBFloat16;
+      KILN_RETURN_IF_ERROR(write_16bit_weights(quantized, to, options, &report));
+      if (report.quantized_tensors == 0)
+        return Status::error("quantize --precision " + std::string(to == DType::kFloat16 ? "fp16" : "bf16") +
+                             ": the model has no float32 weights to store in 16 bits");
+    } else {
+      KILN_RETURN_IF_ERROR(write_dynamic(quantized, types, options, &report));
+      if (report.quantized_nodes == 0)
+        return Status::error("quantize --dynamic: the model has no MatMul or Gemm with constant 2-D weights");
+    }
+    // The outputs against the float model's, on the held-out samples, else the calibration ones
+    // where given; nothing to fall back on per tensor, so a missed budget is an error.
+    std::vector<std::vector<Tensor>> eval;
+    if (held_out) {
+      KILN_ASSIGN_OR_RETURN(eval, read_samples(held_out, inputs, "held-out"));
       report.measured_on_held_out = !eval.empty();
+    } else if (next) {
+      KILN_ASSIGN_OR_RETURN(eval, read_samples(next, inputs, "calibration"));
+    }
+    if (!eval.empty()) {
+      KILN_RETURN_IF_ERROR(measure(model, quantized, {}, {}, eval, &report.layers, &report.outputs));
+      for (const TensorError& e : report.outputs)
+        if (options.min_cosine > 0 && e.cosine < options.min_cosine)
+          return Status::error("quantize: output " + e.tensor + "'s cosine to the float model is " +
+                               std::to_string(e.cosine) + ", below the budget " + std::to_string(options.min_cosine));
     }
     model = std::move(quantized);
     return report;

@@ -44,6 +44,10 @@ Status write_qdq(ir::Model& model, const Plan& plan, const std::map<std::string,
 Status write_dynamic(ir::Model& model, const passes::ValueTypes& types, const QuantizeOptions& options,
                      QuantizeReport* report);
 
+// Float32 weights of `model` stored as `to` (float16 or bfloat16) behind a Cast to float32
+// (float16_weights.cc).
+Status write_16bit_weights(ir::Model& model, DType to, const QuantizeOptions& options, QuantizeReport* report);
+
 // A weight in int8, symmetric (zero point 0): scale max|w| / levels per channel along `axis` (or
 // one for the whole tensor), codes within +-levels (127, or 63 for 7-bit weights).
 struct QuantizedWeight {

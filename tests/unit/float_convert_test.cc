@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <vector>
 
 #include "core/float_convert.h"
 
@@ -33,6 +34,42 @@ TEST(FloatConvert, HalfMatchesF16cOnEveryCodeAndRandomFloats) {
       EXPECT_TRUE(std::isnan(half_to_float(float_to_half(f))));
     } else {
       EXPECT_EQ(float_to_half(f), want) << f;
+    }
+  }
+}
+
+// The array conversions (vector bodies and scalar tails) give the scalar conversions' bits on
+// random bit patterns, NaNs aside (those stay NaN).
+TEST(FloatConvert, ArraysMatchTheScalarConversions) {
+  std::mt19937 rng(2);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int64_t n : {0, 1, 7, 8, 9, 100, 4099}) {
+    std::vector<float> f(static_cast<size_t>(n));
+    std::vector<uint16_t> h(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t u = bits(rng);
+      if (i % 3 == 0) u = (u & 0x8fffffffu) | 0x38000000u;  // many in float16's range
+      std::memcpy(&f[static_cast<size_t>(i)], &u, 4);
+      h[static_cast<size_t>(i)] = static_cast<uint16_t>(bits(rng));
+    }
+    std::vector<uint16_t> half(static_cast<size_t>(n)), bf(static_cast<size_t>(n));
+    std::vector<float> from_half(static_cast<size_t>(n)), from_bf(static_cast<size_t>(n));
+    floats_to_halves(f.data(), half.data(), n);
+    floats_to_bfloat16s(f.data(), bf.data(), n);
+    halves_to_floats(h.data(), from_half.data(), n);
+    bfloat16s_to_floats(h.data(), from_bf.data(), n);
+    for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
+      if (std::isnan(f[i])) {
+        EXPECT_TRUE(std::isnan(half_to_float(half[i])) && std::isnan(bfloat16_to_float(bf[i])));
+      } else {
+        EXPECT_EQ(half[i], float_to_half(f[i])) << f[i];
+        EXPECT_EQ(bf[i], float_to_bfloat16(f[i])) << f[i];
+      }
+      const float want_half = half_to_float(h[i]), want_bf = bfloat16_to_float(h[i]);
+      if (std::isnan(want_half)) EXPECT_TRUE(std::isnan(from_half[i]));
+      else EXPECT_EQ(std::memcmp(&want_half, &from_half[i], 4), 0) << h[i];
+      if (std::isnan(want_bf)) EXPECT_TRUE(std::isnan(from_bf[i]));
+      else EXPECT_EQ(std::memcmp(&want_bf, &from_bf[i], 4), 0) << h[i];
     }
   }
 }

@@ -32,7 +32,7 @@ struct Options {
   int max_fallbacks = 16;
   double percentile = 99.999;
   bool per_tensor = false, signed_activations = false, portable = false, report = false, dynamic = false;
-  std::string weight_bits = "auto";
+  std::string weight_bits = "auto", precision = "int8";
   InputShapes shape;
 };
 
@@ -130,6 +130,10 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
                                         "Calibrate on N generated samples (ranges not those of real data)")
                             ->check(CLI::Range(int64_t{1}, int64_t{100000}));
   calib->excludes(random);
+  cmd->add_option("--precision", opt->precision,
+                  "int8 (default), or fp16/bf16: float weights stored in 16 bits (half the size, float compute; "
+                  "no calibration, --calib/--eval samples measure the outputs)")
+      ->check(CLI::IsMember({"int8", "fp16", "bf16"}));
   cmd->add_flag("--dynamic", opt->dynamic,
                 "Dynamic quantization of MatMul/Gemm weights (activations quantized at each run; no calibration)");
   cmd->add_option("--max-samples", opt->max_samples, "Read at most this many samples from --calib")
@@ -160,7 +164,9 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     auto fail = [&](const Status& st) { *exit_code = report_failure("quantize", st); };
     auto method = parse_method(opt->method);
     if (!method) return fail(method.status());
-    if (opt->calib.empty() && opt->calib_random == 0 && !opt->dynamic)
+    const bool weights16 = opt->precision != "int8";
+    if (weights16 && opt->dynamic) return fail(Status::invalid_argument("--dynamic is an int8 mode; not with --precision"));
+    if (opt->calib.empty() && opt->calib_random == 0 && !opt->dynamic && !weights16)
       return fail(Status::invalid_argument("give calibration samples: --calib FILE.npy|DIR, or --calib-random N"));
     auto model = Model::load(opt->model);
     if (!model) return fail(model.status());
@@ -172,7 +178,7 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     if (!samples) return fail(samples.status());
     if (!opt->calib.empty() && samples->empty())
       return fail(Status::invalid_argument("--calib " + opt->calib + " holds no samples"));
-    if (opt->calib.empty() && !opt->dynamic)
+    if (opt->calib.empty() && opt->calib_random > 0 && !opt->dynamic && !weights16)
       std::cerr << "kiln quantize: warning: calibrating on generated samples; the ranges are not those of real "
                    "data, so accuracy on real inputs may suffer (give --calib)\n";
     auto budget = parse_budget(opt->budget);
@@ -185,6 +191,9 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     }
     QuantizeOptions qo;
     qo.min_cosine = *budget;
+    qo.precision = opt->precision == "fp16"   ? QuantizePrecision::kFloat16
+                   : opt->precision == "bf16" ? QuantizePrecision::kBFloat16
+                                              : QuantizePrecision::kInt8;
     qo.dynamic = opt->dynamic;
     qo.portable = opt->portable;
     qo.max_fallbacks = opt->max_fallbacks;
@@ -205,19 +214,25 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     };
     auto report = model->quantize(reader_of(*samples), qo, held_out.empty() ? CalibrationReader() : reader_of(held_out));
     if (!report) return fail(report.status());
-    if (opt->dynamic)
+    if (weights16)
+      std::printf("%lld weights stored in %s: %.1f MB -> %.1f MB\n", static_cast<long long>(report->quantized_tensors),
+                  opt->precision.c_str(), report->weight_bytes_before / 1e6, report->weight_bytes_after / 1e6);
+    else if (opt->dynamic)
       std::printf("dynamic: activations quantized at each run, no calibration\n");
     else
       std::printf("calibrated on %lld samples (%s)\n", static_cast<long long>(report->samples), opt->method.c_str());
-    std::printf("quantized %lld nodes, %lld activations; %lld Relu/Clip absorbed by their QuantizeLinear\n",
+    if (!weights16)
+      std::printf("quantized %lld nodes, %lld activations; %lld Relu/Clip absorbed by their QuantizeLinear\n",
                 static_cast<long long>(report->quantized_nodes), static_cast<long long>(report->quantized_tensors),
                 static_cast<long long>(report->removed_clamps));
-    if (qo.reduce_range && !opt->dynamic)
+    if (qo.reduce_range && !opt->dynamic && !weights16)
       std::printf("7-bit weights (--weight-bits %s): this CPU's 8-bit convs take vpmaddubsw\n", opt->weight_bits.c_str());
     if (report->opset_after != report->opset_before)
       std::printf("opset %d -> %d (ONNX's version converter)\n", report->opset_before, report->opset_after);
     for (const std::string& k : report->kept_float) std::printf("kept in float: %s\n", k.c_str());
     const char* where = report->measured_on_held_out ? "held-out samples" : "the calibration samples";
+    if (weights16 && report->outputs.empty())
+      std::printf("accuracy not measured (give --eval or --calib samples to compare the outputs)\n");
     if (opt->report) {
       std::printf("\nper layer, against the float model on %s (worst sample's cosine):\n", where);
       std::printf("  %-56s %9s %9s\n", "tensor", "SQNR dB", "cosine");
@@ -227,13 +242,15 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     for (const TensorError& e : report->outputs)
       std::printf("output %s: SQNR %.2f dB, cosine %.5f to the float model (%s; budget %s)\n", e.tensor.c_str(),
                   e.sqnr_db, e.cosine, where, opt->budget.c_str());
-    if (!opt->portable) {
+    // 16-bit weights are saved as they are: optimizing would widen them in the file.
+    if (!opt->portable && !weights16) {
       auto optimized = model->optimize({});
       if (!optimized) return fail(optimized.status());
     }
     Status saved = model->save(opt->out);
     if (!saved.is_ok()) return fail(saved);
-    std::printf("wrote %s (%s)\n", opt->out.c_str(), opt->portable ? "QDQ, portable" : "kiln's fused form");
+    std::printf("wrote %s (%s)\n", opt->out.c_str(),
+                weights16 ? "16-bit weights, portable" : opt->portable ? "QDQ, portable" : "kiln's fused form");
   });
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <type_traits>
 
+#include "core/float_convert.h"
 #include "kernels/fast_path.h"
 #include "kernels/ref/elementwise_util.h"
 
@@ -326,6 +327,15 @@ bool to_float32_typed(KernelContext& ctx, const Tensor& x, Tensor* y) {
       });
       return true;
     }
+    case DType::kFloat16:
+    case DType::kBFloat16: {
+      const uint16_t* in = x.data<uint16_t>();
+      const bool half = x.dtype() == DType::kFloat16;
+      ew::run_range(ctx, x.numel(), [&](int64_t b, int64_t e) {
+        half ? halves_to_floats(in + b, out + b, e - b) : bfloat16s_to_floats(in + b, out + b, e - b);
+      });
+      return true;
+    }
     case DType::kInt8: return convert(TypeTag<int8_t>{});
     case DType::kUInt8: return convert(TypeTag<uint8_t>{});
     case DType::kInt32: return convert(TypeTag<int32_t>{});
@@ -361,6 +371,14 @@ Status cast_into(KernelContext& ctx, const Tensor& x, DType to, bool saturate) {
     return Status::ok();
   }
   if (to == DType::kFloat32 && to_float32_typed(ctx, x, y)) return Status::ok();
+  if (from == DType::kFloat32 && (to == DType::kFloat16 || to == DType::kBFloat16)) {
+    const float* in = x.data<float>();
+    uint16_t* out = y->data<uint16_t>();
+    ew::run_range(ctx, n, [&](int64_t b, int64_t e) {
+      to == DType::kFloat16 ? floats_to_halves(in + b, out + b, e - b) : floats_to_bfloat16s(in + b, out + b, e - b);
+    });
+    return Status::ok();
+  }
   ew::run_range(ctx, n, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i)
       store(to, y->raw_data(), i, load(from, x.raw_data(), i), saturate);
@@ -411,12 +429,18 @@ Status cast_like_op(KernelContext& ctx) {
 KILN_REGISTER_KERNEL("", "Cast", cast_op);
 KILN_REGISTER_KERNEL("", "CastLike", cast_like_op);
 
-// Casts to float32 from bool, 8/32/64-bit integers and double run a typed loop.
+// Casts to float32 from bool, 8/32/64-bit integers, double, float16 and bfloat16 run a typed
+// loop, and float32 to float16 and bfloat16 a vector one.
 KILN_REGISTER_FAST_PATH("", "Cast", [](const FastPathQuery& q) {
-  if (q.node.attr_int("to", 0) != static_cast<int64_t>(DType::kFloat32) || q.types.empty() || !q.types[0]) return false;
+  if (q.types.empty() || !q.types[0]) return false;
   const DType from = q.types[0]->dtype;
+  const int64_t to = q.node.attr_int("to", 0);
+  if (from == DType::kFloat32 && (to == static_cast<int64_t>(DType::kFloat16) || to == static_cast<int64_t>(DType::kBFloat16)))
+    return true;
+  if (to != static_cast<int64_t>(DType::kFloat32)) return false;
   return from == DType::kBool || from == DType::kInt8 || from == DType::kUInt8 || from == DType::kInt32 ||
-         from == DType::kInt64 || from == DType::kFloat64 || from == DType::kFloat32;
+         from == DType::kInt64 || from == DType::kFloat64 || from == DType::kFloat32 || from == DType::kFloat16 ||
+         from == DType::kBFloat16;
 });
 
 }  // namespace kiln
