@@ -19,6 +19,7 @@
 #include "fma_peak.h"
 #include "kernels/cpu/gemm/gemm.h"
 #include "kernels/cpu/gemm/gemm_s16.h"
+#include "kernels/cpu/gemm/gemm_u8s8.h"
 #include "timed_runs.h"
 
 namespace {
@@ -86,6 +87,30 @@ void BM_GemmS16(benchmark::State& state, kiln::gemm::S16Kernel kernel, int64_t m
   state.counters["pct_f32_peak"] = 100.0 * gops / kiln::bench::peak_gflops(threads);
 }
 
+// gemm_u8s8 (VNNI CPUs) on a prepacked int8 B, u8 A with per-row zero points, dequantized to
+// floats in its tiles: DynamicQuantMatMul's GEMM.
+void BM_GemmU8S8(benchmark::State& state, int64_t m, int64_t n, int64_t k, int threads) {
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int> dist(0, 255);
+  std::vector<uint8_t> a(m * k);
+  std::vector<int8_t> b(k * n);
+  for (uint8_t& x : a) x = static_cast<uint8_t>(dist(rng));
+  for (int8_t& x : b) x = static_cast<int8_t>(dist(rng) - 128);
+  std::vector<int32_t> za(m, 100);
+  std::vector<float> as(m, 0.01f), bs(n, 0.02f), y(m * n);
+  kiln::gemm::Dequantize dq;
+  dq.a_scale = as.data(), dq.a_per_row = true, dq.b_scale = bs.data(), dq.b_per_column = true;
+  kiln::ThreadPool pool(threads);
+  const auto packed = kiln::gemm::PackedU8S8::pack(b.data(), true, n, k, n, {0});
+  auto run = [&] { kiln::gemm::gemm_u8s8(m, a.data(), false, k, za, packed, dq, y.data(), n, &pool); };
+  run();
+  const kiln::bench::RunTimes t = kiln::bench::time_runs(state, run);
+  const double gops = 2.0 * m * n * k * state.iterations() / t.seconds * 1e-9;
+  state.counters["GOPs"] = gops;
+  state.counters["GOPs_best"] = 2.0 * m * n * k / t.best * 1e-9;
+  state.counters["pct_f32_peak"] = 100.0 * gops / kiln::bench::peak_gflops(threads);
+}
+
 void register_integer() {
   struct Shape {
     const char* name;
@@ -101,6 +126,17 @@ void register_integer() {
             ->MinTime(0.3)
             ->Unit(benchmark::kMillisecond);
       }
+  if (!kiln::gemm::u8s8_available()) return;
+  const Shape bert[] = {{"bert_qkvo_128x768x768", 128, 768, 768}, {"bert_fc1_128x3072x768", 128, 3072, 768},
+                        {"bert_fc2_128x768x3072", 128, 768, 3072}};
+  for (const Shape& s : bert)
+    for (int threads : {1, 2}) {
+      const std::string name = std::string("u8s8_6x32_avx512vnni/") + s.name + "/threads:" + std::to_string(threads);
+      benchmark::RegisterBenchmark(name.c_str(), BM_GemmU8S8, s.m, s.n, s.k, threads)
+          ->UseRealTime()
+          ->MinTime(0.3)
+          ->Unit(benchmark::kMillisecond);
+    }
 }
 
 void register_all() {

@@ -1,9 +1,11 @@
 // gemm_u8s8 against a plain int64 loop of (a - za)(b - zb), exactly: A and B each int8 or uint8
 // (the four sign pairs), scalar and per-row / per-column zero points, the extreme values, odd
 // shapes (partial row tiles and 32-column panels, depths that are no multiple of 4, the deepest
-// 8192), leading dimensions wider than the matrices, 1 and 2 threads. Only on VNNI CPUs.
+// 8192), leading dimensions wider than the matrices, 1 and 2 threads; and the same sums dequantized
+// to floats in the tiles. Only on VNNI CPUs.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 #include <vector>
 
@@ -48,12 +50,32 @@ void check(const Shape3& s, bool a_signed, bool b_signed, bool per_row, bool ext
     }
   // C's padding columns untouched.
   for (int64_t i = 0; i < s.m; ++i) ASSERT_EQ(c[i * ldc + s.n], 12345);
+  // Dequantized in the tiles: fma(float(c), a_scale[i] * b_scale[j], bias[j]) of those exact sums,
+  // per-row and per-column scales with a bias, or one scale each without.
+  std::uniform_real_distribution<float> unit(0.001f, 0.1f);
+  std::vector<float> as(static_cast<size_t>(s.m)), bs(static_cast<size_t>(s.n)), bias(static_cast<size_t>(s.n));
+  for (float& v : as) v = unit(rng);
+  for (float& v : bs) v = unit(rng);
+  for (float& v : bias) v = unit(rng) - 0.05f;
+  gemm::Dequantize dq;
+  dq.a_scale = as.data(), dq.a_per_row = per_row, dq.b_scale = bs.data(), dq.b_per_column = per_row;
+  dq.bias = per_row ? bias.data() : nullptr;
+  std::vector<float> y(static_cast<size_t>(s.m * ldc), -7.0f);
+  gemm::gemm_u8s8(s.m, a8.data(), a_signed, lda, za, packed, dq, y.data(), ldc, threads > 1 ? &pool : nullptr);
+  for (int64_t i = 0; i < s.m; ++i) {
+    for (int64_t j = 0; j < s.n; ++j) {
+      const float want = std::fma(static_cast<float>(c[i * ldc + j]), as[per_row ? i : 0] * bs[per_row ? j : 0],
+                                  per_row ? bias[j] : 0.0f);
+      ASSERT_EQ(y[i * ldc + j], want) << "dequantized element " << i << ", " << j;
+    }
+    ASSERT_EQ(y[i * ldc + s.n], -7.0f);
+  }
 }
 
 TEST(GemmU8S8, MatchesPlainLoopExactly) {
   if (!gemm::u8s8_available()) GTEST_SKIP() << "no AVX-512 VNNI at this ISA level (the CPU, or KILN_ISA below it)";
   for (const Shape3& s : {Shape3{1, 1, 1}, Shape3{6, 32, 4}, Shape3{7, 33, 5}, Shape3{20, 70, 1023},
-                          Shape3{13, 100, 130}, Shape3{2, 5, 8192}})
+                          Shape3{13, 100, 130}, Shape3{2, 5, 8192}, Shape3{128, 40, 768}})
     for (bool a_signed : {false, true})
       for (bool b_signed : {false, true})
         for (bool per_row : {false, true})

@@ -362,6 +362,42 @@ TEST(Quantize, ReduceRangeWritesSevenBitWeights) {
 }
 
 
+// -O2 folds the activation and the residual Add after a DynamicQuantMatMul into it (the
+// gemm-epilogue pass), applied to each tile as it is dequantized: the same outputs as the ops
+// run one by one.
+TEST(Quantize, DynamicQuantMatMulTakesTheEpilogue) {
+  test::Builder b(13);
+  b.input("x", {20, 64});
+  b.input("z", {20, 40});
+  b.weight("w", {64, 40});
+  b.weight("bias", {40});
+  b.add("MatMul", {"x", "w"}, {"m"});
+  b.add("Add", {"m", "bias"}, {"mb"});
+  b.add("Relu", {"mb"}, {"r"});
+  b.add("Add", {"r", "z"}, {"y"});
+  b.output("y");
+  Model model(std::make_shared<ir::Model>(b.m));
+  QuantizeOptions o;
+  o.dynamic = true;
+  ASSERT_TRUE(model.quantize({}, o).is_ok());
+  ir::Model fused = model.ir();
+  OptimizeOptions o2;
+  o2.level = 2;
+  ASSERT_TRUE(optimize(fused, o2).is_ok());
+  ASSERT_EQ(test::qualified_histogram(fused), (std::map<std::string, int>{{"ai.kiln.DynamicQuantMatMul", 1}}));
+  const ir::Node& n = fused.graph.nodes[0];
+  EXPECT_EQ(n.attr_string("activation", ""), "Relu");
+  ASSERT_EQ(n.inputs.size(), 5u);
+  EXPECT_EQ(n.inputs[4], "z");
+  const std::vector<Tensor> feeds = {b.random({20, 64}), b.random({20, 40})};
+  SessionOptions plain;
+  plain.optimize_level = 0;
+  const Tensor want = test::run_model(model.ir(), feeds, plain)[0].tensor;
+  const Tensor got = test::run_model(fused, feeds, plain)[0].tensor;
+  ASSERT_EQ(got.shape(), want.shape());
+  for (int64_t i = 0; i < want.numel(); ++i) ASSERT_EQ(got.data<float>()[i], want.data<float>()[i]) << i;
+}
+
 // --precision fp16 / bf16: float weights of 1024 values or more stored in 16 bits behind a Cast,
 // bit for bit the rounded values; one beyond float16's range stays float32 (in bfloat16 it goes).
 // The model computes exactly what the float model with rounded weights computes, as written and

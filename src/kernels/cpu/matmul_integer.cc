@@ -130,8 +130,9 @@ Status integer_product(KernelContext& ctx, const Operands& ops, Tensor* y) {
   return Status::ok();
 }
 
-// y = float(c) * (a_scale * b_scale[j]) + bias[j] over rows of n columns, the inputs checked.
-Status to_float(KernelContext& ctx, const Operands& ops, const int32_t* c, int64_t rows, int64_t n, float* y) {
+// MatMulIntegerToFloat's y = float(c) * (a_scale * b_scale[j]) + bias[j] over n columns, its
+// inputs checked.
+Result<gemm::Dequantize> dequantize_inputs(KernelContext& ctx, const Operands& ops, int64_t n) {
   if (!given(ctx, static_cast<size_t>(ops.a_scale)) || !given(ctx, static_cast<size_t>(ops.b_scale)))
     return ctx.error("needs a_scale and b_scale");
   const Tensor& as = ctx.input(static_cast<size_t>(ops.a_scale));
@@ -142,9 +143,11 @@ Status to_float(KernelContext& ctx, const Operands& ops, const int32_t* c, int64
     return ctx.error("b_scale must be float32, one value or one per column of B");
   if (bias && (bias->dtype() != DType::kFloat32 || bias->numel() != n))
     return ctx.error("bias must be float32 with one value per column of B");
-  gemm::dequantize_rows(c, rows, n, as.data<float>(), false, bs.data<float>(), bs.numel() != 1,
-                        bias ? bias->data<float>() : nullptr, y, ctx.pool);
-  return Status::ok();
+  gemm::Dequantize dq;
+  dq.a_scale = as.data<float>();
+  dq.b_scale = bs.data<float>(), dq.b_per_column = bs.numel() != 1;
+  dq.bias = bias ? bias->data<float>() : nullptr;
+  return dq;
 }
 
 class MatMulIntegerKernel : public Kernel {
@@ -172,25 +175,27 @@ class MatMulIntegerKernel : public Kernel {
   }
 
   Status run(KernelContext& ctx) override {
-    Tensor product;
-    if (packed_.empty()) {
-      KILN_RETURN_IF_ERROR(integer_product(ctx, ops_, &product));
-    } else {
+    if (!packed_.empty()) {
       if (ctx.num_inputs() < 2 || !ctx.has_input(0)) return ctx.error("needs inputs A and B");
-      KILN_RETURN_IF_ERROR(packed_product(ctx, &product));
+      return packed_product(ctx);
     }
+    Tensor product;
+    KILN_RETURN_IF_ERROR(integer_product(ctx, ops_, &product));
     if (!ops_.to_float()) {
       ctx.set_output(0, std::move(product));
       return Status::ok();
     }
     const int64_t n = product.rank() >= 1 ? product.dim(product.rank() - 1) : 1;
+    KILN_ASSIGN_OR_RETURN(gemm::Dequantize dq, dequantize_inputs(ctx, ops_, n));
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, product.shape()));
-    return to_float(ctx, ops_, product.data<int32_t>(), n == 0 ? 0 : product.numel() / n, n, y->data<float>());
+    gemm::dequantize_rows(product.data<int32_t>(), n == 0 ? 0 : product.numel() / n, n, dq, y->data<float>(), ctx.pool);
+    return Status::ok();
   }
 
  private:
-  // A times the packed B, all of A's rows in one GEMM.
-  Status packed_product(KernelContext& ctx, Tensor* y) {
+  // A times the packed B, all of A's rows in one GEMM: int32 sums, or (MatMulIntegerToFloat)
+  // dequantized as the GEMM's tiles finish.
+  Status packed_product(KernelContext& ctx) {
     const Tensor& a = ctx.input(0);
     const int64_t k = packed_.k(), n = packed_.n();
     if (!is_8bit(a.dtype())) return ctx.error("needs int8/uint8 A");
@@ -207,14 +212,21 @@ class MatMulIntegerKernel : public Kernel {
     Shape out = a.shape();
     if (a.rank() >= 2) out.back() = n;
     else out = {n};
-    KILN_ASSIGN_OR_RETURN(*y, Tensor::make_for_overwrite(DType::kInt32, out));
     // One zero point per row of the GEMM: A's per-row points repeat over its leading dims.
     if (azp.size() != 1) {
       row_zero_points_.resize(static_cast<size_t>(rows));
       for (int64_t i = 0; i < rows; ++i) row_zero_points_[static_cast<size_t>(i)] = azp[static_cast<size_t>(i % m)];
     }
-    packed_.multiply(rows, a.raw_data(), a.dtype() == DType::kInt8, k, azp.size() == 1 ? azp : row_zero_points_,
-                     y->data<int32_t>(), ctx.pool);
+    const std::vector<int32_t>& za = azp.size() == 1 ? azp : row_zero_points_;
+    const bool a_signed = a.dtype() == DType::kInt8;
+    if (ops_.to_float()) {
+      KILN_ASSIGN_OR_RETURN(gemm::Dequantize dq, dequantize_inputs(ctx, ops_, n));
+      KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, out));
+      packed_.multiply(rows, a.raw_data(), a_signed, k, za, dq, y->data<float>(), ctx.pool);
+      return Status::ok();
+    }
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kInt32, out));
+    packed_.multiply(rows, a.raw_data(), a_signed, k, za, y->data<int32_t>(), ctx.pool);
     return Status::ok();
   }
 

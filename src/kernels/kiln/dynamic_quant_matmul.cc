@@ -3,7 +3,8 @@
 // scale and zero point from its range (zero included, as DynamicQuantizeLinear computes them for
 // a whole tensor), so a token with small activations keeps its precision next to one with large
 // ones; then
-//   Y[i, j] = float(sum_k (aq[i,k] - za[i]) * B[k,j]) * (a_scale[i] * b_scale[j]) + bias[j].
+//   Y[i, j] = float(sum_k (aq[i,k] - za[i]) * B[k,j]) * (a_scale[i] * b_scale[j]) + bias[j],
+// then the epilogue attributes' activation and residual Z (input 4), as FusedMatMul's.
 // The product runs on gemm_u8s8 (VNNI; its per-row zero points) or gemm_s16 on A's codes minus
 // their zero points, B packed once in prepare either way. What `kiln quantize --dynamic` writes
 // for kiln's own form; its --portable form is ONNX Runtime's per-tensor chain instead.
@@ -13,6 +14,7 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu/gemm/packed_int8.h"
 #include "kernels/fast_path.h"
+#include "kernels/kiln/epilogue_activation.h"
 #include "kernels/kernel_util.h"
 #include "kernels/ref/quantize.h"
 
@@ -64,10 +66,15 @@ class DynamicQuantMatMulKernel : public Kernel {
       ctx.pool->parallel_for(rows, 1, quantize_rows);
     else
       quantize_rows(0, rows);
-    product_.resize(static_cast<size_t>(rows * n_));
-    packed_.multiply(rows, codes_.data(), false, k_, zero_points_, product_.data(), ctx.pool);
-    gemm::dequantize_rows(product_.data(), rows, n_, scales_.data(), true, bs.data<float>(), bs.numel() != 1,
-                          bias ? bias->data<float>() : nullptr, y->data<float>(), ctx.pool);
+    // The epilogue attributes (docs/ops.md), the residual Z as input 4, read as [rows, N].
+    KILN_ASSIGN_OR_RETURN(gemm::Epilogue epilogue, kiln_ops::read_epilogue(ctx, out, 4));
+    if (epilogue.residual) epilogue.ld_residual = n_;
+    gemm::Dequantize dq;
+    dq.epilogue = epilogue.empty() ? nullptr : &epilogue;
+    dq.a_scale = scales_.data(), dq.a_per_row = true;
+    dq.b_scale = bs.data<float>(), dq.b_per_column = bs.numel() != 1;
+    dq.bias = bias ? bias->data<float>() : nullptr;
+    packed_.multiply(rows, codes_.data(), false, k_, zero_points_, dq, y->data<float>(), ctx.pool);
     return Status::ok();
   }
 
@@ -76,7 +83,7 @@ class DynamicQuantMatMulKernel : public Kernel {
   gemm::PackedInt8 packed_;
   std::vector<uint8_t> codes_;
   std::vector<float> scales_;
-  std::vector<int32_t> zero_points_, product_;
+  std::vector<int32_t> zero_points_;
 };
 
 const KernelRegistrar kDynamicQuantMatMul("ai.kiln", "DynamicQuantMatMul", "ref", [](const ir::Node&, int64_t) {

@@ -281,13 +281,13 @@ int64_t fuse_sweep(ir::Model& model, PassContext& ctx, const Visit& visit) {
   return fused;
 }
 
-bool has_op(const ir::Graph& g, const std::set<std::string>& ops) {
+bool has_op(const ir::Graph& g, const std::set<std::string>& ops, const std::string& domain) {
   for (const auto& n : g.nodes) {
-    if (n.domain.empty() && ops.count(n.op_type)) return true;
+    if (n.domain == domain && ops.count(n.op_type)) return true;
     for (const auto& a : n.attrs) {
-      if (a.g && has_op(*a.g, ops)) return true;
+      if (a.g && has_op(*a.g, ops, domain)) return true;
       for (const auto& sg : a.graphs)
-        if (sg && has_op(*sg, ops)) return true;
+        if (sg && has_op(*sg, ops, domain)) return true;
     }
   }
   return false;

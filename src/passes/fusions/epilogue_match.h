@@ -127,7 +127,8 @@ using Visit = std::function<void(const ir::Graph&, const GraphIndex&, const Type
                                  Rewrites&)>;
 int64_t fuse_sweep(ir::Model& model, PassContext& ctx, const Visit& visit);
 
-// True when the model has a node of one of these types (default domain) anywhere.
-bool has_op(const ir::Graph& g, const std::set<std::string>& ops);
+// True when the model has a node of one of these types (of `domain`, the default one unless
+// told) anywhere.
+bool has_op(const ir::Graph& g, const std::set<std::string>& ops, const std::string& domain = "");
 
 }  // namespace kiln::passes::epilogue

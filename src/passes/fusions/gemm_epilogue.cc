@@ -1,5 +1,6 @@
 // -O2 fusion of a float MatMul or Gemm with a following bias Add, activation and/or residual Add
-// into ai.kiln.FusedMatMul / ai.kiln.FusedGemm (docs/ops.md).
+// into ai.kiln.FusedMatMul / ai.kiln.FusedGemm, and of the activation and residual Add after an
+// ai.kiln.DynamicQuantMatMul into it (docs/ops.md).
 #include "ir/op_schema.h"
 #include "ir/shape_inference.h"
 #include "passes/fusions/epilogue_match.h"
@@ -60,16 +61,37 @@ bool is_bias_for(const Tensor& c, const ir::TypeInfo& out, bool last_axis_only) 
 class GemmEpilogue : public Pass {
  public:
   Result<int64_t> run(ir::Model& model, PassContext& ctx) override {
-    if (!has_op(model.graph, {"MatMul", "Gemm"})) return int64_t{0};
+    if (!has_op(model.graph, {"MatMul", "Gemm"}) && !has_op(model.graph, {"DynamicQuantMatMul"}, "ai.kiln"))
+      return int64_t{0};
     return fuse_sweep(model, ctx, [](const ir::Graph& g, const GraphIndex& idx, const Types& types,
                                 const ir::Node& n, Rewrites& rw) {
-      if (!n.domain.empty() || n.outputs.size() != 1) return;
+      if (n.outputs.size() != 1) return;
+      if (n.domain == "ai.kiln" && n.op_type == "DynamicQuantMatMul") fuse_dynamic_quant(g, idx, types, n, rw);
+      if (!n.domain.empty()) return;
       if (n.op_type == "MatMul") fuse_matmul(g, idx, types, n, rw);
       if (n.op_type == "Gemm") fuse_gemm(g, idx, types, n, rw);
     });
   }
 
  private:
+  // ai.kiln.DynamicQuantMatMul (its bias already in) -> epilogue: the same op with the epilogue
+  // attributes and residual input, applied to each tile as it is dequantized.
+  static void fuse_dynamic_quant(const ir::Graph& g, const GraphIndex& idx, const Types& types, const ir::Node& n,
+                                 Rewrites& rw) {
+    if (n.inputs.size() > 4 || !n.attr_string("activation", "").empty()) return;
+    auto e = match_epilogue(g, idx, types, n.outputs[0], rw.drop);
+    if (!e) return;
+    ir::Node f = n;
+    f.inputs.resize(4);
+    f.inputs.push_back(e->z);
+    f.outputs = {e->output};
+    add_epilogue_attrs(f, *e);
+    trim_inputs(f);
+    std::vector<const ir::Node*> nodes{&n};
+    nodes.insert(nodes.end(), e->nodes.begin(), e->nodes.end());
+    rw.replace(nodes, std::move(f));
+  }
+
   // MatMul -> [Add(bias)] -> epilogue. The bias alone is worth a fusion too.
   static void fuse_matmul(const ir::Graph& g, const GraphIndex& idx, const Types& types,
                           const ir::Node& n, Rewrites& rw) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "kernels/cpu/gemm/epilogue.h"
 
 namespace kiln {
 class ThreadPool;
@@ -46,10 +47,27 @@ class PackedU8S8 {
   std::vector<int32_t> column_sums_, beta_;
 };
 
+// The dequantization of an 8-bit product's int32 sums c into floats, for dynamically quantized
+// MatMuls: y[i, j] = float(c[i, j]) * (a_scale[i] * b_scale[j]) + bias[j], a_scale one value (or
+// one per row when a_per_row), b_scale one (or one per column), bias null or one per column.
+// Then `epilogue` (activation, residual), if given, on each dequantized tile.
+struct Dequantize {
+  const float* a_scale = nullptr;
+  bool a_per_row = false;
+  const float* b_scale = nullptr;
+  bool b_per_column = false;
+  const float* bias = nullptr;
+  const Epilogue* epilogue = nullptr;
+};
+
 // C[m x n] = (A - za)(B - zb): A [m x k] (int8 when a_signed, else uint8) with leading
 // dimension lda, za one zero point or one per row (za.size() == m), C int32 with ldc.
 // u8s8_available() must hold. `pool` may be null.
 void gemm_u8s8(int64_t m, const void* a, bool a_signed, int64_t lda, const std::vector<int32_t>& za,
                const PackedU8S8& b, int32_t* c, int64_t ldc, ThreadPool* pool);
+// The same, each tile dequantized as it leaves the registers: y [m x n] float with leading
+// dimension ldy, no int32 C written or read again.
+void gemm_u8s8(int64_t m, const void* a, bool a_signed, int64_t lda, const std::vector<int32_t>& za,
+               const PackedU8S8& b, const Dequantize& dq, float* y, int64_t ldy, ThreadPool* pool);
 
 }  // namespace kiln::gemm

@@ -1,14 +1,20 @@
 // gemm_u8s8 (gemm_u8s8.h): a register tile of 6 rows x 32 columns (12 zmm accumulators), each k
 // quad one broadcast of A's 4 bytes per row, two loads of B's packed quad and 12 vpdpbusd. A is
-// first copied to u8 rows padded to whole quads; a B panel (k / 4 x 128 bytes, 256 KiB at the
-// deepest) stays in L2 while the row tiles sweep it; threads take panels. This file alone is
-// compiled with -mavx512vnni (CMakeLists.txt); it is reached only when u8s8_available().
+// first copied to u8 rows padded to whole quads (64 bytes a step, with its row sums); a B panel
+// (k / 4 x 128 bytes, 96 KiB at K = 3072) stays in L1/L2 while the row tiles sweep it; threads
+// take panels. The finished tile gets its compensation terms in int32 vectors and leaves as int32
+// sums or, dequantized, as floats. This file alone is compiled with -mavx512vnni (CMakeLists.txt);
+// it is reached only when u8s8_available().
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/gemm/gemm_u8s8.h"
+
+// GCC 12 warns of the masked loads' undefined pass-through lanes (maskz zeroes them).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace kiln::gemm {
 namespace {
@@ -19,40 +25,140 @@ struct Call {
   const uint8_t* a;  // u8 rows of `quads` int32 words
   int64_t quads, k;
   const int32_t* alpha;     // per row
-  const int32_t* row_sums;  // sum_k au, per row
+  const int32_t* row_term;  // sum_k au - k alpha, per row (mod 2^32)
   const PackedU8S8* b;
-  int32_t* c;
+  int32_t* c;  // int32 sums, or
+  float* y;    // floats, with dq
   int64_t ldc;
+  const Dequantize* dq;
 };
 
-// Rows [i0, i0 + rows) of panel p (cols of its 32 columns).
+__mmask16 lanes(int64_t n) { return n >= 16 ? 0xffff : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1); }
+
+// Adds the compensation terms (gemm_u8s8.h) to `rows` finished rows of sums and stores them. In
+// int32: the terms wrap mod 2^32, but the exact result fits int32, so the wrapped sum is that result.
+void finish(const Call& call, const int32_t (&tile_sums)[kMr][kNr], int64_t i0, int64_t rows, int64_t p, int64_t cols) {
+  const int64_t j0 = p * kNr;
+  const __mmask16 mask[2] = {lanes(cols), lanes(cols - 16)};
+  const int32_t* beta = call.b->beta().data() + j0;  // both padded to whole panels
+  const int32_t* sums = call.b->column_sums().data() + j0;
+  __m512 b_scale[2], bias[2];
+  for (int h = 0; h < 2; ++h) {
+    if (!call.dq) break;
+    b_scale[h] = call.dq->b_per_column ? _mm512_maskz_loadu_ps(mask[h], call.dq->b_scale + j0 + 16 * h)
+                                       : _mm512_set1_ps(call.dq->b_scale[0]);
+    bias[h] = call.dq->bias ? _mm512_maskz_loadu_ps(mask[h], call.dq->bias + j0 + 16 * h) : _mm512_setzero_ps();
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    const __m512i alpha = _mm512_set1_epi32(call.alpha[i0 + i]), term = _mm512_set1_epi32(call.row_term[i0 + i]);
+    for (int h = 0; h < 2; ++h) {
+      const __m512i t = _mm512_load_si512(tile_sums[i] + 16 * h);
+      const __m512i v = _mm512_sub_epi32(_mm512_add_epi32(t, _mm512_mullo_epi32(_mm512_loadu_si512(beta + 16 * h), term)),
+                                         _mm512_mullo_epi32(alpha, _mm512_loadu_si512(sums + 16 * h)));
+      const int64_t at = (i0 + i) * call.ldc + j0 + 16 * h;
+      if (!call.dq) {
+        _mm512_mask_storeu_epi32(call.c + at, mask[h], v);
+        continue;
+      }
+      const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(call.dq->a_scale[call.dq->a_per_row ? i0 + i : 0]), b_scale[h]);
+      _mm512_mask_storeu_ps(call.y + at, mask[h], _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), scale, bias[h]));
+    }
+  }
+  // The activation and residual on the tile while it is in L1.
+  if (call.dq && call.dq->epilogue)
+    apply_epilogue(*call.dq->epilogue, call.y + i0 * call.ldc + j0, call.ldc, i0, j0, rows, cols);
+}
+
+// Rows [i0, i0 + rows) of panel p (cols of its 32 columns). The tile always runs 6 rows (A has
+// zero rows past m), so that its loop has no row count to branch on. Every loop over the
+// accumulators is unrolled and they leave through a store to memory: GCC 12 keeps them in
+// registers then, where an index known only at run time (or a reference to them passed on)
+// costs two register moves a vpdpbusd.
 void tile(const Call& call, int64_t i0, int64_t rows, int64_t p, int64_t cols) {
   __m512i acc[kMr][2];
-  for (auto& r : acc) r[0] = r[1] = _mm512_setzero_si512();
-  const int32_t* a = reinterpret_cast<const int32_t*>(call.a) + i0 * call.quads;
+#pragma GCC unroll 6
+  for (int i = 0; i < kMr; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_si512();
+  const uint8_t* a[kMr];
+  for (int i = 0; i < kMr; ++i) a[i] = call.a + (i0 + i) * call.quads * 4;
   const int8_t* bp = call.b->panel(p);
   for (int64_t q = 0; q < call.quads; ++q, bp += 128) {
     const __m512i b0 = _mm512_loadu_si512(bp), b1 = _mm512_loadu_si512(bp + 64);
 #pragma GCC unroll 6
     for (int i = 0; i < kMr; ++i) {
-      const __m512i av = _mm512_set1_epi32(a[i * call.quads + q]);
+      int32_t word;
+      std::memcpy(&word, a[i] + q * 4, 4);
+      const __m512i av = _mm512_set1_epi32(word);
       acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], av, b0);
       acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], av, b1);
     }
   }
-  // The compensation, in int64 (its terms can pass int32 while the result does not).
-  const int64_t j0 = p * kNr;
-  const int32_t* beta = call.b->beta().data() + j0;
-  const int32_t* sums = call.b->column_sums().data() + j0;
-  for (int64_t i = 0; i < rows; ++i) {
-    alignas(64) int32_t t[kNr];
-    _mm512_store_si512(t, acc[i][0]);
-    _mm512_store_si512(t + 16, acc[i][1]);
-    const int64_t alpha = call.alpha[i0 + i], ra = call.row_sums[i0 + i];
-    int32_t* out = call.c + (i0 + i) * call.ldc + j0;
-    for (int64_t j = 0; j < cols; ++j)
-      out[j] = static_cast<int32_t>(t[j] + beta[j] * ra - alpha * sums[j] - call.k * alpha * beta[j]);
+  alignas(64) int32_t sums[kMr][kNr];
+#pragma GCC unroll 6
+  for (int i = 0; i < kMr; ++i) {
+    _mm512_store_si512(sums[i], acc[i][0]);
+    _mm512_store_si512(sums[i] + 16, acc[i][1]);
   }
+  finish(call, sums, i0, rows, p, cols);
+}
+
+// A's rows [i0, i1) as u8 (a signed A moved up by 128), zero past k up to whole quads, and each
+// row's sum, 64 bytes a step.
+void copy_rows(const void* a, bool a_signed, int64_t lda, int64_t k, int64_t stride, int64_t i0, int64_t i1,
+               uint8_t* au, int32_t* sums) {
+  const __m512i flip = _mm512_set1_epi8(a_signed ? static_cast<char>(0x80) : 0);
+  for (int64_t i = i0; i < i1; ++i) {
+    const uint8_t* in = static_cast<const uint8_t*>(a) + i * lda;
+    uint8_t* out = au + i * stride;
+    __m512i sum = _mm512_setzero_si512();
+    for (int64_t q = 0; q < stride; q += 64) {
+      const int64_t n = std::min<int64_t>(64, stride - q), valid = std::clamp<int64_t>(k - q, 0, 64);
+      const __mmask64 keep = valid >= 64 ? ~__mmask64{0} : (__mmask64{1} << valid) - 1;
+      const __m512i v = _mm512_maskz_mov_epi8(keep, _mm512_xor_si512(_mm512_maskz_loadu_epi8(keep, in + q), flip));
+      _mm512_mask_storeu_epi8(out + q, n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1, v);
+      sum = _mm512_add_epi64(sum, _mm512_sad_epu8(v, _mm512_setzero_si512()));
+    }
+    sums[i] = static_cast<int32_t>(_mm512_reduce_add_epi64(sum));
+  }
+}
+
+void run_gemm(int64_t m, const void* a, bool a_signed, int64_t lda, const std::vector<int32_t>& za,
+              const PackedU8S8& b, int32_t* c, float* y, const Dequantize* dq, int64_t ldc, ThreadPool* pool) {
+  const int64_t k = b.k(), n = b.n(), quads = b.quads(), stride = quads * 4;
+  if (m <= 0 || n <= 0) return;
+  // A as u8 rows of whole quads, their sums, and alpha per row: the buffers grow once per
+  // thread, later runs allocate nothing.
+  thread_local std::vector<uint8_t> au;
+  thread_local std::vector<int32_t> row_term, alpha;
+  au.resize(static_cast<size_t>((m + kMr) * stride));
+  std::memset(au.data() + m * stride, 0, static_cast<size_t>(kMr * stride));  // a tile's rows past m
+  row_term.resize(static_cast<size_t>(m));
+  alpha.resize(static_cast<size_t>(m));
+  // Pointers, not the thread_local names: in a worker those would name the worker's own buffers.
+  uint8_t* const rows_u8 = au.data();
+  int32_t* const sums = row_term.data();
+  auto copy = [&](int64_t i0, int64_t i1) { copy_rows(a, a_signed, lda, k, stride, i0, i1, rows_u8, sums); };
+  const bool threaded = pool && m * n * k >= (int64_t{1} << 18);
+  if (threaded && m > 1 && m * k >= (int64_t{1} << 16))
+    pool->parallel_for(m, 1, copy);
+  else
+    copy(0, m);
+  for (int64_t i = 0; i < m; ++i) {
+    const int32_t al = (za.size() == 1 ? za[0] : za[static_cast<size_t>(i)]) + (a_signed ? 128 : 0);
+    alpha[static_cast<size_t>(i)] = al;
+    row_term[static_cast<size_t>(i)] = static_cast<int32_t>(static_cast<uint32_t>(row_term[static_cast<size_t>(i)]) -
+                                                            static_cast<uint32_t>(k) * static_cast<uint32_t>(al));
+  }
+  const Call call{au.data(), quads, k, alpha.data(), row_term.data(), &b, c, y, ldc, dq};
+  const int64_t panels = (n + kNr - 1) / kNr;
+  auto run = [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p)
+      for (int64_t i0 = 0; i0 < m; i0 += kMr)
+        tile(call, i0, std::min(kMr, m - i0), p, std::min(kNr, n - p * kNr));
+  };
+  if (threaded && panels > 1)
+    pool->parallel_for(panels, 1, run);
+  else
+    run(0, panels);
 }
 
 }  // namespace
@@ -83,37 +189,12 @@ PackedU8S8 PackedU8S8::pack(const void* b, bool b_signed, int64_t ldb, int64_t k
 
 void gemm_u8s8(int64_t m, const void* a, bool a_signed, int64_t lda, const std::vector<int32_t>& za,
                const PackedU8S8& b, int32_t* c, int64_t ldc, ThreadPool* pool) {
-  const int64_t k = b.k(), n = b.n(), quads = b.quads();
-  if (m <= 0 || n <= 0) return;
-  // A as u8 rows of whole quads (zero past k), their sums, and alpha per row.
-  thread_local std::vector<uint8_t> au;
-  thread_local std::vector<int32_t> row_sums, alpha;
-  au.assign(static_cast<size_t>((m + kMr) * quads * 4), 0);  // a tile's rows past m read zeros
-  row_sums.assign(static_cast<size_t>(m), 0);
-  alpha.resize(static_cast<size_t>(m));
-  for (int64_t i = 0; i < m; ++i) {
-    uint8_t* row = au.data() + i * quads * 4;
-    int32_t sum = 0;
-    for (int64_t q = 0; q < k; ++q) {
-      const int32_t v = a_signed ? static_cast<const int8_t*>(a)[i * lda + q] + 128
-                                 : static_cast<const uint8_t*>(a)[i * lda + q];
-      row[q] = static_cast<uint8_t>(v);
-      sum += v;
-    }
-    row_sums[static_cast<size_t>(i)] = sum;
-    alpha[static_cast<size_t>(i)] = (za.size() == 1 ? za[0] : za[static_cast<size_t>(i)]) + (a_signed ? 128 : 0);
-  }
-  const Call call{au.data(), quads, k, alpha.data(), row_sums.data(), &b, c, ldc};
-  const int64_t panels = (n + kNr - 1) / kNr;
-  auto run = [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p)
-      for (int64_t i0 = 0; i0 < m; i0 += kMr)
-        tile(call, i0, std::min(kMr, m - i0), p, std::min(kNr, n - p * kNr));
-  };
-  if (pool && panels > 1 && m * n * k >= (int64_t{1} << 18))
-    pool->parallel_for(panels, 1, run);
-  else
-    run(0, panels);
+  run_gemm(m, a, a_signed, lda, za, b, c, nullptr, nullptr, ldc, pool);
+}
+
+void gemm_u8s8(int64_t m, const void* a, bool a_signed, int64_t lda, const std::vector<int32_t>& za,
+               const PackedU8S8& b, const Dequantize& dq, float* y, int64_t ldy, ThreadPool* pool) {
+  run_gemm(m, a, a_signed, lda, za, b, nullptr, y, &dq, ldy, pool);
 }
 
 }  // namespace kiln::gemm

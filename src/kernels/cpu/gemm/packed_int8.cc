@@ -2,6 +2,7 @@
 #include "kernels/cpu/gemm/packed_int8.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/thread_pool.h"
 
@@ -54,17 +55,28 @@ void PackedInt8::multiply(int64_t rows, const void* a, bool a_signed, int64_t ld
   gemm_s16(rows, wide.data(), depth, s16_, c, n(), pool);
 }
 
-void dequantize_rows(const int32_t* c, int64_t rows, int64_t n, const float* a_scale, bool a_per_row,
-                     const float* b_scale, bool b_per_column, const float* bias, float* y, ThreadPool* pool) {
+void PackedInt8::multiply(int64_t rows, const void* a, bool a_signed, int64_t lda, const std::vector<int32_t>& za,
+                          const Dequantize& dq, float* y, ThreadPool* pool) const {
+  if (!u8s8_.empty()) {
+    gemm_u8s8(rows, a, a_signed, lda, za, u8s8_, dq, y, n(), pool);
+    return;
+  }
+  thread_local std::vector<int32_t> product;
+  product.resize(static_cast<size_t>(rows * n()));
+  multiply(rows, a, a_signed, lda, za, product.data(), pool);
+  dequantize_rows(product.data(), rows, n(), dq, y, pool);
+}
+
+void dequantize_rows(const int32_t* c, int64_t rows, int64_t n, const Dequantize& dq, float* y, ThreadPool* pool) {
   auto run = [&](int64_t r0, int64_t r1) {
     for (int64_t i = r0; i < r1; ++i) {
-      const float as = a_scale[a_per_row ? i : 0];
+      const float as = dq.a_scale[dq.a_per_row ? i : 0];
       const int32_t* ci = c + i * n;
       float* yi = y + i * n;
-      for (int64_t j = 0; j < n; ++j) {
-        const float v = static_cast<float>(ci[j]) * (as * b_scale[b_per_column ? j : 0]);
-        yi[j] = bias ? v + bias[j] : v;
-      }
+      // fma, as gemm_u8s8's tiles compute it, so that both routes give the same floats.
+      for (int64_t j = 0; j < n; ++j)
+        yi[j] = std::fma(static_cast<float>(ci[j]), as * dq.b_scale[dq.b_per_column ? j : 0], dq.bias ? dq.bias[j] : 0.0f);
+      if (dq.epilogue) apply_epilogue(*dq.epilogue, yi, n, i, 0, 1, n);
     }
   };
   if (pool && rows > 1 && rows * n > (1 << 14))

@@ -29,16 +29,17 @@ class PackedInt8 {
   // lda, za one zero point or one per row. `pool` may be null.
   void multiply(int64_t rows, const void* a, bool a_signed, int64_t lda, const std::vector<int32_t>& za, int32_t* c,
                 ThreadPool* pool) const;
+  // The same dequantized to floats y [rows x n]: in gemm_u8s8's tiles as they finish, or through
+  // an int32 product and dequantize_rows on gemm_s16.
+  void multiply(int64_t rows, const void* a, bool a_signed, int64_t lda, const std::vector<int32_t>& za,
+                const Dequantize& dq, float* y, ThreadPool* pool) const;
 
  private:
   PackedU8S8 u8s8_;
   PackedS16 s16_;
 };
 
-// y[i, j] = float(c[i, j]) * (a_scale[i] * b_scale[j]) + bias[j] over rows of n: a_scale one value
-// (a_per_row false) or one per row, b_scale one (b_per_column false) or one per column, bias null
-// or one per column.
-void dequantize_rows(const int32_t* c, int64_t rows, int64_t n, const float* a_scale, bool a_per_row,
-                     const float* b_scale, bool b_per_column, const float* bias, float* y, ThreadPool* pool);
+// y = dq(c) over rows of n columns (Dequantize, gemm_u8s8.h).
+void dequantize_rows(const int32_t* c, int64_t rows, int64_t n, const Dequantize& dq, float* y, ThreadPool* pool);
 
 }  // namespace kiln::gemm
