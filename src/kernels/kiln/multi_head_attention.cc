@@ -1,9 +1,11 @@
 // Kernel of ai.kiln.MultiHeadAttention (docs/ops.md): the merged Q/K/V projection as one GEMM
-// with the bias in its write-out (W packed once in prepare when it is a constant), then
+// with the bias in its write-out (W packed once in prepare when it is a constant; an int8 W with
+// its W_scale runs gemm::DynamicQuantGemm, X quantized per row as DynamicQuantMatMul does), then
 // softmax(scale * Q·K^T + mask)·V per batch element and head by the flash-attention kernel
 // (kernels/cpu/attention), written straight into the merged output.
 #include "core/thread_pool.h"
 #include "kernels/cpu/attention/attention.h"
+#include "kernels/cpu/gemm/dynamic_quant_gemm.h"
 #include "kernels/cpu/gemm/gemm.h"
 #include "kernels/kernel_util.h"
 #include "kernels/ref/gemm_f32.h"
@@ -17,7 +19,13 @@ class MultiHeadAttention : public Kernel {
                  std::vector<bool>& absorbed) override {
     if (constants.size() < 2 || !constants[1]) return Status::ok();
     const Tensor& w = *constants[1];
-    if (w.rank() != 2 || w.dtype() != DType::kFloat32) return Status::ok();
+    if (w.rank() != 2) return Status::ok();
+    if (w.dtype() == DType::kInt8 && w.dim(0) <= gemm::kMaxS16Depth) {
+      w_int8_ = gemm::DynamicQuantGemm::pack(w.data<int8_t>(), w.dim(0), w.dim(1));
+      absorbed[1] = true;
+      return Status::ok();
+    }
+    if (w.dtype() != DType::kFloat32) return Status::ok();
     KILN_ASSIGN_OR_RETURN(w_packed_, pack_weight(w, false));
     absorbed[1] = true;  // run() reads only W's shape from here on
     return Status::ok();
@@ -26,6 +34,7 @@ class MultiHeadAttention : public Kernel {
 
  private:
   gemm::PackedMatrix w_packed_;
+  gemm::DynamicQuantGemm w_int8_;
 };
 
 Status MultiHeadAttention::run(KernelContext& ctx) {
@@ -33,8 +42,10 @@ Status MultiHeadAttention::run(KernelContext& ctx) {
     return ctx.error("expects inputs X, W and optional B, mask");
   const Tensor& x = ctx.input(0);
   const Tensor& w = ctx.input(1);
-  if (x.dtype() != DType::kFloat32 || w.dtype() != DType::kFloat32)
-    return ctx.error("X and W must be float32");
+  const bool int8 = w.dtype() == DType::kInt8;
+  if (x.dtype() != DType::kFloat32 || (w.dtype() != DType::kFloat32 && !int8))
+    return ctx.error("X must be float32 and W float32 (or a constant int8 with W_scale)");
+  if (int8 && w_int8_.empty()) return ctx.error("an int8 W must be a constant with at most 32768 rows");
   if (x.rank() != 3 || w.rank() != 2 || w.dim(0) != x.dim(2) || w.dim(1) % 3 != 0)
     return ctx.error("X must be [batch, seq, E_in] and W [E_in, 3*E]; got X " +
                      shape_str(x.shape()) + ", W " + shape_str(w.shape()));
@@ -74,7 +85,13 @@ Status MultiHeadAttention::run(KernelContext& ctx) {
                                           0, DType::kFloat32, Shape{x.dim(0), x.dim(1), hidden}));
   if (rows == 0 || hidden == 0) return Status::ok();
   KILN_ASSIGN_OR_RETURN(Tensor qkv, Tensor::make_for_overwrite(DType::kFloat32, {rows, cols}));
-  if (!w_packed_.empty()) {
+  if (int8) {
+    if (ctx.num_inputs() < 5 || !ctx.has_input(4)) return ctx.error("an int8 W needs W_scale (input 4)");
+    const Tensor& ws = ctx.input(4);
+    if (ws.dtype() != DType::kFloat32 || (ws.numel() != 1 && ws.numel() != cols))
+      return ctx.error("W_scale must be float32, one value or one per column of W");
+    w_int8_.run(x.data<float>(), rows, ws.data<float>(), ws.numel() != 1, bias, nullptr, qkv.data<float>(), ctx.pool);
+  } else if (!w_packed_.empty()) {
     gemm_f32_prepacked(false, rows, 1.0f, x.data<float>(), w.dim(0), w_packed_, 0.0f,
                        qkv.data<float>(), cols, bias, nullptr, ctx.pool);
   } else {

@@ -1,7 +1,9 @@
 // Multi-head attention fusion (-O2): Q/K/V projections, the head split, scaled Q·K^T, an optional
 // additive mask, Softmax and the product with V, up to the merged heads, become one
-// ai.kiln.MultiHeadAttention with a merged QKV weight (docs/ops.md).
+// ai.kiln.MultiHeadAttention with a merged QKV weight (docs/ops.md); projections that
+// `kiln quantize --dynamic` made DynamicQuantMatMuls merge into its int8 form (W_scale).
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <set>
@@ -26,7 +28,7 @@ struct Match {
   bool zero_nan_rows = false;  // the probabilities pass a Where(IsNaN(P), 0, P) guard
   int64_t heads = 0, hidden = 0;
   double scale = 1;
-  Tensor w, bias;
+  Tensor w, bias, w_scale;  // w_scale: the int8 W's (DynamicQuantMatMul projections), else undefined
   const ir::Node* anchor = nullptr;  // the Softmax: the fused node goes where it was
 };
 
@@ -67,21 +69,31 @@ std::vector<const ir::Node*> nan_guard(const GraphIndex& idx, const std::string&
   return {isnan, where};
 }
 
-Result<Tensor> merge_columns(const std::vector<const Branch*>& bs, int64_t rows, bool bias) {
+// The branches' columns side by side: of their weights (float32 or int8, as theirs), biases
+// (zeros for none) or int8 weights' scales (one value repeated over the columns).
+enum class Part { kWeight, kBias, kScale };
+Result<Tensor> merge_columns(const std::vector<const Branch*>& bs, int64_t rows, Part part) {
   int64_t cols = 0;
   for (const Branch* b : bs) cols += b->end - b->begin;
-  KILN_ASSIGN_OR_RETURN(Tensor out,
-                        Tensor::make(DType::kFloat32, bias ? Shape{cols} : Shape{rows, cols}));
-  float* o = out.data<float>();
+  const DType type = part == Part::kWeight ? bs[0]->w->dtype() : DType::kFloat32;
+  if (part != Part::kWeight) rows = 1;
+  KILN_ASSIGN_OR_RETURN(Tensor out, Tensor::make(type, part == Part::kWeight ? Shape{rows, cols} : Shape{cols}));
+  const size_t size = dtype_size(type);
+  char* o = static_cast<char*>(out.raw_data());
   int64_t at = 0;
   for (const Branch* b : bs) {
     const int64_t width = b->end - b->begin;
-    for (int64_t r = 0; r < (bias ? 1 : rows); ++r)
+    for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < width; ++c) {
-        float v = 0;
-        if (bias && b->bias) v = b->bias->data<float>()[b->begin + c];
-        if (!bias) v = b->w->data<float>()[r * b->w->dim(1) + b->begin + c];
-        o[r * cols + at + c] = v;
+        char* to = o + static_cast<size_t>(r * cols + at + c) * size;
+        if (part == Part::kWeight) {
+          const char* w = static_cast<const char*>(b->w->raw_data());
+          std::memcpy(to, w + static_cast<size_t>(r * b->w->dim(1) + b->begin + c) * size, size);
+          continue;
+        }
+        const Tensor* t = part == Part::kBias ? b->bias : b->w_scale;
+        const float v = !t ? 0.0f : t->data<float>()[t->numel() == 1 ? 0 : b->begin + c];
+        std::memcpy(to, &v, size);
       }
     at += width;
   }
@@ -249,11 +261,19 @@ std::optional<Match> match(const ir::Graph& g, const GraphIndex& idx, const Type
         if (!dead.count(c)) return std::nullopt;
     }
   m.nodes = std::move(dead);
-  auto w = merge_columns({&*q, &*k, &*v}, q->w->dim(0), false);
-  auto bias = merge_columns({&*q, &*k, &*v}, 1, true);
+  // The three projections the same kind: float32, or int8 from DynamicQuantMatMul (each column's
+  // result is the same either way, as every column quantizes the same X row by row).
+  if (q->w->dtype() != k->w->dtype() || q->w->dtype() != v->w->dtype()) return std::nullopt;
+  auto w = merge_columns({&*q, &*k, &*v}, q->w->dim(0), Part::kWeight);
+  auto bias = merge_columns({&*q, &*k, &*v}, 1, Part::kBias);
   if (!w || !bias) return std::nullopt;
   m.w = std::move(w).value();
   m.bias = std::move(bias).value();
+  if (q->w_scale) {
+    auto scale = merge_columns({&*q, &*k, &*v}, 1, Part::kScale);
+    if (!scale) return std::nullopt;
+    m.w_scale = std::move(scale).value();
+  }
   return m;
 }
 
@@ -286,6 +306,12 @@ void rewrite(ir::Graph& g, Types& types, const Match& m) {
   mha.domain = "ai.kiln";
   mha.inputs = {m.x, w, b};
   if (!m.mask.empty()) mha.inputs.push_back(m.mask);
+  if (m.w_scale.defined()) {
+    const std::string s = fresh_name(g, types, base + "/qkv_weight_scale");
+    g.initializers[s] = m.w_scale;
+    mha.inputs.resize(4);
+    mha.inputs.push_back(s);
+  }
   mha.attrs = {ir::Attribute::of_int("num_heads", m.heads),
                ir::Attribute::of_float("scale", static_cast<float>(m.scale))};
   // torchvision's batch_first attention transposes X to [seq, batch, E] first. Reading X

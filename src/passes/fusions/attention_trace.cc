@@ -101,6 +101,12 @@ static std::optional<std::pair<int64_t, int64_t>> last_axis_range(
   return std::nullopt;
 }
 
+// kiln's DynamicQuantMatMul with nothing after its bias (no epilogue attributes or residual).
+static bool is_dynamic_quant_projection(const ir::Node* n) {
+  return n && n->domain == "ai.kiln" && n->op_type == "DynamicQuantMatMul" && n->inputs.size() >= 3 &&
+         n->inputs.size() <= 4 && n->attrs.empty() && n->outputs.size() == 1;
+}
+
 // Walks back from an attention operand through Transpose, Reshape and scalar scalings (when
 // allowed) to a projection MatMul(x, W) [+ bias], optionally sliced or split on its last axis.
 std::optional<Branch> trace_branch(const GraphIndex& idx, const Types& types, const Values& values,
@@ -133,7 +139,7 @@ std::optional<Branch> trace_branch(const GraphIndex& idx, const Types& types, co
   if (is_onnx_op(n, "Add")) {
     for (int i = 0; i < 2 && !b.bias; ++i) {
       const ir::Node* mm = idx.producer(n->inputs[1 - i]);
-      if (is_onnx_op(mm, "MatMul") && idx.constant(n->inputs[i])) {
+      if ((is_onnx_op(mm, "MatMul") || is_dynamic_quant_projection(mm)) && idx.constant(n->inputs[i])) {
         b.bias = idx.constant(n->inputs[i]);
         b.roots.push_back(n);
         n = mm;
@@ -141,12 +147,23 @@ std::optional<Branch> trace_branch(const GraphIndex& idx, const Types& types, co
     }
     if (!b.bias) return std::nullopt;
   }
-  if (!is_onnx_op(n, "MatMul")) return std::nullopt;
+  const bool int8 = is_dynamic_quant_projection(n);
+  if (!int8 && !is_onnx_op(n, "MatMul")) return std::nullopt;
   b.roots.push_back(n);
   b.w = idx.constant(n->inputs[1]);
   b.x = n->inputs[0];
-  if (!b.w || b.w->dtype() != DType::kFloat32 || b.w->rank() != 2) return std::nullopt;
+  if (!b.w || b.w->dtype() != (int8 ? DType::kInt8 : DType::kFloat32) || b.w->rank() != 2) return std::nullopt;
   const int64_t cols = b.w->dim(1);
+  if (int8) {
+    b.w_scale = idx.constant(n->inputs[2]);
+    if (!b.w_scale || b.w_scale->dtype() != DType::kFloat32 || (b.w_scale->numel() != 1 && b.w_scale->numel() != cols))
+      return std::nullopt;
+    if (n->inputs.size() > 3 && !n->inputs[3].empty()) {  // its own bias, and no Add after it
+      if (b.bias) return std::nullopt;
+      b.bias = idx.constant(n->inputs[3]);
+      if (!b.bias) return std::nullopt;
+    }
+  }
   if (b.bias) {
     // Rank <= 3: the bias must not broadcast the [A0, A1, cols] projection to a higher rank.
     if (b.bias->dtype() != DType::kFloat32 || b.bias->numel() != cols || b.bias->rank() > 3 ||

@@ -34,16 +34,18 @@ std::optional<std::pair<std::string, double>> scaling(const GraphIndex& idx, con
 // One of Q, K, V: the projection it comes from and the nodes between it and the attention.
 struct Branch {
   std::string x;                       // hidden states, [A0, A1, E_in]
-  const Tensor* w = nullptr;           // [E_in, cols]
+  const Tensor* w = nullptr;           // [E_in, cols], float32 or (w_scale given) int8
+  const Tensor* w_scale = nullptr;     // a DynamicQuantMatMul projection's: one or cols values
   const Tensor* bias = nullptr;        // cols values, or nullptr
   int64_t begin = 0, end = 0;          // the columns of w this branch uses
   std::vector<const ir::Node*> path;   // from the projection output to the operand, in order
-  std::vector<const ir::Node*> roots;  // MatMul, bias Add, Slice/Split
+  std::vector<const ir::Node*> roots;  // MatMul (or DynamicQuantMatMul), bias Add, Slice/Split
   double scale = 1;
 };
 
 // Walks back from an attention operand through Transpose, Reshape and scalar scalings (when
-// allowed) to a projection MatMul(x, W) [+ bias], optionally sliced or split on its last axis.
+// allowed) to a projection MatMul(x, W) [+ bias], or kiln's DynamicQuantMatMul(x, W, W_scale
+// [, bias]) [+ bias] (int8 W), optionally sliced or split on its last axis.
 std::optional<Branch> trace_branch(const GraphIndex& idx, const Types& types, const Values& values,
                                    std::string v, bool allow_scale);
 
