@@ -35,8 +35,9 @@ class PackedU8S8 {
   int64_t k() const { return k_; }
   int64_t n() const { return n_; }
   bool empty() const { return data_.empty(); }
-  // Panel p: ceil(k / 4) quads of 32 columns x 4 bytes.
-  const int8_t* panel(int64_t p) const { return data_.data() + p * quads() * 128; }
+  // Panel p: ceil(k / 4) quads of kPanelColumns columns x 4 bytes.
+  static constexpr int64_t kPanelColumns = 64;
+  const int8_t* panel(int64_t p) const { return data_.data() + p * quads() * kPanelColumns * 4; }
   int64_t quads() const { return (k_ + 3) / 4; }
   const std::vector<int32_t>& column_sums() const { return column_sums_; }  // sum_k bs, per column
   const std::vector<int32_t>& beta() const { return beta_; }                // per column

@@ -19,7 +19,7 @@
 namespace kiln::gemm {
 namespace {
 
-constexpr int64_t kMr = 6, kNr = 32;
+constexpr int64_t kMr = 6, kNr = PackedU8S8::kPanelColumns, kBlocks = kNr / 16;
 
 struct Call {
   const uint8_t* a;  // u8 rows of `quads` int32 words
@@ -39,11 +39,12 @@ __mmask16 lanes(int64_t n) { return n >= 16 ? 0xffff : n <= 0 ? 0 : static_cast<
 // int32: the terms wrap mod 2^32, but the exact result fits int32, so the wrapped sum is that result.
 void finish(const Call& call, const int32_t (&tile_sums)[kMr][kNr], int64_t i0, int64_t rows, int64_t p, int64_t cols) {
   const int64_t j0 = p * kNr;
-  const __mmask16 mask[2] = {lanes(cols), lanes(cols - 16)};
+  __mmask16 mask[kBlocks];
+  for (int h = 0; h < kBlocks; ++h) mask[h] = lanes(cols - 16 * h);
   const int32_t* beta = call.b->beta().data() + j0;  // both padded to whole panels
   const int32_t* sums = call.b->column_sums().data() + j0;
-  __m512 b_scale[2], bias[2];
-  for (int h = 0; h < 2; ++h) {
+  __m512 b_scale[kBlocks], bias[kBlocks];
+  for (int h = 0; h < kBlocks; ++h) {
     if (!call.dq) break;
     b_scale[h] = call.dq->b_per_column ? _mm512_maskz_loadu_ps(mask[h], call.dq->b_scale + j0 + 16 * h)
                                        : _mm512_set1_ps(call.dq->b_scale[0]);
@@ -51,7 +52,8 @@ void finish(const Call& call, const int32_t (&tile_sums)[kMr][kNr], int64_t i0, 
   }
   for (int64_t i = 0; i < rows; ++i) {
     const __m512i alpha = _mm512_set1_epi32(call.alpha[i0 + i]), term = _mm512_set1_epi32(call.row_term[i0 + i]);
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < kBlocks; ++h) {
+      if (!mask[h]) break;
       const __m512i t = _mm512_load_si512(tile_sums[i] + 16 * h);
       const __m512i v = _mm512_sub_epi32(_mm512_add_epi32(t, _mm512_mullo_epi32(_mm512_loadu_si512(beta + 16 * h), term)),
                                          _mm512_mullo_epi32(alpha, _mm512_loadu_si512(sums + 16 * h)));
@@ -75,29 +77,32 @@ void finish(const Call& call, const int32_t (&tile_sums)[kMr][kNr], int64_t i0, 
 // registers then, where an index known only at run time (or a reference to them passed on)
 // costs two register moves a vpdpbusd.
 void tile(const Call& call, int64_t i0, int64_t rows, int64_t p, int64_t cols) {
-  __m512i acc[kMr][2];
+  __m512i acc[kMr][kBlocks];
 #pragma GCC unroll 6
-  for (int i = 0; i < kMr; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_si512();
+  for (int i = 0; i < kMr; ++i)
+#pragma GCC unroll 4
+    for (int h = 0; h < kBlocks; ++h) acc[i][h] = _mm512_setzero_si512();
   const uint8_t* a[kMr];
   for (int i = 0; i < kMr; ++i) a[i] = call.a + (i0 + i) * call.quads * 4;
   const int8_t* bp = call.b->panel(p);
-  for (int64_t q = 0; q < call.quads; ++q, bp += 128) {
-    const __m512i b0 = _mm512_loadu_si512(bp), b1 = _mm512_loadu_si512(bp + 64);
+  for (int64_t q = 0; q < call.quads; ++q, bp += kNr * 4) {
+    __m512i b[kBlocks];
+#pragma GCC unroll 4
+    for (int h = 0; h < kBlocks; ++h) b[h] = _mm512_loadu_si512(bp + 64 * h);
 #pragma GCC unroll 6
     for (int i = 0; i < kMr; ++i) {
       int32_t word;
       std::memcpy(&word, a[i] + q * 4, 4);
       const __m512i av = _mm512_set1_epi32(word);
-      acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], av, b0);
-      acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], av, b1);
+#pragma GCC unroll 4
+      for (int h = 0; h < kBlocks; ++h) acc[i][h] = _mm512_dpbusd_epi32(acc[i][h], av, b[h]);
     }
   }
   alignas(64) int32_t sums[kMr][kNr];
 #pragma GCC unroll 6
-  for (int i = 0; i < kMr; ++i) {
-    _mm512_store_si512(sums[i], acc[i][0]);
-    _mm512_store_si512(sums[i] + 16, acc[i][1]);
-  }
+  for (int i = 0; i < kMr; ++i)
+#pragma GCC unroll 4
+    for (int h = 0; h < kBlocks; ++h) _mm512_store_si512(sums[i] + 16 * h, acc[i][h]);
   finish(call, sums, i0, rows, p, cols);
 }
 
@@ -168,18 +173,18 @@ PackedU8S8 PackedU8S8::pack(const void* b, bool b_signed, int64_t ldb, int64_t k
   PackedU8S8 r;
   r.k_ = k, r.n_ = n;
   const int64_t panels = (n + kNr - 1) / kNr, quads = r.quads();
-  r.data_.assign(static_cast<size_t>(panels * quads * 128), 0);
+  r.data_.assign(static_cast<size_t>(panels * quads * kNr * 4), 0);
   r.column_sums_.assign(static_cast<size_t>(panels * kNr), 0);
   r.beta_.assign(static_cast<size_t>(panels * kNr), 0);
   for (int64_t j = 0; j < n; ++j) {
     const int32_t z = zb.size() == 1 ? zb[0] : zb[static_cast<size_t>(j)];
     r.beta_[static_cast<size_t>(j)] = (b_signed ? 0 : 128) - z;
-    int8_t* panel = r.data_.data() + (j / kNr) * quads * 128 + (j % kNr) * 4;
+    int8_t* panel = r.data_.data() + (j / kNr) * quads * kNr * 4 + (j % kNr) * 4;
     int32_t sum = 0;
     for (int64_t q = 0; q < k; ++q) {
       const int32_t v = b_signed ? static_cast<const int8_t*>(b)[q * ldb + j]
                                  : static_cast<const uint8_t*>(b)[q * ldb + j] - 128;
-      panel[(q / 4) * 128 + q % 4] = static_cast<int8_t>(v);
+      panel[(q / 4) * kNr * 4 + q % 4] = static_cast<int8_t>(v);
       sum += v;
     }
     r.column_sums_[static_cast<size_t>(j)] = sum;
