@@ -11,6 +11,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/gemm/gemm_u8s8.h"
+#include "kernels/ref/quantize.h"
 
 namespace kiln {
 namespace {
@@ -70,6 +71,45 @@ void check(const Shape3& s, bool a_signed, bool b_signed, bool per_row, bool ext
     }
     ASSERT_EQ(y[i * ldc + s.n], -7.0f);
   }
+}
+
+// DynamicQuantMatMul's product: float rows quantized into the tiles' layout on 16 lanes give the
+// codes dynamic_quantize_row_u8 (8 lanes) gives, so the same floats as quantizing first and
+// multiplying those codes: rows of zeros, of positives only, with a NaN, odd depths, partial tiles.
+TEST(GemmU8S8, DynamicRowsMatchQuantizingFirst) {
+  if (!gemm::u8s8_available()) GTEST_SKIP() << "no AVX-512 VNNI at this ISA level (the CPU, or KILN_ISA below it)";
+  for (const Shape3& s : {Shape3{1, 3, 1}, Shape3{7, 70, 37}, Shape3{13, 64, 768}, Shape3{128, 40, 768}})
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(::testing::Message() << s.m << "x" << s.n << "x" << s.k << " threads " << threads);
+      std::mt19937 rng(static_cast<uint32_t>(s.m + s.n + s.k));
+      std::normal_distribution<float> normal(0.0f, 3.0f);
+      std::vector<float> a(static_cast<size_t>(s.m * s.k));
+      for (float& v : a) v = normal(rng);
+      for (int64_t q = 0; q < s.k; ++q) {
+        if (s.m > 2) a[static_cast<size_t>(q)] = 0.0f;                                   // row 0: zeros
+        if (s.m > 2) a[static_cast<size_t>(s.k + q)] = std::fabs(a[static_cast<size_t>(s.k + q)]);  // row 1: positive
+      }
+      if (s.m > 2) a[static_cast<size_t>(2 * s.k)] = NAN;
+      std::vector<int8_t> b(static_cast<size_t>(s.k * s.n));
+      for (int8_t& v : b) v = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+      std::vector<float> bs(static_cast<size_t>(s.n)), bias(static_cast<size_t>(s.n));
+      for (int64_t j = 0; j < s.n; ++j) bs[static_cast<size_t>(j)] = 0.001f * static_cast<float>(j + 1), bias[static_cast<size_t>(j)] = 0.5f;
+      const gemm::PackedU8S8 packed = gemm::PackedU8S8::pack(b.data(), true, s.n, s.k, s.n, {0});
+      ThreadPool pool(threads);
+      gemm::Dequantize dq;
+      dq.b_scale = bs.data(), dq.b_per_column = true, dq.bias = bias.data();
+      std::vector<float> got(static_cast<size_t>(s.m * s.n)), want(got.size());
+      gemm::gemm_u8s8_dynamic(s.m, a.data(), s.k, packed, dq, got.data(), s.n, threads > 1 ? &pool : nullptr);
+      std::vector<uint8_t> codes(a.size());
+      std::vector<float> scales(static_cast<size_t>(s.m));
+      std::vector<int32_t> zps(static_cast<size_t>(s.m));
+      for (int64_t i = 0; i < s.m; ++i)
+        dynamic_quantize_row_u8(a.data() + i * s.k, s.k, codes.data() + i * s.k, &scales[static_cast<size_t>(i)],
+                                &zps[static_cast<size_t>(i)]);
+      dq.a_scale = scales.data(), dq.a_per_row = true;
+      gemm::gemm_u8s8(s.m, codes.data(), false, s.k, zps, packed, dq, want.data(), s.n, nullptr);
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "element " << i;
+    }
 }
 
 TEST(GemmU8S8, MatchesPlainLoopExactly) {

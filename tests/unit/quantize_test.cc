@@ -323,7 +323,7 @@ TEST(Quantize, DynamicQuantMatMulPerRow) {
     for (int64_t j = 0; j < 12; ++j) {
       int64_t sum = 0;
       for (int64_t k = 0; k < 16; ++k) {
-        const float q = std::min(255.0f, std::max(0.0f, std::nearbyint(row[k] / scale) + zp));
+        const float q = std::min(255.0f, std::max(0.0f, std::nearbyint(row[k] * (1.0f / scale)) + zp));
         sum += (static_cast<int64_t>(q) - static_cast<int64_t>(zp)) * wq.data<int8_t>()[k * 12 + j];
       }
       const float want = static_cast<float>(sum) * (scale * ws.data<float>()[ws.numel() == 1 ? 0 : j]) + bias.data<float>()[j];

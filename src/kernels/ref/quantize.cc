@@ -113,8 +113,9 @@ void range_with_zero(const float* x, int64_t n, float* mn, float* mx) {
 
 // y = saturate(round_half_even(x / scale) + zp) into [0, 255] (or [-128, 127] when Signed), 32
 // at a time: the same float operations as the scalar tail (division, nearbyint in the default
-// rounding mode, NaN to 0).
-template <bool Signed>
+// rounding mode, NaN to 0). With Reciprocal, `scale` is 1 / scale and x is multiplied by it
+// (DynamicQuantMatMul's rule: a multiply where a division takes ten times as long).
+template <bool Signed, bool Reciprocal = false>
 void quantize_8bit(const float* x, int64_t n, float scale, float zp, void* out) {
   using T = std::conditional_t<Signed, int8_t, uint8_t>;
   T* y = static_cast<T*>(out);
@@ -122,7 +123,9 @@ void quantize_8bit(const float* x, int64_t n, float scale, float zp, void* out) 
   const __m256 s = _mm256_set1_ps(scale), z = _mm256_set1_ps(zp);
   const __m256 lo = _mm256_set1_ps(lo_f), hi = _mm256_set1_ps(hi_f);
   auto q = [&](const float* p) {
-    const __m256 r = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(p), s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 v = _mm256_loadu_ps(p);
+    const __m256 r = _mm256_round_ps(Reciprocal ? _mm256_mul_ps(v, s) : _mm256_div_ps(v, s),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_add_ps(r, z), lo), hi));
   };
   int64_t i = 0;
@@ -138,7 +141,8 @@ void quantize_8bit(const float* x, int64_t n, float scale, float zp, void* out) 
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), bytes);
   }
   for (; i < n; ++i) {
-    y[i] = static_cast<T>(std::min(hi_f, std::max(lo_f, std::nearbyint(x[i] / scale) + zp)));
+    const float v = Reciprocal ? x[i] * scale : x[i] / scale;
+    y[i] = static_cast<T>(std::min(hi_f, std::max(lo_f, std::nearbyint(v) + zp)));
   }
 }
 
@@ -386,6 +390,15 @@ void dynamic_quantize_u8(const float* x, int64_t n, uint8_t* y, float* scale, fl
   *scale = (mx == mn ? 1.0f : (mx - mn)) / 255.0f;
   *zero_point = std::nearbyint(std::min(255.0f, std::max(0.0f, 0.0f - mn / *scale)));
   quantize_8bit<false>(x, n, *scale, *zero_point, y);
+}
+
+void dynamic_quantize_row_u8(const float* x, int64_t n, uint8_t* y, float* scale, int32_t* zero_point) {
+  float mn = 0.0f, mx = 0.0f;
+  range_with_zero(x, n, &mn, &mx);
+  *scale = (mx == mn ? 1.0f : (mx - mn)) / 255.0f;
+  const float zp = std::nearbyint(std::min(255.0f, std::max(0.0f, 0.0f - mn / *scale)));
+  *zero_point = static_cast<int32_t>(zp);
+  quantize_8bit<false, true>(x, n, 1.0f / *scale, zp, y);
 }
 
 KILN_REGISTER_KERNEL("", "QuantizeLinear", quantize_linear);

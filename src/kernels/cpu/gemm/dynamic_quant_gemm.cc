@@ -18,6 +18,14 @@ void DynamicQuantGemm::run(const float* a, int64_t rows, const float* b_scale, b
                            const Epilogue* epilogue, float* y, ThreadPool* pool) const {
   const int64_t depth = k();
   if (rows <= 0 || n() <= 0) return;
+  Dequantize dq;
+  dq.b_scale = b_scale, dq.b_per_column = b_per_column;
+  dq.bias = bias;
+  dq.epilogue = epilogue;
+  if (const PackedU8S8* b = packed_.u8s8()) {  // VNNI: the rows quantized into the tiles' layout
+    gemm_u8s8_dynamic(rows, a, depth, *b, dq, y, n(), pool);
+    return;
+  }
   // Each row's codes, scale and zero point: buffers that grow once per calling thread. Workers
   // get pointers (a thread_local named in the lambda would be the worker's own).
   thread_local std::vector<uint8_t> codes_buffer;
@@ -30,21 +38,13 @@ void DynamicQuantGemm::run(const float* a, int64_t rows, const float* b_scale, b
   float* scales = scales_buffer.data();
   int32_t* zps = zero_points.data();
   auto quantize_rows = [&](int64_t r0, int64_t r1) {
-    for (int64_t i = r0; i < r1; ++i) {
-      float zp = 0;
-      dynamic_quantize_u8(a + i * depth, depth, codes + i * depth, &scales[i], &zp);
-      zps[i] = static_cast<int32_t>(zp);
-    }
+    for (int64_t i = r0; i < r1; ++i) dynamic_quantize_row_u8(a + i * depth, depth, codes + i * depth, &scales[i], &zps[i]);
   };
   if (pool && rows > 1 && rows * depth > (1 << 14))
     pool->parallel_for(rows, 1, quantize_rows);
   else
     quantize_rows(0, rows);
-  Dequantize dq;
   dq.a_scale = scales, dq.a_per_row = true;
-  dq.b_scale = b_scale, dq.b_per_column = b_per_column;
-  dq.bias = bias;
-  dq.epilogue = epilogue;
   packed_.multiply(rows, codes, false, depth, zero_points, dq, y, pool);
 }
 

@@ -70,5 +70,10 @@ void gemm_u8s8(int64_t m, const void* a, bool a_signed, int64_t lda, const std::
 // dimension ldy, no int32 C written or read again.
 void gemm_u8s8(int64_t m, const void* a, bool a_signed, int64_t lda, const std::vector<int32_t>& za,
                const PackedU8S8& b, const Dequantize& dq, float* y, int64_t ldy, ThreadPool* pool);
+// DynamicQuantMatMul's product: float A [m x k] (leading dimension lda) quantized row by row
+// (dynamic_quantize_row_u8's rule, kernels/ref/quantize.h) straight into the tiles' rows, then
+// the above with those rows' scales (dq.a_scale is set here).
+void gemm_u8s8_dynamic(int64_t m, const float* a, int64_t lda, const PackedU8S8& b, Dequantize dq, float* y,
+                       int64_t ldy, ThreadPool* pool);
 
 }  // namespace kiln::gemm

@@ -8,7 +8,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/gemm/gemm_u8s8.h"
@@ -126,12 +128,49 @@ void copy_rows(const void* a, bool a_signed, int64_t lda, int64_t k, int64_t str
   }
 }
 
-void run_gemm(int64_t m, const void* a, bool a_signed, int64_t lda, const std::vector<int32_t>& za,
-              const PackedU8S8& b, int32_t* c, float* y, const Dequantize* dq, int64_t ldc, ThreadPool* pool) {
-  const int64_t k = b.k(), n = b.n(), quads = b.quads(), stride = quads * 4;
-  if (m <= 0 || n <= 0) return;
-  // A as u8 rows of whole quads, their sums, and alpha per row: the buffers grow once per
-  // thread, later runs allocate nothing.
+// DynamicQuantMatMul's rule (dynamic_quantize_row_u8) on A's rows [i0, i1), 16 lanes at a time,
+// straight into the tile's u8 rows: each row's range with zero, scale and zero point, then
+// codes = saturate(round(x * (1 / scale)) + zero point) (zero past k) and their sum.
+void quantize_rows(const float* a, int64_t lda, int64_t k, int64_t stride, int64_t i0, int64_t i1, uint8_t* au,
+                   int32_t* sums, int32_t* zero_points, float* scales) {
+  for (int64_t i = i0; i < i1; ++i) {
+    const float* x = a + i * lda;
+    __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();  // a masked tail reads zeros: in range
+    for (int64_t q = 0; q < k; q += 16) {
+      const __m512 v = _mm512_maskz_loadu_ps(lanes(k - q), x + q);
+      lo = _mm512_min_ps(v, lo);  // NaN lanes keep the running value, as range_with_zero
+      hi = _mm512_max_ps(v, hi);
+    }
+    const float mn = _mm512_reduce_min_ps(lo), mx = _mm512_reduce_max_ps(hi);
+    const float scale = (mx == mn ? 1.0f : (mx - mn)) / 255.0f;
+    const float zp = std::nearbyint(std::min(255.0f, std::max(0.0f, 0.0f - mn / scale)));
+    scales[i] = scale;
+    zero_points[i] = static_cast<int32_t>(zp);
+    const __m512 inv = _mm512_set1_ps(1.0f / scale), z = _mm512_set1_ps(zp);
+    const __m512 code_lo = _mm512_setzero_ps(), code_hi = _mm512_set1_ps(255.0f);
+    __m512i sum = _mm512_setzero_si512();
+    uint8_t* out = au + i * stride;
+    for (int64_t q = 0; q < stride; q += 16) {
+      const __mmask16 valid = lanes(k - q);
+      const __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(valid, x + q), inv),
+                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m512i codes =
+          _mm512_maskz_cvtps_epi32(valid, _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(r, z), code_lo), code_hi));
+      sum = _mm512_add_epi32(sum, codes);
+      _mm_mask_storeu_epi8(out + q, lanes(stride - q), _mm512_cvtusepi32_epi8(codes));
+    }
+    sums[i] = _mm512_reduce_add_epi32(sum);
+  }
+}
+
+// A's rows for the tiles: u8 rows of whole quads (kMr zero rows past m), alpha and sum_k au -
+// k alpha per row; buffers that grow once per calling thread.
+struct RowsU8 {
+  uint8_t* data;
+  int32_t* row_term;
+  int32_t* alpha;
+};
+RowsU8 rows_for(int64_t m, int64_t stride) {
   thread_local std::vector<uint8_t> au;
   thread_local std::vector<int32_t> row_term, alpha;
   au.resize(static_cast<size_t>((m + kMr) * stride));
@@ -139,31 +178,49 @@ void run_gemm(int64_t m, const void* a, bool a_signed, int64_t lda, const std::v
   row_term.resize(static_cast<size_t>(m));
   alpha.resize(static_cast<size_t>(m));
   // Pointers, not the thread_local names: in a worker those would name the worker's own buffers.
-  uint8_t* const rows_u8 = au.data();
-  int32_t* const sums = row_term.data();
-  auto copy = [&](int64_t i0, int64_t i1) { copy_rows(a, a_signed, lda, k, stride, i0, i1, rows_u8, sums); };
-  const bool threaded = pool && m * n * k >= (int64_t{1} << 18);
-  if (threaded && m > 1 && m * k >= (int64_t{1} << 16))
-    pool->parallel_for(m, 1, copy);
+  return {au.data(), row_term.data(), alpha.data()};
+}
+
+// Fills rows [i0, i1) of A's u8 rows and their sums (in row_term); true when worth the threads.
+bool threaded(ThreadPool* pool, int64_t m, int64_t n, int64_t k) { return pool && m * n * k >= (int64_t{1} << 18); }
+void over_rows(ThreadPool* pool, int64_t m, int64_t n, int64_t k, const std::function<void(int64_t, int64_t)>& fill) {
+  if (threaded(pool, m, n, k) && m > 1 && m * k >= (int64_t{1} << 16))
+    pool->parallel_for(m, 1, fill);
   else
-    copy(0, m);
-  for (int64_t i = 0; i < m; ++i) {
-    const int32_t al = (za.size() == 1 ? za[0] : za[static_cast<size_t>(i)]) + (a_signed ? 128 : 0);
-    alpha[static_cast<size_t>(i)] = al;
-    row_term[static_cast<size_t>(i)] = static_cast<int32_t>(static_cast<uint32_t>(row_term[static_cast<size_t>(i)]) -
-                                                            static_cast<uint32_t>(k) * static_cast<uint32_t>(al));
-  }
-  const Call call{au.data(), quads, k, alpha.data(), row_term.data(), &b, c, y, ldc, dq};
+    fill(0, m);
+}
+
+// The tiles over B's panels, A's rows ready (row_term holding the row sums, alpha set).
+void run_tiles(int64_t m, const RowsU8& rows, const PackedU8S8& b, int32_t* c, float* y, const Dequantize* dq,
+               int64_t ldc, ThreadPool* pool) {
+  const int64_t k = b.k(), n = b.n();
+  for (int64_t i = 0; i < m; ++i)
+    rows.row_term[i] = static_cast<int32_t>(static_cast<uint32_t>(rows.row_term[i]) -
+                                            static_cast<uint32_t>(k) * static_cast<uint32_t>(rows.alpha[i]));
+  const Call call{rows.data, b.quads(), k, rows.alpha, rows.row_term, &b, c, y, ldc, dq};
   const int64_t panels = (n + kNr - 1) / kNr;
   auto run = [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p)
       for (int64_t i0 = 0; i0 < m; i0 += kMr)
         tile(call, i0, std::min(kMr, m - i0), p, std::min(kNr, n - p * kNr));
   };
-  if (threaded && panels > 1)
+  if (threaded(pool, m, n, k) && panels > 1)
     pool->parallel_for(panels, 1, run);
   else
     run(0, panels);
+}
+
+void run_gemm(int64_t m, const void* a, bool a_signed, int64_t lda, const std::vector<int32_t>& za,
+              const PackedU8S8& b, int32_t* c, float* y, const Dequantize* dq, int64_t ldc, ThreadPool* pool) {
+  const int64_t k = b.k(), n = b.n(), stride = b.quads() * 4;
+  if (m <= 0 || n <= 0) return;
+  const RowsU8 rows = rows_for(m, stride);
+  over_rows(pool, m, n, k, [&](int64_t i0, int64_t i1) {
+    copy_rows(a, a_signed, lda, k, stride, i0, i1, rows.data, rows.row_term);
+  });
+  for (int64_t i = 0; i < m; ++i)
+    rows.alpha[i] = (za.size() == 1 ? za[0] : za[static_cast<size_t>(i)]) + (a_signed ? 128 : 0);
+  run_tiles(m, rows, b, c, y, dq, ldc, pool);
 }
 
 }  // namespace
@@ -200,6 +257,21 @@ void gemm_u8s8(int64_t m, const void* a, bool a_signed, int64_t lda, const std::
 void gemm_u8s8(int64_t m, const void* a, bool a_signed, int64_t lda, const std::vector<int32_t>& za,
                const PackedU8S8& b, const Dequantize& dq, float* y, int64_t ldy, ThreadPool* pool) {
   run_gemm(m, a, a_signed, lda, za, b, nullptr, y, &dq, ldy, pool);
+}
+
+void gemm_u8s8_dynamic(int64_t m, const float* a, int64_t lda, const PackedU8S8& b, Dequantize dq, float* y,
+                       int64_t ldy, ThreadPool* pool) {
+  const int64_t k = b.k(), n = b.n(), stride = b.quads() * 4;
+  if (m <= 0 || n <= 0) return;
+  const RowsU8 rows = rows_for(m, stride);
+  thread_local std::vector<float> scale_buffer;
+  scale_buffer.resize(static_cast<size_t>(m));
+  float* scales = scale_buffer.data();
+  over_rows(pool, m, n, k, [&](int64_t i0, int64_t i1) {
+    quantize_rows(a, lda, k, stride, i0, i1, rows.data, rows.row_term, rows.alpha, scales);
+  });
+  dq.a_scale = scales, dq.a_per_row = true;
+  run_tiles(m, rows, b, nullptr, y, &dq, ldy, pool);
 }
 
 }  // namespace kiln::gemm

@@ -23,6 +23,8 @@ class PackedInt8 {
   static PackedInt8 pack(const void* b, bool b_signed, int64_t ldb, int64_t k, int64_t n,
                          const std::vector<int32_t>& zb);
   bool empty() const { return u8s8_.empty() && s16_.empty(); }
+  // B as gemm_u8s8 packed it, or null where this CPU runs gemm_s16.
+  const PackedU8S8* u8s8() const { return u8s8_.empty() ? nullptr : &u8s8_; }
   int64_t k() const { return u8s8_.empty() ? s16_.k() : u8s8_.k(); }
   int64_t n() const { return u8s8_.empty() ? s16_.n() : u8s8_.n(); }
   // C[rows x n] (leading dimension n) = (A - za) B: A [rows x k] 8-bit with leading dimension
