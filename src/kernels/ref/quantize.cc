@@ -3,8 +3,10 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 
+#include "core/thread_pool.h"
 #include "kernels/fast_path.h"
 #include "kernels/kernel_util.h"
 #include "kernels/ref/gemm_f32.h"
@@ -280,8 +282,28 @@ Status dynamic_quantize_linear(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   if (x.dtype() != DType::kFloat32) return ctx.error("DynamicQuantizeLinear needs float32 x");
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kUInt8, x.shape()));
-  float scale = 0, zpf = 0;
-  dynamic_quantize_u8(x.data<float>(), x.numel(), y->data<uint8_t>(), &scale, &zpf);
+  // The u8 scale and zero point of x's range with 0 included (NaN skipped), and the codes
+  // saturate(round_half_even(x / scale) + zero_point), over the threads: each chunk's range, then
+  // the codes by chunk.
+  const float* xd = x.data<float>();
+  constexpr int64_t kChunk = 1 << 15;
+  const int64_t n = x.numel(), chunks = (n + kChunk - 1) / kChunk;
+  std::vector<float> lows(static_cast<size_t>(chunks)), highs(static_cast<size_t>(chunks));
+  auto over_chunks = [&](const std::function<void(int64_t, int64_t, int64_t)>& fn) {
+    auto run = [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) fn(c, c * kChunk, std::min(n, (c + 1) * kChunk));
+    };
+    if (ctx.pool && chunks > 1) ctx.pool->parallel_for(chunks, 1, run);
+    else run(0, chunks);
+  };
+  over_chunks([&](int64_t c, int64_t b, int64_t e) {
+    range_with_zero(xd + b, e - b, &lows[static_cast<size_t>(c)], &highs[static_cast<size_t>(c)]);
+  });
+  float mn = 0, mx = 0;
+  for (int64_t c = 0; c < chunks; ++c) mn = std::min(mn, lows[static_cast<size_t>(c)]), mx = std::max(mx, highs[static_cast<size_t>(c)]);
+  const float scale = (mx == mn ? 1.0f : (mx - mn)) / 255.0f;
+  const float zpf = std::nearbyint(std::min(255.0f, std::max(0.0f, 0.0f - mn / scale)));
+  over_chunks([&](int64_t, int64_t b, int64_t e) { quantize_8bit<false>(xd + b, e - b, scale, zpf, y->data<uint8_t>() + b); });
   if (ctx.wants_output(1)) {
     KILN_ASSIGN_OR_RETURN(Tensor * s, ctx.make_output(1, DType::kFloat32, {}));
     *s->data<float>() = scale;
@@ -383,14 +405,6 @@ Status qlinear_matmul(KernelContext& ctx) {
 }
 
 }  // namespace
-
-void dynamic_quantize_u8(const float* x, int64_t n, uint8_t* y, float* scale, float* zero_point) {
-  float mx = 0.0f, mn = 0.0f;
-  range_with_zero(x, n, &mn, &mx);
-  *scale = (mx == mn ? 1.0f : (mx - mn)) / 255.0f;
-  *zero_point = std::nearbyint(std::min(255.0f, std::max(0.0f, 0.0f - mn / *scale)));
-  quantize_8bit<false>(x, n, *scale, *zero_point, y);
-}
 
 void dynamic_quantize_row_u8(const float* x, int64_t n, uint8_t* y, float* scale, int32_t* zero_point) {
   float mn = 0.0f, mx = 0.0f;
