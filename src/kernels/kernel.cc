@@ -1,6 +1,8 @@
 // Kernel registry and context helpers.
 #include "kernels/kernel.h"
 
+#include <algorithm>
+
 namespace kiln {
 
 namespace {
@@ -99,9 +101,35 @@ KernelVariantRegistrar::KernelVariantRegistrar(const char* domain, const char* o
 }
 
 KernelRegistrar::KernelRegistrar(const char* domain, const char* op_type, KernelFn fn)
-    : KernelRegistrar(domain, op_type, "ref",
-                      [fn](const ir::Node&, int64_t) -> Result<std::unique_ptr<Kernel>> {
-                        return kernel_from_fn(fn);
-                      }) {}
+    : KernelRegistrar(domain, op_type, fn, std::vector<DtypeConstraint>{}) {}
+
+KernelRegistrar::KernelRegistrar(const char* domain, const char* op_type, const char* name, KernelFactory f,
+                                 std::vector<DtypeConstraint> dtypes) {
+  KernelDef d = make_def(domain, op_type, name, std::move(f));
+  d.dtypes = std::move(dtypes);
+  KernelRegistry::global().add(std::move(d));
+}
+
+KernelRegistrar::KernelRegistrar(const char* domain, const char* op_type, KernelFn fn,
+                                 std::vector<DtypeConstraint> dtypes)
+    : KernelRegistrar(
+          domain, op_type, "ref",
+          [fn](const ir::Node&, int64_t) -> Result<std::unique_ptr<Kernel>> { return kernel_from_fn(fn); },
+          std::move(dtypes)) {}
+
+std::string KernelDef::dtype_mismatch(const ir::Node& node, const std::vector<const ir::TypeInfo*>& input_types) const {
+  for (const DtypeConstraint& c : dtypes) {
+    if (c.input >= input_types.size() || c.input >= node.inputs.size() || node.inputs[c.input].empty()) continue;
+    const ir::TypeInfo* t = input_types[c.input];
+    if (!t || t->kind != ir::TypeInfo::Kind::kTensor || t->dtype == DType::kUndefined) continue;
+    if (std::find(c.types.begin(), c.types.end(), t->dtype) != c.types.end()) continue;
+    std::string takes;
+    for (size_t i = 0; i < c.types.size(); ++i)
+      takes += (i == 0 ? "" : i + 1 == c.types.size() ? " or " : ", ") + std::string(dtype_name(c.types[i]));
+    return "input " + std::to_string(c.input) + " ('" + node.inputs[c.input] + "') is " + dtype_name(t->dtype) +
+           "; the kernel takes " + takes;
+  }
+  return "";
+}
 
 }  // namespace kiln

@@ -105,6 +105,14 @@ inline constexpr const char* kKilnBackend = "kiln";
 using KernelAccepts =
     std::function<bool(const ir::Node& node, const std::vector<const ir::TypeInfo*>& input_types)>;
 
+// The element types a kernel computes on: its input `input`, when given, is one of `types`.
+// A node whose input is known to be another fails at compile time with both named, instead of
+// deep in a run (and the registry says which kernels take 8-bit data: the oracle tests' list).
+struct DtypeConstraint {
+  size_t input;
+  std::vector<DType> types;
+};
+
 struct KernelDef {
   std::string domain;   // "" for the default ONNX domain
   std::string op_type;
@@ -121,6 +129,11 @@ struct KernelDef {
   std::string variant;
   // How a tuning choice names this kernel: its backend ("kiln", "onednn"), or "kiln.VARIANT".
   std::string choice() const { return variant.empty() ? backend : backend + "." + variant; }
+  // The element types it takes, per input (none listed: any the op's schema allows).
+  std::vector<DtypeConstraint> dtypes;
+  // "" when every input of `node` whose type is known fits `dtypes`; else which does not, and
+  // what the kernel takes there.
+  std::string dtype_mismatch(const ir::Node& node, const std::vector<const ir::TypeInfo*>& input_types) const;
 };
 
 // All kernels, collected at start-up from the registrars in their files.
@@ -147,6 +160,10 @@ struct KernelRegistrar {
   KernelRegistrar(const char* domain, const char* op_type, const char* name, KernelFactory f,
                   const char* backend, KernelAccepts accepts);
   KernelRegistrar(const char* domain, const char* op_type, KernelFn fn);  // name "ref"
+  // kiln's kernel with the element types it takes (KernelDef::dtypes).
+  KernelRegistrar(const char* domain, const char* op_type, const char* name, KernelFactory f,
+                  std::vector<DtypeConstraint> dtypes);
+  KernelRegistrar(const char* domain, const char* op_type, KernelFn fn, std::vector<DtypeConstraint> dtypes);
 };
 
 // Registers a named variant of kiln's kernel of an op (KernelDef::variant), for the nodes
@@ -162,3 +179,8 @@ struct KernelVariantRegistrar {
 // Usage, at namespace scope in the kernel's own file: KILN_REGISTER_KERNEL("", "Relu", relu);
 #define KILN_REGISTER_KERNEL(domain, op_type, fn) \
   static const ::kiln::KernelRegistrar KILN_CONCAT(kiln_kernel_registrar_, __LINE__)(domain, op_type, fn)
+// The same with the element types it takes: KILN_REGISTER_TYPED_KERNEL("", "MatMulInteger", fn,
+// {{0, {DType::kUInt8, DType::kInt8}}, {1, {DType::kUInt8, DType::kInt8}}}).
+#define KILN_REGISTER_TYPED_KERNEL(domain, op_type, fn, ...)                                                      \
+  static const ::kiln::KernelRegistrar KILN_CONCAT(kiln_kernel_registrar_, __LINE__)(domain, op_type, fn, \
+                                                                                    __VA_ARGS__)

@@ -136,11 +136,13 @@ Result<std::unique_ptr<GraphPlan>> GraphPlan::compile(const ir::Graph& g, const 
     step.opset = model.opset(n.domain);
     if (step.opset == 0 && n.domain.empty()) step.opset = 1;
     std::vector<ir::TypeInfo> type_storage;
-    const KernelDef* def =
-        backends::choose(n, backends::input_types(n, g, type_storage), assignment.backend_for(n));
+    const std::vector<const ir::TypeInfo*> types = backends::input_types(n, g, type_storage);
+    const KernelDef* def = backends::choose(n, types, assignment.backend_for(n));
     if (!def)
       return Status::not_implemented(n.describe() + ": operator " + (n.domain.empty() ? "" : n.domain + ".") +
                            n.op_type + " is not supported");
+    if (const std::string why = def->dtype_mismatch(n, types); !why.empty())
+      return Status::invalid_model(n.describe() + ": " + why);
     step.backend = def->choice();
     auto kernel = def->create(n, step.opset);
     if (!kernel) return kernel.status().with_context(n.describe());

@@ -309,6 +309,23 @@ TEST(QConv, EightBitOpsRejectBadInputs) {
     const std::string e = run_error(b, {bytes_of(DType::kUInt8, {1, 4, 4})});
     EXPECT_NE(e.find("[N, H, W, C]"), std::string::npos) << e;
   }
+  {  // a float X for QLinearConv: the kernel's declared types (KernelDef::dtypes) refuse it when the
+     // session is made, naming the input and what the kernel takes
+    test::Builder b(13);
+    b.m.graph.inputs.push_back(ir::ValueInfo{"x", ir::TypeInfo::tensor(DType::kFloat32, {1, 4, 6, 6}), ""});
+    auto& init = b.m.graph.initializers;
+    init["xs"] = scalar(DType::kFloat32, 0.1), init["xz"] = scalar(DType::kUInt8, 3);
+    init["w"] = Tensor::make(DType::kInt8, {8, 4, 3, 3}).value(), init["ws"] = scalar(DType::kFloat32, 0.01);
+    init["ys"] = scalar(DType::kFloat32, 0.2), init["yz"] = scalar(DType::kUInt8, 0);
+    b.add("QLinearConv", {"x", "xs", "xz", "w", "ws", "", "ys", "yz"}, {"y"});
+    b.m.graph.outputs.push_back(ir::ValueInfo{"y", ir::TypeInfo::tensor(DType::kUInt8), ""});
+    SessionOptions plain;
+    plain.optimize_level = 0;
+    auto session = Session::create(std::make_shared<const ir::Model>(b.m), plain);
+    ASSERT_FALSE(session.is_ok());
+    EXPECT_NE(session.status().message().find("input 0 ('x') is float32; the kernel takes uint8 or int8"), std::string::npos)
+        << session.status().message();
+  }
   {  // channels-last QLinearConv fed 5 channels for weights of 4
     test::Builder b(13);
     b.m.opsets["com.microsoft"] = 1;

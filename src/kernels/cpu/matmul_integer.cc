@@ -238,13 +238,19 @@ class MatMulIntegerKernel : public Kernel {
 
 }  // namespace
 
-const KernelRegistrar kMatMulIntegerKernel("", "MatMulInteger", "s16", [](const ir::Node& node, int64_t) {
-  return Result<std::unique_ptr<Kernel>>(std::unique_ptr<Kernel>(std::make_unique<MatMulIntegerKernel>(node, kMatMulInteger)));
-});
-const KernelRegistrar kMatMulIntegerToFloatKernel("com.microsoft", "MatMulIntegerToFloat", "s16", [](const ir::Node& node, int64_t) {
-  return Result<std::unique_ptr<Kernel>>(
-      std::unique_ptr<Kernel>(std::make_unique<MatMulIntegerKernel>(node, kMatMulIntegerToFloat)));
-});
+const KernelRegistrar kMatMulIntegerKernel(
+    "", "MatMulInteger", "s16",
+    [](const ir::Node& node, int64_t) {
+      return Result<std::unique_ptr<Kernel>>(std::unique_ptr<Kernel>(std::make_unique<MatMulIntegerKernel>(node, kMatMulInteger)));
+    },
+    {{0, {DType::kUInt8, DType::kInt8}}, {1, {DType::kUInt8, DType::kInt8}}});
+const KernelRegistrar kMatMulIntegerToFloatKernel(
+    "com.microsoft", "MatMulIntegerToFloat", "s16",
+    [](const ir::Node& node, int64_t) {
+      return Result<std::unique_ptr<Kernel>>(
+          std::unique_ptr<Kernel>(std::make_unique<MatMulIntegerKernel>(node, kMatMulIntegerToFloat)));
+    },
+    {{0, {DType::kUInt8, DType::kInt8}}, {1, {DType::kUInt8, DType::kInt8}}, {2, {DType::kFloat32}}, {3, {DType::kFloat32}}, {6, {DType::kFloat32}}});
 
 // gemm_u8s8 or gemm_s16 (a column-blocked int32 loop past 32768-deep sums).
 KILN_REGISTER_FAST_PATH("", "MatMulInteger", always_fast);

@@ -132,8 +132,11 @@ Status qlinear_mul(KernelContext& ctx) { return qlinear_binary(ctx, true); }
 
 }  // namespace
 
-KILN_REGISTER_KERNEL("com.microsoft", "QLinearAdd", qlinear_add);
-KILN_REGISTER_KERNEL("com.microsoft", "QLinearMul", qlinear_mul);
+// A, A's scale, B, B's scale, C's scale.
+const std::vector<DtypeConstraint> kQLinearBinaryTypes = {
+    {0, {DType::kUInt8, DType::kInt8}}, {1, {DType::kFloat32}}, {3, {DType::kUInt8, DType::kInt8}}, {4, {DType::kFloat32}}, {6, {DType::kFloat32}}};
+KILN_REGISTER_TYPED_KERNEL("com.microsoft", "QLinearAdd", qlinear_add, kQLinearBinaryTypes);
+KILN_REGISTER_TYPED_KERNEL("com.microsoft", "QLinearMul", qlinear_mul, kQLinearBinaryTypes);
 
 // A and B of one known shape: the 8-lane rows.
 static bool same_shapes(const FastPathQuery& q) {

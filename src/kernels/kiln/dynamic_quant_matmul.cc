@@ -60,9 +60,12 @@ class DynamicQuantMatMulKernel : public Kernel {
   gemm::DynamicQuantGemm gemm_;
 };
 
-const KernelRegistrar kDynamicQuantMatMul("ai.kiln", "DynamicQuantMatMul", "ref", [](const ir::Node&, int64_t) {
-  return Result<std::unique_ptr<Kernel>>(std::unique_ptr<Kernel>(std::make_unique<DynamicQuantMatMulKernel>()));
-});
+const KernelRegistrar kDynamicQuantMatMul(
+    "ai.kiln", "DynamicQuantMatMul", "ref",
+    [](const ir::Node&, int64_t) {
+      return Result<std::unique_ptr<Kernel>>(std::unique_ptr<Kernel>(std::make_unique<DynamicQuantMatMulKernel>()));
+    },
+    {{0, {DType::kFloat32}}, {1, {DType::kInt8}}, {2, {DType::kFloat32}}, {3, {DType::kFloat32}}, {4, {DType::kFloat32}}});
 
 }  // namespace
 }  // namespace kiln

@@ -123,7 +123,9 @@ Result<std::unique_ptr<Kernel>> create(const ir::Node&, int64_t) {
   return std::unique_ptr<Kernel>(std::make_unique<MultiHeadAttention>());
 }
 
-const KernelRegistrar kMultiHeadAttention("ai.kiln", "MultiHeadAttention", "ref", create);
+const KernelRegistrar kMultiHeadAttention(
+    "ai.kiln", "MultiHeadAttention", "ref", create,
+    {{0, {DType::kFloat32}}, {1, {DType::kFloat32, DType::kInt8}}, {2, {DType::kFloat32}}, {3, {DType::kFloat32}}, {4, {DType::kFloat32}}});
 
 }  // namespace
 }  // namespace kiln

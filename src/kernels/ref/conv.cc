@@ -386,7 +386,7 @@ class ConvKernel : public Kernel {
 const KernelRegistrar kConv("", "Conv", "ref", [](const ir::Node& node, int64_t) {
   return Result<std::unique_ptr<Kernel>>(std::unique_ptr<Kernel>(std::make_unique<ConvKernel>(node)));
 });
-KILN_REGISTER_KERNEL("", "ConvInteger", conv_integer);
+KILN_REGISTER_TYPED_KERNEL("", "ConvInteger", conv_integer, {{0, {DType::kUInt8, DType::kInt8}}, {1, {DType::kUInt8, DType::kInt8}}});
 
 // float32 Conv: group 1 by im2col and the GEMM, grouped with few channels a group (1-D or 2-D) by
 // the direct kernel; wider groups and 3-D grouped convs run a GEMM per group, the slow path.

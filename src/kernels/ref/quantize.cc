@@ -417,9 +417,9 @@ void dynamic_quantize_row_u8(const float* x, int64_t n, uint8_t* y, float* scale
 
 KILN_REGISTER_KERNEL("", "QuantizeLinear", quantize_linear);
 KILN_REGISTER_KERNEL("", "DequantizeLinear", dequantize_linear);
-KILN_REGISTER_KERNEL("", "DynamicQuantizeLinear", dynamic_quantize_linear);
+KILN_REGISTER_TYPED_KERNEL("", "DynamicQuantizeLinear", dynamic_quantize_linear, {{0, {DType::kFloat32}}});
 KILN_REGISTER_FAST_PATH("", "DynamicQuantizeLinear", float32_input);  // 8 lanes
-KILN_REGISTER_KERNEL("", "QLinearMatMul", qlinear_matmul);
+KILN_REGISTER_TYPED_KERNEL("", "QLinearMatMul", qlinear_matmul, {{0, {DType::kUInt8, DType::kInt8}}, {3, {DType::kUInt8, DType::kInt8}}});
 
 // One float32 scale (and one zero point) for the whole tensor, 8-bit on the integer side: the
 // vector loops of quantize_8bit and dequantize_8bit.

@@ -67,7 +67,7 @@ Status nhwc_max_pool(KernelContext& ctx) {
 
 }  // namespace
 
-KILN_REGISTER_KERNEL("com.microsoft", "NhwcMaxPool", nhwc_max_pool);
+KILN_REGISTER_TYPED_KERNEL("com.microsoft", "NhwcMaxPool", nhwc_max_pool, {{0, {DType::kUInt8, DType::kInt8}}});
 KILN_REGISTER_FAST_PATH("com.microsoft", "NhwcMaxPool", always_fast);  // C bytes a step, over the pool
 
 }  // namespace kiln

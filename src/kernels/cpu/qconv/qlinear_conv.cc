@@ -132,8 +132,11 @@ class QLinearConvKernel : public Kernel {
 Result<std::unique_ptr<Kernel>> make_kernel(const ir::Node& node, int64_t) {
   return std::unique_ptr<Kernel>(std::make_unique<QLinearConvKernel>(node));
 }
-const KernelRegistrar kQLinearConv("", "QLinearConv", "ref", make_kernel);
-const KernelRegistrar kMsQLinearConv("com.microsoft", "QLinearConv", "ref", make_kernel);
+// X, x_scale, W, w_scale, y_scale and the int32 bias.
+const std::vector<DtypeConstraint> kQLinearConvTypes = {
+    {0, {DType::kUInt8, DType::kInt8}}, {1, {DType::kFloat32}}, {3, {DType::kUInt8, DType::kInt8}}, {4, {DType::kFloat32}}, {6, {DType::kFloat32}}, {8, {DType::kInt32}}};
+const KernelRegistrar kQLinearConv("", "QLinearConv", "ref", make_kernel, kQLinearConvTypes);
+const KernelRegistrar kMsQLinearConv("com.microsoft", "QLinearConv", "ref", make_kernel, kQLinearConvTypes);
 
 // The tile's nodes (prepare may still find a zero point or scale it cannot take).
 bool tiled(const FastPathQuery& q) { return qlinear_conv_tileable(q.node, q.constants); }

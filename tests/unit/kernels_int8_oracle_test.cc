@@ -1,0 +1,122 @@
+// The 8-bit kernels and their oracles. Every kernel that declares an 8-bit input type
+// (KernelDef::dtypes) must name the test that checks it against plain integer loops or the
+// unfused reference ops, bit for bit (a float epilogue to the rounding of one fused multiply-add),
+// or for the plain reference loops themselves ONNX's conformance data: a new 8-bit kernel without
+// one fails here. QLinearAdd and QLinearMul are checked here,
+// against their formula in scalar float, on the 8-lane rows and the broadcast ones.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+
+#include "core/float_convert.h"
+#include "kernels/kernel.h"
+#include "pass_test_util.h"
+
+namespace kiln {
+namespace {
+
+bool takes_8bit(const KernelDef& d) {
+  for (const DtypeConstraint& c : d.dtypes)
+    for (DType t : c.types)
+      if (t == DType::kUInt8 || t == DType::kInt8) return true;
+  return false;
+}
+
+// (domain.op) -> the unit test that checks it, or "conformance" for a kernel that is the plain
+// reference loop, checked against ONNX's backend test data (tests/conformance).
+const std::map<std::string, std::string> kOracles = {
+    {"QLinearConv", "QConv.QLinearConvNodeMatchesAPlainLoop"},
+    {"com.microsoft.QLinearConv", "QConv.QLinearConvNodeMatchesAPlainLoop"},
+    {"com.microsoft.QLinearAdd", "Int8Oracle.QLinearAddAndMulMatchTheirFormula"},
+    {"com.microsoft.QLinearMul", "Int8Oracle.QLinearAddAndMulMatchTheirFormula"},
+    {"com.microsoft.NhwcMaxPool", "QdqFusion.ChainStaysChannelsLastAtO3"},
+    {"MatMulInteger", "MatMulInteger.ColumnBlocksMatchPlainLoop"},
+    {"com.microsoft.MatMulIntegerToFloat", "DynamicQuantMatMul.ChainBecomesMatMulIntegerToFloat"},
+    {"ai.kiln.DynamicQuantMatMul", "Quantize.DynamicQuantMatMulPerRow"},
+    {"ai.kiln.MultiHeadAttention", "AttentionFusion.DynamicQuantProjectionsMergeIntoInt8Attention"},
+    {"QLinearMatMul", "conformance"},
+    {"ConvInteger", "conformance"},
+};
+
+TEST(Int8Oracle, EveryEightBitKernelHasOne) {
+  std::set<std::string> tests;
+  const ::testing::UnitTest& unit = *::testing::UnitTest::GetInstance();
+  for (int i = 0; i < unit.total_test_suite_count(); ++i) {
+    const ::testing::TestSuite& suite = *unit.GetTestSuite(i);
+    for (int j = 0; j < suite.total_test_count(); ++j)
+      tests.insert(std::string(suite.name()) + "." + suite.GetTestInfo(j)->name());
+  }
+  int eight_bit = 0;
+  for (const KernelDef* d : KernelRegistry::global().all()) {
+    if (!takes_8bit(*d)) continue;
+    ++eight_bit;
+    const std::string op = (d->domain.empty() ? "" : d->domain + ".") + d->op_type;
+    auto it = kOracles.find(op);
+    ASSERT_NE(it, kOracles.end()) << op << " declares 8-bit inputs but names no oracle test here";
+    if (it->second != "conformance") EXPECT_TRUE(tests.count(it->second)) << op << ": no test " << it->second;
+  }
+  EXPECT_GE(eight_bit, static_cast<int>(kOracles.size()));
+}
+
+// c = saturate(round_half_even(((a - az) * as  op  (b - bz) * bs) / cs) + cz), in float.
+template <typename T>
+T formula(bool multiply, float a, float as, float az, float b, float bs, float bz, float cs, float cz) {
+  const float fa = (a - az) * as, fb = (b - bz) * bs;
+  const float v = std::nearbyint((multiply ? fa * fb : fa + fb) / cs) + cz;
+  return static_cast<T>(std::clamp(v, std::is_signed_v<T> ? -128.0f : 0.0f, std::is_signed_v<T> ? 127.0f : 255.0f));
+}
+
+template <typename T>
+void check_binary(bool multiply, const Shape& b_shape) {
+  const DType t = std::is_signed_v<T> ? DType::kInt8 : DType::kUInt8;
+  SCOPED_TRACE(::testing::Message() << (multiply ? "QLinearMul " : "QLinearAdd ") << dtype_name(t) << " B "
+                                    << shape_str(b_shape));
+  std::mt19937 rng(multiply * 7 + b_shape.size());
+  std::uniform_int_distribution<int> byte(std::is_signed_v<T> ? -128 : 0, std::is_signed_v<T> ? 127 : 255);
+  const Shape a_shape = {3, 37};
+  Tensor a = Tensor::make(t, a_shape).value(), b = Tensor::make(t, b_shape).value();
+  for (int64_t i = 0; i < a.numel(); ++i) a.data<T>()[i] = static_cast<T>(byte(rng));
+  for (int64_t i = 0; i < b.numel(); ++i) b.data<T>()[i] = static_cast<T>(byte(rng));
+  const float as = 0.037f, bs = 0.021f, cs = multiply ? 0.09f : 0.05f;
+  const T az = static_cast<T>(byte(rng)), bz = static_cast<T>(byte(rng)), cz = static_cast<T>(byte(rng));
+  test::Builder g(13);
+  g.m.opsets["com.microsoft"] = 1;
+  g.m.graph.inputs.push_back(ir::ValueInfo{"a", ir::TypeInfo::tensor(t, a_shape), ""});
+  g.m.graph.inputs.push_back(ir::ValueInfo{"b", ir::TypeInfo::tensor(t, b_shape), ""});
+  auto scalar = [](DType type, double v) {
+    Tensor s = Tensor::make(type, {}).value();
+    store_from_double(type, s.raw_data(), 0, v);
+    return s;
+  };
+  auto& init = g.m.graph.initializers;
+  init["as"] = scalar(DType::kFloat32, as), init["bs"] = scalar(DType::kFloat32, bs), init["cs"] = scalar(DType::kFloat32, cs);
+  init["az"] = scalar(t, az), init["bz"] = scalar(t, bz), init["cz"] = scalar(t, cz);
+  g.add(multiply ? "QLinearMul" : "QLinearAdd", {"a", "as", "az", "b", "bs", "bz", "cs", "cz"}, {"c"}).domain =
+      "com.microsoft";
+  g.m.graph.outputs.push_back(ir::ValueInfo{"c", ir::TypeInfo::tensor(t), ""});
+  SessionOptions plain;
+  plain.optimize_level = 0;
+  const Tensor c = test::run_model(g.m, {a, b}, plain)[0].tensor;
+  ASSERT_EQ(c.shape(), a_shape);
+  for (int64_t i = 0; i < c.numel(); ++i) {
+    const int64_t j = b.numel() == a.numel() ? i : i % b.numel();
+    const T want = formula<T>(multiply, a.data<T>()[i], as, az, b.data<T>()[j], bs, bz, cs, cz);
+    ASSERT_EQ(c.data<T>()[i], want) << "element " << i;
+  }
+}
+
+TEST(Int8Oracle, QLinearAddAndMulMatchTheirFormula) {
+  for (bool multiply : {false, true})
+    for (const Shape& b_shape : {Shape{3, 37}, Shape{37}}) {
+      check_binary<uint8_t>(multiply, b_shape);
+      check_binary<int8_t>(multiply, b_shape);
+    }
+}
+
+}  // namespace
+}  // namespace kiln
