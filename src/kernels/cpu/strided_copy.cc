@@ -99,12 +99,14 @@ Status copy_strided(const Tensor& src, int64_t offset, const Shape& strides, Ten
   if (outer.empty()) outer.push_back({1, 0, 0});  // one element
   const Dim inner = outer.back();
   outer.pop_back();
-  // A transpose: some outer dim reads contiguous src while the innermost does not.
+  // A transpose: some outer dim reads contiguous src while the innermost does not. Blocks pay
+  // even for a short innermost dim (an image's 3 channels): row by row, each row of 3 elements
+  // costs its index arithmetic (a 224 x 224 x 3 uint8 image took 0.35 ms).
   const Dim* tile = nullptr;
   Dim tile_dim{};
   if (inner.src != 1 && inner.src != 0) {
     for (size_t d = 0; d < outer.size(); ++d)
-      if (outer[d].src == 1 && outer[d].size >= 4 && inner.size >= 4) {
+      if (outer[d].src == 1 && outer[d].size >= 4 && inner.size >= 2) {
         tile_dim = outer[d];
         outer.erase(outer.begin() + static_cast<std::ptrdiff_t>(d));
         tile = &tile_dim;
