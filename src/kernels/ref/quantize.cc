@@ -185,6 +185,18 @@ bool per_tensor_8bit(const KernelContext& ctx, DType quantized, PerTensor* p) {
   return true;
 }
 
+// fn(begin, end) over [0, n) in chunks of kChunk shared out over the pool (the per-tensor vector
+// loops).
+constexpr int64_t kChunk = 1 << 15;
+void over_chunks(const KernelContext& ctx, int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  auto run = [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) fn(c * kChunk, std::min(n, (c + 1) * kChunk));
+  };
+  if (ctx.pool && chunks > 1) ctx.pool->parallel_for(chunks, 1, run);
+  else run(0, chunks);
+}
+
 Status quantize_linear(KernelContext& ctx) {
   if (!opt(ctx, 0) || !opt(ctx, 1)) return ctx.error("QuantizeLinear needs x and y_scale");
   const Tensor& x = ctx.input(0);
@@ -211,19 +223,24 @@ Status quantize_linear(KernelContext& ctx) {
     return ctx.error(std::string("cannot quantize to ") + dtype_name(out_t));
   const int64_t block = ctx.opset >= 21 ? ctx.node.attr_int("block_size", 0) : 0;
   const int64_t axis = ctx.node.attr_int("axis", 1);
-  auto idx = param_index(x.shape(), scale.shape(), axis, block);
-  if (!idx) return ctx.error(idx.status().message());
   if (zp && zp->shape() != scale.shape() && !(zp->numel() == 1 && scale.numel() == 1))
     return ctx.error("zero point shape " + shape_str(zp->shape()) + " differs from scale " +
                      shape_str(scale.shape()));
-  const bool saturate = ctx.node.attr_int("saturate", 1) != 0;
   PerTensor pt;
-  if (x.dtype() == DType::kFloat32 && (out_t == DType::kUInt8 || out_t == DType::kInt8) && per_tensor_8bit(ctx, out_t, &pt)) {
+  if (x.dtype() == DType::kFloat32 && (out_t == DType::kUInt8 || out_t == DType::kInt8) && scale.rank() == 0 &&
+      per_tensor_8bit(ctx, out_t, &pt)) {
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, out_t, x.shape()));
-    (pt.is_signed ? quantize_8bit<true> : quantize_8bit<false>)(x.data<float>(), x.numel(), pt.scale,
-                                                                static_cast<float>(pt.zero_point), y->raw_data());
+    const float* xd = x.data<float>();
+    char* yd = static_cast<char*>(y->raw_data());
+    over_chunks(ctx, x.numel(), [&](int64_t b, int64_t e) {
+      (pt.is_signed ? quantize_8bit<true> : quantize_8bit<false>)(xd + b, e - b, pt.scale,
+                                                                  static_cast<float>(pt.zero_point), yd + b);
+    });
     return Status::ok();
   }
+  auto idx = param_index(x.shape(), scale.shape(), axis, block);
+  if (!idx) return ctx.error(idx.status().message());
+  const bool saturate = ctx.node.attr_int("saturate", 1) != 0;
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, out_t, x.shape()));
   for (int64_t i = 0; i < x.numel(); ++i) {
     const int64_t p = (*idx)[i];
@@ -255,18 +272,22 @@ Status dequantize_linear(KernelContext& ctx) {
     return ctx.error("zero point shape " + shape_str(zp->shape()) + " differs from scale " +
                      shape_str(scale.shape()));
   const int64_t block = ctx.opset >= 21 ? ctx.node.attr_int("block_size", 0) : 0;
-  auto idx = param_index(x.shape(), scale.shape(), ctx.node.attr_int("axis", 1), block);
-  if (!idx) return ctx.error(idx.status().message());
   DType out_t = ctx.opset >= 19 ? scale.dtype() : DType::kFloat32;
   const int64_t od = ctx.node.attr_int("output_dtype", 0);
   if (od != 0 && dtype_is_valid(static_cast<int32_t>(od))) out_t = static_cast<DType>(od);
   PerTensor pt;
-  if (out_t == DType::kFloat32 && (x.dtype() == DType::kUInt8 || x.dtype() == DType::kInt8) && per_tensor_8bit(ctx, x.dtype(), &pt)) {
+  if (out_t == DType::kFloat32 && (x.dtype() == DType::kUInt8 || x.dtype() == DType::kInt8) && scale.rank() == 0 &&
+      per_tensor_8bit(ctx, x.dtype(), &pt)) {
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, x.shape()));
-    (pt.is_signed ? dequantize_8bit<true> : dequantize_8bit<false>)(x.raw_data(), x.numel(), pt.scale, pt.zero_point,
-                                                                    y->data<float>());
+    const char* xd = static_cast<const char*>(x.raw_data());
+    float* yd = y->data<float>();
+    over_chunks(ctx, x.numel(), [&](int64_t b, int64_t e) {
+      (pt.is_signed ? dequantize_8bit<true> : dequantize_8bit<false>)(xd + b, e - b, pt.scale, pt.zero_point, yd + b);
+    });
     return Status::ok();
   }
+  auto idx = param_index(x.shape(), scale.shape(), ctx.node.attr_int("axis", 1), block);
+  if (!idx) return ctx.error(idx.status().message());
   KILN_ASSIGN_OR_RETURN(Tensor yf, Tensor::make(DType::kFloat32, x.shape()));
   for (int64_t i = 0; i < x.numel(); ++i) {
     const int64_t p = (*idx)[i];
@@ -286,24 +307,16 @@ Status dynamic_quantize_linear(KernelContext& ctx) {
   // saturate(round_half_even(x / scale) + zero_point), over the threads: each chunk's range, then
   // the codes by chunk.
   const float* xd = x.data<float>();
-  constexpr int64_t kChunk = 1 << 15;
   const int64_t n = x.numel(), chunks = (n + kChunk - 1) / kChunk;
   std::vector<float> lows(static_cast<size_t>(chunks)), highs(static_cast<size_t>(chunks));
-  auto over_chunks = [&](const std::function<void(int64_t, int64_t, int64_t)>& fn) {
-    auto run = [&](int64_t c0, int64_t c1) {
-      for (int64_t c = c0; c < c1; ++c) fn(c, c * kChunk, std::min(n, (c + 1) * kChunk));
-    };
-    if (ctx.pool && chunks > 1) ctx.pool->parallel_for(chunks, 1, run);
-    else run(0, chunks);
-  };
-  over_chunks([&](int64_t c, int64_t b, int64_t e) {
-    range_with_zero(xd + b, e - b, &lows[static_cast<size_t>(c)], &highs[static_cast<size_t>(c)]);
+  over_chunks(ctx, n, [&](int64_t b, int64_t e) {
+    range_with_zero(xd + b, e - b, &lows[static_cast<size_t>(b / kChunk)], &highs[static_cast<size_t>(b / kChunk)]);
   });
   float mn = 0, mx = 0;
   for (int64_t c = 0; c < chunks; ++c) mn = std::min(mn, lows[static_cast<size_t>(c)]), mx = std::max(mx, highs[static_cast<size_t>(c)]);
   const float scale = (mx == mn ? 1.0f : (mx - mn)) / 255.0f;
   const float zpf = std::nearbyint(std::min(255.0f, std::max(0.0f, 0.0f - mn / scale)));
-  over_chunks([&](int64_t, int64_t b, int64_t e) { quantize_8bit<false>(xd + b, e - b, scale, zpf, y->data<uint8_t>() + b); });
+  over_chunks(ctx, n, [&](int64_t b, int64_t e) { quantize_8bit<false>(xd + b, e - b, scale, zpf, y->data<uint8_t>() + b); });
   if (ctx.wants_output(1)) {
     KILN_ASSIGN_OR_RETURN(Tensor * s, ctx.make_output(1, DType::kFloat32, {}));
     *s->data<float>() = scale;
