@@ -8,6 +8,8 @@
 //                                                      from 0, a ReLU6 before codes within [0, 6])
 //   Q(MaxPool(DQ(xq)), s, z), DQ's s and z           -> MaxPool(xq) (max commutes with a monotone map)
 //   Q([Relu or Clip](Add(DQ(a), DQ(b))))            -> com.microsoft.QLinearAdd(a, ..., b, ..., ys, yz)
+//   Q([Relu or Clip](Mul(DQ(a), DQ(b))))            -> com.microsoft.QLinearMul (the same inputs)
+//   Q(Sigmoid(DQ(x)))                               -> com.microsoft.QLinearSigmoid(x, xs, xz, ys, yz)
 //
 // x's DequantizeLinear stays for its other readers (dead-code drops it when none is left); the
 // weights' and bias's are absorbed. Needs per-tensor x and y parameters, s8 weights with zero
@@ -15,8 +17,8 @@
 // quantizers write it). Runs before constant folding, which would fold DQ(wq) into float weights.
 // On every CPU: the 8-bit conv's AVX2 tile runs ONNX Runtime's QDQ resnet50 in 33 ms against
 // 36-42 ms for the float convs on the folded weights (AMD EPYC Zen 4 capped at AVX2). Not
-// portable: QLinearAdd is ONNX Runtime's (which loads it); QLinearConv and 8-bit MaxPool are
-// standard ONNX.
+// portable: QLinearAdd, QLinearMul and QLinearSigmoid are ONNX Runtime's (which loads them);
+// QLinearConv and 8-bit MaxPool are standard ONNX.
 #include <cmath>
 
 #include "core/float_convert.h"
@@ -131,9 +133,10 @@ std::optional<std::vector<ir::Node>> to_qlinear_conv(const Match& m, RuleContext
   return std::vector<ir::Node>{std::move(n)};
 }
 
-// Q(Add(DQ(a), DQ(b))) of one 8-bit type throughout: ONNX Runtime's QLinearAdd (its QOperator
-// form), whose kernel computes the same float operations in one pass over 8-bit data.
-std::optional<std::vector<ir::Node>> to_qlinear_add(const Match& m, RuleContext& rc) {
+// Q(Add or Mul(DQ(a), DQ(b))) of one 8-bit type throughout: ONNX Runtime's QLinearAdd or
+// QLinearMul (its QOperator forms), whose kernels compute the same float operations in one pass
+// over 8-bit data.
+std::optional<std::vector<ir::Node>> to_qlinear_binary(const Match& m, RuleContext& rc, const char* op) {
   const auto a = dequantized_input(m.value("a"), rc), b = dequantized_input(m.value("b"), rc);
   const auto y = per_tensor(m.node("q"), rc.ctx.index(rc.graph));
   if (!a || !b || !y || y->zero_point.empty() || a->second.type != y->type || b->second.type != y->type)
@@ -142,9 +145,23 @@ std::optional<std::vector<ir::Node>> to_qlinear_add(const Match& m, RuleContext&
   const ir::TypeInfo* tb = rc.ctx.types().tensor(b->first->inputs[0]);
   if (!ta || !tb || ta->dtype != y->type || tb->dtype != y->type) return std::nullopt;
   if (!clamp_absorbed(m, rc, *y)) return std::nullopt;
-  ir::Node n = replacement_node(m, "QLinearAdd",
+  ir::Node n = replacement_node(m, op,
                                 {a->first->inputs[0], a->second.scale, a->second.zero_point, b->first->inputs[0],
                                  b->second.scale, b->second.zero_point, y->scale, y->zero_point},
+                                "com.microsoft");
+  rc.model.opsets.emplace("com.microsoft", 1);
+  return std::vector<ir::Node>{std::move(n)};
+}
+
+// Q(Sigmoid(DQ(x))) of one 8-bit type: ONNX Runtime's QLinearSigmoid, a 256-entry table (SiLU's
+// and squeeze-excitation's sigmoids in QDQ efficientnets).
+std::optional<std::vector<ir::Node>> to_qlinear_sigmoid(const Match& m, RuleContext& rc) {
+  const auto x = dequantized_input(m.value("x"), rc);
+  const auto y = per_tensor(m.node("q"), rc.ctx.index(rc.graph));
+  if (!x || !y || x->second.zero_point.empty() || y->zero_point.empty() || x->second.type != y->type)
+    return std::nullopt;
+  ir::Node n = replacement_node(m, "QLinearSigmoid",
+                                {x->first->inputs[0], x->second.scale, x->second.zero_point, y->scale, y->zero_point},
                                 "com.microsoft");
   rc.model.opsets.emplace("com.microsoft", 1);
   return std::vector<ir::Node>{std::move(n)};
@@ -179,9 +196,14 @@ std::vector<Rule> make_rules() {
       rules.push_back({prefix + (biased ? "conv-bias" : "conv"), quantized(pattern),
                        [biased](const Match& m, RuleContext& rc) { return to_qlinear_conv(m, rc, biased); }});
     }
-    auto [prefix, pattern] = clamped(P::op("Add", {P::value("a"), P::value("b")}))[static_cast<size_t>(i)];
-    rules.push_back({prefix + "add", quantized(pattern), to_qlinear_add});
+    for (const char* op : {"Add", "Mul"}) {
+      auto [prefix, pattern] = clamped(P::op(op, {P::value("a"), P::value("b")}))[static_cast<size_t>(i)];
+      const char* fused = op[0] == 'A' ? "QLinearAdd" : "QLinearMul";
+      rules.push_back({prefix + (op[0] == 'A' ? "add" : "mul"), quantized(pattern),
+                       [fused](const Match& m, RuleContext& rc) { return to_qlinear_binary(m, rc, fused); }});
+    }
   }
+  rules.push_back({"sigmoid", quantized(P::op("Sigmoid", {P::value("x")})), to_qlinear_sigmoid});
   rules.push_back({"max-pool", quantized(P::op("MaxPool", {P::value("x")}).bind("pool")), to_8bit_max_pool});
   return rules;
 }

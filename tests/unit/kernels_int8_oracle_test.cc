@@ -34,6 +34,7 @@ const std::map<std::string, std::string> kOracles = {
     {"com.microsoft.QLinearConv", "QConv.QLinearConvNodeMatchesAPlainLoop"},
     {"com.microsoft.QLinearAdd", "Int8Oracle.QLinearAddAndMulMatchTheirFormula"},
     {"com.microsoft.QLinearMul", "Int8Oracle.QLinearAddAndMulMatchTheirFormula"},
+    {"com.microsoft.QLinearSigmoid", "Int8Oracle.QLinearSigmoidMatchesItsFormula"},
     {"com.microsoft.NhwcMaxPool", "QdqFusion.ChainStaysChannelsLastAtO3"},
     {"MatMulInteger", "MatMulInteger.ColumnBlocksMatchPlainLoop"},
     {"com.microsoft.MatMulIntegerToFloat", "DynamicQuantMatMul.ChainBecomesMatMulIntegerToFloat"},
@@ -115,6 +116,51 @@ TEST(Int8Oracle, QLinearAddAndMulMatchTheirFormula) {
     for (const Shape& b_shape : {Shape{3, 37}, Shape{37}}) {
       check_binary<uint8_t>(multiply, b_shape);
       check_binary<int8_t>(multiply, b_shape);
+    }
+}
+
+// Every code of u8 and s8 X through QLinearSigmoid's table against its formula, with constant
+// parameters (the table built in prepare) and with parameters fed at run time.
+TEST(Int8Oracle, QLinearSigmoidMatchesItsFormula) {
+  for (DType t : {DType::kUInt8, DType::kInt8})
+    for (bool constant : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(t) << (constant ? " constant" : " fed") << " parameters");
+      const bool is_signed = t == DType::kInt8;
+      const float xs = 0.07f, ys = 1.0f / 250, xz = is_signed ? -3 : 131, yz = is_signed ? -120 : 4;
+      Tensor x = Tensor::make(t, {256}).value();
+      for (int c = 0; c < 256; ++c) static_cast<uint8_t*>(x.raw_data())[c] = static_cast<uint8_t>(c);
+      test::Builder g(13);
+      g.m.opsets["com.microsoft"] = 1;
+      g.m.graph.inputs.push_back(ir::ValueInfo{"x", ir::TypeInfo::tensor(t, {256}), ""});
+      auto scalar = [](DType type, double v) {
+        Tensor s = Tensor::make(type, {}).value();
+        store_from_double(type, s.raw_data(), 0, v);
+        return s;
+      };
+      std::vector<Tensor> feeds = {x};
+      const std::vector<std::pair<std::string, Tensor>> params = {
+          {"xs", scalar(DType::kFloat32, xs)}, {"xz", scalar(t, xz)}, {"ys", scalar(DType::kFloat32, ys)}, {"yz", scalar(t, yz)}};
+      for (const auto& [name, value] : params) {
+        if (constant) {
+          g.m.graph.initializers[name] = value;
+        } else {
+          g.m.graph.inputs.push_back(ir::ValueInfo{name, ir::TypeInfo::tensor(value.dtype(), {}), ""});
+          feeds.push_back(value);
+        }
+      }
+      g.add("QLinearSigmoid", {"x", "xs", "xz", "ys", "yz"}, {"y"}).domain = "com.microsoft";
+      g.m.graph.outputs.push_back(ir::ValueInfo{"y", ir::TypeInfo::tensor(t), ""});
+      SessionOptions plain;
+      plain.optimize_level = 0;
+      const Tensor y = test::run_model(g.m, feeds, plain)[0].tensor;
+      for (int i = 0; i < 256; ++i) {
+        const double code = is_signed ? static_cast<int8_t>(i) : i;
+        const float v = (static_cast<float>(code) - xz) * xs;
+        const float s = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(v))));
+        const float want = std::clamp(std::nearbyint(s / ys) + yz, is_signed ? -128.0f : 0.0f, is_signed ? 127.0f : 255.0f);
+        const double got = load_as_double(t, y.raw_data(), i);
+        ASSERT_EQ(got, want) << "code " << code;
+      }
     }
 }
 

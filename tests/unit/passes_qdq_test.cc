@@ -107,6 +107,33 @@ TEST(QdqFusion, ChainStaysChannelsLastAtO3) {
   test::expect_same_outputs(plain, after, {x}, 0.0f);
 }
 
+// An efficientnet's SiLU in QDQ form, x * sigmoid(x) with every tensor quantized, and a
+// squeeze-excitation's broadcast Mul: QLinearSigmoid and QLinearMul. The sigmoid's table computes
+// it in double, the float op in float: the outputs agree to one step of the output's scale.
+TEST(QdqFusion, SiluAndBroadcastMulBecomeEightBit) {
+  test::Builder b(13);
+  b.input("x", {1, 8, 5, 5});
+  b.input("g", {1, 8, 1, 1});
+  qdq(b, "x", "xq", "xd", 0.05f, 128);
+  b.add("Sigmoid", {"xd"}, {"sig"});
+  qdq(b, "sig", "sq", "sd", 1.0f / 256, 0);
+  b.add("Mul", {"xd", "sd"}, {"silu"});
+  qdq(b, "silu", "mq", "md", 0.04f, 10);
+  qdq(b, "g", "gq", "gd", 1.0f / 256, 0);
+  b.add("Mul", {"md", "gd"}, {"se"});
+  qdq(b, "se", "yq", "y", 0.03f, 20);
+  b.output("y");
+  ir::Model fused = b.m;
+  test::run_passes(fused, {"qdq-fusion", "dead-code"});
+  const auto h = test::qualified_histogram(fused);
+  EXPECT_EQ(h.at("com.microsoft.QLinearSigmoid"), 1);
+  EXPECT_EQ(h.at("com.microsoft.QLinearMul"), 2);
+  EXPECT_EQ(h.count("Sigmoid") + h.count("Mul"), 0u);
+  test::Builder inputs;
+  const std::vector<Tensor> feeds = {inputs.random({1, 8, 5, 5}, -6, 6), inputs.random({1, 8, 1, 1}, 0, 1)};
+  test::expect_same_outputs(b.m, fused, feeds, 0.0301f);
+}
+
 // A saved portable model keeps the weights' DequantizeLinear, so that the runtime loading it
 // still sees int8 convs.
 TEST(QdqFusion, PortableModelKeepsDequantizedWeights) {

@@ -56,6 +56,9 @@ Outputs infer_qlinear_binary(InferContext& ctx) {
   return one(tensor_type(a.dtype, std::move(*shape)));
 }
 
+// X's type and shape (QLinearSigmoid).
+Outputs infer_same_as_x(InferContext& ctx) { return one(ctx.input(0)); }
+
 // MatMulInteger's shapes of inputs 0 and 1, float32 (MatMulIntegerToFloat, DynamicQuantMatMul).
 Outputs infer_matmul_integer_to_float(InferContext& ctx) {
   const OpSchema* base = OpSchemaRegistry::global().find("", "MatMulInteger");
@@ -81,6 +84,7 @@ Cost cost_matmul(const InferContext& ctx, const std::vector<TypeInfo>& outs) { r
 KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_qlinear_conv, .cost = cost_conv}), "QLinearConv");
 KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_nhwc_max_pool, .cost = cost_pool}), "NhwcMaxPool");
 KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_qlinear_binary}), "QLinearAdd", "QLinearMul");
+KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_same_as_x}), "QLinearSigmoid");
 KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_matmul_integer_to_float, .cost = cost_matmul}),
                         "MatMulIntegerToFloat");
 KILN_REGISTER_OP_SCHEMA("ai.kiln", (OpSchema{.infer = infer_matmul_integer_to_float, .cost = cost_matmul}),

@@ -60,7 +60,8 @@ bool is_reorder(const ir::Node& n, const char* op) {
 bool elementwise(const ir::Node& n) {
   if (n.outputs.size() != 1) return false;
   if (n.domain == "ai.kiln") return n.op_type == "FusedElementwise" && !n.has_attr("x0_parts");
-  if (n.domain == "com.microsoft") return n.op_type == "QLinearAdd" || n.op_type == "QLinearMul";
+  if (n.domain == "com.microsoft")
+    return n.op_type == "QLinearAdd" || n.op_type == "QLinearMul" || n.op_type == "QLinearSigmoid";
   if (!n.domain.empty()) return false;
   // QuantizeLinear and DequantizeLinear too (quantization_parameter).
   static const std::set<std::string> nary = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Sum",
@@ -73,11 +74,12 @@ bool elementwise(const ir::Node& n) {
 }
 
 // Whether input i of elementwise op n is a quantization parameter (a scale or zero point of
-// QuantizeLinear, DequantizeLinear, QLinearAdd, QLinearMul), not data: those do not broadcast
+// QuantizeLinear, DequantizeLinear, QLinearAdd, QLinearMul, QLinearSigmoid), not data: those do not broadcast
 // (per-axis ones follow `axis`), so only one-value ones, the same in any layout, let n move.
 bool quantization_parameter(const ir::Node& n, size_t i) {
   if (n.op_type == "QuantizeLinear" || n.op_type == "DequantizeLinear") return i > 0;
   if (n.op_type == "QLinearAdd" || n.op_type == "QLinearMul") return i != 0 && i != 3;
+  if (n.op_type == "QLinearSigmoid") return i > 0;
   return false;
 }
 

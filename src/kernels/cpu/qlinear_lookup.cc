@@ -1,0 +1,100 @@
+// com.microsoft.QLinearSigmoid (ONNX Runtime's contrib op; qdq-fusion writes it for
+// Q(Sigmoid(DQ(x)))): 8-bit X to 8-bit Y of its type, each code through a 256-entry table:
+//   y = saturate(round_half_even(sigmoid((x - xz) * xs) / ys) + yz)
+// with the dequantized value in float, the sigmoid in double rounded to float, and QuantizeLinear's
+// division. An 8-bit input has 256 values, so the table holds every answer; it is built once
+// when the parameters are constants (prepare), else at each run.
+#include <cmath>
+#include <vector>
+
+#include "core/float_convert.h"
+#include "core/thread_pool.h"
+#include "kernels/kernel_util.h"
+
+namespace kiln {
+namespace {
+
+// One scale (float32) or zero point (of the 8-bit type, absent 0) input: its value, or an error.
+Result<float> scalar_input(const std::vector<const Tensor*>& in, size_t i, bool scale, DType type) {
+  const Tensor* t = i < in.size() ? in[i] : nullptr;
+  if (!t) {
+    if (scale) return Status::error("scale input " + std::to_string(i) + " is missing");
+    return 0.0f;
+  }
+  if (t->numel() != 1) return Status::error("input " + std::to_string(i) + " must hold one value");
+  if (scale ? t->dtype() != DType::kFloat32 : t->dtype() != type)
+    return Status::error("input " + std::to_string(i) + " must be " + (scale ? "float32" : dtype_name(type)) + ", got " +
+                         dtype_name(t->dtype()));
+  return static_cast<float>(load_as_double(t->dtype(), t->raw_data(), 0));
+}
+
+class QLinearSigmoid : public Kernel {
+ public:
+  Status prepare(const std::vector<const Tensor*>& constants, std::vector<bool>&) override {
+    // The parameters all constant (or absent zero points): the table now. X's type is that of its
+    // zero point, when given; else it waits for the run.
+    const Tensor* xz = constants.size() > 2 ? constants[2] : nullptr;
+    if (!xz) return Status::ok();
+    auto t = table(constants, xz->dtype());
+    if (t) table_ = std::move(t).value(), type_ = xz->dtype();
+    return Status::ok();
+  }
+
+  Status run(KernelContext& ctx) override {
+    if (ctx.num_inputs() < 4 || !ctx.has_input(0)) return ctx.error("needs X, X_scale, X_zero_point, Y_scale[, Y_zero_point]");
+    const Tensor& x = ctx.input(0);
+    if (x.dtype() != DType::kUInt8 && x.dtype() != DType::kInt8)
+      return ctx.error(std::string("X must be uint8 or int8, got ") + dtype_name(x.dtype()));
+    std::vector<uint8_t> local;
+    const uint8_t* lut = table_.data();
+    if (table_.empty() || type_ != x.dtype()) {
+      std::vector<const Tensor*> in;
+      for (size_t i = 0; i < ctx.num_inputs(); ++i) in.push_back(ctx.has_input(i) ? &ctx.input(i) : nullptr);
+      auto t = table(in, x.dtype());
+      if (!t) return ctx.error(t.status().message());
+      local = std::move(t).value();
+      lut = local.data();
+    }
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, x.dtype(), x.shape()));
+    // A table index is the code's byte: u8 as is, s8 as its two's complement byte.
+    const uint8_t* xd = static_cast<const uint8_t*>(x.raw_data());
+    uint8_t* yd = static_cast<uint8_t*>(y->raw_data());
+    const int64_t n = x.numel();
+    auto run = [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) yd[i] = lut[xd[i]];
+    };
+    if (ctx.pool && n > (1 << 16)) ctx.pool->parallel_for(n, 1 << 14, run);
+    else run(0, n);
+    return Status::ok();
+  }
+
+ private:
+  // table[byte of code c] = the byte of y's code for x = c.
+  static Result<std::vector<uint8_t>> table(const std::vector<const Tensor*>& in, DType type) {
+    KILN_ASSIGN_OR_RETURN(float xs, scalar_input(in, 1, true, type));
+    KILN_ASSIGN_OR_RETURN(float xz, scalar_input(in, 2, false, type));
+    KILN_ASSIGN_OR_RETURN(float ys, scalar_input(in, 3, true, type));
+    KILN_ASSIGN_OR_RETURN(float yz, scalar_input(in, 4, false, type));
+    const bool is_signed = type == DType::kInt8;
+    const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
+    std::vector<uint8_t> t(256);
+    for (int c = static_cast<int>(lo); c <= static_cast<int>(hi); ++c) {
+      const float x = (static_cast<float>(c) - xz) * xs;
+      const float s = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(x))));
+      const float q = std::min(hi, std::max(lo, std::nearbyint(s / ys) + yz));
+      t[static_cast<size_t>(c & 0xff)] = static_cast<uint8_t>(static_cast<int>(q) & 0xff);  // two's complement bytes
+    }
+    return t;
+  }
+
+  std::vector<uint8_t> table_;
+  DType type_ = DType::kUndefined;
+};
+
+const KernelRegistrar kQLinearSigmoid(
+    "com.microsoft", "QLinearSigmoid", "lookup",
+    [](const ir::Node&, int64_t) { return Result<std::unique_ptr<Kernel>>(std::unique_ptr<Kernel>(std::make_unique<QLinearSigmoid>())); },
+    {{0, {DType::kUInt8, DType::kInt8}}, {1, {DType::kFloat32}}, {3, {DType::kFloat32}}});
+
+}  // namespace
+}  // namespace kiln
