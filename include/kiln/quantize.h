@@ -57,6 +57,12 @@ struct QuantizeOptions {
   // calibration samples; the accuracy guard does not apply (held-out samples, if given, measure
   // the outputs).
   bool dynamic = false;
+  // Weight-only quantization instead (4 or 8; 0: off): each MatMul with a constant float 2-D weight
+  // keeps float activations and gets its weight in 8 bits (int8 per column behind a
+  // DequantizeLinear, standard QDQ) or 4 bits (ONNX Runtime's MatMulNBits, a scale per
+  // `block_size` values along K): the model's size, not its compute, goes down.
+  int weight_only_bits = 0;
+  int64_t block_size = 32;
   // Standard ONNX only. It changes what --dynamic writes: ONNX Runtime's chain, its activations
   // quantized per tensor, instead of kiln's DynamicQuantMatMul, which quantizes them per row.
   bool portable = false;
@@ -91,7 +97,7 @@ struct QuantizeReport {
   int64_t quantized_tensors = 0;  // activations given a QuantizeLinear/DequantizeLinear pair (16-bit
                                   // precisions: weights stored in 16 bits)
   int64_t removed_clamps = 0;     // Relus and Clips whose QuantizeLinear saturates at their bounds, dropped
-  int64_t weight_bytes_before = 0, weight_bytes_after = 0;  // 16-bit precisions: the weights' bytes
+  int64_t weight_bytes_before = 0, weight_bytes_after = 0;  // 16-bit and weight-only: the weights' bytes
   int opset_before = 0, opset_after = 0;  // the default domain's: raised to 13 for per-channel scales
   std::vector<std::string> kept_float;    // quantizable nodes left in float, with why: "name: reason"
   // The per-layer report: each quantized activation as its DequantizeLinear gives it, against the

@@ -193,7 +193,8 @@ def _calibration_next(core, data, input_shapes):
     return lambda: as_list(next(it, None))
 
 
-def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, precision="int8", method="minmax",
+def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, precision="int8", weight_only=False,
+             block_size=32, method="minmax",
              percentile=99.999,
              per_channel=True, signed_activations=False, keep_float=(), min_cosine=0.99, max_fallbacks=16,
              weight_bits="auto", portable=False, input_shapes=None, example_inputs=None, dynamic_batch=True):
@@ -219,24 +220,29 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, prec
 
     ``precision="fp16"`` or ``"bf16"`` stores the float weights in 16 bits instead (half the
     size, float compute, no calibration; samples given measure the outputs against the budget);
-    the model stays portable.
+    the model stays portable. ``weight_only=True`` quantizes only the MatMuls' weights, to
+    ``weight_bits`` 8 (int8 per column, standard QDQ) or 4 (ONNX Runtime's MatMulNBits, a scale
+    per ``block_size`` values), activations float, likewise portable.
     """
     core = _as_core_model(model, example_inputs, dynamic_batch)
     core = core.copy() if isinstance(model, (Model, _kiln.Model)) else core
     held = None if held_out is None else _calibration_next(core, held_out, input_shapes)
-    weights16 = precision in ("fp16", "bf16")
+    weights16 = precision in ("fp16", "bf16") or bool(weight_only)
+    if weight_only and str(weight_bits) not in ("4", "8", "auto"):
+        raise InvalidArgument("weight_only takes weight_bits 4 or 8")
     if calibration_data is None and not dynamic and not weights16:
         raise InvalidArgument("kiln.quantize needs calibration_data (or dynamic=True, or precision='fp16')")
     samples = _calibration_next(core, calibration_data if calibration_data is not None else [], input_shapes)
-    if weight_bits not in ("auto", 7, 8, "7", "8"):
-        raise InvalidArgument("weight_bits must be 8, 7 or 'auto'")
-    reduce = str(weight_bits) == "7" or (weight_bits == "auto" and _kiln.active_isa() != "avx512_vnni")
+    if weight_bits not in ("auto", 4, 7, 8, "4", "7", "8") or (str(weight_bits) == "4" and not weight_only):
+        raise InvalidArgument("weight_bits must be 8, 7 or 'auto' (4 with weight_only)")
+    reduce = not weight_only and (str(weight_bits) == "7" or (weight_bits == "auto" and _kiln.active_isa() != "avx512_vnni"))
+    weight_only_bits = (4 if str(weight_bits) == "4" else 8) if weight_only else 0
     report = core.quantize(samples, held_out=held, dynamic=bool(dynamic), portable=bool(portable),
                            reduce_range=reduce, method=method,
                            percentile=float(percentile), per_channel=bool(per_channel),
                            signed_activations=bool(signed_activations), keep_float=list(keep_float),
                            min_cosine=float(min_cosine), max_fallbacks=int(max_fallbacks),
-                           precision=str(precision))
+                           precision=str(precision), weight_only_bits=weight_only_bits, block_size=int(block_size))
     if not portable and not weights16:
         core.optimize()
     return Model(core, {"quantization": report})

@@ -388,8 +388,11 @@ PYBIND11_MODULE(_kiln, m) {
       .def("quantize", [](Model& model, const py::function& next, const py::object& held_out, const std::string& method,
                           double percentile, bool per_channel, bool signed_activations,
                           const std::vector<std::string>& keep_float, double min_cosine, int max_fallbacks,
-                          bool dynamic, bool portable, bool reduce_range, const std::string& precision) {
+                          bool dynamic, bool portable, bool reduce_range, const std::string& precision,
+                          int weight_only_bits, int64_t block_size) {
         QuantizeOptions o;
+        o.weight_only_bits = weight_only_bits;
+        o.block_size = block_size;
         if (precision == "int8") o.precision = QuantizePrecision::kInt8;
         else if (precision == "fp16") o.precision = QuantizePrecision::kFloat16;
         else if (precision == "bf16") o.precision = QuantizePrecision::kBFloat16;
@@ -454,7 +457,7 @@ PYBIND11_MODULE(_kiln, m) {
          py::arg("per_channel") = true, py::arg("signed_activations") = false,
          py::arg("keep_float") = std::vector<std::string>{}, py::arg("min_cosine") = 0.99, py::arg("max_fallbacks") = 16,
          py::arg("dynamic") = false, py::arg("portable") = false, py::arg("reduce_range") = false,
-         py::arg("precision") = "int8")
+         py::arg("precision") = "int8", py::arg("weight_only_bits") = 0, py::arg("block_size") = 32)
       .def("copy", [](const Model& model) { return Model(model); })
       .def("clear_backend_choices", &Model::clear_backend_choices)
       .def("summary", [](const Model& model, int64_t batch, int64_t seq) {

@@ -116,7 +116,9 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
   // ops (DynamicQuantizeLinear, MatMulInteger with per-column zero points) 11.
   // A Cast from bfloat16, 13; from float16, any.
   const bool float16 = options.precision != QuantizePrecision::kInt8;
+  const bool weight_only = options.weight_only_bits != 0;
   const int64_t needed = float16 ? (options.precision == QuantizePrecision::kBFloat16 ? 13 : 1)
+                         : weight_only ? (options.weight_only_bits == 8 ? 13 : 1)
                          : options.dynamic ? 11 : options.per_channel ? 13 : 10;
   if (model.opset("") < needed) {
     KILN_ASSIGN_OR_RETURN(model, onnx_io::convert_opset(model, needed));
@@ -130,9 +132,13 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
   const passes::ValueTypes& types = ctx.types();
   size_t inputs = 0;
   for (const ir::ValueInfo& in : model.graph.inputs) inputs += !model.graph.initializers.count(in.name);
-  if (options.dynamic || float16) {
+  if (options.dynamic || float16 || weight_only) {
     ir::Model quantized = model;
-    if (float16) {
+    if (weight_only) {
+      KILN_RETURN_IF_ERROR(write_weight_only(quantized, options, &report));
+      if (report.quantized_nodes == 0)
+        return Status::error("quantize --weight-only: the model has no MatMul with a constant float 2-D weight");
+    } else if (float16) {
       const DType to = options.precision == QuantizePrecision::kFloat16 ? DType::kFloat16 : DType::kBFloat16;
       KILN_RETURN_IF_ERROR(write_16bit_weights(quantized, to, options, &report));
       if (report.quantized_tensors == 0)

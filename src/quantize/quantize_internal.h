@@ -48,6 +48,9 @@ Status write_dynamic(ir::Model& model, const passes::ValueTypes& types, const Qu
 // (float16_weights.cc).
 Status write_16bit_weights(ir::Model& model, DType to, const QuantizeOptions& options, QuantizeReport* report);
 
+// Weight-only quantization of the MatMuls' constant weights (weight_only.cc).
+Status write_weight_only(ir::Model& model, const QuantizeOptions& options, QuantizeReport* report);
+
 // A weight in int8, symmetric (zero point 0): scale max|w| / levels per channel along `axis` (or
 // one for the whole tensor), codes within +-levels (127, or 63 for 7-bit weights).
 struct QuantizedWeight {

@@ -40,6 +40,7 @@ const std::map<std::string, std::string> kOracles = {
     {"com.microsoft.MatMulIntegerToFloat", "DynamicQuantMatMul.ChainBecomesMatMulIntegerToFloat"},
     {"ai.kiln.DynamicQuantMatMul", "Quantize.DynamicQuantMatMulPerRow"},
     {"ai.kiln.MultiHeadAttention", "AttentionFusion.DynamicQuantProjectionsMergeIntoInt8Attention"},
+    {"com.microsoft.MatMulNBits", "Quantize.WeightOnlyMatMul"},
     {"QLinearMatMul", "conformance"},
     {"ConvInteger", "conformance"},
 };

@@ -398,6 +398,66 @@ TEST(Quantize, DynamicQuantMatMulTakesTheEpilogue) {
   for (int64_t i = 0; i < want.numel(); ++i) ASSERT_EQ(got.data<float>()[i], want.data<float>()[i]) << i;
 }
 
+// --weight-only: the MatMuls' constant weights in 8 bits (int8 per column at 127 behind a
+// DequantizeLinear with axis 1) or 4 bits (MatMulNBits, a scale per block of 32 along K, the last
+// block partial); activations stay float. The 4-bit kernel against A times its weights as the
+// format defines them, decoded here from the packed bytes.
+TEST(Quantize, WeightOnlyMatMul) {
+  test::Builder b(13);
+  b.input("x", {3, 40});
+  b.weight("w", {40, 24});
+  b.weight("w2", {40, 16});
+  b.add("MatMul", {"x", "w"}, {"y"});
+  b.add("MatMul", {"x", "w2"}, {"y2"});
+  b.output("y");
+  b.output("y2");
+  const Tensor x = b.random({3, 40});
+  for (int bits : {8, 4}) {
+    SCOPED_TRACE(::testing::Message() << bits << " bits");
+    Model model(std::make_shared<ir::Model>(b.m));
+    QuantizeOptions o;
+    o.weight_only_bits = bits;
+    std::vector<Tensor> eval = {x};
+    auto report = model.quantize({}, o, samples_of(eval));
+    ASSERT_TRUE(report.is_ok()) << report.status().message();
+    EXPECT_EQ(report->quantized_nodes, 2);
+    EXPECT_EQ(report->weight_bytes_before, (40 * 24 + 40 * 16) * 4);
+    for (const TensorError& e : report->outputs) EXPECT_GT(e.cosine, bits == 8 ? 0.9999 : 0.99) << e.tensor;
+    const auto h = test::qualified_histogram(model.ir());
+    const auto want = test::run_model(b.m, {x});
+    if (bits == 8) {
+      EXPECT_EQ(h.at("DequantizeLinear"), 2);
+      EXPECT_EQ(h.at("MatMul"), 2);
+      const auto got = test::run_model(model.ir(), {x});
+      for (size_t i = 0; i < 2; ++i) EXPECT_GT(cosine(want[i].tensor, got[i].tensor), 0.9999f);
+      continue;
+    }
+    EXPECT_EQ(h.at("com.microsoft.MatMulNBits"), 2);
+    EXPECT_EQ(report->weight_bytes_after, (24 + 16) * 2 * (16 + 4));  // 2 blocks a column: 16 bytes + a scale each
+    SessionOptions plain;
+    plain.optimize_level = 0;
+    const auto got = test::run_model(model.ir(), {x}, plain);
+    for (const ir::Node& n : model.ir().graph.nodes) {
+      const Tensor& q = model.ir().graph.initializers.at(n.inputs[1]);
+      const Tensor& s = model.ir().graph.initializers.at(n.inputs[2]);
+      const int64_t k = n.attr_int("K", 0), cols = n.attr_int("N", 0), blocks = 2;
+      ASSERT_EQ(k, 40);
+      const Tensor& y = got[n.outputs[0] == "y" ? 0 : 1].tensor;
+      for (int64_t i = 0; i < 3; ++i)
+        for (int64_t j = 0; j < cols; ++j) {
+          double sum = 0;
+          for (int64_t kk = 0; kk < k; ++kk) {
+            const uint8_t byte = q.data<uint8_t>()[(j * blocks + kk / 32) * 16 + (kk % 32) / 2];
+            const int code = (byte >> (4 * (kk % 2))) & 15;
+            sum += double{x.data<float>()[i * k + kk]} * (code - 8) * s.data<float>()[j * blocks + kk / 32];
+          }
+          ASSERT_NEAR(y.data<float>()[i * cols + j], sum, 1e-4 * std::max(1.0, std::fabs(sum))) << i << " " << j;
+        }
+    }
+    for (size_t i = 0; i < 2; ++i) EXPECT_GT(cosine(want[i].tensor, got[i].tensor), 0.99f);
+  }
+}
+
 // --precision fp16 / bf16: float weights of 1024 values or more stored in 16 bits behind a Cast,
 // bit for bit the rounded values; one beyond float16's range stays float32 (in bfloat16 it goes).
 // The model computes exactly what the float model with rounded weights computes, as written and

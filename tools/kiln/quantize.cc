@@ -33,6 +33,8 @@ struct Options {
   double percentile = 99.999;
   bool per_tensor = false, signed_activations = false, portable = false, report = false, dynamic = false;
   std::string weight_bits = "auto", precision = "int8";
+  bool weight_only = false;
+  int64_t block_size = 32;
   InputShapes shape;
 };
 
@@ -144,7 +146,12 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--weight-bits", opt->weight_bits,
                   "8, or 7 (7-bit weights: the AVX2 kernels' faster vpmaddubsw route); auto (default): 7 where this "
                   "CPU lacks VNNI")
-      ->check(CLI::IsMember({"auto", "7", "8"}));
+      ->check(CLI::IsMember({"auto", "4", "7", "8"}));
+  cmd->add_flag("--weight-only", opt->weight_only,
+                "Only MatMul weights: 8 bits (int8 per column, standard QDQ) or, with --weight-bits 4, ONNX Runtime's "
+                "MatMulNBits; activations stay float (no calibration)");
+  cmd->add_option("--block-size", opt->block_size, "With --weight-only --weight-bits 4: values along K a scale (32)")
+      ->check(CLI::Range(int64_t{16}, int64_t{1} << 20));
   cmd->add_flag("--per-tensor", opt->per_tensor, "One weight scale per tensor (default: per output channel)");
   cmd->add_flag("--signed-activations", opt->signed_activations,
                 "int8 activations, symmetric (default: uint8 with a zero point)");
@@ -164,7 +171,11 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     auto fail = [&](const Status& st) { *exit_code = report_failure("quantize", st); };
     auto method = parse_method(opt->method);
     if (!method) return fail(method.status());
-    const bool weights16 = opt->precision != "int8";
+    const bool weights16 = opt->precision != "int8" || opt->weight_only;
+    if (opt->weight_only && (opt->dynamic || opt->precision != "int8"))
+      return fail(Status::invalid_argument("--weight-only is a mode of its own: not with --dynamic or --precision"));
+    if (opt->weight_bits == "4" && !opt->weight_only)
+      return fail(Status::invalid_argument("--weight-bits 4 is for --weight-only"));
     if (weights16 && opt->dynamic) return fail(Status::invalid_argument("--dynamic is an int8 mode; not with --precision"));
     if (opt->calib.empty() && opt->calib_random == 0 && !opt->dynamic && !weights16)
       return fail(Status::invalid_argument("give calibration samples: --calib FILE.npy|DIR, or --calib-random N"));
@@ -191,6 +202,8 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     }
     QuantizeOptions qo;
     qo.min_cosine = *budget;
+    qo.weight_only_bits = opt->weight_only ? (opt->weight_bits == "4" ? 4 : 8) : 0;
+    qo.block_size = opt->block_size;
     qo.precision = opt->precision == "fp16"   ? QuantizePrecision::kFloat16
                    : opt->precision == "bf16" ? QuantizePrecision::kBFloat16
                                               : QuantizePrecision::kInt8;
@@ -198,7 +211,8 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     qo.portable = opt->portable;
     qo.max_fallbacks = opt->max_fallbacks;
     qo.method = *method;
-    qo.reduce_range = opt->weight_bits == "7" || (opt->weight_bits == "auto" && active_isa() != IsaLevel::kAvx512Vnni);
+    qo.reduce_range = !opt->weight_only && (opt->weight_bits == "7" ||
+                                            (opt->weight_bits == "auto" && active_isa() != IsaLevel::kAvx512Vnni));
     qo.percentile = opt->percentile;
     qo.per_channel = !opt->per_tensor;
     qo.signed_activations = opt->signed_activations;
@@ -214,7 +228,10 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     };
     auto report = model->quantize(reader_of(*samples), qo, held_out.empty() ? CalibrationReader() : reader_of(held_out));
     if (!report) return fail(report.status());
-    if (weights16)
+    if (opt->weight_only)
+      std::printf("%lld MatMul weights in %d bits: %.1f MB -> %.1f MB\n", static_cast<long long>(report->quantized_nodes),
+                  qo.weight_only_bits, report->weight_bytes_before / 1e6, report->weight_bytes_after / 1e6);
+    else if (weights16)
       std::printf("%lld weights stored in %s: %.1f MB -> %.1f MB\n", static_cast<long long>(report->quantized_tensors),
                   opt->precision.c_str(), report->weight_bytes_before / 1e6, report->weight_bytes_after / 1e6);
     else if (opt->dynamic)
@@ -250,7 +267,10 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     Status saved = model->save(opt->out);
     if (!saved.is_ok()) return fail(saved);
     std::printf("wrote %s (%s)\n", opt->out.c_str(),
-                weights16 ? "16-bit weights, portable" : opt->portable ? "QDQ, portable" : "kiln's fused form");
+                opt->weight_only ? "weight-only, portable"
+                : weights16      ? "16-bit weights, portable"
+                : opt->portable  ? "QDQ, portable"
+                                 : "kiln's fused form");
   });
 }
 

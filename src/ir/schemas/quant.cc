@@ -59,6 +59,15 @@ Outputs infer_qlinear_binary(InferContext& ctx) {
 // X's type and shape (QLinearSigmoid).
 Outputs infer_same_as_x(InferContext& ctx) { return one(ctx.input(0)); }
 
+// A's shape with its last dim N (MatMulNBits: Y = A · W, W [K, N]), float32.
+Outputs infer_matmul_nbits(InferContext& ctx) {
+  const TypeInfo& a = ctx.input(0);
+  if (!ranked(a) || a.shape.empty()) return one(tensor_type_unranked(DType::kFloat32));
+  Dims shape = a.shape;
+  shape.back() = Dim{ctx.node.attr_int("N", -1), ""};
+  return one(tensor_type(DType::kFloat32, std::move(shape)));
+}
+
 // MatMulInteger's shapes of inputs 0 and 1, float32 (MatMulIntegerToFloat, DynamicQuantMatMul).
 Outputs infer_matmul_integer_to_float(InferContext& ctx) {
   const OpSchema* base = OpSchemaRegistry::global().find("", "MatMulInteger");
@@ -85,6 +94,7 @@ KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_qlinear_conv, 
 KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_nhwc_max_pool, .cost = cost_pool}), "NhwcMaxPool");
 KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_qlinear_binary}), "QLinearAdd", "QLinearMul");
 KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_same_as_x}), "QLinearSigmoid");
+KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_matmul_nbits}), "MatMulNBits");
 KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_matmul_integer_to_float, .cost = cost_matmul}),
                         "MatMulIntegerToFloat");
 KILN_REGISTER_OP_SCHEMA("ai.kiln", (OpSchema{.infer = infer_matmul_integer_to_float, .cost = cost_matmul}),
