@@ -420,3 +420,34 @@ def test_quantize_dynamic_runs_in_onnxruntime(model_dir, tmp_path):
     assert np.abs(got_ort - want).max() < tol and np.abs(got_kiln - want).max() < tol
     with pytest.raises(kiln.InvalidArgument, match="calibration_data"):
         kiln.quantize(path)
+
+
+def test_quantize_weights_only_and_16bit_run_in_onnxruntime(tmp_path):
+    """precision="fp16" and weight_only=True (4 and 8 bits) keep float activations: the saved
+    models are smaller, load in ONNX Runtime, and ONNX Runtime and kiln agree with the float
+    model on them."""
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 48])],
+        [_init("w", RNG.standard_normal((64, 48)).astype(np.float32))])
+    path = os.path.join(tmp_path, "mlp.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    x = RNG.standard_normal((3, 64)).astype(np.float32)
+    want = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    for kwargs, tol, op in [({"precision": "fp16"}, 1e-3, "Cast"), ({"weight_only": True, "weight_bits": 8}, 2e-2, "DequantizeLinear"),
+                            ({"weight_only": True, "weight_bits": 4, "block_size": 16}, 0.2, "MatMulNBits")]:
+        m = kiln.quantize(path, [{"x": x}], **kwargs)
+        q = m.report["quantization"]
+        assert q["weight_bytes_after"] < q["weight_bytes_before"], kwargs
+        out = os.path.join(tmp_path, "q.onnx")
+        m.save(out)
+        assert op in {n.op_type for n in onnx.load(out).graph.node}, kwargs
+        assert os.path.getsize(out) < os.path.getsize(path), kwargs
+        got_ort = onnxruntime.InferenceSession(out, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        got_kiln = kiln.InferenceSession(out).run(None, {"x": x})[0]
+        scale = np.abs(want).max()
+        assert np.abs(got_ort - want).max() < tol * scale, kwargs
+        assert np.abs(got_kiln - want).max() < tol * scale, kwargs
+        if op != "DequantizeLinear":  # (ONNX Runtime runs a weight-only DQ -> MatMul on 8-bit activations)
+            assert np.abs(got_kiln - got_ort).max() < 1e-4 * scale, kwargs
