@@ -1,8 +1,8 @@
-// gemm_u8s8 (gemm_u8s8.h): a register tile of 6 rows x 32 columns (12 zmm accumulators), each k
-// quad one broadcast of A's 4 bytes per row, two loads of B's packed quad and 12 vpdpbusd. A is
-// first copied to u8 rows padded to whole quads (64 bytes a step, with its row sums); a B panel
-// (k / 4 x 128 bytes, 96 KiB at K = 3072) stays in L1/L2 while the row tiles sweep it; threads
-// take panels. The finished tile gets its compensation terms in int32 vectors and leaves as int32
+// gemm_u8s8 (gemm_u8s8.h): a register tile of 6 rows x 64 columns (24 zmm accumulators), each k
+// quad one broadcast of A's 4 bytes per row, four loads of B's packed quad and 24 vpdpbusd. A is
+// first copied (or, for DynamicQuantMatMul, quantized) into u8 rows padded to whole quads, with
+// their row sums; a B panel (k / 4 x 256 bytes, 192 KiB at K = 3072) stays in L2 while the row
+// tiles sweep it; threads take panels (gemm DESIGN.md has the measurements). The finished tile gets its compensation terms in int32 vectors and leaves as int32
 // sums or, dequantized, as floats. This file alone is compiled with -mavx512vnni (CMakeLists.txt);
 // it is reached only when u8s8_available().
 #include <immintrin.h>
@@ -25,7 +25,7 @@ constexpr int64_t kMr = 6, kNr = PackedU8S8::kPanelColumns, kBlocks = kNr / 16;
 
 struct Call {
   const uint8_t* a;  // u8 rows of `quads` int32 words
-  int64_t quads, k;
+  int64_t quads;
   const int32_t* alpha;     // per row
   const int32_t* row_term;  // sum_k au - k alpha, per row (mod 2^32)
   const PackedU8S8* b;
@@ -73,7 +73,7 @@ void finish(const Call& call, const int32_t (&tile_sums)[kMr][kNr], int64_t i0, 
     apply_epilogue(*call.dq->epilogue, call.y + i0 * call.ldc + j0, call.ldc, i0, j0, rows, cols);
 }
 
-// Rows [i0, i0 + rows) of panel p (cols of its 32 columns). The tile always runs 6 rows (A has
+// Rows [i0, i0 + rows) of panel p (cols of its 64 columns). The tile always runs 6 rows (A has
 // zero rows past m), so that its loop has no row count to branch on. Every loop over the
 // accumulators is unrolled and they leave through a store to memory: GCC 12 keeps them in
 // registers then, where an index known only at run time (or a reference to them passed on)
@@ -181,8 +181,9 @@ RowsU8 rows_for(int64_t m, int64_t stride) {
   return {au.data(), row_term.data(), alpha.data()};
 }
 
-// Fills rows [i0, i1) of A's u8 rows and their sums (in row_term); true when worth the threads.
+// Whether a product of this size is worth the threads.
 bool threaded(ThreadPool* pool, int64_t m, int64_t n, int64_t k) { return pool && m * n * k >= (int64_t{1} << 18); }
+// fill(i0, i1) over A's rows: each fills its u8 rows and their sums (in row_term).
 void over_rows(ThreadPool* pool, int64_t m, int64_t n, int64_t k, const std::function<void(int64_t, int64_t)>& fill) {
   if (threaded(pool, m, n, k) && m > 1 && m * k >= (int64_t{1} << 16))
     pool->parallel_for(m, 1, fill);
@@ -197,7 +198,7 @@ void run_tiles(int64_t m, const RowsU8& rows, const PackedU8S8& b, int32_t* c, f
   for (int64_t i = 0; i < m; ++i)
     rows.row_term[i] = static_cast<int32_t>(static_cast<uint32_t>(rows.row_term[i]) -
                                             static_cast<uint32_t>(k) * static_cast<uint32_t>(rows.alpha[i]));
-  const Call call{rows.data, b.quads(), k, rows.alpha, rows.row_term, &b, c, y, ldc, dq};
+  const Call call{rows.data, b.quads(), rows.alpha, rows.row_term, &b, c, y, ldc, dq};
   const int64_t panels = (n + kNr - 1) / kNr;
   auto run = [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p)
