@@ -43,6 +43,7 @@ bool dtype_is_float(DType t);  // any floating type, float8 included
 bool dtype_is_compute_float(DType t);
 bool dtype_is_integer(DType t);  // signed or unsigned, int4 included; bool excluded
 bool dtype_is_signed(DType t);
+bool dtype_is_8bit_integer(DType t);  // int8 or uint8: the codes of the 8-bit quantized ops
 
 // Lower-precision floats stored as their bit patterns.
 struct Float16 {

@@ -76,4 +76,6 @@ bool dtype_is_signed(DType t) {
   }
 }
 
+bool dtype_is_8bit_integer(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
+
 }  // namespace kiln

@@ -108,6 +108,12 @@ Result<double> read_scalar(const Tensor& t) {
   return load_as_double(t.dtype(), t.raw_data(), 0);
 }
 
+bool all_zero(const Tensor& t) {
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (load_as_double(t.dtype(), t.raw_data(), i) != 0) return false;
+  return true;
+}
+
 Result<Tensor> to_float32(const Tensor& t) {
   if (t.dtype() == DType::kFloat32) return t;
   KILN_ASSIGN_OR_RETURN(Tensor out, Tensor::make(DType::kFloat32, t.shape()));

@@ -77,6 +77,8 @@ Result<int64_t> normalize_axis(int64_t axis, int64_t rank);
 Result<std::vector<int64_t>> read_int64s(const Tensor& t);
 // The single value of a scalar (or 1-element) tensor of any numeric type, as double.
 Result<double> read_scalar(const Tensor& t);
+// Whether every value of a numeric tensor is 0 (zero points that subtract nothing).
+bool all_zero(const Tensor& t);
 
 // Float copy of a float16/bfloat16/float32/float64 tensor (same shape), for kernels that compute
 // in float and write back with `cast_float_to`.

@@ -25,7 +25,7 @@ namespace {
 
 using P = Pattern;
 
-bool is_8bit(const Tensor& t) { return t.dtype() == DType::kInt8 || t.dtype() == DType::kUInt8; }
+bool is_8bit(const Tensor& t) { return dtype_is_8bit_integer(t.dtype()); }
 bool is_f32(const Tensor& t) { return t.dtype() == DType::kFloat32; }
 
 bool casts_to(const ir::Node& n, DType t) { return n.attr_int("to", 0) == static_cast<int64_t>(t); }

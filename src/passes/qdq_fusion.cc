@@ -22,6 +22,7 @@
 #include <cmath>
 
 #include "core/float_convert.h"
+#include "kernels/kernel_util.h"
 #include "passes/fusions/epilogue_match.h"
 #include "passes/pass.h"
 #include "passes/pattern.h"
@@ -35,7 +36,6 @@ bool is_f32(const Tensor& t) { return t.dtype() == DType::kFloat32; }
 bool is_s8(const Tensor& t) { return t.dtype() == DType::kInt8; }
 bool is_i32(const Tensor& t) { return t.dtype() == DType::kInt32; }
 bool any_tensor(const Tensor&) { return true; }
-bool is_8bit(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
 
 // DequantizeLinear of a constant (weights, bias), its parts captured as name_q, name_s, name_z.
 P dequantized_constant(const std::string& name, bool (*accept)(const Tensor&)) {
@@ -65,7 +65,7 @@ std::optional<Params> per_tensor(const ir::Node& n, const GraphIndex& idx) {
   const Tensor* s = idx.constant(n.inputs[1]);
   const Tensor* z = n.inputs.size() > 2 && !n.inputs[2].empty() ? idx.constant(n.inputs[2]) : nullptr;
   if (!s || !is_f32(*s) || s->numel() != 1) return std::nullopt;
-  if (n.inputs.size() > 2 && !n.inputs[2].empty() && (!z || z->numel() != 1 || !is_8bit(z->dtype())))
+  if (n.inputs.size() > 2 && !n.inputs[2].empty() && (!z || z->numel() != 1 || !dtype_is_8bit_integer(z->dtype())))
     return std::nullopt;
   Params p{n.inputs[1], z ? n.inputs[2] : "", s->data<float>()[0], 0, z ? z->dtype() : DType::kUInt8};
   if (z) p.z = static_cast<int32_t>(load_as_double(z->dtype(), z->raw_data(), 0));
@@ -90,12 +90,6 @@ bool accumulator_scaled(const Tensor& bias_scale, float xs, const Tensor& ws) {
     const float got = bias_scale.data<float>()[bias_scale.numel() == 1 ? 0 : i];
     if (std::fabs(got - want) > 1e-6f * std::fabs(want)) return false;
   }
-  return true;
-}
-
-bool all_zero(const Tensor& t) {
-  for (int64_t i = 0; i < t.numel(); ++i)
-    if (load_as_double(t.dtype(), t.raw_data(), i) != 0) return false;
   return true;
 }
 

@@ -23,7 +23,7 @@ namespace {
 bool takes_8bit(const KernelDef& d) {
   for (const DtypeConstraint& c : d.dtypes)
     for (DType t : c.types)
-      if (t == DType::kUInt8 || t == DType::kInt8) return true;
+      if (dtype_is_8bit_integer(t)) return true;
   return false;
 }
 

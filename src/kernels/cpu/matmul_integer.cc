@@ -31,7 +31,6 @@ Result<std::vector<int32_t>> read_zero_points(const Tensor& zp, DType want) {
   return v;
 }
 
-bool is_8bit(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
 
 // 8-bit t minus its zero point (zero_point(i) for element i) as int16.
 template <typename ZeroPoint>
@@ -61,7 +60,7 @@ Status integer_product(KernelContext& ctx, const Operands& ops, Tensor* y) {
   if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1)) return ctx.error("needs inputs A and B");
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(1);
-  if (!is_8bit(a.dtype()) || !is_8bit(b.dtype())) return ctx.error("needs int8/uint8 A and B");
+  if (!dtype_is_8bit_integer(a.dtype()) || !dtype_is_8bit_integer(b.dtype())) return ctx.error("needs int8/uint8 A and B");
   auto plan_r = plan_matmul(a.shape(), b.shape());
   if (!plan_r) return ctx.error(plan_r.status().message());
   const MatMulPlan& p = *plan_r;
@@ -158,7 +157,7 @@ class MatMulIntegerKernel : public Kernel {
   Status prepare(const std::vector<const Tensor*>& constants, std::vector<bool>& absorbed) override {
     const Tensor* b = constants.size() > 1 ? constants[1] : nullptr;
     const Tensor* zp = constants.size() > ops_.b_zero_point ? constants[ops_.b_zero_point] : nullptr;
-    if (!b || !is_8bit(b->dtype()) || b->rank() != 2 || b->dim(0) > gemm::kMaxS16Depth ||
+    if (!b || !dtype_is_8bit_integer(b->dtype()) || b->rank() != 2 || b->dim(0) > gemm::kMaxS16Depth ||
         (b_zero_point_input_ && !zp))
       return Status::ok();
     std::vector<int32_t> bzp{0};
@@ -198,7 +197,7 @@ class MatMulIntegerKernel : public Kernel {
   Status packed_product(KernelContext& ctx) {
     const Tensor& a = ctx.input(0);
     const int64_t k = packed_.k(), n = packed_.n();
-    if (!is_8bit(a.dtype())) return ctx.error("needs int8/uint8 A");
+    if (!dtype_is_8bit_integer(a.dtype())) return ctx.error("needs int8/uint8 A");
     if (a.rank() < 1 || a.dim(a.rank() - 1) != k)
       return ctx.error("A " + shape_str(a.shape()) + " does not match B [" + std::to_string(k) + ", " +
                        std::to_string(n) + "]");

@@ -247,12 +247,11 @@ Status conv(KernelContext& ctx, FewPositions* few) {
   return Status::ok();
 }
 
-bool is_8bit(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
 
 // int32 (or, with `to` kInt16, int16: |v| <= 255 fits) copy of an 8-bit tensor minus a zero
 // point (scalar, or one per slice of `per_dim0`).
 Result<Tensor> widen_minus_zp(const Tensor& t, const Tensor* zp, const char* what, DType to = DType::kInt32) {
-  if (!is_8bit(t.dtype())) return Status::error(std::string(what) + " must be int8 or uint8");
+  if (!dtype_is_8bit_integer(t.dtype())) return Status::error(std::string(what) + " must be int8 or uint8");
   std::vector<int32_t> z{0};
   if (zp != nullptr) {
     if (zp->dtype() != t.dtype())
@@ -341,7 +340,7 @@ Status qlinear_conv_reference(KernelContext& ctx) {
     return ctx.error("w_scale must be a scalar or have one value per output channel");
   const Tensor* yzp = optional_input(ctx, 7);
   const DType out_t = yzp ? yzp->dtype() : x.dtype();
-  if (!is_8bit(out_t) || (yzp && yzp->numel() != 1))
+  if (!dtype_is_8bit_integer(out_t) || (yzp && yzp->numel() != 1))
     return ctx.error("y_zero_point must be an int8/uint8 scalar");
   const double yz = yzp ? load_as_double(yzp->dtype(), yzp->raw_data(), 0) : 0.0;
   const Tensor* bias = optional_input(ctx, 8);

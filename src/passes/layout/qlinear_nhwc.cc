@@ -20,7 +20,6 @@ namespace {
 
 const std::vector<int64_t> kToNhwc = {0, 2, 3, 1}, kToNchw = {0, 3, 1, 2};
 
-bool is_8bit(DType t) { return t == DType::kUInt8 || t == DType::kInt8; }
 
 ir::Node transpose(const ir::Graph& g, const std::string& in, const std::string& out, const std::vector<int64_t>& p) {
   ir::Node n = make_node(fresh_name(g, out + "_transpose"), "Transpose", {in}, {out});
@@ -46,7 +45,7 @@ class QLinearNhwc : public Pass {
     const ValueTypes& types = ctx.types();
     auto rank4_8bit = [&](const std::string& v) {
       const ir::TypeInfo* t = types.tensor(v);
-      return t && t->has_shape && t->shape.size() == 4 && is_8bit(t->dtype);
+      return t && t->has_shape && t->shape.size() == 4 && dtype_is_8bit_integer(t->dtype);
     };
     ir::Graph& g = model.graph;
     // One at a time: each rewrite's fresh names must see the last one's.

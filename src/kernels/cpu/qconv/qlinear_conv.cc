@@ -14,13 +14,6 @@
 namespace kiln {
 namespace {
 
-bool all_zero(const Tensor* t) {
-  if (!t) return true;
-  for (int64_t i = 0; i < t->numel(); ++i)
-    if (load_as_double(t->dtype(), t->raw_data(), i) != 0) return false;
-  return true;
-}
-
 bool float_scale(const Tensor* t) { return t && t->dtype() == DType::kFloat32; }
 
 }  // namespace
@@ -34,7 +27,7 @@ bool qlinear_conv_tileable(const ir::Node& node, const std::vector<const Tensor*
   const int64_t group = node.attr_int("group", 1);
   if (group != 1 && (group != w->dim(0) || w->dim(1) != 1)) return false;
   if (!float_scale(xs) || xs->numel() != 1 || !float_scale(ys) || ys->numel() != 1 || !float_scale(ws) ||
-      (ws->numel() != 1 && ws->numel() != w->dim(0)) || !all_zero(wz))
+      (ws->numel() != 1 && ws->numel() != w->dim(0)) || (wz && !all_zero(*wz)))
     return false;
   // A zero point or bias fed at run time (named, not constant) leaves the node on the reference.
   if ((!xz && named(2)) || (!yz && named(7)) || (!b && named(8))) return false;
