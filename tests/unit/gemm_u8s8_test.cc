@@ -2,7 +2,7 @@
 // (the four sign pairs), scalar and per-row / per-column zero points, the extreme values, odd
 // shapes (partial row tiles and 32-column panels, depths that are no multiple of 4, the deepest
 // 8192), leading dimensions wider than the matrices, 1 and 2 threads; and the same sums dequantized
-// to floats in the tiles. Only on VNNI CPUs.
+// to floats in the tiles, and with a GELU applied there. Only on VNNI CPUs.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -71,6 +71,16 @@ void check(const Shape3& s, bool a_signed, bool b_signed, bool per_row, bool ext
     }
     ASSERT_EQ(y[i * ldc + s.n], -7.0f);
   }
+  // With a GELU epilogue (computed in the tile's registers on 16 lanes): the same floats as the
+  // epilogue's 8-lane code applied to the dequantized product.
+  gemm::Epilogue gelu;
+  gelu.activation = gemm::Epilogue::Activation::kGelu;
+  dq.epilogue = &gelu;
+  std::vector<float> yg(y.size(), -7.0f);
+  gemm::gemm_u8s8(s.m, a8.data(), a_signed, lda, za, packed, dq, yg.data(), ldc, threads > 1 ? &pool : nullptr);
+  gemm::apply_epilogue(gelu, y.data(), ldc, 0, 0, s.m, s.n);
+  for (int64_t i = 0; i < s.m; ++i)
+    for (int64_t j = 0; j <= s.n; ++j) ASSERT_EQ(yg[i * ldc + j], y[i * ldc + j]) << "GELU element " << i << ", " << j;
 }
 
 // DynamicQuantMatMul's product: float rows quantized into the tiles' layout on 16 lanes give the
