@@ -3,12 +3,13 @@
 // scale and zero point, numpy-broadcast, to 8-bit C of A's type:
 //   c = saturate(round_half_even(((a - az) * as  op  (b - bz) * bs) / cs) + cz)
 // in float, the very operations of DequantizeLinear, Add or Mul and QuantizeLinear one after the
-// other, so the fused op gives their results bit for bit. Rows of equal shapes run 8 lanes at
-// a time over the pool; broadcast rows run the same formula one element at a time.
+// other, so the fused op gives their results bit for bit. Rows run 8 lanes at a time over the
+// pool, a broadcast operand's value repeated along its row.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/thread_pool.h"
 #include "kernels/fast_path.h"
@@ -37,16 +38,20 @@ __m256 load8(const T* x) {
   return _mm256_cvtepi32_ps(std::is_signed_v<T> ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
 }
 
-// c[0, n) of a[0, n) and b[0, n).
+// c[0, n) of a and b, each read at step 1 (a row) or 0 (one value repeated: a broadcast
+// operand, such as a squeeze-excitation's per-channel scale), 8 at a time.
 template <typename T>
-void contiguous(const Params& p, const T* a, const T* b, T* c, int64_t n) {
+void row(const Params& p, const T* a, int64_t sa, const T* b, int64_t sb, T* c, int64_t n) {
   const __m256 as = _mm256_set1_ps(p.as), bs = _mm256_set1_ps(p.bs), cs = _mm256_set1_ps(p.cs);
   const __m256 az = _mm256_set1_ps(p.az), bz = _mm256_set1_ps(p.bz), cz = _mm256_set1_ps(p.cz);
   const __m256 lo = _mm256_set1_ps(p.lo), hi = _mm256_set1_ps(p.hi);
+  auto dequantized = [](const T* x, int64_t step, int64_t i, __m256 z, __m256 s) {
+    const __m256 v = step ? load8(x + i) : _mm256_set1_ps(static_cast<float>(x[0]));
+    return _mm256_mul_ps(_mm256_sub_ps(v, z), s);
+  };
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 fa = _mm256_mul_ps(_mm256_sub_ps(load8(a + i), az), as);
-    const __m256 fb = _mm256_mul_ps(_mm256_sub_ps(load8(b + i), bz), bs);
+    const __m256 fa = dequantized(a, sa, i, az, as), fb = dequantized(b, sb, i, bz, bs);
     const __m256 v = _mm256_div_ps(p.multiply ? _mm256_mul_ps(fa, fb) : _mm256_add_ps(fa, fb), cs);
     const __m256 r = _mm256_add_ps(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), cz);
     const __m256i q = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi));
@@ -55,31 +60,42 @@ void contiguous(const Params& p, const T* a, const T* b, T* c, int64_t n) {
     const __m128i bytes = std::is_signed_v<T> ? _mm_packs_epi16(w, w) : _mm_packus_epi16(w, w);
     _mm_storel_epi64(reinterpret_cast<__m128i*>(c + i), bytes);
   }
-  for (; i < n; ++i) c[i] = static_cast<T>(apply(p, a[i], b[i]));
+  for (; i < n; ++i) c[i] = static_cast<T>(apply(p, a[sa * i], b[sb * i]));
 }
 
 template <typename T>
 void run_typed(KernelContext& ctx, const Params& p, const Tensor& a, const Tensor& b, Tensor& c) {
   const T *ad = a.data<T>(), *bd = b.data<T>();
   T* cd = c.data<T>();
+  // Rows of at most kChunk: those of equal shapes cut from the whole, broadcast ones as the
+  // shapes make them (a row's operand steps are 0 or 1).
+  constexpr int64_t kChunk = 1 << 14;
+  struct Row {
+    int64_t first, a, sa, b, sb, len;
+  };
+  thread_local std::vector<Row> row_buffer;  // grows once per calling thread
+  std::vector<Row>& rows = row_buffer;
+  rows.clear();
   if (a.shape() == b.shape()) {
-    const int64_t n = c.numel(), chunk = 1 << 14;
-    auto run = [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) contiguous(p, ad + i * chunk, bd + i * chunk, cd + i * chunk, std::min(chunk, n - i * chunk));
-    };
-    const int64_t chunks = (n + chunk - 1) / chunk;
-    if (ctx.pool && chunks > 1)
-      ctx.pool->parallel_for(chunks, 1, run);
-    else
-      run(0, chunks);
-    return;
+    for (int64_t i = 0; i < c.numel(); i += kChunk) rows.push_back({i, i, 1, i, 1, std::min(kChunk, c.numel() - i)});
+  } else {
+    ew::for_each_broadcast_row<2>(c.shape(), {&a.shape(), &b.shape()},
+                                  [&](int64_t first, const std::array<int64_t, 2>& base, int64_t len,
+                                      const std::array<int64_t, 2>& step) {
+                                    rows.push_back({first, base[0], step[0], base[1], step[1], len});
+                                  });
   }
-  ew::for_each_broadcast_row<2>(c.shape(), {&a.shape(), &b.shape()},
-                                [&](int64_t first, const std::array<int64_t, 2>& base, int64_t len,
-                                    const std::array<int64_t, 2>& step) {
-                                  ew::binary_row(ad + base[0], step[0], bd + base[1], step[1], cd + first, len,
-                                                 [&](T x, T y) { return static_cast<T>(apply(p, x, y)); });
-                                });
+  auto run = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const Row& w = rows[static_cast<size_t>(r)];
+      row(p, ad + w.a, w.sa, bd + w.b, w.sb, cd + w.first, w.len);
+    }
+  };
+  const int64_t n = static_cast<int64_t>(rows.size());
+  if (ctx.pool && n > 1 && c.numel() > kChunk)
+    ctx.pool->parallel_for(n, 1, run);
+  else
+    run(0, n);
 }
 
 // A one-value float scale or 8-bit zero point of type `t` (absent: 0), as float.
