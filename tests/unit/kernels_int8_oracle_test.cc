@@ -35,6 +35,7 @@ const std::map<std::string, std::string> kOracles = {
     {"com.microsoft.QLinearAdd", "Int8Oracle.QLinearAddAndMulMatchTheirFormula"},
     {"com.microsoft.QLinearMul", "Int8Oracle.QLinearAddAndMulMatchTheirFormula"},
     {"com.microsoft.QLinearSigmoid", "Int8Oracle.QLinearSigmoidMatchesItsFormula"},
+    {"ai.kiln.QLinearLookup", "QdqFusion.SiluAndBroadcastMulBecomeEightBit"},
     {"com.microsoft.NhwcMaxPool", "QdqFusion.ChainStaysChannelsLastAtO3"},
     {"MatMulInteger", "MatMulInteger.ColumnBlocksMatchPlainLoop"},
     {"com.microsoft.MatMulIntegerToFloat", "DynamicQuantMatMul.ChainBecomesMatMulIntegerToFloat"},

@@ -108,8 +108,9 @@ TEST(QdqFusion, ChainStaysChannelsLastAtO3) {
 }
 
 // An efficientnet's SiLU in QDQ form, x * sigmoid(x) with every tensor quantized, and a
-// squeeze-excitation's broadcast Mul: QLinearSigmoid and QLinearMul. The sigmoid's table computes
-// it in double, the float op in float: the outputs agree to one step of the output's scale.
+// squeeze-excitation's broadcast Mul: QLinearSigmoid and QLinearMul, then the SiLU one table. The
+// sigmoid's table computes it in double, the float op in float: the outputs agree to one step of
+// the output's scale.
 TEST(QdqFusion, SiluAndBroadcastMulBecomeEightBit) {
   test::Builder b(13);
   b.input("x", {1, 8, 5, 5});
@@ -132,6 +133,15 @@ TEST(QdqFusion, SiluAndBroadcastMulBecomeEightBit) {
   test::Builder inputs;
   const std::vector<Tensor> feeds = {inputs.random({1, 8, 5, 5}, -6, 6), inputs.random({1, 8, 1, 1}, 0, 1)};
   test::expect_same_outputs(b.m, fused, feeds, 0.0301f);
+  // -O2: the SiLU, a function of x's code alone, becomes one table (qlinear-lookup), the two
+  // ops' own kernels run on the 256 codes: the same outputs bit for bit.
+  ir::Model table = fused;
+  test::run_passes(table, {"qlinear-lookup", "dead-code"});
+  const auto t = test::qualified_histogram(table);
+  EXPECT_EQ(t.at("ai.kiln.QLinearLookup"), 1);
+  EXPECT_EQ(t.at("com.microsoft.QLinearMul"), 1);  // the broadcast one
+  EXPECT_EQ(t.count("com.microsoft.QLinearSigmoid"), 0u);
+  test::expect_same_outputs(fused, table, feeds, 0.0f);
 }
 
 // A saved portable model keeps the weights' DequantizeLinear, so that the runtime loading it

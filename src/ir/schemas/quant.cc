@@ -59,6 +59,13 @@ Outputs infer_qlinear_binary(InferContext& ctx) {
 // X's type and shape (QLinearSigmoid).
 Outputs infer_same_as_x(InferContext& ctx) { return one(ctx.input(0)); }
 
+// X's shape, the table's type (QLinearLookup).
+Outputs infer_lookup(InferContext& ctx) {
+  TypeInfo y = ctx.input(0);
+  y.dtype = ctx.input(1).dtype;
+  return one(y);
+}
+
 // A's shape with its last dim N (MatMulNBits: Y = A · W, W [K, N]), float32.
 Outputs infer_matmul_nbits(InferContext& ctx) {
   const TypeInfo& a = ctx.input(0);
@@ -95,6 +102,7 @@ KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_nhwc_max_pool,
 KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_qlinear_binary}), "QLinearAdd", "QLinearMul");
 KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_same_as_x}), "QLinearSigmoid");
 KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_matmul_nbits}), "MatMulNBits");
+KILN_REGISTER_OP_SCHEMA("ai.kiln", (OpSchema{.infer = infer_lookup}), "QLinearLookup");
 KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_matmul_integer_to_float, .cost = cost_matmul}),
                         "MatMulIntegerToFloat");
 KILN_REGISTER_OP_SCHEMA("ai.kiln", (OpSchema{.infer = infer_matmul_integer_to_float, .cost = cost_matmul}),

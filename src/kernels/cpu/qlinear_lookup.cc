@@ -1,5 +1,6 @@
-// com.microsoft.QLinearSigmoid (ONNX Runtime's contrib op; qdq-fusion writes it for
-// Q(Sigmoid(DQ(x)))): 8-bit X to 8-bit Y of its type, each code through a 256-entry table:
+// 8-bit ops that are a table of X's 256 codes: ai.kiln.QLinearLookup(X, table) (the qlinear-lookup
+// fusion's, docs/ops.md: y = table[x's byte]) and com.microsoft.QLinearSigmoid (ONNX Runtime's
+// contrib op; qdq-fusion writes it for Q(Sigmoid(DQ(x)))), 8-bit X to 8-bit Y of its type:
 //   y = saturate(round_half_even(sigmoid((x - xz) * xs) / ys) + yz)
 // with the dequantized value in float, the sigmoid in double rounded to float, and QuantizeLinear's
 // division. An 8-bit input has 256 values, so the table holds every answer; it is built once
@@ -26,6 +27,15 @@ Result<float> scalar_input(const std::vector<const Tensor*>& in, size_t i, bool 
     return Status::error("input " + std::to_string(i) + " must be " + (scale ? "float32" : dtype_name(type)) + ", got " +
                          dtype_name(t->dtype()));
   return static_cast<float>(load_as_double(t->dtype(), t->raw_data(), 0));
+}
+
+// y[i] = table[byte of x[i]] (u8 as is, s8 as its two's complement byte), over the pool.
+void look_up(KernelContext& ctx, const uint8_t* table, const uint8_t* x, uint8_t* y, int64_t n) {
+  auto run = [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) y[i] = table[x[i]];
+  };
+  if (ctx.pool && n > (1 << 16)) ctx.pool->parallel_for(n, 1 << 14, run);
+  else run(0, n);
 }
 
 class QLinearSigmoid : public Kernel {
@@ -56,15 +66,7 @@ class QLinearSigmoid : public Kernel {
       lut = local.data();
     }
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, x.dtype(), x.shape()));
-    // A table index is the code's byte: u8 as is, s8 as its two's complement byte.
-    const uint8_t* xd = static_cast<const uint8_t*>(x.raw_data());
-    uint8_t* yd = static_cast<uint8_t*>(y->raw_data());
-    const int64_t n = x.numel();
-    auto run = [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) yd[i] = lut[xd[i]];
-    };
-    if (ctx.pool && n > (1 << 16)) ctx.pool->parallel_for(n, 1 << 14, run);
-    else run(0, n);
+    look_up(ctx, lut, static_cast<const uint8_t*>(x.raw_data()), static_cast<uint8_t*>(y->raw_data()), x.numel());
     return Status::ok();
   }
 
@@ -90,6 +92,21 @@ class QLinearSigmoid : public Kernel {
   std::vector<uint8_t> table_;
   DType type_ = DType::kUndefined;
 };
+
+Status qlinear_lookup(KernelContext& ctx) {
+  if (ctx.num_inputs() < 2 || !ctx.has_input(0) || !ctx.has_input(1)) return ctx.error("needs X and table");
+  const Tensor &x = ctx.input(0), &table = ctx.input(1);
+  if (!dtype_is_8bit_integer(x.dtype()) || !dtype_is_8bit_integer(table.dtype()) || table.numel() != 256)
+    return ctx.error(std::string("needs 8-bit X and a table of 256 8-bit values, got X ") + dtype_name(x.dtype()) +
+                     ", table " + dtype_name(table.dtype()) + " " + shape_str(table.shape()));
+  KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, table.dtype(), x.shape()));
+  look_up(ctx, static_cast<const uint8_t*>(table.raw_data()), static_cast<const uint8_t*>(x.raw_data()),
+          static_cast<uint8_t*>(y->raw_data()), x.numel());
+  return Status::ok();
+}
+
+KILN_REGISTER_TYPED_KERNEL("ai.kiln", "QLinearLookup", qlinear_lookup,
+                           {{0, {DType::kUInt8, DType::kInt8}}, {1, {DType::kUInt8, DType::kInt8}}});
 
 const KernelRegistrar kQLinearSigmoid(
     "com.microsoft", "QLinearSigmoid", "lookup",

@@ -59,7 +59,8 @@ bool is_reorder(const ir::Node& n, const char* op) {
 // (Clip's bounds, PRelu's one-way slope) keep such ops out.
 bool elementwise(const ir::Node& n) {
   if (n.outputs.size() != 1) return false;
-  if (n.domain == "ai.kiln") return n.op_type == "FusedElementwise" && !n.has_attr("x0_parts");
+  if (n.domain == "ai.kiln")
+    return (n.op_type == "FusedElementwise" && !n.has_attr("x0_parts")) || n.op_type == "QLinearLookup";
   if (n.domain == "com.microsoft")
     return n.op_type == "QLinearAdd" || n.op_type == "QLinearMul" || n.op_type == "QLinearSigmoid";
   if (!n.domain.empty()) return false;
@@ -82,6 +83,10 @@ bool quantization_parameter(const ir::Node& n, size_t i) {
   if (n.op_type == "QLinearSigmoid") return i > 0;
   return false;
 }
+
+// Whether input i of elementwise op n holds values that follow no position of the data, so that
+// any layout reads it as it is: QLinearLookup's table (indexed by codes).
+bool position_free(const ir::Node& n, size_t i) { return n.domain == "ai.kiln" && n.op_type == "QLinearLookup" && i == 1; }
 
 // The Transposes and reorders whose count the pass lowers: each a full pass over its tensor.
 bool moves_data(const ir::Node& n) {
@@ -162,7 +167,7 @@ class ChannelsLast : public Pass {
     const int64_t r = static_cast<int64_t>(p.size());
     for (size_t i = 0; i < e->inputs.size(); ++i) {
       const std::string& in = e->inputs[i];
-      if (in.empty()) continue;  // an omitted optional input
+      if (in.empty() || position_free(*e, i)) continue;  // an omitted optional input, a table
       const Tensor* c = in == t.outputs[0] ? nullptr : idx.constant(in);
       if (quantization_parameter(*e, i) && (!c || c->numel() != 1)) return false;
       if (c ? c->rank() > r || (c->numel() != 1 && c->dtype() != DType::kFloat32)
@@ -172,8 +177,9 @@ class ChannelsLast : public Pass {
     std::vector<ir::Node> put;
     std::map<std::string, std::string> becomes;  // each input of e -> what the moved op reads
     ir::Node moved = *e;
-    for (std::string& in : moved.inputs) {
-      if (in.empty()) continue;
+    for (size_t i = 0; i < moved.inputs.size(); ++i) {
+      std::string& in = moved.inputs[i];
+      if (in.empty() || position_free(moved, i)) continue;
       auto known = becomes.find(in);
       if (known != becomes.end()) {
         in = known->second;
@@ -265,8 +271,9 @@ class ChannelsLast : public Pass {
     const ir::Node* e = q.empty() ? nullptr : idx.producer(n.inputs[0]);
     if (!e || !elementwise(*e) || !idx.single_use(e->outputs[0]) || is_graph_output(g, e->outputs[0])) return false;
     const ir::Node* first = nullptr;
-    for (const std::string& in : e->inputs) {
-      if (in.empty()) continue;
+    for (size_t i = 0; i < e->inputs.size(); ++i) {
+      const std::string& in = e->inputs[i];
+      if (in.empty() || position_free(*e, i)) continue;
       const Tensor* c = idx.constant(in);
       if (c ? c->numel() != 1 || c->rank() > static_cast<int64_t>(q.size()) : first != nullptr) return false;
       if (!c) first = idx.producer(in);
