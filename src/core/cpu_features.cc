@@ -56,6 +56,7 @@ CpuFeatures detect() {
     f.avx512bw = (b >> 30) & 1;
     f.avx512vl = (b >> 31) & 1;
     f.avx512_vnni = (c >> 11) & 1;
+    f.avx512_vbmi = (c >> 1) & 1;
     unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
     __cpuid_count(7, 1, a1, b1, c1, d1);
     f.avx512_bf16 = (a1 >> 5) & 1;
@@ -82,6 +83,7 @@ std::string CpuFeatures::to_string() const {
   add(avx512dq, "avx512dq");
   add(avx512_bf16, "avx512_bf16");
   add(avx512_vnni, "avx512_vnni");
+  add(avx512_vbmi, "avx512_vbmi");
   return s;
 }
 
@@ -126,7 +128,8 @@ std::atomic<bool> g_level_fixed{false};
 // The detected features without those above `cap`.
 CpuFeatures capped(CpuFeatures f, IsaLevel cap) {
   if (cap < IsaLevel::kAvx512Vnni) f.avx512_vnni = false;
-  if (cap < IsaLevel::kAvx512) f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512_bf16 = false;
+  if (cap < IsaLevel::kAvx512)
+    f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512_bf16 = f.avx512_vbmi = false;
   return f;
 }
 

@@ -12,12 +12,14 @@ namespace kiln {
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
-  bool avx512_bf16 = false, avx512_vnni = false;
+  bool avx512_bf16 = false, avx512_vnni = false, avx512_vbmi = false;
   std::string model;  // the brand string, e.g. "AMD EPYC 9R14 96-Core Processor"; "" if none
 
   // AVX-512 F/BW/VL/DQ with the OS saving the zmm state: what kiln's AVX-512 kernels need.
   bool has_avx512() const { return avx512f && avx512bw && avx512vl && avx512dq; }
   bool has_avx512_vnni() const { return has_avx512() && avx512_vnni; }
+  // AVX-512 VBMI (vpermi2b: 128-byte table lookups), at the avx512 level and above.
+  bool has_avx512_vbmi() const { return has_avx512() && avx512_vbmi; }
   IsaLevel level() const;          // the highest level these features reach
   std::string to_string() const;  // e.g. "avx2 fma f16c avx512f ..."
 };

@@ -9,10 +9,19 @@
 #include <vector>
 
 #include "core/float_convert.h"
+#include "core/cpu_features.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/lookup_table.h"
 #include "kernels/kernel_util.h"
 
 namespace kiln {
+
+void look_up_bytes(const uint8_t* table, const uint8_t* x, uint8_t* y, int64_t n) {
+  static const bool vbmi = cpu_features().has_avx512_vbmi();
+  if (vbmi) return look_up_bytes_avx512vbmi(table, x, y, n);
+  for (int64_t i = 0; i < n; ++i) y[i] = table[x[i]];
+}
+
 namespace {
 
 // One scale (float32) or zero point (of the 8-bit type, absent 0) input: its value, or an error.
@@ -31,9 +40,7 @@ Result<float> scalar_input(const std::vector<const Tensor*>& in, size_t i, bool 
 
 // y[i] = table[byte of x[i]] (u8 as is, s8 as its two's complement byte), over the pool.
 void look_up(KernelContext& ctx, const uint8_t* table, const uint8_t* x, uint8_t* y, int64_t n) {
-  auto run = [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) y[i] = table[x[i]];
-  };
+  auto run = [&](int64_t b, int64_t e) { look_up_bytes(table, x + b, y + b, e - b); };
   if (ctx.pool && n > (1 << 16)) ctx.pool->parallel_for(n, 1 << 14, run);
   else run(0, n);
 }
