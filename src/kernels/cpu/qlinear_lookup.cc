@@ -9,18 +9,11 @@
 #include <vector>
 
 #include "core/float_convert.h"
-#include "core/cpu_features.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/lookup_table.h"
 #include "kernels/kernel_util.h"
 
 namespace kiln {
-
-void look_up_bytes(const uint8_t* table, const uint8_t* x, uint8_t* y, int64_t n) {
-  static const bool vbmi = cpu_features().has_avx512_vbmi();
-  if (vbmi) return look_up_bytes_avx512vbmi(table, x, y, n);
-  for (int64_t i = 0; i < n; ++i) y[i] = table[x[i]];
-}
 
 namespace {
 
