@@ -15,6 +15,7 @@
 #include "kernels/fast_path.h"
 #include "kernels/kernel_util.h"
 #include "kernels/ref/elementwise_util.h"
+#include "kernels/ref/quantize.h"
 
 namespace kiln {
 namespace {
@@ -98,20 +99,6 @@ void run_typed(KernelContext& ctx, const Params& p, const Tensor& a, const Tenso
     run(0, n);
 }
 
-// A one-value float scale or 8-bit zero point of type `t` (absent: 0), as float.
-Result<float> scalar(const KernelContext& ctx, size_t i, bool scale, DType t) {
-  if (!ctx.has_input(i)) {
-    if (scale) return Status::error("scale input " + std::to_string(i) + " is missing");
-    return 0.0f;
-  }
-  const Tensor& v = ctx.input(i);
-  if (v.numel() != 1) return Status::error("input " + std::to_string(i) + " must hold one value (per-tensor quantization)");
-  if (scale ? v.dtype() != DType::kFloat32 : v.dtype() != t)
-    return Status::error("input " + std::to_string(i) + " must be " + (scale ? "float32" : dtype_name(t)) + ", got " +
-                         dtype_name(v.dtype()));
-  return static_cast<float>(load_as_double(v.dtype(), v.raw_data(), 0));
-}
-
 Status qlinear_binary(KernelContext& ctx, bool multiply) {
   if (ctx.num_inputs() < 7 || !ctx.has_input(0) || !ctx.has_input(3))
     return ctx.error("needs A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale[, C_zero_point]");
@@ -126,8 +113,9 @@ Status qlinear_binary(KernelContext& ctx, bool multiply) {
   float* scales[] = {&p.as, &p.bs, &p.cs};
   float* zeros[] = {&p.az, &p.bz, &p.cz};
   for (int k = 0; k < 3; ++k) {
-    auto s = scalar(ctx, scale_inputs[k], true, t);
-    auto z = scalar(ctx, zero_inputs[k], false, t);
+    auto input = [&](size_t i) { return ctx.has_input(i) ? &ctx.input(i) : nullptr; };
+    auto s = per_tensor_parameter(input(scale_inputs[k]), scale_inputs[k], true, t);
+    auto z = per_tensor_parameter(input(zero_inputs[k]), zero_inputs[k], false, t);
     if (!s) return ctx.error(s.status().message());
     if (!z) return ctx.error(z.status().message());
     *scales[k] = *s, *zeros[k] = *z;

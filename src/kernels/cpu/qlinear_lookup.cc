@@ -8,34 +8,19 @@
 #include <cmath>
 #include <vector>
 
-#include "core/float_convert.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/lookup_table.h"
 #include "kernels/kernel_util.h"
+#include "kernels/ref/elementwise_util.h"
+#include "kernels/ref/quantize.h"
 
 namespace kiln {
 
 namespace {
 
-// One scale (float32) or zero point (of the 8-bit type, absent 0) input: its value, or an error.
-Result<float> scalar_input(const std::vector<const Tensor*>& in, size_t i, bool scale, DType type) {
-  const Tensor* t = i < in.size() ? in[i] : nullptr;
-  if (!t) {
-    if (scale) return Status::error("scale input " + std::to_string(i) + " is missing");
-    return 0.0f;
-  }
-  if (t->numel() != 1) return Status::error("input " + std::to_string(i) + " must hold one value");
-  if (scale ? t->dtype() != DType::kFloat32 : t->dtype() != type)
-    return Status::error("input " + std::to_string(i) + " must be " + (scale ? "float32" : dtype_name(type)) + ", got " +
-                         dtype_name(t->dtype()));
-  return static_cast<float>(load_as_double(t->dtype(), t->raw_data(), 0));
-}
-
 // y[i] = table[byte of x[i]] (u8 as is, s8 as its two's complement byte), over the pool.
 void look_up(KernelContext& ctx, const uint8_t* table, const uint8_t* x, uint8_t* y, int64_t n) {
-  auto run = [&](int64_t b, int64_t e) { look_up_bytes(table, x + b, y + b, e - b); };
-  if (ctx.pool && n > (1 << 16)) ctx.pool->parallel_for(n, 1 << 14, run);
-  else run(0, n);
+  ew::run_range(ctx, n, [&](int64_t b, int64_t e) { look_up_bytes(table, x + b, y + b, e - b); });
 }
 
 class QLinearSigmoid : public Kernel {
@@ -73,10 +58,11 @@ class QLinearSigmoid : public Kernel {
  private:
   // table[byte of code c] = the byte of y's code for x = c.
   static Result<std::vector<uint8_t>> table(const std::vector<const Tensor*>& in, DType type) {
-    KILN_ASSIGN_OR_RETURN(float xs, scalar_input(in, 1, true, type));
-    KILN_ASSIGN_OR_RETURN(float xz, scalar_input(in, 2, false, type));
-    KILN_ASSIGN_OR_RETURN(float ys, scalar_input(in, 3, true, type));
-    KILN_ASSIGN_OR_RETURN(float yz, scalar_input(in, 4, false, type));
+    auto at = [&](size_t i) { return i < in.size() ? in[i] : nullptr; };
+    KILN_ASSIGN_OR_RETURN(float xs, per_tensor_parameter(at(1), 1, true, type));
+    KILN_ASSIGN_OR_RETURN(float xz, per_tensor_parameter(at(2), 2, false, type));
+    KILN_ASSIGN_OR_RETURN(float ys, per_tensor_parameter(at(3), 3, true, type));
+    KILN_ASSIGN_OR_RETURN(float yz, per_tensor_parameter(at(4), 4, false, type));
     const bool is_signed = type == DType::kInt8;
     const float lo = is_signed ? -128.0f : 0.0f, hi = is_signed ? 127.0f : 255.0f;
     std::vector<uint8_t> t(256);

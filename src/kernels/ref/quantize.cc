@@ -3,12 +3,12 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <functional>
 #include <cmath>
 
 #include "core/thread_pool.h"
 #include "kernels/fast_path.h"
 #include "kernels/kernel_util.h"
+#include "kernels/ref/elementwise_util.h"
 #include "kernels/ref/gemm_f32.h"
 #include "kernels/ref/quantize.h"
 
@@ -185,18 +185,6 @@ bool per_tensor_8bit(const KernelContext& ctx, DType quantized, PerTensor* p) {
   return true;
 }
 
-// fn(begin, end) over [0, n) in chunks of kChunk shared out over the pool (the per-tensor vector
-// loops).
-constexpr int64_t kChunk = 1 << 15;
-void over_chunks(const KernelContext& ctx, int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  auto run = [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) fn(c * kChunk, std::min(n, (c + 1) * kChunk));
-  };
-  if (ctx.pool && chunks > 1) ctx.pool->parallel_for(chunks, 1, run);
-  else run(0, chunks);
-}
-
 Status quantize_linear(KernelContext& ctx) {
   if (!opt(ctx, 0) || !opt(ctx, 1)) return ctx.error("QuantizeLinear needs x and y_scale");
   const Tensor& x = ctx.input(0);
@@ -232,7 +220,7 @@ Status quantize_linear(KernelContext& ctx) {
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, out_t, x.shape()));
     const float* xd = x.data<float>();
     char* yd = static_cast<char*>(y->raw_data());
-    over_chunks(ctx, x.numel(), [&](int64_t b, int64_t e) {
+    ew::run_range(ctx, x.numel(), [&](int64_t b, int64_t e) {
       (pt.is_signed ? quantize_8bit<true> : quantize_8bit<false>)(xd + b, e - b, pt.scale,
                                                                   static_cast<float>(pt.zero_point), yd + b);
     });
@@ -281,7 +269,7 @@ Status dequantize_linear(KernelContext& ctx) {
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, x.shape()));
     const char* xd = static_cast<const char*>(x.raw_data());
     float* yd = y->data<float>();
-    over_chunks(ctx, x.numel(), [&](int64_t b, int64_t e) {
+    ew::run_range(ctx, x.numel(), [&](int64_t b, int64_t e) {
       (pt.is_signed ? dequantize_8bit<true> : dequantize_8bit<false>)(xd + b, e - b, pt.scale, pt.zero_point, yd + b);
     });
     return Status::ok();
@@ -304,19 +292,23 @@ Status dynamic_quantize_linear(KernelContext& ctx) {
   if (x.dtype() != DType::kFloat32) return ctx.error("DynamicQuantizeLinear needs float32 x");
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kUInt8, x.shape()));
   // The u8 scale and zero point of x's range with 0 included (NaN skipped), and the codes
-  // saturate(round_half_even(x / scale) + zero_point), over the threads: each chunk's range, then
-  // the codes by chunk.
+  // saturate(round_half_even(x / scale) + zero_point), over the threads: each chunk's range (a
+  // fixed chunk a slot), then the codes.
   const float* xd = x.data<float>();
+  constexpr int64_t kChunk = 1 << 15;
   const int64_t n = x.numel(), chunks = (n + kChunk - 1) / kChunk;
   std::vector<float> lows(static_cast<size_t>(chunks)), highs(static_cast<size_t>(chunks));
-  over_chunks(ctx, n, [&](int64_t b, int64_t e) {
-    range_with_zero(xd + b, e - b, &lows[static_cast<size_t>(b / kChunk)], &highs[static_cast<size_t>(b / kChunk)]);
-  });
-  float mn = 0, mx = 0;
+  auto ranges = [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c)
+      range_with_zero(xd + c * kChunk, std::min(kChunk, n - c * kChunk), &lows[static_cast<size_t>(c)],
+                      &highs[static_cast<size_t>(c)]);
+  };
+  if (ctx.pool && chunks > 1) ctx.pool->parallel_for(chunks, 1, ranges);
+  else ranges(0, chunks);
+  float mn = 0, mx = 0, scale = 0, zpf = 0;
   for (int64_t c = 0; c < chunks; ++c) mn = std::min(mn, lows[static_cast<size_t>(c)]), mx = std::max(mx, highs[static_cast<size_t>(c)]);
-  const float scale = (mx == mn ? 1.0f : (mx - mn)) / 255.0f;
-  const float zpf = std::nearbyint(std::min(255.0f, std::max(0.0f, 0.0f - mn / scale)));
-  over_chunks(ctx, n, [&](int64_t b, int64_t e) { quantize_8bit<false>(xd + b, e - b, scale, zpf, y->data<uint8_t>() + b); });
+  dynamic_u8_params(mn, mx, &scale, &zpf);
+  ew::run_range(ctx, n, [&](int64_t b, int64_t e) { quantize_8bit<false>(xd + b, e - b, scale, zpf, y->data<uint8_t>() + b); });
   if (ctx.wants_output(1)) {
     KILN_ASSIGN_OR_RETURN(Tensor * s, ctx.make_output(1, DType::kFloat32, {}));
     *s->data<float>() = scale;
@@ -419,11 +411,22 @@ Status qlinear_matmul(KernelContext& ctx) {
 
 }  // namespace
 
+Result<float> per_tensor_parameter(const Tensor* t, size_t i, bool scale, DType type) {
+  if (!t) {
+    if (scale) return Status::error("scale input " + std::to_string(i) + " is missing");
+    return 0.0f;
+  }
+  if (t->numel() != 1) return Status::error("input " + std::to_string(i) + " must hold one value (per-tensor quantization)");
+  if (scale ? t->dtype() != DType::kFloat32 : t->dtype() != type)
+    return Status::error("input " + std::to_string(i) + " must be " + (scale ? "float32" : dtype_name(type)) + ", got " +
+                         dtype_name(t->dtype()));
+  return static_cast<float>(load_as_double(t->dtype(), t->raw_data(), 0));
+}
+
 void dynamic_quantize_row_u8(const float* x, int64_t n, uint8_t* y, float* scale, int32_t* zero_point) {
-  float mn = 0.0f, mx = 0.0f;
+  float mn = 0.0f, mx = 0.0f, zp = 0.0f;
   range_with_zero(x, n, &mn, &mx);
-  *scale = (mx == mn ? 1.0f : (mx - mn)) / 255.0f;
-  const float zp = std::nearbyint(std::min(255.0f, std::max(0.0f, 0.0f - mn / *scale)));
+  dynamic_u8_params(mn, mx, scale, &zp);
   *zero_point = static_cast<int32_t>(zp);
   quantize_8bit<false, true>(x, n, 1.0f / *scale, zp, y);
 }

@@ -1,9 +1,28 @@
-// The vector loops of kernels/ref/quantize.cc that other 8-bit kernels reuse.
+// The vector loops of kernels/ref/quantize.cc that other 8-bit kernels reuse, and the rules
+// they share.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
+#include "kiln/status.h"
+#include "kiln/tensor.h"
+
 namespace kiln {
+
+// DynamicQuantizeLinear's u8 scale and zero point of a range [mn, mx] that holds 0: scale
+// (mx - mn) / 255 (1 / 255 for an empty range), zero point round(clamp(-mn / scale, 0, 255)).
+// Its per-tensor kernel, DynamicQuantMatMul's rows and their AVX-512 twin all use it.
+inline void dynamic_u8_params(float mn, float mx, float* scale, float* zero_point) {
+  *scale = (mx == mn ? 1.0f : (mx - mn)) / 255.0f;
+  *zero_point = std::nearbyint(std::min(255.0f, std::max(0.0f, 0.0f - mn / *scale)));
+}
+
+// A per-tensor quantization parameter of an 8-bit op (QLinearAdd/Mul/Sigmoid): `t` (input i,
+// null when absent) holds one value, a float32 scale (required) or a zero point of `type`
+// (absent: 0). Its value, or an error naming the input.
+Result<float> per_tensor_parameter(const Tensor* t, size_t i, bool scale, DType type);
 
 // DynamicQuantMatMul's rule for one row x[0, n) (docs/ops.md): the u8 scale and zero point of
 // its range with 0 included (NaN skipped), as DynamicQuantizeLinear's, and

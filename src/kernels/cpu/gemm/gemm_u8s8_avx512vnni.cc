@@ -8,12 +8,12 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <functional>
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/gemm/gemm_u8s8.h"
+#include "kernels/ref/quantize.h"
 
 // GCC 12 warns of the masked loads' undefined pass-through lanes (maskz zeroes them).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -165,9 +165,8 @@ void quantize_rows(const float* a, int64_t lda, int64_t k, int64_t stride, int64
       lo = _mm512_min_ps(v, lo);  // NaN lanes keep the running value, as range_with_zero
       hi = _mm512_max_ps(v, hi);
     }
-    const float mn = _mm512_reduce_min_ps(lo), mx = _mm512_reduce_max_ps(hi);
-    const float scale = (mx == mn ? 1.0f : (mx - mn)) / 255.0f;
-    const float zp = std::nearbyint(std::min(255.0f, std::max(0.0f, 0.0f - mn / scale)));
+    float scale = 0, zp = 0;
+    dynamic_u8_params(_mm512_reduce_min_ps(lo), _mm512_reduce_max_ps(hi), &scale, &zp);
     scales[i] = scale;
     zero_points[i] = static_cast<int32_t>(zp);
     const __m512 inv = _mm512_set1_ps(1.0f / scale), z = _mm512_set1_ps(zp);
