@@ -40,7 +40,8 @@ int64_t out_dim(int64_t in, int64_t k, int64_t s, int64_t d, int64_t pb, int64_t
 }
 
 // Weights over all of s8, or 7-bit ones (|w| <= 64, what the kAvx2Bytes tile takes).
-Data make_data(const Case& k, bool x_signed, bool per_filter, uint32_t seed, bool seven_bit = false) {
+Data make_data(const Case& k, bool x_signed, bool per_filter, uint32_t seed, bool seven_bit = false,
+               float y_scale = 0.35f) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> byte(0, 255), weight(seven_bit ? -64 : -128, seven_bit ? 64 : 127),
       bias(-20000, 20000);
@@ -55,7 +56,7 @@ Data make_data(const Case& k, bool x_signed, bool per_filter, uint32_t seed, boo
   for (auto& v : d.w_scale) v = 0.001f + 0.0001f * static_cast<float>(byte(rng));
   d.zx = x_signed ? byte(rng) - 128 : byte(rng);
   d.zy = byte(rng) / 2;
-  d.x_scale = 0.02f, d.y_scale = 0.35f;
+  d.x_scale = 0.02f, d.y_scale = y_scale;
   return d;
 }
 
@@ -93,15 +94,15 @@ std::vector<double> expected(const Case& k, const Data& d, bool x_signed, qconv:
 }
 
 void check_direct(const Case& k, qconv::Tile tile, bool x_signed, bool per_filter, qconv::Output out, bool nhwc,
-                  int threads) {
+                  int threads, float y_scale = 0.35f) {
   SCOPED_TRACE(::testing::Message() << k.n << "x" << k.c << "x" << k.h << "x" << k.w << " m " << k.m << " k " << k.kh
                                     << "x" << k.kw << " s " << k.sh << "," << k.sw << " d " << k.dh << "," << k.dw
                                     << " pads " << k.pt << k.pl << k.pb << k.pr << (x_signed ? " s8" : " u8")
                                     << " out " << static_cast<int>(out) << (nhwc ? " nhwc" : " nchw")
                                     << " threads " << threads
-                                    << " tile " << static_cast<int>(tile));
+                                    << " tile " << static_cast<int>(tile) << " y_scale " << y_scale);
   const Data d = make_data(k, x_signed, per_filter, static_cast<uint32_t>(k.c * 31 + k.m * 7 + k.h),
-                           tile == qconv::Tile::kAvx2Bytes);
+                           tile == qconv::Tile::kAvx2Bytes, y_scale);
   qconv::Geometry g;
   g.batch = k.n, g.channels = k.c, g.in_h = k.h, g.in_w = k.w, g.filters = k.m;
   g.out_h = out_dim(k.h, k.kh, k.sh, k.dh, k.pt, k.pb), g.out_w = out_dim(k.w, k.kw, k.sw, k.dw, k.pl, k.pr);
@@ -161,8 +162,9 @@ const std::vector<Case>& cases() {
   return all;
 }
 
-// Depthwise convs on their tile: channels in one part block and several, 3x3 and 5x5 (odd tap
-// counts: the last pair half empty), stride 2, dilation, uneven pads.
+// Depthwise convs on their tiles (AVX2 always, VNNI where the CPU has it): channels in one part
+// block and several, 3x3, 5x5 and 1x7 (odd tap counts: the last pair half empty; kernel rows in
+// part quads), stride 2, dilation, uneven pads, a window wider than X.
 TEST(QConv, DepthwiseMatchesAPlainLoop) {
   const std::vector<Case> depthwise = {
       // n  c   h   w   m   kh kw sh sw dh dw pt pl pb pr
@@ -171,12 +173,32 @@ TEST(QConv, DepthwiseMatchesAPlainLoop) {
       {1, 40, 10, 10, 40, 5, 5, 1, 1, 1, 1, 2, 2, 2, 2, true},
       {1, 16, 13, 8, 16, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2, true},
       {1, 8, 1, 20, 8, 1, 3, 1, 1, 1, 1, 0, 1, 0, 1, true},
+      {1, 136, 6, 7, 136, 1, 7, 1, 1, 1, 1, 0, 3, 0, 3, true},
+      {1, 70, 3, 4, 70, 3, 5, 1, 2, 1, 1, 1, 3, 1, 3, true},
   };
-  for (const Case& k : depthwise)
-    for (const bool x_signed : {false, true})
-      for (const auto out : {qconv::Output::kU8, qconv::Output::kS8, qconv::Output::kFloat})
-        for (const bool nhwc : {false, true})
-          check_direct(k, qconv::Tile::kDepthwise, x_signed, x_signed == nhwc, out, nhwc, nhwc ? 2 : 1);
+  std::vector<qconv::Tile> tiles = {qconv::Tile::kDepthwise};
+  if (cpu_features().has_avx512_vnni()) tiles.push_back(qconv::Tile::kDepthwiseVnni);
+  for (const qconv::Tile tile : tiles)
+    for (const Case& k : depthwise)
+      for (const bool x_signed : {false, true})
+        for (const auto out : {qconv::Output::kU8, qconv::Output::kS8, qconv::Output::kFloat})
+          for (const bool nhwc : {false, true})
+            check_direct(k, tile, x_signed, x_signed == nhwc, out, nhwc, nhwc ? 2 : 1);
+}
+
+// Scales of 0.5 and more (a tiny y_scale): most sums land far past the 8-bit range, some past
+// int32 once scaled, and every tile's store must clamp them to the top code, not wrap.
+TEST(QConv, LargeScalesClampToTheRange) {
+  std::vector<qconv::Tile> tiles = {qconv::Tile::kAvx2, qconv::Tile::kDepthwise};
+  if (cpu_features().has_avx512_vnni()) tiles.insert(tiles.end(), {qconv::Tile::kAvx512Vnni, qconv::Tile::kDepthwiseVnni});
+  for (const qconv::Tile tile : tiles) {
+    const bool dw = tile == qconv::Tile::kDepthwise || tile == qconv::Tile::kDepthwiseVnni;
+    const Case k = dw ? Case{1, 24, 6, 6, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, true}
+                      : Case{1, 64, 5, 5, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
+    for (const auto out : {qconv::Output::kU8, qconv::Output::kS8})
+      for (const float y_scale : {1e-4f, 1e-12f})
+        check_direct(k, tile, false, true, out, true, 1, y_scale);
+  }
 }
 
 // Every tile this CPU (and KILN_ISA) has: the AVX2 ones always (kAvx2Bytes on 7-bit weights),

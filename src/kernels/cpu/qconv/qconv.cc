@@ -14,36 +14,55 @@ namespace {
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 // Stages X into a padded channels-last buffer of T (u8 for VNNI, int16 for AVX2) with whole
-// steps of `step` channels (qconv.h): zx everywhere the input is not.
+// steps of `step` channels (qconv.h): zx everywhere the input is not. Rows of the buffer go to
+// the threads, each written once.
 template <typename T>
 void stage(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t zx, int64_t step,
-           std::vector<char>& buf, Staged& s) {
+           std::vector<char>& buf, Staged& s, ThreadPool* pool) {
   s.cp = round_up(g.channels, step);
   s.padded_h = std::max(g.in_h + g.pad_top, (g.out_h - 1) * g.stride_h + (g.kernel_h - 1) * g.dilation_h + 1);
   s.padded_w = std::max(g.in_w + g.pad_left, (g.out_w - 1) * g.stride_w + (g.kernel_w - 1) * g.dilation_w + 1);
   const uint8_t flip = x_signed ? 0x80 : 0;  // s8 + 128 as u8
-  const size_t count = static_cast<size_t>(g.batch * s.padded_h * s.padded_w * s.cp);
-  buf.resize(count * sizeof(T));
+  const T fill = static_cast<T>(static_cast<uint8_t>(zx) ^ flip);
+  const int64_t row_values = s.padded_w * s.cp;
+  buf.resize(static_cast<size_t>(g.batch * s.padded_h * row_values) * sizeof(T));
   T* data = reinterpret_cast<T*>(buf.data());
-  std::fill(data, data + count, static_cast<T>(static_cast<uint8_t>(zx) ^ flip));
   const uint8_t* in = static_cast<const uint8_t*>(x);
-  for (int64_t n = 0; n < g.batch; ++n)
-    for (int64_t iy = 0; iy < g.in_h; ++iy) {
-      T* row = data + ((n * s.padded_h + iy + g.pad_top) * s.padded_w + g.pad_left) * s.cp;
-      if (x_nhwc) {
+  auto stage_rows = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t n = r / s.padded_h, iy = r % s.padded_h - g.pad_top;
+      T* row = data + r * row_values;
+      if (iy < 0 || iy >= g.in_h) {
+        std::fill(row, row + row_values, fill);
+        continue;
+      }
+      std::fill(row, row + g.pad_left * s.cp, fill);
+      std::fill(row + (g.pad_left + g.in_w) * s.cp, row + row_values, fill);
+      T* pixels = row + g.pad_left * s.cp;
+      if (x_nhwc && sizeof(T) == 1 && !flip && s.cp == g.channels) {
+        std::memcpy(pixels, in + (n * g.in_h + iy) * g.in_w * g.channels, static_cast<size_t>(g.in_w * g.channels));
+      } else if (x_nhwc) {
         const uint8_t* src = in + (n * g.in_h + iy) * g.in_w * g.channels;
         for (int64_t ix = 0; ix < g.in_w; ++ix) {
           const uint8_t* __restrict from = src + ix * g.channels;
-          T* __restrict to = row + ix * s.cp;
+          T* __restrict to = pixels + ix * s.cp;
           for (int64_t c = 0; c < g.channels; ++c) to[c] = static_cast<T>(from[c] ^ flip);
+          std::fill(to + g.channels, to + s.cp, fill);
         }
       } else {
+        for (int64_t ix = 0; ix < g.in_w; ++ix) std::fill(pixels + ix * s.cp + g.channels, pixels + (ix + 1) * s.cp, fill);
         for (int64_t c = 0; c < g.channels; ++c) {
           const uint8_t* src = in + ((n * g.channels + c) * g.in_h + iy) * g.in_w;
-          for (int64_t ix = 0; ix < g.in_w; ++ix) row[ix * s.cp + c] = static_cast<T>(src[ix] ^ flip);
+          for (int64_t ix = 0; ix < g.in_w; ++ix) pixels[ix * s.cp + c] = static_cast<T>(src[ix] ^ flip);
         }
       }
     }
+  };
+  const int64_t rows = g.batch * s.padded_h;
+  if (pool && rows > 1 && rows * row_values > (1 << 14))
+    pool->parallel_for(rows, 1, stage_rows);
+  else
+    stage_rows(0, rows);
   s.xp = buf.data();
 }
 
@@ -73,13 +92,33 @@ Tile best_tile(const int8_t* w, int64_t count) {
   return seven_bit ? Tile::kAvx2Bytes : Tile::kAvx2;
 }
 
+Tile best_depthwise_tile() { return cpu_features().has_avx512_vnni() ? Tile::kDepthwiseVnni : Tile::kDepthwise; }
+
 PackedWeights PackedWeights::pack(const int8_t* w, const Geometry& g, Tile tile) {
   PackedWeights r;
   r.tile_ = tile;
+  if (tile == Tile::kDepthwiseVnni) {
+    const int64_t quads = (g.kernel_w + 3) / 4;
+    r.taps_ = g.kernel_h * g.kernel_w, r.steps_ = g.kernel_h * quads, r.blocks_ = (g.channels + 63) / 64;
+    r.block_bytes_ = r.steps_ * 256;
+    r.data_.assign(static_cast<size_t>(r.blocks_ * r.block_bytes_), 0);
+    r.sums_.assign(static_cast<size_t>(g.channels), 0);
+    for (int64_t c = 0; c < g.channels; ++c)
+      for (int64_t ky = 0; ky < g.kernel_h; ++ky)
+        for (int64_t kx = 0; kx < g.kernel_w; ++kx) {
+          const int8_t v = w[(c * g.kernel_h + ky) * g.kernel_w + kx];
+          const int64_t i = c % 64, l = i / 16, k = (i % 16) / 4, j = i % 4;  // vector k, lane 4 l + j
+          const int64_t step = ky * quads + kx / 4;
+          r.data_[static_cast<size_t>((c / 64) * r.block_bytes_ + step * 256 + k * 64 + (4 * l + j) * 4 + kx % 4)] = v;
+          r.sums_[static_cast<size_t>(c)] += v;
+        }
+    return r;
+  }
   if (tile == Tile::kDepthwise) {
     // Per block of 16 channels, per pair of taps, 16 int16 pairs (w_t, w_t+1) in vpunpck{l,h}wd's
     // lane order: the low vector holds channels 0-3 then 8-11, the high one 4-7 then 12-15.
     r.taps_ = g.kernel_h * g.kernel_w, r.steps_ = (r.taps_ + 1) / 2, r.blocks_ = (g.channels + 15) / 16;
+    r.block_bytes_ = r.steps_ * 64;
     r.data_.assign(static_cast<size_t>(r.blocks_ * r.block_bytes()), 0);
     r.sums_.assign(static_cast<size_t>(g.channels), 0);
     for (int64_t c = 0; c < g.channels; ++c)
@@ -96,6 +135,7 @@ PackedWeights PackedWeights::pack(const int8_t* w, const Geometry& g, Tile tile)
   r.steps_ = (g.channels + per - 1) / per;
   r.taps_ = g.kernel_h * g.kernel_w;
   r.blocks_ = (g.filters + 15) / 16;
+  r.block_bytes_ = r.taps_ * r.steps_ * 64;
   r.data_.assign(static_cast<size_t>(r.blocks_ * r.block_bytes()), 0);
   r.sums_.assign(static_cast<size_t>(g.filters), 0);
   for (int64_t m = 0; m < g.filters; ++m)
@@ -125,23 +165,24 @@ void conv(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t 
     out = nhwc_out.data();
   }
   Staged s{x, g.in_h, g.in_w, g.channels};
-  if (w.tile() == Tile::kDepthwise) {
+  if (w.tile() == Tile::kDepthwise || w.tile() == Tile::kDepthwiseVnni) {
+    const auto depthwise = w.tile() == Tile::kDepthwise ? conv_depthwise : conv_depthwise_avx512vnni;
     if (x_nhwc) {
-      conv_depthwise(g, x, x_signed, zx, g.channels, w, rq, out, pool);
+      depthwise(g, x, x_signed, zx, g.channels, w, rq, out, pool);
     } else {  // channels-last first: a padded copy, read as unpadded (its borders hold zx)
-      stage<uint8_t>(g, x, x_signed, false, zx, 16, staged, s);
+      stage<uint8_t>(g, x, x_signed, false, zx, 16, staged, s, pool);
       Geometry padded = g;
       padded.in_h = s.padded_h, padded.in_w = s.padded_w, padded.pad_top = padded.pad_left = 0;
-      conv_depthwise(padded, s.xp, false, static_cast<uint8_t>(zx) ^ (x_signed ? 0x80 : 0), s.cp, w, rq, out, pool);
+      depthwise(padded, s.xp, false, static_cast<uint8_t>(zx) ^ (x_signed ? 0x80 : 0), s.cp, w, rq, out, pool);
     }
   } else if (w.tile() == Tile::kAvx512Vnni || w.tile() == Tile::kAvx2Bytes) {
-    if (!readable_in_place(g, x_signed, x_nhwc)) stage<uint8_t>(g, x, x_signed, x_nhwc, zx, 4, staged, s);
+    if (!readable_in_place(g, x_signed, x_nhwc)) stage<uint8_t>(g, x, x_signed, x_nhwc, zx, 4, staged, s, pool);
     if (w.tile() == Tile::kAvx512Vnni)
       conv_staged_avx512vnni(g, s, w, rq, out, pool);
     else
       conv_staged_avx2_bytes(g, s, w, rq, out, pool);
   } else {
-    stage<int16_t>(g, x, x_signed, x_nhwc, zx, 2, staged, s);
+    stage<int16_t>(g, x, x_signed, x_nhwc, zx, 2, staged, s, pool);
     conv_staged_avx2(g, s, w, rq, out, pool);
   }
   if (!y_nhwc) to_nchw(g, out, elem, y);

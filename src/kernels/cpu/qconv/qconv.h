@@ -49,35 +49,42 @@ struct Requantize {
 // route's extra vpmaddwd does). Both take blocks of 16 filters. With 7-bit weights (|w| <= 64,
 // what `kiln quantize --reduce-range` writes) a u8 x s8 pair sum stays within 16 bits, and the
 // AVX2 tile kAvx2Bytes multiplies quads of u8 channels with vpmaddubsw + vpmaddwd exactly (3 ops
-// for 32 products against kAvx2's 4, on a u8 staged copy half the size). Depthwise convs have a
-// tile of their own (AVX2, every CPU): 16 channels a block, the window's taps in pairs (vpmaddwd).
-enum class Tile { kAvx512Vnni, kAvx2, kAvx2Bytes, kDepthwise };
-// The best tile this CPU (and KILN_ISA) allows for weights w (s8, `count` of them).
+// for 32 products against kAvx2's 4, on a u8 staged copy half the size). Depthwise convs have
+// tiles of their own: kDepthwiseVnni (AVX-512 VNNI: 64 channels a block, four horizontal taps of
+// a channel interleaved into each int32 lane, one vpdpbusd per 16 channels x 4 taps), and
+// kDepthwise (AVX2, every CPU: 16 channels a block, the window's taps in pairs, vpmaddwd).
+enum class Tile { kAvx512Vnni, kAvx2, kAvx2Bytes, kDepthwise, kDepthwiseVnni };
+// The best tile this CPU (and KILN_ISA) allows for weights w (s8, `count` of them) of a conv
+// of group 1, and for a depthwise one.
 Tile best_tile(const int8_t* w, int64_t count);
+Tile best_depthwise_tile();
 
 // W [filters, channels, kernel_h, kernel_w] (s8) packed for a tile: blocks of 16 filters, each
 // tap by tap, each tap's channels in steps (quads of s8 for VNNI, pairs of s16 for AVX2), a step
 // 16 filters x its channels (64 bytes either way); filters and channels past the real ones are
-// zero. Depthwise W [channels, 1, kernel_h, kernel_w]: blocks of 16 channels, each a step per
-// pair of taps (the last one's second tap zero), a step the 16 channels' two 16-bit weights
-// interleaved as vpunpck{l,h}wd interleaves two taps' inputs (channels 0-3 and 8-11, then 4-7
-// and 12-15).
+// zero. Depthwise W [channels, 1, kernel_h, kernel_w]: for kDepthwise, blocks of 16 channels,
+// each a step per pair of taps (the last one's second tap zero), a step the 16 channels' two
+// 16-bit weights interleaved as vpunpck{l,h}wd interleaves two taps' inputs (channels 0-3 and
+// 8-11, then 4-7 and 12-15). For kDepthwiseVnni, blocks of 64 channels, each a step per kernel
+// row and quad of its taps (kernel_w rounded up to 4s), a step four vectors: vector k's int32
+// lane 4 l + j holds channel 16 l + 4 k + j's four taps (the lanes vpunpck{l,h}{bw,wd} make of
+// four taps' inputs), taps past the kernel zero.
 class PackedWeights {
  public:
   static PackedWeights pack(const int8_t* w, const Geometry& g, Tile tile);
   Tile tile() const { return tile_; }
   int64_t channels_a_step() const { return tile_ == Tile::kAvx2 ? 2 : 4; }
-  int64_t steps() const { return steps_; }  // channel steps a tap; tap pairs (depthwise)
+  int64_t steps() const { return steps_; }  // channel steps a tap; tap pairs or row quads (depthwise)
   int64_t taps() const { return taps_; }
   int64_t blocks() const { return blocks_; }
-  int64_t block_bytes() const { return (tile_ == Tile::kDepthwise ? 1 : taps_) * steps_ * 64; }  // 64-byte steps
+  int64_t block_bytes() const { return block_bytes_; }
   const int8_t* block(int64_t b) const { return data_.data() + b * block_bytes(); }
   // sum of W over a filter's window, per filter (the zero point's term).
   const std::vector<int32_t>& filter_sums() const { return sums_; }
 
  private:
   Tile tile_ = Tile::kAvx2;
-  int64_t steps_ = 0, taps_ = 0, blocks_ = 0;
+  int64_t steps_ = 0, taps_ = 0, blocks_ = 0, block_bytes_ = 0;
   std::vector<int8_t> data_;
   std::vector<int32_t> sums_;
 };
@@ -101,9 +108,11 @@ void conv_staged_avx2(const Geometry& g, const Staged& x, const PackedWeights& w
                       ThreadPool* pool);
 void conv_staged_avx2_bytes(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq, void* y,
                             ThreadPool* pool);
-// Depthwise (qconv_depthwise.cc) reads channels-last u8 X (x_signed: s8) where it is, `stride`
+// Depthwise (qconv_depthwise.cc, qconv_depthwise_avx512vnni.cc) reads channels-last u8 X (x_signed: s8) where it is, `stride`
 // bytes a pixel, with zero point zx (X's type).
 void conv_depthwise(const Geometry& g, const void* x, bool x_signed, int32_t zx, int64_t stride, const PackedWeights& w,
                     const Requantize& rq, void* y, ThreadPool* pool);
+void conv_depthwise_avx512vnni(const Geometry& g, const void* x, bool x_signed, int32_t zx, int64_t stride,
+                               const PackedWeights& w, const Requantize& rq, void* y, ThreadPool* pool);
 
 }  // namespace kiln::qconv

@@ -24,20 +24,19 @@ struct VnniTiles {
   // 8-bit codes of up to four blocks (64 filters) a pixel leave as one store: the saturating
   // packs narrow them (blocks past B packed as zeros, bytes past the filters masked off) and do
   // the lower clamp (a sum too negative for cvtps' int32 gives INT_MIN, which saturates to the
-  // lowest code too); the upper one stays in float, where a huge positive sum would otherwise wrap.
-  template <int B>
+  // lowest code too); the zero point is added to the 16-bit values, saturating, which clamps the
+  // same as adding it to the int32 ones first. The upper clamp stays in float, where a huge
+  // positive sum would otherwise wrap: needed only where a scale reaches 0.5 (TilePlan).
+  template <int B, bool kClampHigh>
   static void store_packed(const TilePlan& plan, __m512i (&acc)[kPixels][B], int64_t p0, int rows, int64_t m0) {
     const Requantize& rq = plan.rq;
     const int64_t filters = plan.g.filters, count = std::min<int64_t>(B * 16, filters - m0);
     const __m512 hi = _mm512_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
-    const __m512i zp = _mm512_set1_epi32(rq.zero_point);
-    __m512i bias[B];
+    const __m512i zp = _mm512_set1_epi16(static_cast<int16_t>(rq.zero_point));
     __m512 scale[B];
     for (int b = 0; b < B; ++b) {
       const int64_t lanes = std::clamp<int64_t>(count - b * 16, 0, 16);
-      const __mmask16 mask = static_cast<__mmask16>((1u << lanes) - 1);
-      bias[b] = _mm512_maskz_loadu_epi32(mask, rq.bias.data() + m0 + b * 16);
-      scale[b] = _mm512_maskz_loadu_ps(mask, rq.scale.data() + m0 + b * 16);
+      scale[b] = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << lanes) - 1), rq.scale.data() + m0 + b * 16);
     }
     const __mmask64 store_mask = count >= 64 ? ~__mmask64{0} : (__mmask64{1} << count) - 1;
     // Dword d of the packed vector holds block d % 4's channels 4 (d / 4) .. 4 (d / 4) + 3.
@@ -49,29 +48,33 @@ struct VnniTiles {
           q[b] = _mm512_setzero_si512();
           continue;
         }
-        const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc[i][b], bias[b])), scale[b]);
-        q[b] = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_min_ps(f, hi)), zp);
+        const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][b]), scale[b]);
+        q[b] = _mm512_cvtps_epi32(kClampHigh ? _mm512_min_ps(f, hi) : f);
       }
-      const __m512i w01 = _mm512_packs_epi32(q[0], q[1]), w23 = _mm512_packs_epi32(q[2], q[3]);
+      const __m512i w01 = _mm512_adds_epi16(_mm512_packs_epi32(q[0], q[1]), zp);
+      const __m512i w23 = _mm512_adds_epi16(_mm512_packs_epi32(q[2], q[3]), zp);
       const __m512i bytes = rq.output == Output::kS8 ? _mm512_packs_epi16(w01, w23) : _mm512_packus_epi16(w01, w23);
       _mm512_mask_storeu_epi8(static_cast<int8_t*>(plan.y) + (p0 + i) * filters + m0, store_mask,
                               _mm512_permutexvar_epi32(order, bytes));
     }
   }
 
-  // Stores `rows` pixels' sums of B blocks from filter m0: 8-bit codes (store_packed), or floats.
+  // Stores `rows` pixels' sums (the bias in them already) of B blocks from filter m0: 8-bit codes
+  // (store_packed), or floats.
   template <int B>
   static void store(const TilePlan& plan, __m512i (&acc)[kPixels][B], int64_t p0, int rows, int64_t m0) {
     const Requantize& rq = plan.rq;
-    if (rq.output != Output::kFloat) return store_packed<B>(plan, acc, p0, rows, m0);
+    if (rq.output != Output::kFloat) {
+      if (plan.clamp_high) return store_packed<B, true>(plan, acc, p0, rows, m0);
+      return store_packed<B, false>(plan, acc, p0, rows, m0);
+    }
     const int64_t filters = plan.g.filters;
     for (int b = 0; b < B; ++b) {
       const int64_t m = m0 + b * 16;
       const __mmask16 mask = static_cast<__mmask16>((1u << std::min<int64_t>(16, filters - m)) - 1);
-      const __m512i bias = _mm512_maskz_loadu_epi32(mask, rq.bias.data() + m);
       const __m512 scale = _mm512_maskz_loadu_ps(mask, rq.scale.data() + m);
       for (int i = 0; i < rows; ++i) {
-        const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc[i][b], bias)), scale);
+        const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][b]), scale);
         _mm512_mask_storeu_ps(static_cast<float*>(plan.y) + (p0 + i) * filters + m, mask, f);
       }
     }
@@ -82,9 +85,13 @@ struct VnniTiles {
   static void tile(const TilePlan& plan, int64_t p0, int rows, int64_t b0) {
     const char* px[kPixels];
     windows(plan, p0, rows, px, kPixels);
+    // The sums start from the bias (lanes past the filters: 0).
     __m512i acc[kPixels][B];
-    for (auto& row : acc)
-      for (auto& a : row) a = _mm512_setzero_si512();
+    for (int b = 0; b < B; ++b) {
+      const int64_t m = (b0 + b) * 16, lanes = std::min<int64_t>(16, plan.g.filters - m);
+      const __m512i bias = _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << lanes) - 1), plan.rq.bias.data() + m);
+      for (auto& row : acc) row[b] = bias;
+    }
     const int64_t quads = plan.w.steps(), wstride = plan.w.block_bytes();
     const int8_t* w = plan.w.block(b0);
     for (const int64_t off : plan.tap_offsets) {

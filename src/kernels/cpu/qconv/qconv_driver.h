@@ -11,6 +11,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -55,6 +56,11 @@ struct TilePlan {
   void* y;
   int64_t element;                   // bytes of a staged value
   std::vector<int64_t> tap_offsets;  // bytes from a window's corner to each tap's pixel
+  // Whether a requantized sum can exceed int32 (a scale of 0.5 or more), so that the store must
+  // clamp it in float before converting.
+  bool clamp_high = true;
+  // Whether output pixel p's window is staged pixel p (windows()).
+  bool pixel_is_window = false;
 };
 
 // The window corners of pixels p0, p0 + 1, ..., `rows` of them, into px[0, count) (the last
@@ -62,9 +68,14 @@ struct TilePlan {
 // are consecutive; dividing for each cost more than a small conv's arithmetic).
 inline void windows(const TilePlan& plan, int64_t p0, int rows, const char** px, int count) {
   const Geometry& g = plan.g;
+  const int64_t pixel_bytes = plan.x.cp * plan.element;
+  if (plan.pixel_is_window) {  // a 1x1 conv of stride 1 on an unpadded X: no division
+    for (int i = 0; i < count; ++i)
+      px[i] = static_cast<const char*>(plan.x.xp) + (p0 + std::min(i, rows - 1)) * pixel_bytes;
+    return;
+  }
   const int64_t per_image = g.out_h * g.out_w;
   int64_t n = p0 / per_image, oy = (p0 % per_image) / g.out_w, ox = p0 % g.out_w;
-  const int64_t pixel_bytes = plan.x.cp * plan.element;
   const char* last = nullptr;
   for (int i = 0; i < count; ++i) {
     if (i < rows) {
@@ -86,6 +97,9 @@ void drive(const Geometry& g, const Staged& x, const PackedWeights& w, const Req
   constexpr int kPixels = Tiles::kPixels, kMaxBlocks = Tiles::kMaxBlocks;
   constexpr int64_t kTilesAnItem = 8;
   TilePlan plan{g, x, w, rq, y, element, {}};
+  plan.pixel_is_window = g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 && g.stride_w == 1 &&
+                         x.padded_h == g.out_h && x.padded_w == g.out_w;
+  plan.clamp_high = std::any_of(rq.scale.begin(), rq.scale.end(), [](float s) { return !(std::fabs(s) < 0.5f); });
   for (int64_t ky = 0; ky < g.kernel_h; ++ky)
     for (int64_t kx = 0; kx < g.kernel_w; ++kx)
       plan.tap_offsets.push_back((ky * g.dilation_h * x.padded_w + kx * g.dilation_w) * x.cp * element);
