@@ -100,6 +100,9 @@ struct QuantizeReport {
   int64_t weight_bytes_before = 0, weight_bytes_after = 0;  // 16-bit and weight-only: the weights' bytes
   int opset_before = 0, opset_after = 0;  // the default domain's: raised to 13 for per-channel scales
   std::vector<std::string> kept_float;    // quantizable nodes left in float, with why: "name: reason"
+  // Static quantization, kiln's form: the MatMul/Gemm nodes whose output goes on in float (a
+  // classifier's logits), quantized dynamically instead (int8 weights, rows at run time).
+  std::vector<std::string> dynamic_nodes;
   // The per-layer report: each quantized activation as its DequantizeLinear gives it, against the
   // float model's value, and each output; measured on held-out samples when `held_out` was given.
   std::vector<TensorError> layers, outputs;

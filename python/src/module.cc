@@ -449,7 +449,8 @@ PYBIND11_MODULE(_kiln, m) {
         return py::dict(py::arg("samples") = r.samples, py::arg("quantized_nodes") = r.quantized_nodes,
                         py::arg("quantized_tensors") = r.quantized_tensors, py::arg("removed_clamps") = r.removed_clamps,
                         py::arg("opset_before") = r.opset_before, py::arg("opset_after") = r.opset_after,
-                        py::arg("kept_float") = r.kept_float, py::arg("layers") = errors(r.layers),
+                        py::arg("kept_float") = r.kept_float, py::arg("dynamic_nodes") = r.dynamic_nodes,
+                        py::arg("layers") = errors(r.layers),
                         py::arg("outputs") = errors(r.outputs), py::arg("measured_on_held_out") = r.measured_on_held_out,
                         py::arg("weight_bytes_before") = r.weight_bytes_before,
                         py::arg("weight_bytes_after") = r.weight_bytes_after);

@@ -130,4 +130,24 @@ Status write_dynamic(ir::Model& model, const passes::ValueTypes& types, const Qu
   return Status::ok();
 }
 
+Status quantize_float_outputs_dynamically(ir::Model& model, const passes::ValueTypes& types,
+                                          const QuantizeOptions& options, QuantizeReport* report) {
+  auto label = [](const ir::Node& n) { return n.name.empty() ? n.outputs[0] : n.name; };
+  std::map<std::string, std::string> before;  // output -> label, of the float MatMul/Gemm nodes
+  for (const ir::Node& n : model.graph.nodes)
+    if (n.domain.empty() && (n.op_type == "MatMul" || n.op_type == "Gemm") && !n.outputs.empty())
+      before.emplace(n.outputs[0], label(n));
+  QuantizeReport scratch;
+  KILN_RETURN_IF_ERROR(write_dynamic(model, types, options, &scratch));
+  for (const ir::Node& n : model.graph.nodes)
+    if (n.domain.empty() && (n.op_type == "MatMul" || n.op_type == "Gemm") && !n.outputs.empty())
+      before.erase(n.outputs[0]);
+  for (const auto& [output, name] : before) {  // the ones write_dynamic replaced
+    report->dynamic_nodes.push_back(name);
+    std::erase_if(report->kept_float, [&](const std::string& k) { return k.substr(0, k.find(':')) == name; });
+  }
+  report->quantized_nodes += scratch.quantized_nodes;
+  return Status::ok();
+}
+
 }  // namespace kiln::quantize

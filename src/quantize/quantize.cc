@@ -207,6 +207,7 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
     ir::Model qdq = model;
     std::map<std::string, std::string> dequantized;
     KILN_RETURN_IF_ERROR(write_qdq(qdq, plan, params, current, &r, &dequantized));
+    if (!current.portable) KILN_RETURN_IF_ERROR(quantize_float_outputs_dynamically(qdq, types, current, &r));
     KILN_RETURN_IF_ERROR(ir::sort_topologically(qdq.graph).with_context("the quantized graph"));
     KILN_RETURN_IF_ERROR(measure(model, qdq, plan.points, dequantized, eval, &r.layers, &r.outputs));
     r.samples = static_cast<int64_t>(samples.size());

@@ -44,6 +44,13 @@ Status write_qdq(ir::Model& model, const Plan& plan, const std::map<std::string,
 Status write_dynamic(ir::Model& model, const passes::ValueTypes& types, const QuantizeOptions& options,
                      QuantizeReport* report);
 
+// Static quantization in kiln's form: the MatMul/Gemm nodes still in float with constant 2-D
+// weights (choose()'s, whose output goes on in float: a classifier's logits) go through
+// write_dynamic, int8 weights and rows quantized at run time (a GEMV then streams a quarter of
+// the weight bytes). Their kept_float lines move to report->dynamic_nodes (dynamic.cc).
+Status quantize_float_outputs_dynamically(ir::Model& model, const passes::ValueTypes& types,
+                                          const QuantizeOptions& options, QuantizeReport* report);
+
 // Float32 weights of `model` stored as `to` (float16 or bfloat16) behind a Cast to float32
 // (float16_weights.cc).
 Status write_16bit_weights(ir::Model& model, DType to, const QuantizeOptions& options, QuantizeReport* report);

@@ -61,7 +61,9 @@ TEST(Int8Oracle, EveryEightBitKernelHasOne) {
     const std::string op = (d->domain.empty() ? "" : d->domain + ".") + d->op_type;
     auto it = kOracles.find(op);
     ASSERT_NE(it, kOracles.end()) << op << " declares 8-bit inputs but names no oracle test here";
-    if (it->second != "conformance") EXPECT_TRUE(tests.count(it->second)) << op << ": no test " << it->second;
+    if (it->second != "conformance") {
+      EXPECT_TRUE(tests.count(it->second)) << op << ": no test " << it->second;
+    }
   }
   EXPECT_GE(eight_bit, static_cast<int>(kOracles.size()));
 }
@@ -74,19 +76,27 @@ T formula(bool multiply, float a, float as, float az, float b, float bs, float b
   return static_cast<T>(std::clamp(v, std::is_signed_v<T> ? -128.0f : 0.0f, std::is_signed_v<T> ? 127.0f : 255.0f));
 }
 
+// The zero points of the every-pair check.
 template <typename T>
-void check_binary(bool multiply, const Shape& b_shape) {
+constexpr T kPairAz = 3;
+template <typename T>
+constexpr T kPairBz = std::is_signed_v<T> ? -6 : 250;
+
+template <typename T>
+void check_binary(bool multiply, const Shape& b_shape, float cs_given = 0, bool every_pair = false) {
   const DType t = std::is_signed_v<T> ? DType::kInt8 : DType::kUInt8;
   SCOPED_TRACE(::testing::Message() << (multiply ? "QLinearMul " : "QLinearAdd ") << dtype_name(t) << " B "
                                     << shape_str(b_shape));
   std::mt19937 rng(multiply * 7 + b_shape.size());
   std::uniform_int_distribution<int> byte(std::is_signed_v<T> ? -128 : 0, std::is_signed_v<T> ? 127 : 255);
-  const Shape a_shape = {3, 37};
+  const Shape a_shape = every_pair ? Shape{256, 256} : Shape{3, 37};
+  const int64_t row = a_shape.back();
   Tensor a = Tensor::make(t, a_shape).value(), b = Tensor::make(t, b_shape).value();
-  for (int64_t i = 0; i < a.numel(); ++i) a.data<T>()[i] = static_cast<T>(byte(rng));
-  for (int64_t i = 0; i < b.numel(); ++i) b.data<T>()[i] = static_cast<T>(byte(rng));
-  const float as = 0.037f, bs = 0.021f, cs = multiply ? 0.09f : 0.05f;
-  const T az = static_cast<T>(byte(rng)), bz = static_cast<T>(byte(rng)), cz = static_cast<T>(byte(rng));
+  for (int64_t i = 0; i < a.numel(); ++i) a.data<T>()[i] = static_cast<T>(every_pair ? i >> 8 : byte(rng));
+  for (int64_t i = 0; i < b.numel(); ++i) b.data<T>()[i] = static_cast<T>(every_pair ? i & 255 : byte(rng));
+  const float as = 0.037f, bs = 0.021f, cs = cs_given ? cs_given : multiply ? 0.09f : 0.05f;
+  T az = static_cast<T>(byte(rng)), bz = static_cast<T>(byte(rng)), cz = static_cast<T>(byte(rng));
+  if (every_pair) az = kPairAz<T>, bz = kPairBz<T>, cz = 7;
   test::Builder g(13);
   g.m.opsets["com.microsoft"] = 1;
   g.m.graph.inputs.push_back(ir::ValueInfo{"a", ir::TypeInfo::tensor(t, a_shape), ""});
@@ -107,7 +117,7 @@ void check_binary(bool multiply, const Shape& b_shape) {
   const Tensor c = test::run_model(g.m, {a, b}, plain)[0].tensor;
   ASSERT_EQ(c.shape(), a_shape);
   for (int64_t i = 0; i < c.numel(); ++i) {
-    const int64_t j = b.numel() == a.numel() ? i : b_shape.back() == 1 ? i / 37 : i % b.numel();
+    const int64_t j = b.numel() == a.numel() ? i : b_shape.back() == 1 ? i / row : i % b.numel();
     const T want = formula<T>(multiply, a.data<T>()[i], as, az, b.data<T>()[j], bs, bz, cs, cz);
     ASSERT_EQ(c.data<T>()[i], want) << "element " << i;
   }
@@ -119,6 +129,44 @@ TEST(Int8Oracle, QLinearAddAndMulMatchTheirFormula) {
       check_binary<uint8_t>(multiply, b_shape);
       check_binary<int8_t>(multiply, b_shape);
     }
+}
+
+// Whether some pair of codes of T rounds differently when (a op b) is multiplied by 1 / cs
+// instead of divided by cs (the kernel checks the same before it multiplies).
+template <typename T>
+bool reciprocal_misses(bool multiply, float cs) {
+  const float as = 0.037f, bs = 0.021f, az = kPairAz<T>, bz = kPairBz<T>, r = 1.0f / cs;
+  for (int a = 0; a < 256; ++a)
+    for (int b = 0; b < 256; ++b) {
+      const float fa = (static_cast<float>(static_cast<T>(a)) - az) * as;
+      const float fb = (static_cast<float>(static_cast<T>(b)) - bz) * bs;
+      const float v = multiply ? fa * fb : fa + fb;
+      if (std::nearbyint(v / cs) != std::nearbyint(v * r)) return true;
+    }
+  return false;
+}
+
+template <typename T>
+void every_pair(bool multiply) {
+  float exact = 0, inexact = 0;
+  for (int k = 0; k < 2000 && !(exact && inexact); ++k) {
+    const float cs = (multiply ? 0.09f : 0.05f) * (1.0f + 0.000137f * static_cast<float>(k));
+    (reciprocal_misses<T>(multiply, cs) ? inexact : exact) = cs;
+  }
+  ASSERT_TRUE(exact && inexact) << "no output scale of each kind found";
+  for (const float cs : {exact, inexact}) {
+    SCOPED_TRACE(::testing::Message() << "cs " << cs);
+    check_binary<T>(multiply, Shape{256, 256}, cs, true);
+  }
+}
+
+// All 65536 pairs of codes, with an output scale where multiplying by its reciprocal gives every
+// pair the division's code and with one where it does not (so that the kernel divides).
+TEST(Int8Oracle, QLinearAddAndMulMatchTheirFormulaOnEveryPairOfCodes) {
+  for (bool multiply : {false, true}) {
+    every_pair<uint8_t>(multiply);
+    every_pair<int8_t>(multiply);
+  }
 }
 
 // Every code of u8 and s8 X through QLinearSigmoid's table against its formula, with constant

@@ -107,15 +107,17 @@ TEST(Quantize, SmallCnnToQdq) {
   auto report = model.quantize(samples_of(calib), {});
   ASSERT_TRUE(report.is_ok()) << report.status().message();
   EXPECT_EQ(report->samples, 8);
-  EXPECT_EQ(report->quantized_nodes, 2);  // the two convs; the Gemm's logits go on in float
-  ASSERT_EQ(report->kept_float.size(), 1u);
-  EXPECT_NE(report->kept_float[0].find("goes on in float"), std::string::npos) << report->kept_float[0];
+  // The two convs, and the Gemm, whose logits go on in float, quantized dynamically.
+  EXPECT_EQ(report->quantized_nodes, 3);
+  EXPECT_TRUE(report->kept_float.empty());
+  ASSERT_EQ(report->dynamic_nodes.size(), 1u);
   EXPECT_EQ(report->removed_clamps, 2);
   const ir::Model& q = model.ir();
   const auto h = test::histogram(q);
   EXPECT_EQ(h.count("Relu"), 0u);
   EXPECT_EQ(h.at("Conv"), 2);
-  EXPECT_EQ(h.at("Gemm"), 1);  // float, reading its input's DequantizeLinear
+  EXPECT_EQ(h.count("Gemm"), 0u);
+  EXPECT_EQ(h.at("DynamicQuantMatMul"), 1);  // reading its input's DequantizeLinear
   EXPECT_GT(h.at("QuantizeLinear"), 0);
   // Weights: int8 with each filter's largest |w| at 127; the float ones are gone.
   int per_channel = 0;
@@ -206,7 +208,8 @@ TEST(Quantize, ReportAndAccuracyGuard) {
   for (const TensorError& e : r0->layers) EXPECT_TRUE(std::isfinite(e.sqnr_db)) << e.tensor;
   ASSERT_EQ(r0->outputs.size(), 1u);
   const double plain_cosine = r0->outputs[0].cosine;
-  EXPECT_EQ(r0->kept_float.size(), 1u);  // the Gemm: its logits go on in float
+  EXPECT_TRUE(r0->kept_float.empty());
+  EXPECT_EQ(r0->dynamic_nodes.size(), 1u);  // the Gemm: its logits go on in float
   ASSERT_LT(plain_cosine, 0.9999);  // the outlier made it lose accuracy
   QuantizeOptions guarded;
   guarded.min_cosine = 0.9999;

@@ -247,6 +247,8 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     if (report->opset_after != report->opset_before)
       std::printf("opset %d -> %d (ONNX's version converter)\n", report->opset_before, report->opset_after);
     for (const std::string& k : report->kept_float) std::printf("kept in float: %s\n", k.c_str());
+    for (const std::string& k : report->dynamic_nodes)
+      std::printf("quantized dynamically: %s (its output goes on in float; rows quantized at run time)\n", k.c_str());
     const char* where = report->measured_on_held_out ? "held-out samples" : "the calibration samples";
     if (weights16 && report->outputs.empty())
       std::printf("accuracy not measured (give --eval or --calib samples to compare the outputs)\n");

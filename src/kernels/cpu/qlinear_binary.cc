@@ -4,11 +4,14 @@
 //   c = saturate(round_half_even(((a - az) * as  op  (b - bz) * bs) / cs) + cz)
 // in float, the very operations of DequantizeLinear, Add or Mul and QuantizeLinear one after the
 // other, so the fused op gives their results bit for bit. Rows run 8 lanes at a time over the
-// pool, a broadcast operand's value repeated along its row.
+// pool, a broadcast operand's value repeated along its row. The division is the slowest step;
+// c depends on the codes (a, b) alone, so where multiplying by 1 / cs gives the division's code
+// for all 65536 pairs (checked once per set of parameters, nearly always so) the rows multiply.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -26,11 +29,11 @@ struct Params {
   bool multiply;
 };
 
-template <typename T>
+template <typename T, bool kReciprocal>
 float apply(const Params& p, T a, T b) {
   const float fa = (static_cast<float>(a) - p.az) * p.as, fb = (static_cast<float>(b) - p.bz) * p.bs;
-  const float v = std::nearbyint((p.multiply ? fa * fb : fa + fb) / p.cs) + p.cz;
-  return std::min(p.hi, std::max(p.lo, v));
+  const float v = kReciprocal ? (p.multiply ? fa * fb : fa + fb) * (1.0f / p.cs) : (p.multiply ? fa * fb : fa + fb) / p.cs;
+  return std::min(p.hi, std::max(p.lo, std::nearbyint(v) + p.cz));
 }
 
 template <typename T>
@@ -41,9 +44,10 @@ __m256 load8(const T* x) {
 
 // c[0, n) of a and b, each read at step 1 (a row) or 0 (one value repeated: a broadcast
 // operand, such as a squeeze-excitation's per-channel scale), 8 at a time.
-template <typename T>
+template <typename T, bool kReciprocal>
 void row(const Params& p, const T* a, int64_t sa, const T* b, int64_t sb, T* c, int64_t n) {
   const __m256 as = _mm256_set1_ps(p.as), bs = _mm256_set1_ps(p.bs), cs = _mm256_set1_ps(p.cs);
+  const __m256 rcs = _mm256_set1_ps(1.0f / p.cs);
   const __m256 az = _mm256_set1_ps(p.az), bz = _mm256_set1_ps(p.bz), cz = _mm256_set1_ps(p.cz);
   const __m256 lo = _mm256_set1_ps(p.lo), hi = _mm256_set1_ps(p.hi);
   auto dequantized = [](const T* x, int64_t step, int64_t i, __m256 z, __m256 s) {
@@ -53,7 +57,8 @@ void row(const Params& p, const T* a, int64_t sa, const T* b, int64_t sb, T* c, 
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 fa = dequantized(a, sa, i, az, as), fb = dequantized(b, sb, i, bz, bs);
-    const __m256 v = _mm256_div_ps(p.multiply ? _mm256_mul_ps(fa, fb) : _mm256_add_ps(fa, fb), cs);
+    const __m256 sum = p.multiply ? _mm256_mul_ps(fa, fb) : _mm256_add_ps(fa, fb);
+    const __m256 v = kReciprocal ? _mm256_mul_ps(sum, rcs) : _mm256_div_ps(sum, cs);
     const __m256 r = _mm256_add_ps(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), cz);
     const __m256i q = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi));
     // In range already: the packs only narrow (per 128-bit lane: dwords 0..3 then 4..7).
@@ -61,7 +66,42 @@ void row(const Params& p, const T* a, int64_t sa, const T* b, int64_t sb, T* c, 
     const __m128i bytes = std::is_signed_v<T> ? _mm_packs_epi16(w, w) : _mm_packus_epi16(w, w);
     _mm_storel_epi64(reinterpret_cast<__m128i*>(c + i), bytes);
   }
-  for (; i < n; ++i) c[i] = static_cast<T>(apply(p, a[sa * i], b[sb * i]));
+  for (; i < n; ++i) c[i] = static_cast<T>(apply<T, kReciprocal>(p, a[sa * i], b[sb * i]));
+}
+
+// Whether the reciprocal gives every pair of codes the division's c: both rows over all 65536.
+template <typename T>
+bool reciprocal_is_exact(const Params& p) {
+  std::vector<T> a(65536), b(65536), by_division(65536), by_reciprocal(65536);
+  for (int i = 0; i < 65536; ++i) a[i] = static_cast<T>(i >> 8), b[i] = static_cast<T>(i & 255);
+  row<T, false>(p, a.data(), 1, b.data(), 1, by_division.data(), 65536);
+  row<T, true>(p, a.data(), 1, b.data(), 1, by_reciprocal.data(), 65536);
+  return by_division == by_reciprocal;
+}
+
+// reciprocal_is_exact, remembered per parameter set (a model has a few dozen).
+template <typename T>
+bool reciprocal_is_exact_cached(const Params& p) {
+  struct Entry {
+    Params p;
+    bool exact;
+  };
+  static std::mutex mu;
+  static std::vector<Entry> seen;
+  auto same = [&](const Params& q) {
+    return q.as == p.as && q.bs == p.bs && q.cs == p.cs && q.az == p.az && q.bz == p.bz && q.cz == p.cz &&
+           q.lo == p.lo && q.hi == p.hi && q.multiply == p.multiply;
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const Entry& e : seen)
+      if (same(e.p)) return e.exact;
+  }
+  const bool exact = reciprocal_is_exact<T>(p);
+  std::lock_guard<std::mutex> lock(mu);
+  if (seen.size() >= 4096) seen.clear();  // bounded, whatever a process runs
+  seen.push_back({p, exact});
+  return exact;
 }
 
 template <typename T>
@@ -86,10 +126,11 @@ void run_typed(KernelContext& ctx, const Params& p, const Tensor& a, const Tenso
                                     rows.push_back({first, base[0], step[0], base[1], step[1], len});
                                   });
   }
+  const bool reciprocal = reciprocal_is_exact_cached<T>(p);
   auto run = [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const Row& w = rows[static_cast<size_t>(r)];
-      row(p, ad + w.a, w.sa, bd + w.b, w.sb, cd + w.first, w.len);
+      (reciprocal ? row<T, true> : row<T, false>)(p, ad + w.a, w.sa, bd + w.b, w.sb, cd + w.first, w.len);
     }
   };
   const int64_t n = static_cast<int64_t>(rows.size());
