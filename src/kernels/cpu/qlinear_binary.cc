@@ -3,7 +3,7 @@
 // scale and zero point, numpy-broadcast, to 8-bit C of A's type:
 //   c = saturate(round_half_even(((a - az) * as  op  (b - bz) * bs) / cs) + cz)
 // in float, the very operations of DequantizeLinear, Add or Mul and QuantizeLinear one after the
-// other, so the fused op gives their results bit for bit. Rows run 8 lanes at a time over the
+// other, so the fused op gives their results bit for bit. Rows run 8 lanes at a time (16 on AVX-512, qlinear_binary_avx512.cc) over the
 // pool, a broadcast operand's value repeated along its row. The division is the slowest step;
 // c depends on the codes (a, b) alone, so where multiplying by 1 / cs gives the division's code
 // for all 65536 pairs (checked once per set of parameters, nearly always so) the rows multiply.
@@ -14,7 +14,9 @@
 #include <mutex>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/qlinear_binary.h"
 #include "kernels/fast_path.h"
 #include "kernels/kernel_util.h"
 #include "kernels/ref/elementwise_util.h"
@@ -23,11 +25,7 @@
 namespace kiln {
 namespace {
 
-struct Params {
-  float as, bs, cs;
-  float az, bz, cz, lo, hi;
-  bool multiply;
-};
+using Params = QLinearBinaryParams;
 
 template <typename T, bool kReciprocal>
 float apply(const Params& p, T a, T b) {
@@ -127,10 +125,15 @@ void run_typed(KernelContext& ctx, const Params& p, const Tensor& a, const Tenso
                                   });
   }
   const bool reciprocal = reciprocal_is_exact_cached<T>(p);
+  static const bool avx512 = cpu_features().has_avx512();  // the level is fixed once kernels run
   auto run = [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const Row& w = rows[static_cast<size_t>(r)];
-      (reciprocal ? row<T, true> : row<T, false>)(p, ad + w.a, w.sa, bd + w.b, w.sb, cd + w.first, w.len);
+      if (avx512)
+        qlinear_binary_row_avx512(p, std::is_signed_v<T>, reciprocal, ad + w.a, w.sa, bd + w.b, w.sb, cd + w.first,
+                                  w.len);
+      else
+        (reciprocal ? row<T, true> : row<T, false>)(p, ad + w.a, w.sa, bd + w.b, w.sb, cd + w.first, w.len);
     }
   };
   const int64_t n = static_cast<int64_t>(rows.size());
