@@ -3,8 +3,9 @@
 // requantized as QLinearConv's kernels define it (float(sum) * (x_scale * w_scale / y_scale),
 // clamped to the range less the zero point, rounded half to even). Shapes cover partial pixel
 // tiles (across rows and images), partial filter blocks and block groups, channels not in whole
-// quads, strides, dilations, uneven pads, 1x1 and 7x7 windows, 1-D convs; u8 and s8 inputs and
-// outputs, per-tensor and per-filter scales, float outputs; NCHW and channels-last.
+// quads (1, 2 and 3 of them), strides, dilations, uneven pads, 1x1 and 7x7 windows, 1-D convs;
+// u8 and s8 inputs and outputs, per-tensor and per-filter scales, float outputs; NCHW and
+// channels-last.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -158,6 +159,8 @@ const std::vector<Case>& cases() {
       {1, 16, 12, 12, 48, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2},  // dilation 2
       {1, 24, 8, 8, 17, 1, 1, 2, 2, 1, 1, 0, 0, 0, 0},    // pointwise stride 2
       {3, 8, 1, 29, 36, 1, 5, 1, 2, 1, 1, 0, 2, 0, 1},    // one row (a 1-D conv)
+      {1, 1, 6, 23, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},     // one channel (grayscale), staged 4 pixels a step
+      {2, 2, 5, 19, 12, 3, 3, 2, 1, 1, 1, 1, 1, 0, 1},    // two channels
   };
   return all;
 }

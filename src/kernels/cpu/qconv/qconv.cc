@@ -2,6 +2,8 @@
 // u8 buffer, and the ISA's tile driver.
 #include "kernels/cpu/qconv/qconv.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -12,6 +14,29 @@ namespace kiln::qconv {
 namespace {
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// `count` channels-last pixels of `channels` u8 values (xor `flip`) to `cp` values of T each,
+// the rest `fill`. Every parameter is a local: stores through a char type may alias anything
+// the loop would otherwise reload. Pixels of 1 to 3 channels (an RGB input) padded to a quad
+// go four at a time through one byte shuffle, a byte loop costing more than the conv's taps.
+template <typename T>
+void stage_pixels(T* to, const uint8_t* from, int64_t count, int64_t channels, int64_t cp, uint8_t flip, T fill) {
+  int64_t i = 0;
+  if (sizeof(T) == 1 && cp == 4 && channels < 4) {
+    alignas(16) int8_t order[16];  // output byte 4 p + c <- input byte channels p + c, or none
+    for (int b = 0; b < 16; ++b) order[b] = b % 4 < channels ? static_cast<int8_t>(channels * (b / 4) + b % 4) : -1;
+    const __m128i shuffle = _mm_load_si128(reinterpret_cast<const __m128i*>(order));
+    const __m128i pad = _mm_andnot_si128(_mm_cmpgt_epi8(shuffle, _mm_set1_epi8(-1)), _mm_set1_epi8(static_cast<char>(fill)));
+    const __m128i flips = _mm_and_si128(_mm_cmpgt_epi8(shuffle, _mm_set1_epi8(-1)), _mm_set1_epi8(static_cast<char>(flip)));
+    for (; (count - i) * channels >= 16; i += 4) {  // the 16-byte load stays inside the row
+      const __m128i in = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i * channels));
+      const __m128i out = _mm_or_si128(_mm_xor_si128(_mm_shuffle_epi8(in, shuffle), flips), pad);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(to + i * 4), out);
+    }
+  }
+  for (; i < count; ++i)
+    for (int64_t c = 0; c < cp; ++c) to[i * cp + c] = c < channels ? static_cast<T>(from[i * channels + c] ^ flip) : fill;
+}
 
 // Stages X into a padded channels-last buffer of T (u8 for VNNI, int16 for AVX2) with whole
 // steps of `step` channels (qconv.h): zx everywhere the input is not. Rows of the buffer go to
@@ -28,32 +53,29 @@ void stage(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t
   buf.resize(static_cast<size_t>(g.batch * s.padded_h * row_values) * sizeof(T));
   T* data = reinterpret_cast<T*>(buf.data());
   const uint8_t* in = static_cast<const uint8_t*>(x);
-  auto stage_rows = [&](int64_t r0, int64_t r1) {
+  const int64_t channels = g.channels, cp = s.cp, padded_h = s.padded_h, in_h = g.in_h, in_w = g.in_w;
+  const int64_t pad_top = g.pad_top, pad_left = g.pad_left;
+  auto stage_rows = [=](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const int64_t n = r / s.padded_h, iy = r % s.padded_h - g.pad_top;
+      const int64_t n = r / padded_h, iy = r % padded_h - pad_top;
       T* row = data + r * row_values;
-      if (iy < 0 || iy >= g.in_h) {
+      if (iy < 0 || iy >= in_h) {
         std::fill(row, row + row_values, fill);
         continue;
       }
-      std::fill(row, row + g.pad_left * s.cp, fill);
-      std::fill(row + (g.pad_left + g.in_w) * s.cp, row + row_values, fill);
-      T* pixels = row + g.pad_left * s.cp;
-      if (x_nhwc && sizeof(T) == 1 && !flip && s.cp == g.channels) {
-        std::memcpy(pixels, in + (n * g.in_h + iy) * g.in_w * g.channels, static_cast<size_t>(g.in_w * g.channels));
+      std::fill(row, row + pad_left * cp, fill);
+      std::fill(row + (pad_left + in_w) * cp, row + row_values, fill);
+      T* pixels = row + pad_left * cp;
+      if (x_nhwc && sizeof(T) == 1 && !flip && cp == channels) {
+        std::memcpy(pixels, in + (n * in_h + iy) * in_w * channels, static_cast<size_t>(in_w * channels));
       } else if (x_nhwc) {
-        const uint8_t* src = in + (n * g.in_h + iy) * g.in_w * g.channels;
-        for (int64_t ix = 0; ix < g.in_w; ++ix) {
-          const uint8_t* __restrict from = src + ix * g.channels;
-          T* __restrict to = pixels + ix * s.cp;
-          for (int64_t c = 0; c < g.channels; ++c) to[c] = static_cast<T>(from[c] ^ flip);
-          std::fill(to + g.channels, to + s.cp, fill);
-        }
+        stage_pixels(pixels, in + (n * in_h + iy) * in_w * channels, in_w, channels, cp, flip, fill);
       } else {
-        for (int64_t ix = 0; ix < g.in_w; ++ix) std::fill(pixels + ix * s.cp + g.channels, pixels + (ix + 1) * s.cp, fill);
-        for (int64_t c = 0; c < g.channels; ++c) {
-          const uint8_t* src = in + ((n * g.channels + c) * g.in_h + iy) * g.in_w;
-          for (int64_t ix = 0; ix < g.in_w; ++ix) pixels[ix * s.cp + c] = static_cast<T>(src[ix] ^ flip);
+        for (int64_t ix = 0; ix < in_w; ++ix)
+          for (int64_t c = channels; c < cp; ++c) pixels[ix * cp + c] = fill;
+        for (int64_t c = 0; c < channels; ++c) {
+          const uint8_t* src = in + ((n * channels + c) * in_h + iy) * in_w;
+          for (int64_t ix = 0; ix < in_w; ++ix) pixels[ix * cp + c] = static_cast<T>(src[ix] ^ flip);
         }
       }
     }
