@@ -4,7 +4,9 @@
 // alone with small key blocks (many online-softmax steps) on every micro-kernel.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <random>
@@ -12,7 +14,9 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "core/cpu_features.h"
 #include "kernels/cpu/attention/attention.h"
+#include "kernels/cpu/attention/softmax_step.h"
 #include "kernels/cpu/gemm/microkernel.h"
 #include "kiln/session.h"
 #include "pass_test_util.h"
@@ -143,6 +147,33 @@ TEST(AttentionCore, MatchesReferenceOnEveryMicroKernel) {
   for (const auto& mk : gemm::available_f32_kernels())
     for (const auto& t : cases)
       for (int threads : {1, 2}) check_core(t, mk, threads);
+}
+
+// The AVX-512 online-softmax step gives the AVX2 one's values bit for bit (the same operations
+// on twice the lanes): scores with -inf (masked), huge and tiny values, over two steps so that
+// the running max moves (rescale factors below 1) and stays (factors of 1).
+TEST(AttentionCore, SoftmaxStepIsTheSameOnEveryIsa) {
+  if (!cpu_features().has_avx512()) GTEST_SKIP() << "no AVX-512";
+  const int64_t nr = 32, cols = 24;
+  std::vector<float> scores = random_vec(2 * cols * nr, 9, -30, 30);
+  for (size_t i = 0; i < scores.size(); i += 7) scores[i] = kNegInf;
+  for (int64_t j = 0; j < 2 * cols; ++j) scores[static_cast<size_t>(j * nr + 5)] = kNegInf;  // a masked query
+  scores[3] = 95.0f, scores[40] = -120.0f;                                                   // past exp's range
+  alignas(64) float st[2][cols * nr], stat[2][3 * nr];
+  bool rescaled[2][2];
+  for (int isa = 0; isa < 2; ++isa) {
+    std::fill(stat[isa], stat[isa] + nr, kNegInf);
+    std::fill(stat[isa] + nr, stat[isa] + 3 * nr, 0.0f);
+    for (int step = 0; step < 2; ++step) {
+      std::copy_n(scores.data() + step * cols * nr, cols * nr, st[isa]);
+      auto fn = isa == 0 ? attention::softmax_step_avx2 : attention::softmax_step_avx512;
+      rescaled[isa][step] = fn(st[isa], cols, nr, stat[isa], stat[isa] + nr, stat[isa] + 2 * nr);
+    }
+  }
+  EXPECT_EQ(rescaled[0][0], rescaled[1][0]);
+  EXPECT_EQ(rescaled[0][1], rescaled[1][1]);
+  for (int64_t i = 0; i < cols * nr; ++i) ASSERT_EQ(std::memcmp(&st[0][i], &st[1][i], 4), 0) << "score " << i;
+  for (int64_t i = 0; i < 3 * nr; ++i) ASSERT_EQ(std::memcmp(&stat[0][i], &stat[1][i], 4), 0) << "statistic " << i;
 }
 
 TEST(AttentionCore, FullyMaskedRowIsNanOrZerosOthersUnaffected) {

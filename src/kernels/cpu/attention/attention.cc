@@ -17,9 +17,11 @@
 #include <memory>
 
 #include "core/aligned_buffer.h"
+#include "core/cpu_features.h"
 #include "core/thread_pool.h"
 #include "core/thread_scratch.h"
 #include "kernels/cpu/attention/pack_heads.h"
+#include "kernels/cpu/attention/softmax_step.h"
 #include "kernels/cpu/vec_math_avx2.h"
 
 namespace kiln::attention {
@@ -40,6 +42,7 @@ struct Plan {
   int64_t seq_pad, dim_pad;       // seq and head_dim rounded up to mr
   const float* ka;                // per head: seq_pad/mr panels of head_dim x mr (K)
   const float* va;                // per head: dim_pad/mr panels of seq x mr (V^T)
+  bool (*softmax_step)(float*, int64_t, int64_t, float*, float*, float*);  // softmax_step.h
 };
 
 // Adds the mask to score rows [0, cols) of block keys j0.., queries [0, nq) from q0.
@@ -58,35 +61,6 @@ void add_mask(const AttentionArgs& a, int64_t b, int64_t h, int64_t q0, int64_t 
       for (int64_t q = 0; q < nq; ++q) row[q] += mj[q * ms[2]];
     }
   }
-}
-
-// One online-softmax step on the score block st (cols rows of nr): updates m and l, leaves
-// exp(S - m') in st and the factor old sums and outputs are rescaled by in `factor`.
-// Returns whether any factor differs from 1.
-bool softmax_step(float* st, int64_t cols, int64_t nr, float* m, float* l, float* factor) {
-  bool rescale = false;
-  for (int64_t q = 0; q < nr; q += 8) {
-    __m256 mx = _mm256_set1_ps(-kInf);
-    for (int64_t j = 0; j < cols; ++j) mx = _mm256_max_ps(mx, _mm256_load_ps(st + j * nr + q));
-    const __m256 m_old = _mm256_load_ps(m + q);
-    const __m256 m_new = _mm256_max_ps(m_old, mx);
-    // Exponents relative to 0 while every score so far is -inf, so they give 0, not NaN.
-    const __m256 ref = _mm256_blendv_ps(m_new, _mm256_setzero_ps(),
-                                        _mm256_cmp_ps(m_new, _mm256_set1_ps(-kInf), _CMP_EQ_OQ));
-    const __m256 f = vec::exp_avx2(_mm256_sub_ps(m_old, ref));
-    __m256 sum = _mm256_setzero_ps();
-    for (int64_t j = 0; j < cols; ++j) {
-      float* row = st + j * nr + q;
-      const __m256 e = vec::exp_avx2(_mm256_sub_ps(_mm256_load_ps(row), ref));
-      _mm256_store_ps(row, e);
-      sum = _mm256_add_ps(sum, e);
-    }
-    _mm256_store_ps(l + q, _mm256_fmadd_ps(_mm256_load_ps(l + q), f, sum));
-    _mm256_store_ps(m + q, m_new);
-    _mm256_store_ps(factor + q, f);
-    rescale |= _mm256_movemask_ps(_mm256_cmp_ps(f, _mm256_set1_ps(1.0f), _CMP_NEQ_UQ)) != 0;
-  }
-  return rescale;
 }
 
 // query_block's buffers, one set per thread: Q^T, scores, O^T, softmax statistics.
@@ -124,7 +98,7 @@ void query_block(const AttentionArgs& a, const Plan& p, int64_t bh, int64_t qb) 
     for (int64_t ir = 0; ir < cols; ir += mr)
       tile({d, ka + (j0 + ir) * d, qt, st + ir * nr, nr, a.scale, 0.0f, nullptr});
     if (a.mask) add_mask(a, b, h, q0, nq, j0, cols, nr, st);
-    if (softmax_step(st, cols, nr, m, l, factor) && kb > 0)
+    if (p.softmax_step(st, cols, nr, m, l, factor) && kb > 0)
       for (int64_t c = 0; c < d; ++c)
         for (int64_t q = 0; q < nr; ++q) ot[c * nr + q] *= factor[q];
     const float beta = kb == 0 ? 0.0f : 1.0f;
@@ -155,11 +129,38 @@ void run(ThreadPool* pool, int64_t n, FunctionRef<void(int64_t, int64_t)> fn) {
 
 }  // namespace
 
+bool softmax_step_avx2(float* st, int64_t cols, int64_t nr, float* m, float* l, float* factor) {
+  bool rescale = false;
+  for (int64_t q = 0; q < nr; q += 8) {
+    __m256 mx = _mm256_set1_ps(-kInf);
+    for (int64_t j = 0; j < cols; ++j) mx = _mm256_max_ps(mx, _mm256_load_ps(st + j * nr + q));
+    const __m256 m_old = _mm256_load_ps(m + q);
+    const __m256 m_new = _mm256_max_ps(m_old, mx);
+    // Exponents relative to 0 while every score so far is -inf, so they give 0, not NaN.
+    const __m256 ref = _mm256_blendv_ps(m_new, _mm256_setzero_ps(),
+                                        _mm256_cmp_ps(m_new, _mm256_set1_ps(-kInf), _CMP_EQ_OQ));
+    const __m256 f = vec::exp_avx2(_mm256_sub_ps(m_old, ref));
+    __m256 sum = _mm256_setzero_ps();
+    for (int64_t j = 0; j < cols; ++j) {
+      float* row = st + j * nr + q;
+      const __m256 e = vec::exp_avx2(_mm256_sub_ps(_mm256_load_ps(row), ref));
+      _mm256_store_ps(row, e);
+      sum = _mm256_add_ps(sum, e);
+    }
+    _mm256_store_ps(l + q, _mm256_fmadd_ps(_mm256_load_ps(l + q), f, sum));
+    _mm256_store_ps(m + q, m_new);
+    _mm256_store_ps(factor + q, f);
+    rescale |= _mm256_movemask_ps(_mm256_cmp_ps(f, _mm256_set1_ps(1.0f), _CMP_NEQ_UQ)) != 0;
+  }
+  return rescale;
+}
+
 void attention_f32(const AttentionArgs& a, ThreadPool* pool, const AttentionTuning& tuning) {
   if (a.batch <= 0 || a.heads <= 0 || a.seq <= 0 || a.head_dim <= 0) return;
   Plan p;
   p.mk = tuning.kernel ? tuning.kernel : gemm::best_f32_kernel();
   p.mr = p.mk->mr, p.nr = p.mk->nr;
+  p.softmax_step = cpu_features().has_avx512() && p.nr % 16 == 0 ? softmax_step_avx512 : softmax_step_avx2;
   const int64_t bh = a.batch * a.heads, d = a.head_dim;
   if (4 * bh * a.seq * a.seq * d < kSerialFlops) pool = nullptr;
 
