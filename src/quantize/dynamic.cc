@@ -142,7 +142,8 @@ Status quantize_float_outputs_dynamically(ir::Model& model, const passes::ValueT
   for (const ir::Node& n : model.graph.nodes)
     if (n.domain.empty() && (n.op_type == "MatMul" || n.op_type == "Gemm") && !n.outputs.empty())
       before.erase(n.outputs[0]);
-  for (const auto& [output, name] : before) {  // the ones write_dynamic replaced
+  for (const auto& replaced : before) {  // the ones write_dynamic replaced (output -> label)
+    const std::string& name = replaced.second;
     report->dynamic_nodes.push_back(name);
     std::erase_if(report->kept_float, [&](const std::string& k) { return k.substr(0, k.find(':')) == name; });
   }

@@ -375,7 +375,8 @@ def test_quantize_from_dicts_and_a_reader(model_dir, tmp_path):
     held_out = [{"x": RNG.standard_normal((1, 3, 16, 16)).astype(np.float32)} for _ in range(3)]
     fused = kiln.quantize(path, calib, held_out=held_out)
     q = fused.report["quantization"]
-    assert q["quantized_nodes"] == 1 and q["measured_on_held_out"]  # the conv; the Gemm's logits stay float
+    # The conv, and the Gemm, whose logits go on in float: quantized dynamically (kiln's form).
+    assert q["quantized_nodes"] == 2 and len(q["dynamic_nodes"]) == 1 and q["measured_on_held_out"]
     assert len(q["layers"]) >= 2 and all(np.isfinite(e["sqnr_db"]) for e in q["layers"])
     assert {e["tensor"] for e in q["outputs"]} == {"logits", "probs"} and min(e["cosine"] for e in q["outputs"]) >= 0.99
     assert fused.report["quantization"]["removed_clamps"] == 1
