@@ -3,7 +3,7 @@
 // QLinearConv (ONNX's inputs; channels_last makes X and Y [N, H, W, C]) and NhwcMaxPool (MaxPool
 // on channels-last 8-bit X), whose shapes come from the standard op's schema run on the NCHW
 // view; QLinearAdd and QLinearMul (A and B broadcast, C of A's type); MatMulIntegerToFloat
-// (MatMulInteger's shapes, float32).
+// (MatMulInteger's shapes, float32; kiln's form with an epilogue too).
 #include "ir/schemas/common.h"
 
 namespace kiln::ir::schemas::quant {
@@ -106,6 +106,6 @@ KILN_REGISTER_OP_SCHEMA("ai.kiln", (OpSchema{.infer = infer_lookup}), "QLinearLo
 KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_matmul_integer_to_float, .cost = cost_matmul}),
                         "MatMulIntegerToFloat");
 KILN_REGISTER_OP_SCHEMA("ai.kiln", (OpSchema{.infer = infer_matmul_integer_to_float, .cost = cost_matmul}),
-                        "DynamicQuantMatMul");
+                        "DynamicQuantMatMul", "MatMulIntegerToFloat");
 
 }  // namespace kiln::ir::schemas::quant

@@ -2,12 +2,15 @@
 // com.microsoft.MatMulIntegerToFloat, which quantize_dynamic's graphs carry (and dynamic-quant-
 // matmul makes of MatMulInteger -> Cast -> Mul(a_scale * b_scale) [-> Add(bias)]):
 //   Y = float((A - a_zp)(B - b_zp)) * (a_scale * b_scale[j]) + bias[j]
-// the very float operations of the unfused graph, in its order. A constant 2-D B is packed once:
+// computed as fma(float(sum), a_scale * b_scale[j], bias[j]) on every route (gemm::Dequantize):
+// one rounding where the unfused graph's Mul and Add have two. A constant 2-D B is packed once:
 // in 8 bits for gemm_u8s8 on VNNI CPUs (K <= 8192), else minus its zero points widened for
 // gemm_s16; a run makes one GEMM of all of A's rows (A [..., M, K] against B [K, N] is A's rows,
 // in order, times B). crnn's [1024, 8210] classifier over 20 rows: 1.9 ms on gemm_s16, 0.91 on
 // gemm_u8s8 (Zen 4, 2 threads). Any other B runs the reference product (gemm_s16 on widened
-// copies, or a plain int32 loop past its depth).
+// copies, or a plain int32 loop past its depth). kiln's ai.kiln.MatMulIntegerToFloat (gemm-
+// epilogue) is the same op with FusedMatMul's epilogue attributes and residual Z as input 7,
+// applied to Y as the GEMM's tiles are dequantized.
 #include <algorithm>
 
 #include "core/thread_pool.h"
@@ -15,6 +18,7 @@
 #include "kernels/cpu/gemm/packed_int8.h"
 #include "kernels/fast_path.h"
 #include "kernels/kernel_util.h"
+#include "kernels/kiln/epilogue_activation.h"
 #include "kernels/ref/gemm_f32.h"
 
 namespace kiln {
@@ -47,10 +51,12 @@ void widen_s16(const Tensor& t, ZeroPoint zero_point, int16_t* out) {
 struct Operands {
   size_t a_zero_point, b_zero_point;
   int a_scale = -1, b_scale = -1, bias = -1;  // -1: the op has none (MatMulInteger)
+  int residual = -1;                          // kiln's form: the epilogue's Z
   bool to_float() const { return a_scale >= 0; }
 };
 constexpr Operands kMatMulInteger{2, 3};
 constexpr Operands kMatMulIntegerToFloat{4, 5, 2, 3, 6};
+constexpr Operands kFusedMatMulIntegerToFloat{4, 5, 2, 3, 6, 7};
 
 bool given(const KernelContext& ctx, size_t i) { return ctx.has_input(i) && ctx.input(i).defined(); }
 
@@ -131,7 +137,8 @@ Status integer_product(KernelContext& ctx, const Operands& ops, Tensor* y) {
 
 // MatMulIntegerToFloat's y = float(c) * (a_scale * b_scale[j]) + bias[j] over n columns, its
 // inputs checked.
-Result<gemm::Dequantize> dequantize_inputs(KernelContext& ctx, const Operands& ops, int64_t n) {
+Result<gemm::Dequantize> dequantize_inputs(KernelContext& ctx, const Operands& ops, int64_t n, const Shape& y_shape,
+                                           gemm::Epilogue* epilogue) {
   if (!given(ctx, static_cast<size_t>(ops.a_scale)) || !given(ctx, static_cast<size_t>(ops.b_scale)))
     return ctx.error("needs a_scale and b_scale");
   const Tensor& as = ctx.input(static_cast<size_t>(ops.a_scale));
@@ -146,6 +153,11 @@ Result<gemm::Dequantize> dequantize_inputs(KernelContext& ctx, const Operands& o
   dq.a_scale = as.data<float>();
   dq.b_scale = bs.data<float>(), dq.b_per_column = bs.numel() != 1;
   dq.bias = bias ? bias->data<float>() : nullptr;
+  if (ops.residual >= 0) {  // kiln's form: its epilogue, Z read as [rows, N]
+    KILN_ASSIGN_OR_RETURN(*epilogue, kiln_ops::read_epilogue(ctx, y_shape, static_cast<size_t>(ops.residual)));
+    if (epilogue->residual) epilogue->ld_residual = n;
+    if (!epilogue->empty()) dq.epilogue = epilogue;
+  }
   return dq;
 }
 
@@ -185,7 +197,7 @@ class MatMulIntegerKernel : public Kernel {
       return Status::ok();
     }
     const int64_t n = product.rank() >= 1 ? product.dim(product.rank() - 1) : 1;
-    KILN_ASSIGN_OR_RETURN(gemm::Dequantize dq, dequantize_inputs(ctx, ops_, n));
+    KILN_ASSIGN_OR_RETURN(gemm::Dequantize dq, dequantize_inputs(ctx, ops_, n, product.shape(), &epilogue_));
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, product.shape()));
     gemm::dequantize_rows(product.data<int32_t>(), n == 0 ? 0 : product.numel() / n, n, dq, y->data<float>(), ctx.pool);
     return Status::ok();
@@ -219,7 +231,7 @@ class MatMulIntegerKernel : public Kernel {
     const std::vector<int32_t>& za = azp.size() == 1 ? azp : row_zero_points_;
     const bool a_signed = a.dtype() == DType::kInt8;
     if (ops_.to_float()) {
-      KILN_ASSIGN_OR_RETURN(gemm::Dequantize dq, dequantize_inputs(ctx, ops_, n));
+      KILN_ASSIGN_OR_RETURN(gemm::Dequantize dq, dequantize_inputs(ctx, ops_, n, out, &epilogue_));
       KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, out));
       packed_.multiply(rows, a.raw_data(), a_signed, k, za, dq, y->data<float>(), ctx.pool);
       return Status::ok();
@@ -233,6 +245,7 @@ class MatMulIntegerKernel : public Kernel {
   bool b_zero_point_input_;
   gemm::PackedInt8 packed_;
   std::vector<int32_t> row_zero_points_;
+  gemm::Epilogue epilogue_;  // kiln's form, read each run
 };
 
 }  // namespace
@@ -251,8 +264,17 @@ const KernelRegistrar kMatMulIntegerToFloatKernel(
     },
     {{0, {DType::kUInt8, DType::kInt8}}, {1, {DType::kUInt8, DType::kInt8}}, {2, {DType::kFloat32}}, {3, {DType::kFloat32}}, {6, {DType::kFloat32}}});
 
+const KernelRegistrar kFusedMatMulIntegerToFloatKernel(
+    "ai.kiln", "MatMulIntegerToFloat", "s16",
+    [](const ir::Node& node, int64_t) {
+      return Result<std::unique_ptr<Kernel>>(
+          std::unique_ptr<Kernel>(std::make_unique<MatMulIntegerKernel>(node, kFusedMatMulIntegerToFloat)));
+    },
+    {{0, {DType::kUInt8, DType::kInt8}}, {1, {DType::kUInt8, DType::kInt8}}, {2, {DType::kFloat32}}, {3, {DType::kFloat32}}, {6, {DType::kFloat32}}, {7, {DType::kFloat32}}});
+
 // gemm_u8s8 or gemm_s16 (a column-blocked int32 loop past 32768-deep sums).
 KILN_REGISTER_FAST_PATH("", "MatMulInteger", always_fast);
 KILN_REGISTER_FAST_PATH("com.microsoft", "MatMulIntegerToFloat", always_fast);
+KILN_REGISTER_FAST_PATH("ai.kiln", "MatMulIntegerToFloat", always_fast);
 
 }  // namespace kiln

@@ -5,8 +5,8 @@
 //     -> com.microsoft.MatMulIntegerToFloat(aq, bq, as, bs, az, bz [, bias])
 //
 // The int32 product no longer goes to memory as a tensor to be cast, scaled and biased by three
-// more passes over it: the kernel does the same float operations, in the same order, on each
-// row as the GEMM leaves it. bert_base's 72 such chains (Cast, Mul, Add) took 4.5 ms of 46
+// more passes over it: the kernel scales and biases each row as the GEMM leaves it (with one
+// fma, so within an ulp of the Mul and Add). bert_base's 72 such chains (Cast, Mul, Add) took 4.5 ms of 46
 // (AMD EPYC Zen 4, 2 threads). as is a run-time scalar (DynamicQuantizeLinear's), bs a constant
 // scalar or one per column, bias a constant vector. -O2: ONNX Runtime's op, not standard ONNX.
 #include "passes/pass.h"

@@ -1,6 +1,7 @@
 // -O2 fusion of a float MatMul or Gemm with a following bias Add, activation and/or residual Add
 // into ai.kiln.FusedMatMul / ai.kiln.FusedGemm, and of the activation and residual Add after an
-// ai.kiln.DynamicQuantMatMul into it (docs/ops.md).
+// ai.kiln.DynamicQuantMatMul into it, or after ONNX Runtime's MatMulIntegerToFloat into
+// ai.kiln.MatMulIntegerToFloat, its inputs and the epilogue (docs/ops.md).
 #include "ir/op_schema.h"
 #include "ir/shape_inference.h"
 #include "passes/fusions/epilogue_match.h"
@@ -61,12 +62,14 @@ bool is_bias_for(const Tensor& c, const ir::TypeInfo& out, bool last_axis_only) 
 class GemmEpilogue : public Pass {
  public:
   Result<int64_t> run(ir::Model& model, PassContext& ctx) override {
-    if (!has_op(model.graph, {"MatMul", "Gemm"}) && !has_op(model.graph, {"DynamicQuantMatMul"}, "ai.kiln"))
+    if (!has_op(model.graph, {"MatMul", "Gemm"}) && !has_op(model.graph, {"DynamicQuantMatMul"}, "ai.kiln") &&
+        !has_op(model.graph, {"MatMulIntegerToFloat"}, "com.microsoft"))
       return int64_t{0};
     return fuse_sweep(model, ctx, [](const ir::Graph& g, const GraphIndex& idx, const Types& types,
                                 const ir::Node& n, Rewrites& rw) {
       if (n.outputs.size() != 1) return;
-      if (n.domain == "ai.kiln" && n.op_type == "DynamicQuantMatMul") fuse_dynamic_quant(g, idx, types, n, rw);
+      if (n.domain == "ai.kiln" && n.op_type == "DynamicQuantMatMul") fuse_dynamic_quant(g, idx, types, n, rw, 4);
+      if (n.domain == "com.microsoft" && n.op_type == "MatMulIntegerToFloat") fuse_dynamic_quant(g, idx, types, n, rw, 7);
       if (!n.domain.empty()) return;
       if (n.op_type == "MatMul") fuse_matmul(g, idx, types, n, rw);
       if (n.op_type == "Gemm") fuse_gemm(g, idx, types, n, rw);
@@ -74,15 +77,17 @@ class GemmEpilogue : public Pass {
   }
 
  private:
-  // ai.kiln.DynamicQuantMatMul (its bias already in) -> epilogue: the same op with the epilogue
-  // attributes and residual input, applied to each tile as it is dequantized.
+  // ai.kiln.DynamicQuantMatMul or com.microsoft.MatMulIntegerToFloat (their biases already in)
+  // -> epilogue: kiln's op with the epilogue attributes and the residual as input `z_input`,
+  // applied to each tile as it is dequantized.
   static void fuse_dynamic_quant(const ir::Graph& g, const GraphIndex& idx, const Types& types, const ir::Node& n,
-                                 Rewrites& rw) {
-    if (n.inputs.size() > 4 || !n.attr_string("activation", "").empty()) return;
+                                 Rewrites& rw, size_t z_input) {
+    if (n.inputs.size() > z_input || !n.attr_string("activation", "").empty()) return;
     auto e = match_epilogue(g, idx, types, n.outputs[0], rw.drop);
     if (!e) return;
     ir::Node f = n;
-    f.inputs.resize(4);
+    f.domain = "ai.kiln";
+    f.inputs.resize(z_input);
     f.inputs.push_back(e->z);
     f.outputs = {e->output};
     add_epilogue_attrs(f, *e);
