@@ -116,6 +116,19 @@ TEST(StridedCopy, TransposeTiles) {
   }
 }
 
+// Byte planes into channels-last pixels (NCHW -> NHWC of an 8-bit image: 2 to 4 planes go 16
+// pixels at a time through byte shuffles), pixel counts not multiples of 16, one and two threads.
+TEST(StridedCopy, BytePlanesIntoPixels) {
+  ThreadPool two(2);
+  for (Shape in : {Shape{1, 3, 224, 224}, Shape{2, 2, 5, 37}, Shape{1, 4, 7, 9}, Shape{1, 3, 1, 17}, Shape{2, 3, 4, 4}})
+    for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &two}) {
+      const Tensor src = iota<uint8_t>(DType::kUInt8, in);
+      const Shape st = strides_of(in);
+      check_view<uint8_t>(src, 0, {in[0], in[2], in[3], in[1]}, {st[0], st[2], st[3], st[1]}, pool,
+                          "to channels-last " + shape_str(in));
+    }
+}
+
 // Constant Pad (a fill, then a memcpy per kept row) against a plain loop: pads and crops on
 // different axes, a fill value, int64 as well as float.
 TEST(ConstantPad, FillAndKeptRowsMatchAPlainLoop) {
