@@ -39,6 +39,7 @@ const std::map<std::string, std::string> kOracles = {
     {"com.microsoft.NhwcMaxPool", "QdqFusion.ChainStaysChannelsLastAtO3"},
     {"MatMulInteger", "MatMulInteger.ColumnBlocksMatchPlainLoop"},
     {"com.microsoft.MatMulIntegerToFloat", "DynamicQuantMatMul.ChainBecomesMatMulIntegerToFloat"},
+    {"ai.kiln.MatMulIntegerToFloat", "Quantize.MatMulIntegerToFloatTakesTheEpilogue"},  // = the op above + its epilogue
     {"ai.kiln.DynamicQuantMatMul", "Quantize.DynamicQuantMatMulPerRow"},
     {"ai.kiln.MultiHeadAttention", "AttentionFusion.DynamicQuantProjectionsMergeIntoInt8Attention"},
     {"com.microsoft.MatMulNBits", "Quantize.WeightOnlyMatMul"},

@@ -367,10 +367,8 @@ TEST(Quantize, ReduceRangeWritesSevenBitWeights) {
 }
 
 
-// -O2 folds the activation and the residual Add after a DynamicQuantMatMul into it (the
-// gemm-epilogue pass), applied to each tile as it is dequantized: the same outputs as the ops
-// run one by one.
-TEST(Quantize, DynamicQuantMatMulTakesTheEpilogue) {
+// y = Relu(x·w + bias) + z, x [20, 64], w [64, 40]: a MatMul with all of an epilogue.
+test::Builder biased_relu_residual_matmul() {
   test::Builder b(13);
   b.input("x", {20, 64});
   b.input("z", {20, 40});
@@ -381,6 +379,14 @@ TEST(Quantize, DynamicQuantMatMulTakesTheEpilogue) {
   b.add("Relu", {"mb"}, {"r"});
   b.add("Add", {"r", "z"}, {"y"});
   b.output("y");
+  return b;
+}
+
+// -O2 folds the activation and the residual Add after a DynamicQuantMatMul into it (the
+// gemm-epilogue pass), applied to each tile as it is dequantized: the same outputs as the ops
+// run one by one.
+TEST(Quantize, DynamicQuantMatMulTakesTheEpilogue) {
+  test::Builder b = biased_relu_residual_matmul();
   Model model(std::make_shared<ir::Model>(b.m));
   QuantizeOptions o;
   o.dynamic = true;
@@ -410,16 +416,7 @@ TEST(Quantize, DynamicQuantMatMulTakesTheEpilogue) {
 // Add run one after the other bit for bit, and within a few ulp of the graph as written (the
 // op's fma for the scale and bias rounds once where its Mul and Add round twice).
 TEST(Quantize, MatMulIntegerToFloatTakesTheEpilogue) {
-  test::Builder b(13);
-  b.input("x", {20, 64});
-  b.input("z", {20, 40});
-  b.weight("w", {64, 40});
-  b.weight("bias", {40});
-  b.add("MatMul", {"x", "w"}, {"m"});
-  b.add("Add", {"m", "bias"}, {"mb"});
-  b.add("Relu", {"mb"}, {"r"});
-  b.add("Add", {"r", "z"}, {"y"});
-  b.output("y");
+  test::Builder b = biased_relu_residual_matmul();
   Model model(std::make_shared<ir::Model>(b.m));
   QuantizeOptions o;
   o.dynamic = true, o.portable = true;

@@ -14,6 +14,8 @@
 // write); the callers run other convs on the reference.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -41,6 +43,12 @@ struct Requantize {
   std::vector<int32_t> bias;  // per output channel, minus zx * sum w (zx + 128 for s8 X)
   std::vector<float> scale;   // per output channel
   int32_t zero_point = 0, lo = 0, hi = 255;
+
+  // Whether a scaled sum can pass int32 (a scale of 0.5 or more), so that the VNNI stores must
+  // clamp it in float before converting; below, the saturating packs clamp it.
+  bool needs_float_clamp() const {
+    return std::any_of(scale.begin(), scale.end(), [](float s) { return !(std::fabs(s) < 0.5f); });
+  }
 };
 
 // The register tiles, best first: AVX-512 VNNI (vpdpbusd on u8 x s8 quads of channels), and AVX2

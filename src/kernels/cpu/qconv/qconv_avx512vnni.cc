@@ -26,7 +26,7 @@ struct VnniTiles {
   // the lower clamp (a sum too negative for cvtps' int32 gives INT_MIN, which saturates to the
   // lowest code too); the zero point is added to the 16-bit values, saturating, which clamps the
   // same as adding it to the int32 ones first. The upper clamp stays in float, where a huge
-  // positive sum would otherwise wrap: needed only where a scale reaches 0.5 (TilePlan).
+  // positive sum would otherwise wrap: needed only where a scale reaches 0.5 (Requantize::needs_float_clamp).
   template <int B, bool kClampHigh>
   static void store_packed(const TilePlan& plan, __m512i (&acc)[kPixels][B], int64_t p0, int rows, int64_t m0) {
     const Requantize& rq = plan.rq;

@@ -68,7 +68,7 @@ struct Plan {
   const PackedWeights& w;
   const Requantize& rq;
   void* y;
-  bool clamp_high;      // as qconv_driver.h's TilePlan
+  bool clamp_high;      // rq.needs_float_clamp()
 };
 
 // Sums of 64 channels in the tile's lane order, quantized (or as floats) to pixel `pixel` of Y.
@@ -172,10 +172,8 @@ void conv_depthwise_avx512vnni(const Geometry& g, const void* x, bool x_signed, 
                                const PackedWeights& w, const Requantize& rq, void* y, ThreadPool* pool) {
   alignas(64) uint8_t pad[64];
   std::memset(pad, static_cast<uint8_t>(zx), sizeof(pad));
-  const bool clamp_high =
-      std::any_of(rq.scale.begin(), rq.scale.end(), [](float s) { return !(std::fabs(s) < 0.5f); });
   const Plan plan{g, static_cast<const uint8_t*>(x), stride, _mm512_set1_epi8(x_signed ? static_cast<char>(0x80) : 0),
-                  pad, w, rq, y, clamp_high};
+                  pad, w, rq, y, rq.needs_float_clamp()};
   const int64_t rows = g.batch * g.out_h, blocks = w.blocks();
   const bool is3x3 = g.kernel_h == 3 && g.kernel_w == 3;
   auto work = [&](int64_t i0, int64_t i1) {

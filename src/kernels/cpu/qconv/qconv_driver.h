@@ -11,7 +11,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -56,9 +55,7 @@ struct TilePlan {
   void* y;
   int64_t element;                   // bytes of a staged value
   std::vector<int64_t> tap_offsets;  // bytes from a window's corner to each tap's pixel
-  // Whether a requantized sum can exceed int32 (a scale of 0.5 or more), so that the store must
-  // clamp it in float before converting.
-  bool clamp_high = true;
+  bool clamp_high = true;  // rq.needs_float_clamp()
   // Whether output pixel p's window is staged pixel p (windows()).
   bool pixel_is_window = false;
 };
@@ -99,7 +96,7 @@ void drive(const Geometry& g, const Staged& x, const PackedWeights& w, const Req
   TilePlan plan{g, x, w, rq, y, element, {}};
   plan.pixel_is_window = g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 && g.stride_w == 1 &&
                          x.padded_h == g.out_h && x.padded_w == g.out_w;
-  plan.clamp_high = std::any_of(rq.scale.begin(), rq.scale.end(), [](float s) { return !(std::fabs(s) < 0.5f); });
+  plan.clamp_high = rq.needs_float_clamp();
   for (int64_t ky = 0; ky < g.kernel_h; ++ky)
     for (int64_t kx = 0; kx < g.kernel_w; ++kx)
       plan.tap_offsets.push_back((ky * g.dilation_h * x.padded_w + kx * g.dilation_w) * x.cp * element);
