@@ -197,7 +197,8 @@ class MatMulIntegerKernel : public Kernel {
       return Status::ok();
     }
     const int64_t n = product.rank() >= 1 ? product.dim(product.rank() - 1) : 1;
-    KILN_ASSIGN_OR_RETURN(gemm::Dequantize dq, dequantize_inputs(ctx, ops_, n, product.shape(), &epilogue_));
+    gemm::Epilogue epilogue;  // kiln's form: what dq applies after dequantizing
+    KILN_ASSIGN_OR_RETURN(gemm::Dequantize dq, dequantize_inputs(ctx, ops_, n, product.shape(), &epilogue));
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, product.shape()));
     gemm::dequantize_rows(product.data<int32_t>(), n == 0 ? 0 : product.numel() / n, n, dq, y->data<float>(), ctx.pool);
     return Status::ok();
@@ -231,7 +232,8 @@ class MatMulIntegerKernel : public Kernel {
     const std::vector<int32_t>& za = azp.size() == 1 ? azp : row_zero_points_;
     const bool a_signed = a.dtype() == DType::kInt8;
     if (ops_.to_float()) {
-      KILN_ASSIGN_OR_RETURN(gemm::Dequantize dq, dequantize_inputs(ctx, ops_, n, out, &epilogue_));
+      gemm::Epilogue epilogue;  // kiln's form: what dq applies after dequantizing
+      KILN_ASSIGN_OR_RETURN(gemm::Dequantize dq, dequantize_inputs(ctx, ops_, n, out, &epilogue));
       KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, out));
       packed_.multiply(rows, a.raw_data(), a_signed, k, za, dq, y->data<float>(), ctx.pool);
       return Status::ok();
@@ -245,7 +247,6 @@ class MatMulIntegerKernel : public Kernel {
   bool b_zero_point_input_;
   gemm::PackedInt8 packed_;
   std::vector<int32_t> row_zero_points_;
-  gemm::Epilogue epilogue_;  // kiln's form, read each run
 };
 
 }  // namespace

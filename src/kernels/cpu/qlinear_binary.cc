@@ -3,8 +3,9 @@
 // scale and zero point, numpy-broadcast, to 8-bit C of A's type:
 //   c = saturate(round_half_even(((a - az) * as  op  (b - bz) * bs) / cs) + cz)
 // in float, the very operations of DequantizeLinear, Add or Mul and QuantizeLinear one after the
-// other, so the fused op gives their results bit for bit. Rows run 8 lanes at a time (16 on AVX-512, qlinear_binary_avx512.cc) over the
-// pool, a broadcast operand's value repeated along its row. The division is the slowest step;
+// other, so the fused op gives their results bit for bit. Rows run 8 lanes at a time (16 on
+// AVX-512, qlinear_binary_avx512.cc) over the pool, a broadcast operand's value repeated along
+// its row. The division is the slowest step;
 // c depends on the codes (a, b) alone, so where multiplying by 1 / cs gives the division's code
 // for all 65536 pairs (checked once per set of parameters, nearly always so) the rows multiply.
 #include <immintrin.h>
@@ -30,7 +31,8 @@ using Params = QLinearBinaryParams;
 template <typename T, bool kReciprocal>
 float apply(const Params& p, T a, T b) {
   const float fa = (static_cast<float>(a) - p.az) * p.as, fb = (static_cast<float>(b) - p.bz) * p.bs;
-  const float v = kReciprocal ? (p.multiply ? fa * fb : fa + fb) * (1.0f / p.cs) : (p.multiply ? fa * fb : fa + fb) / p.cs;
+  const float sum = p.multiply ? fa * fb : fa + fb;
+  const float v = kReciprocal ? sum * (1.0f / p.cs) : sum / p.cs;
   return std::min(p.hi, std::max(p.lo, std::nearbyint(v) + p.cz));
 }
 
@@ -156,8 +158,8 @@ Status qlinear_binary(KernelContext& ctx, bool multiply) {
   const size_t scale_inputs[] = {1, 4, 6}, zero_inputs[] = {2, 5, 7};
   float* scales[] = {&p.as, &p.bs, &p.cs};
   float* zeros[] = {&p.az, &p.bz, &p.cz};
+  auto input = [&](size_t i) { return ctx.has_input(i) ? &ctx.input(i) : nullptr; };
   for (int k = 0; k < 3; ++k) {
-    auto input = [&](size_t i) { return ctx.has_input(i) ? &ctx.input(i) : nullptr; };
     auto s = per_tensor_parameter(input(scale_inputs[k]), scale_inputs[k], true, t);
     auto z = per_tensor_parameter(input(zero_inputs[k]), zero_inputs[k], false, t);
     if (!s) return ctx.error(s.status().message());
