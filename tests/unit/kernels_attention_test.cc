@@ -1,7 +1,8 @@
-// ai.kiln.MultiHeadAttention's fast kernel (GEMM projection + flash attention) against the
-// plain loops the op's reference kernel used to be, in double: seq 1, odd and 512, head_dim 64
-// and odd, every mask form, batch 2, sequence-first, 1 and 2 threads; and the attention core
-// alone with small key blocks (many online-softmax steps) on every micro-kernel.
+// ai.kiln.MultiHeadAttention's fast kernel (GEMM projection + flash attention) and
+// ai.kiln.ScaledDotProductAttention's (the attention of Q, K and V given) against the plain loops
+// the op's reference kernel used to be, in double: seq 1, odd and 512, head_dim 64 and odd, every
+// mask form, batch 2, sequence-first, 1 and 2 threads; and the attention core alone with small key
+// blocks (many online-softmax steps) on every micro-kernel.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -221,30 +222,40 @@ struct OpCase {
   bool seq_first = false, bias = true;
 };
 
-void check_op(const OpCase& t, int threads) {
+// With `given_qkv`, ScaledDotProductAttention on Q, K and V inputs ([batch, seq, E] each, ein
+// unused); else MultiHeadAttention projecting X.
+void check_op(const OpCase& t, int threads, bool given_qkv = false) {
   const int64_t e = t.heads * t.d;
   test::Builder b;
   b.m.opsets["ai.kiln"] = 1;
   const Shape x_shape = t.seq_first ? Shape{t.seq, t.batch, t.ein} : Shape{t.batch, t.seq, t.ein};
-  b.input("x", x_shape);
+  const Shape qkv_shape = t.seq_first ? Shape{t.seq, t.batch, e} : Shape{t.batch, t.seq, e};
   std::vector<std::string> inputs = {"x", "w", t.bias ? "b" : ""};
-  b.m.graph.initializers["w"] = b.random({t.ein, 3 * e}, -0.3f, 0.3f);
-  if (t.bias) b.weight("b", {3 * e});
+  if (given_qkv) {
+    inputs = {"q", "k", "v"};
+    for (const std::string& in : inputs) b.input(in, qkv_shape);
+  } else {
+    b.input("x", x_shape);
+    b.m.graph.initializers["w"] = b.random({t.ein, 3 * e}, -0.3f, 0.3f);
+    if (t.bias) b.weight("b", {3 * e});
+  }
   if (!t.mask.empty()) {
     b.input("mask", t.mask);
     inputs.push_back("mask");
   }
-  ir::Node& n = b.add("MultiHeadAttention", inputs, {"y"},
+  ir::Node& n = b.add(given_qkv ? "ScaledDotProductAttention" : "MultiHeadAttention", inputs, {"y"},
                       {test::attr_i("num_heads", t.heads), test::attr_f("scale", 0.125f),
                        test::attr_i("seq_first", t.seq_first)});
   n.domain = "ai.kiln";
   b.output("y");
   const Tensor x = b.random(x_shape);
+  const std::vector<Tensor> qkv = {b.random(qkv_shape), b.random(qkv_shape), b.random(qkv_shape)};
   Tensor mask = b.random(t.mask.empty() ? Shape{1} : t.mask, -5, 0);
   // BERT's padding value on one key. (Not on a whole row: softmax is shift-invariant, but float
   // scores near -10000 keep only ~1e-3 of their fraction, which the double reference does not.)
   if (!t.mask.empty() && t.mask.back() > 1) mask.data<float>()[1] = -10000.0f;
   std::vector<Value> feeds = {Value::of(x)};
+  if (given_qkv) feeds = {Value::of(qkv[0]), Value::of(qkv[1]), Value::of(qkv[2])};
   if (!t.mask.empty()) feeds.push_back(Value::of(mask));
   SessionOptions opts;
   opts.threads = threads;
@@ -255,18 +266,23 @@ void check_op(const OpCase& t, int threads) {
   const Tensor& y = (*out)[0].tensor;
   ASSERT_EQ(y.shape(), (Shape{x_shape[0], x_shape[1], e}));
 
-  // The projection P = X·W + B in double, then each head.
-  const float* xd = x.data<float>();
-  const float* w = b.m.graph.initializers["w"].data<float>();
-  const float* bias = t.bias ? b.m.graph.initializers["b"].data<float>() : nullptr;
+  // The projection P = X·W + B in double (or Q, K, V side by side), then each head.
   const int64_t rows = t.batch * t.seq;
   std::vector<double> p(static_cast<size_t>(rows * 3 * e));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < 3 * e; ++c) {
-      double acc = bias ? bias[c] : 0.0;
-      for (int64_t i = 0; i < t.ein; ++i) acc += double(xd[r * t.ein + i]) * w[i * 3 * e + c];
-      p[r * 3 * e + c] = acc;
-    }
+  if (given_qkv) {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < 3 * e; ++c) p[r * 3 * e + c] = qkv[c / e].data<float>()[r * e + c % e];
+  } else {
+    const float* xd = x.data<float>();
+    const float* w = b.m.graph.initializers["w"].data<float>();
+    const float* bias = t.bias ? b.m.graph.initializers["b"].data<float>() : nullptr;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < 3 * e; ++c) {
+        double acc = bias ? bias[c] : 0.0;
+        for (int64_t i = 0; i < t.ein; ++i) acc += double(xd[r * t.ein + i]) * w[i * 3 * e + c];
+        p[r * 3 * e + c] = acc;
+      }
+  }
   const Shape scores = {t.batch, t.heads, t.seq, t.seq};
   const auto ms = t.mask.empty() ? std::vector<int64_t>(4, 0) : strides_into(t.mask, scores);
   auto row = [&](int64_t bi, int64_t tok) {
@@ -313,6 +329,36 @@ TEST(MultiHeadAttentionKernel, MatchesPlainLoops) {
   };
   for (const auto& t : cases)
     for (int threads : {1, 2}) check_op(t, threads);
+}
+
+TEST(ScaledDotProductAttentionKernel, MatchesPlainLoops) {
+  const std::vector<OpCase> cases = {
+      {1, 1, 0, 2, 8, {}},
+      {1, 7, 0, 3, 5, {}},                // odd head_dim
+      {2, 33, 0, 2, 64, {2, 1, 1, 33}},   // BERT's padding mask
+      {2, 19, 0, 4, 3, {2, 4, 19, 19}},   // a full mask
+      {3, 13, 0, 3, 6, {}, true},         // sequence first
+      {2, 11, 0, 2, 8, {11, 11}, true},
+      {1, 128, 0, 12, 64, {1, 1, 1, 128}},  // bert_base's
+  };
+  for (const auto& t : cases)
+    for (int threads : {1, 2}) check_op(t, threads, true);
+}
+
+TEST(ScaledDotProductAttentionKernel, RejectsMismatchedOperands) {
+  test::Builder b;
+  b.m.opsets["ai.kiln"] = 1;
+  b.input("q", {1, 4, 8});
+  b.input("k", {1, 5, 8});
+  b.input("v", {1, 5, 8});
+  ir::Node& n = b.add("ScaledDotProductAttention", {"q", "k", "v"}, {"y"}, {test::attr_i("num_heads", 2)});
+  n.domain = "ai.kiln";
+  b.output("y");
+  auto s = Session::create(std::make_shared<const ir::Model>(b.m));
+  ASSERT_TRUE(s.is_ok()) << s.status().message();
+  auto out = (*s)->run({Value::of(b.random({1, 4, 8})), Value::of(b.random({1, 5, 8})), Value::of(b.random({1, 5, 8}))});
+  ASSERT_FALSE(out.is_ok());
+  EXPECT_NE(out.status().message().find("one shape"), std::string::npos) << out.status().message();
 }
 
 TEST(MultiHeadAttentionKernel, RejectsABadMask) {

@@ -2,9 +2,12 @@
 // mask, torchvision-style packed and sequence first): the structure after, and equal outputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
 
+#include "ir/topological_order.h"
 #include "kiln/model.h"
 #include "kiln/quantize.h"
 #include "pass_test_util.h"
@@ -39,16 +42,54 @@ int64_t run_fusion(ir::Model& m) {
   return r.is_ok() ? *r : -1;
 }
 
+void bert_heads(Builder& b, bool with_mask, bool scale_on_q);
+
 // A BERT layer's self-attention: Q/K/V MatMul + bias, heads split by Reshape [b,s,h,d] (Q's shape
 // computed by Shape/Gather/Concat, K's and V's constant), scores scaled and optionally masked.
 void bert_block(Builder& b, bool with_mask, bool scale_on_q) {
   b.input_dims("x", {sym("batch"), sym("seq"), num(kE)});
   if (with_mask) b.input_dims("attention_mask", {sym("batch"), sym("seq")});
   b.output("y");
-  for (const std::string p : {"q", "k", "v", "o"}) {
+  for (const std::string p : {"q", "k", "v"}) {
     b.weight("w" + p, {kE, kE});
     b.weight("b" + p, {kE});
   }
+  b.add("MatMul", {"x", "wq"}, {"q_mm"});
+  b.add("Add", {"bq", "q_mm"}, {"q_p"});
+  b.add("MatMul", {"x", "wk"}, {"k_mm"});
+  b.add("Add", {"k_mm", "bk"}, {"k_p"});
+  b.add("MatMul", {"x", "wv"}, {"v_mm"});
+  b.add("Add", {"bv", "v_mm"}, {"v_p"});
+  bert_heads(b, with_mask, scale_on_q);
+}
+
+// ONNX Runtime's quantize_dynamic of that layer: X quantized once (DynamicQuantizeLinear, u8 per
+// tensor) for three com.microsoft.MatMulIntegerToFloat projections with int8 weights and biases.
+// They cannot merge into one int8 GEMM with per-row scales (MultiHeadAttention's) without changing
+// the results, so the attention from the projected Q, K and V on is what fuses.
+void ort_dynamic_block(Builder& b) {
+  b.m.opsets["com.microsoft"] = 1;
+  b.input_dims("x", {sym("batch"), sym("seq"), num(kE)});
+  b.input_dims("attention_mask", {sym("batch"), sym("seq")});
+  b.output("y");
+  b.add("DynamicQuantizeLinear", {"x"}, {"xq", "xs", "xz"});
+  std::mt19937 rng(5);
+  for (const std::string p : {"q", "k", "v"}) {
+    Tensor w = Tensor::make(DType::kInt8, {kE, kE}).value();
+    for (int64_t i = 0; i < w.numel(); ++i) w.data<int8_t>()[i] = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+    b.m.graph.initializers["w" + p] = w;
+    b.scalar("s" + p, 0.004f);
+    b.weight("b" + p, {kE});
+    ir::Node& n = b.add("MatMulIntegerToFloat", {"xq", "w" + p, "xs", "s" + p, "xz", "", "b" + p}, {p + "_p"});
+    n.domain = "com.microsoft";
+  }
+  bert_heads(b, true, false);
+}
+
+// The heads of q_p, k_p and v_p ([b, s, E] each) on to y, through the output projection.
+void bert_heads(Builder& b, bool with_mask, bool scale_on_q) {
+  b.weight("wo", {kE, kE});
+  b.weight("bo", {kE});
   b.ints("heads_shape", {0, 0, kHeads, kD});
   b.ints("merge_shape", {0, 0, kE});
   b.ints("i0", {0});
@@ -56,20 +97,14 @@ void bert_block(Builder& b, bool with_mask, bool scale_on_q) {
   b.ints("hd", {kHeads, kD});
   b.scalar("sqrt_d", 2.0f);
   b.scalar("half", 0.5f);
-  b.add("MatMul", {"x", "wq"}, {"q_mm"});
-  b.add("Add", {"bq", "q_mm"}, {"q_p"});
   b.add("Shape", {"q_p"}, {"q_shape"});
   b.add("Gather", {"q_shape", "i0"}, {"q_b"});
   b.add("Gather", {"q_shape", "i1"}, {"q_s"});
   b.add("Concat", {"q_b", "q_s", "hd"}, {"q_target"}, {attr_i("axis", 0)});
   b.add("Reshape", {"q_p", "q_target"}, {"q_r"});
   b.add("Transpose", {"q_r"}, {"q_t"}, {attr_ints("perm", {0, 2, 1, 3})});
-  b.add("MatMul", {"x", "wk"}, {"k_mm"});
-  b.add("Add", {"k_mm", "bk"}, {"k_p"});
   b.add("Reshape", {"k_p", "heads_shape"}, {"k_r"});
   b.add("Transpose", {"k_r"}, {"k_t"}, {attr_ints("perm", {0, 2, 3, 1})});
-  b.add("MatMul", {"x", "wv"}, {"v_mm"});
-  b.add("Add", {"bv", "v_mm"}, {"v_p"});
   b.add("Reshape", {"v_p", "heads_shape"}, {"v_r"});
   b.add("Transpose", {"v_r"}, {"v_t"}, {attr_ints("perm", {0, 2, 1, 3})});
   if (scale_on_q) {
@@ -366,6 +401,53 @@ TEST(AttentionFusion, DynamicQuantProjectionsMergeIntoInt8Attention) {
       EXPECT_EQ(m.graph.initializers.at(n.inputs[4]).shape(), (Shape{3 * kE}));
     }
   expect_same_outputs(model.ir(), m, feeds(b, {2, 5, kE}, {2, 5}));
+}
+
+TEST(AttentionFusion, OnnxRuntimeDynamicProjectionsKeepTheirsAndFuseTheRest) {
+  Builder b(17);
+  ort_dynamic_block(b);
+  ir::Model m = b.m;
+  EXPECT_EQ(run_fusion(m), 1);
+  auto ops = qualified_histogram(m);
+  EXPECT_EQ(ops["ai.kiln.ScaledDotProductAttention"], 1);
+  EXPECT_EQ(ops["com.microsoft.MatMulIntegerToFloat"], 3);
+  EXPECT_EQ(ops["Softmax"], 0);
+  EXPECT_EQ(ops["Transpose"], 0);
+  EXPECT_EQ(ops["Shape"], 0);
+  for (const auto& n : m.graph.nodes)
+    if (n.op_type == "ScaledDotProductAttention") {
+      EXPECT_EQ(n.domain, "ai.kiln");
+      EXPECT_EQ(n.inputs, (std::vector<std::string>{"q_p", "k_p", "v_p", "mask_add"}));
+      EXPECT_EQ(n.attr_int("num_heads", 0), kHeads);
+      EXPECT_FLOAT_EQ(n.attr_float("scale", 0), 0.5f);
+    }
+  expect_same_outputs(b.m, m, feeds(b, {2, 5, kE}, {2, 5}));
+  expect_same_outputs(b.m, m, feeds(b, {1, 9, kE}, {1, 9}));
+}
+
+// V computed after the Softmax in node order (its projection, Reshape and Transpose): the fused
+// node goes where P·V was, after all of it.
+TEST(AttentionFusion, ValuesComputedAfterTheSoftmaxStayBeforeTheFusedNode) {
+  Builder b(17);
+  ort_dynamic_block(b);
+  auto& nodes = b.m.graph.nodes;
+  std::vector<ir::Node> v_chain;
+  for (const std::string out : {"v_p", "v_r", "v_t"}) {
+    auto v = std::find_if(nodes.begin(), nodes.end(), [&](const ir::Node& n) { return n.outputs[0] == out; });
+    ASSERT_TRUE(v != nodes.end()) << out;
+    v_chain.push_back(*v);
+    nodes.erase(v);
+  }
+  auto sm = std::find_if(nodes.begin(), nodes.end(), [](const ir::Node& n) { return n.op_type == "Softmax"; });
+  ASSERT_TRUE(sm != nodes.end());
+  nodes.insert(sm + 1, v_chain.begin(), v_chain.end());
+  ir::Model m = b.m;
+  EXPECT_EQ(run_fusion(m), 1);
+  // Already in an order the nodes can run in (a saved model must be).
+  auto order = ir::topological_order(m.graph, {});
+  ASSERT_TRUE(order.is_ok()) << order.status().message();
+  for (size_t i = 0; i < order->size(); ++i) EXPECT_EQ((*order)[i], i) << m.graph.nodes[(*order)[i]].describe();
+  expect_same_outputs(b.m, m, feeds(b, {2, 5, kE}, {2, 5}));
 }
 
 TEST(AttentionFusion, BertWithoutMaskScaledOnQ) {

@@ -1,5 +1,6 @@
-// Schema of ai.kiln.MultiHeadAttention (docs/ops.md): output shape and cost of the
-// fused QKV projection plus per-head scaled dot-product attention.
+// Schemas of ai.kiln.MultiHeadAttention and ai.kiln.ScaledDotProductAttention (docs/ops.md):
+// output shape and cost of the fused QKV projection (the first only) plus per-head scaled
+// dot-product attention.
 #include "ir/schemas/common.h"
 
 namespace kiln::ir::schemas {
@@ -39,9 +40,31 @@ Cost cost_mha(const InferContext& ctx, const std::vector<TypeInfo>& outs) {
   return Cost{flops, io_bytes(ctx, outs), 0};
 }
 
+Outputs infer_sdpa(InferContext& ctx) {
+  const TypeInfo& q = ctx.input(0);
+  if (q.kind != TypeInfo::Kind::kTensor) return one(tensor_type_unranked(DType::kFloat32));
+  if (q.dtype != DType::kFloat32) return ctx.error("Q must be float32");
+  if (ctx.node.attr_int("num_heads", 0) <= 0) return ctx.error("num_heads must be positive");
+  if (q.has_shape && q.shape.size() != 3) return ctx.error("Q must have rank 3, got " + dims_str(q.shape));
+  return one(q);
+}
+
+Cost cost_sdpa(const InferContext& ctx, const std::vector<TypeInfo>& outs) {
+  auto qs = ctx.input(0).static_shape();
+  if (!qs || qs->size() != 3) return Cost{0, io_bytes(ctx, outs), 1};
+  const double tokens = static_cast<double>((*qs)[0] * (*qs)[1]);
+  const double seq = static_cast<double>(ctx.node.attr_int("seq_first", 0) ? (*qs)[0] : (*qs)[1]);
+  // Q·K^T and P·V (2 flops per multiply-add), and ~5 flops per score.
+  const double flops = 4 * tokens * seq * static_cast<double>((*qs)[2]) +
+                       5 * tokens * seq * static_cast<double>(ctx.node.attr_int("num_heads", 1));
+  return Cost{flops, io_bytes(ctx, outs), 0};
+}
+
 }  // namespace
 
 KILN_REGISTER_OP_SCHEMA("ai.kiln", (OpSchema{.infer = infer_mha, .cost = cost_mha}),
                         "MultiHeadAttention");
+KILN_REGISTER_OP_SCHEMA("ai.kiln", (OpSchema{.infer = infer_sdpa, .cost = cost_sdpa}),
+                        "ScaledDotProductAttention");
 
 }  // namespace kiln::ir::schemas

@@ -1,8 +1,9 @@
-// Kernel of ai.kiln.MultiHeadAttention (docs/ops.md): the merged Q/K/V projection as one GEMM
-// with the bias in its write-out (W packed once in prepare when it is a constant; an int8 W with
-// its W_scale runs gemm::DynamicQuantGemm, X quantized per row as DynamicQuantMatMul does), then
-// softmax(scale * Q·K^T + mask)·V per batch element and head by the flash-attention kernel
-// (kernels/cpu/attention), written straight into the merged output.
+// Kernels of ai.kiln.MultiHeadAttention and ai.kiln.ScaledDotProductAttention (docs/ops.md). The
+// first runs the merged Q/K/V projection as one GEMM with the bias in its write-out (W packed once
+// in prepare when it is a constant; an int8 W with its W_scale runs gemm::DynamicQuantGemm, X
+// quantized per row as DynamicQuantMatMul does); both then run softmax(scale * Q·K^T + mask)·V per
+// batch element and head by the flash-attention kernel (kernels/cpu/attention), written straight
+// into the merged output.
 #include "core/thread_pool.h"
 #include "kernels/cpu/attention/attention.h"
 #include "kernels/cpu/gemm/dynamic_quant_gemm.h"
@@ -12,6 +13,24 @@
 
 namespace kiln {
 namespace {
+
+// The optional additive mask (input `at`) into args, checked to broadcast to the scores
+// [batch, heads, seq, seq] without growing them.
+Status read_mask(KernelContext& ctx, size_t at, int64_t batch, int64_t heads, int64_t seq,
+                 attention::AttentionArgs& args) {
+  if (ctx.num_inputs() <= at || !ctx.has_input(at) || !ctx.input(at).defined()) return Status::ok();
+  const Tensor& mt = ctx.input(at);
+  if (mt.dtype() != DType::kFloat32) return ctx.error("mask must be float32");
+  const Shape scores_shape = {batch, heads, seq, seq};
+  auto bs = broadcast_shapes(mt.shape(), scores_shape);
+  if (!bs || *bs != scores_shape)
+    return ctx.error("mask of shape " + shape_str(mt.shape()) +
+                     " must broadcast to [batch, num_heads, seq, seq] = " + shape_str(scores_shape));
+  args.mask = mt.data<float>();
+  const Shape st = broadcast_strides(mt.shape(), scores_shape);
+  std::copy(st.begin(), st.end(), args.mask_strides);
+  return Status::ok();
+}
 
 class MultiHeadAttention : public Kernel {
  public:
@@ -67,19 +86,7 @@ Status MultiHeadAttention::run(KernelContext& ctx) {
     bias = b.data<float>();
   }
   attention::AttentionArgs args;
-  if (ctx.has_input(3) && ctx.input(3).defined()) {
-    const Tensor& mt = ctx.input(3);
-    if (mt.dtype() != DType::kFloat32) return ctx.error("mask must be float32");
-    const Shape scores_shape = {batch, heads, seq, seq};
-    auto bs = broadcast_shapes(mt.shape(), scores_shape);
-    if (!bs || *bs != scores_shape)
-      return ctx.error(
-          "mask of shape " + shape_str(mt.shape()) +
-          " must broadcast to [batch, num_heads, seq, seq] = " + shape_str(scores_shape));
-    args.mask = mt.data<float>();
-    const Shape st = broadcast_strides(mt.shape(), scores_shape);
-    std::copy(st.begin(), st.end(), args.mask_strides);
-  }
+  KILN_RETURN_IF_ERROR(read_mask(ctx, 3, batch, heads, seq, args));
 
   KILN_ASSIGN_OR_RETURN(Tensor * out, ctx.make_output_for_overwrite(
                                           0, DType::kFloat32, Shape{x.dim(0), x.dim(1), hidden}));
@@ -119,6 +126,41 @@ Status MultiHeadAttention::run(KernelContext& ctx) {
   return Status::ok();
 }
 
+// Q, K and V already projected, [batch, seq, E] each (or [seq, batch, E]): only the attention.
+Status scaled_dot_product_attention(KernelContext& ctx) {
+  if (ctx.num_inputs() < 3 || !ctx.has_input(0) || !ctx.has_input(1) || !ctx.has_input(2))
+    return ctx.error("expects inputs Q, K, V and an optional mask");
+  const Tensor& q = ctx.input(0);
+  const Tensor& k = ctx.input(1);
+  const Tensor& v = ctx.input(2);
+  for (const Tensor* t : {&q, &k, &v})
+    if (t->dtype() != DType::kFloat32 || t->shape() != q.shape() || t->rank() != 3)
+      return ctx.error("Q, K and V must be float32 of one shape [batch, seq, E]; got Q " +
+                       shape_str(q.shape()) + ", K " + shape_str(k.shape()) + ", V " + shape_str(v.shape()));
+  const int64_t heads = ctx.node.attr_int("num_heads", 0);
+  const bool seq_first = ctx.node.attr_int("seq_first", 0) != 0;
+  const int64_t hidden = q.dim(2);
+  if (heads <= 0 || hidden % heads != 0) return ctx.error("num_heads must divide E = Q.shape[2]");
+  const int64_t batch = seq_first ? q.dim(1) : q.dim(0);
+  const int64_t seq = seq_first ? q.dim(0) : q.dim(1);
+  attention::AttentionArgs args;
+  KILN_RETURN_IF_ERROR(read_mask(ctx, 3, batch, heads, seq, args));
+  KILN_ASSIGN_OR_RETURN(Tensor * out, ctx.make_output_for_overwrite(0, DType::kFloat32, q.shape()));
+  if (q.numel() == 0) return Status::ok();
+  // Token t of batch element b is row b*seq + t, or row t*batch + b when sequence first.
+  const int64_t batch_stride = (seq_first ? 1 : seq) * hidden, token_stride = (seq_first ? batch : 1) * hidden;
+  args.batch = batch, args.heads = heads, args.seq = seq, args.head_dim = hidden / heads;
+  args.q = {q.data<float>(), batch_stride, token_stride};
+  args.k = {k.data<float>(), batch_stride, token_stride};
+  args.v = {v.data<float>(), batch_stride, token_stride};
+  args.y = out->data<float>();
+  args.y_batch_stride = batch_stride, args.y_token_stride = token_stride;
+  args.scale = ctx.node.attr_float("scale", 1.0f);
+  args.zero_nan_rows = ctx.node.attr_int("zero_nan_rows", 0) != 0;
+  attention::attention_f32(args, ctx.pool);
+  return Status::ok();
+}
+
 Result<std::unique_ptr<Kernel>> create(const ir::Node&, int64_t) {
   return std::unique_ptr<Kernel>(std::make_unique<MultiHeadAttention>());
 }
@@ -126,6 +168,9 @@ Result<std::unique_ptr<Kernel>> create(const ir::Node&, int64_t) {
 const KernelRegistrar kMultiHeadAttention(
     "ai.kiln", "MultiHeadAttention", "ref", create,
     {{0, {DType::kFloat32}}, {1, {DType::kFloat32, DType::kInt8}}, {2, {DType::kFloat32}}, {3, {DType::kFloat32}}, {4, {DType::kFloat32}}});
+
+KILN_REGISTER_TYPED_KERNEL("ai.kiln", "ScaledDotProductAttention", scaled_dot_product_attention,
+                           {{0, {DType::kFloat32}}, {1, {DType::kFloat32}}, {2, {DType::kFloat32}}, {3, {DType::kFloat32}}});
 
 }  // namespace
 }  // namespace kiln

@@ -1,7 +1,9 @@
 // Multi-head attention fusion (-O2): Q/K/V projections, the head split, scaled Q·K^T, an optional
 // additive mask, Softmax and the product with V, up to the merged heads, become one
 // ai.kiln.MultiHeadAttention with a merged QKV weight (docs/ops.md); projections that
-// `kiln quantize --dynamic` made DynamicQuantMatMuls merge into its int8 form (W_scale).
+// `kiln quantize --dynamic` made DynamicQuantMatMuls merge into its int8 form (W_scale). Where the
+// projections cannot merge (ONNX Runtime's int8 MatMulIntegerToFloat, one X per operand), the
+// rest becomes ai.kiln.ScaledDotProductAttention on the projected Q, K and V.
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -23,13 +25,17 @@ using namespace attention;
 struct Match {
   std::set<const ir::Node*> nodes;  // absorbed
   std::string x, mask, end;         // `end` carries the merged heads, [A0,A1,E] or [A0*A1,E]
+  bool projected = true;            // x and the merged projection; else x, k, v are Q, K and V
+  std::string k, v;
   bool end_is_2d = false;
   bool seq_first = false;
   bool zero_nan_rows = false;  // the probabilities pass a Where(IsNaN(P), 0, P) guard
   int64_t heads = 0, hidden = 0;
   double scale = 1;
   Tensor w, bias, w_scale;  // w_scale: the int8 W's (DynamicQuantMatMul projections), else undefined
-  const ir::Node* anchor = nullptr;  // the Softmax: the fused node goes where it was
+  std::string name;                  // the Softmax's
+  // P·V's MatMul: the fused node goes where it was, after whatever computes Q, K, V and the mask.
+  const ir::Node* anchor = nullptr;
 };
 
 // The scores MatMul under optional scalings, or nullptr.
@@ -110,7 +116,7 @@ std::optional<Match> match(const ir::Graph& g, const GraphIndex& idx, const Type
   const int64_t axis = sm.attr_int("axis", opset < 13 ? 1 : -1);
   if (axis != -1 && axis != static_cast<int64_t>(st->shape.size()) - 1) return std::nullopt;
   Match m;
-  m.anchor = &sm;
+  m.name = sm.name;
   m.nodes.insert(&sm);
   // Softmax(scale * Q·K^T [+ mask]), the mask added after the scaling.
   std::vector<const ir::Node*> score_nodes;
@@ -143,30 +149,51 @@ std::optional<Match> match(const ir::Graph& g, const GraphIndex& idx, const Type
       pv_readers[0]->inputs[0] != probs)
     return std::nullopt;
   const ir::Node* pv = pv_readers[0];
-  auto q = trace_branch(idx, types, values, qk->inputs[0], true);
-  auto k = trace_branch(idx, types, values, qk->inputs[1], true);
-  auto v = trace_branch(idx, types, values, pv->inputs[1], false);
-  if (!q || !k || !v || q->x != k->x || q->x != v->x) return std::nullopt;
-  m.x = q->x;
-  m.scale *= q->scale * k->scale;
-  const ir::TypeInfo* xt = type_of(types, m.x);
+  m.anchor = pv;
+  const Branch q = trace_branch(idx, types, values, qk->inputs[0], true);
+  const Branch k = trace_branch(idx, types, values, qk->inputs[1], true);
+  const Branch v = trace_branch(idx, types, values, pv->inputs[1], false);
+  m.scale *= q.scale * k.scale;
+  // The three projections merge when they read one X, have the same kind of W (float32, or int8
+  // from DynamicQuantMatMul: each column's result is the same either way, as every column
+  // quantizes the same X row by row) and E columns each.
+  m.projected = q.w && k.w && v.w && q.x == k.x && q.x == v.x && q.w->dtype() == k.w->dtype() &&
+                q.w->dtype() == v.w->dtype() && q.w->dim(0) == k.w->dim(0) &&
+                q.w->dim(0) == v.w->dim(0) && q.end - q.begin == k.end - k.begin &&
+                q.end - q.begin == v.end - v.begin;
   const ir::TypeInfo* qt = type_of(types, qk->inputs[0]);
-  if (!xt || !qt || xt->dtype != DType::kFloat32 || xt->shape.size() != 3 || qt->shape.empty())
-    return std::nullopt;
+  if (!qt || qt->shape.empty()) return std::nullopt;
   const ir::Dim d = qt->shape.back();
-  m.hidden = q->end - q->begin;
-  if (!d.known() || d.value <= 0 || m.hidden % d.value != 0) return std::nullopt;
-  if (k->end - k->begin != m.hidden || v->end - v->begin != m.hidden) return std::nullopt;
-  if (q->w->dim(0) != k->w->dim(0) || q->w->dim(0) != v->w->dim(0)) return std::nullopt;
+  if (!d.known() || d.value <= 0) return std::nullopt;
+  const ir::TypeInfo* xt = nullptr;
+  if (m.projected) {
+    m.x = q.x;
+    xt = type_of(types, m.x);
+    m.hidden = q.end - q.begin;
+  } else {
+    // Q, K and V as they come, [A0, A1, E] each, the same shape.
+    m.x = q.operand, m.k = k.operand, m.v = v.operand;
+    xt = type_of(types, m.x);
+    if (!xt || xt->shape.size() != 3 || !xt->shape[2].known()) return std::nullopt;
+    for (const std::string& o : {m.k, m.v}) {
+      const ir::TypeInfo* ot = type_of(types, o);
+      if (!ot || ot->dtype != DType::kFloat32 || ot->shape.size() != 3) return std::nullopt;
+      for (size_t i = 0; i < 3; ++i)
+        if (!ir::same_dim(ot->shape[i], xt->shape[i])) return std::nullopt;
+    }
+    m.hidden = xt->shape[2].value;
+  }
+  if (!xt || xt->dtype != DType::kFloat32 || xt->shape.size() != 3) return std::nullopt;
+  if (m.hidden % d.value != 0) return std::nullopt;
   m.heads = m.hidden / d.value;
   const ir::Dim size[4] = {xt->shape[0], xt->shape[1], ir::known_dim(m.heads), d};
   const Layout start = {{kA0}, {kA1}, {kH, kD}};
   Layout lq = start, lk = start, lv = start;
-  for (const ir::Node* n : q->path)
+  for (const ir::Node* n : q.path)
     if (!apply(*n, types, size, lq)) return std::nullopt;
-  for (const ir::Node* n : k->path)
+  for (const ir::Node* n : k.path)
     if (!apply(*n, types, size, lk)) return std::nullopt;
-  for (const ir::Node* n : v->path)
+  for (const ir::Node* n : v.path)
     if (!apply(*n, types, size, lv)) return std::nullopt;
   // Q = [batch groups][seq][D], K^T = [batch groups][D][seq], V = [batch groups][seq][D]; the
   // batch groups hold H and the other outer axis, the same way in all three.
@@ -227,9 +254,9 @@ std::optional<Match> match(const ir::Graph& g, const GraphIndex& idx, const Type
     out = n->outputs[0];
   }
   m.end = out;
-  for (const Branch* b : {&*q, &*k, &*v}) {
+  for (const Branch* b : {&q, &k, &v}) {
     m.nodes.insert(b->path.begin(), b->path.end());
-    m.nodes.insert(b->roots.begin(), b->roots.end());
+    if (m.projected) m.nodes.insert(b->roots.begin(), b->roots.end());
   }
   m.nodes.insert(score_nodes.begin(), score_nodes.end());
   // Every value the pattern computes, but the end, is read only inside it or by nodes that die
@@ -243,7 +270,8 @@ std::optional<Match> match(const ir::Graph& g, const GraphIndex& idx, const Type
       for (const auto& a : n.attrs) unused &= !a.g && a.graphs.empty();
       for (const auto& o : n.outputs) {
         if (o.empty()) continue;
-        if (o == m.x || o == m.mask || o == m.end || is_graph_output(g, o)) unused = false;
+        if (o == m.x || o == m.k || o == m.v || o == m.mask || o == m.end || is_graph_output(g, o))
+          unused = false;
         const auto& cs = idx.consumers(o);
         if (idx.use_count(o) != static_cast<int>(cs.size())) unused = false;
         for (const ir::Node* c : cs) unused &= dead.count(c) > 0;
@@ -261,16 +289,14 @@ std::optional<Match> match(const ir::Graph& g, const GraphIndex& idx, const Type
         if (!dead.count(c)) return std::nullopt;
     }
   m.nodes = std::move(dead);
-  // The three projections the same kind: float32, or int8 from DynamicQuantMatMul (each column's
-  // result is the same either way, as every column quantizes the same X row by row).
-  if (q->w->dtype() != k->w->dtype() || q->w->dtype() != v->w->dtype()) return std::nullopt;
-  auto w = merge_columns({&*q, &*k, &*v}, q->w->dim(0), Part::kWeight);
-  auto bias = merge_columns({&*q, &*k, &*v}, 1, Part::kBias);
+  if (!m.projected) return m;
+  auto w = merge_columns({&q, &k, &v}, q.w->dim(0), Part::kWeight);
+  auto bias = merge_columns({&q, &k, &v}, 1, Part::kBias);
   if (!w || !bias) return std::nullopt;
   m.w = std::move(w).value();
   m.bias = std::move(bias).value();
-  if (q->w_scale) {
-    auto scale = merge_columns({&*q, &*k, &*v}, 1, Part::kScale);
+  if (q.w_scale) {
+    auto scale = merge_columns({&q, &k, &v}, 1, Part::kScale);
     if (!scale) return std::nullopt;
     m.w_scale = std::move(scale).value();
   }
@@ -294,30 +320,42 @@ std::string untransposed(const ir::Graph& g, const std::string& v) {
   return "";
 }
 
-void rewrite(ir::Graph& g, Types& types, const Match& m) {
-  const std::string base = m.anchor->name.empty() ? m.end : m.anchor->name;
+// The fused node's inputs, its initializers added: X, W, B [, mask [, W_scale]] of
+// MultiHeadAttention, or Q, K, V [, mask] of ScaledDotProductAttention.
+std::vector<std::string> fused_inputs(ir::Graph& g, Types& types, const Match& m, const std::string& base) {
+  if (!m.projected) {
+    std::vector<std::string> in = {m.x, m.k, m.v};
+    if (!m.mask.empty()) in.push_back(m.mask);
+    return in;
+  }
   const std::string w = fresh_name(g, types, base + "/qkv_weight");
   g.initializers[w] = m.w;
   const std::string b = fresh_name(g, types, base + "/qkv_bias");
   g.initializers[b] = m.bias;
-  ir::Node mha;
-  mha.name = base + "/MultiHeadAttention";
-  mha.op_type = "MultiHeadAttention";
-  mha.domain = "ai.kiln";
-  mha.inputs = {m.x, w, b};
-  if (!m.mask.empty()) mha.inputs.push_back(m.mask);
+  std::vector<std::string> in = {m.x, w, b};
+  if (!m.mask.empty()) in.push_back(m.mask);
   if (m.w_scale.defined()) {
     const std::string s = fresh_name(g, types, base + "/qkv_weight_scale");
     g.initializers[s] = m.w_scale;
-    mha.inputs.resize(4);
-    mha.inputs.push_back(s);
+    in.resize(4);
+    in.push_back(s);
   }
+  return in;
+}
+
+void rewrite(ir::Graph& g, Types& types, const Match& m) {
+  const std::string base = m.name.empty() ? m.end : m.name;
+  ir::Node mha;
+  mha.op_type = m.projected ? "MultiHeadAttention" : "ScaledDotProductAttention";
+  mha.name = base + "/" + mha.op_type;
+  mha.domain = "ai.kiln";
+  mha.inputs = fused_inputs(g, types, m, base);
   mha.attrs = {ir::Attribute::of_int("num_heads", m.heads),
                ir::Attribute::of_float("scale", static_cast<float>(m.scale))};
   // torchvision's batch_first attention transposes X to [seq, batch, E] first. Reading X
   // untransposed and transposing the output instead lets transpose-cancel drop this Transpose with
   // the one that restores batch_first after the output projection.
-  const std::string batch_first_x = m.seq_first && !m.end_is_2d ? untransposed(g, m.x) : "";
+  const std::string batch_first_x = m.projected && m.seq_first && !m.end_is_2d ? untransposed(g, m.x) : "";
   if (m.seq_first && batch_first_x.empty()) mha.attrs.push_back(ir::Attribute::of_int("seq_first", 1));
   if (m.zero_nan_rows) mha.attrs.push_back(ir::Attribute::of_int("zero_nan_rows", 1));
   std::vector<ir::Node> added;

@@ -107,14 +107,66 @@ static bool is_dynamic_quant_projection(const ir::Node* n) {
          n->inputs.size() <= 4 && n->attrs.empty() && n->outputs.size() == 1;
 }
 
-// Walks back from an attention operand through Transpose, Reshape and scalar scalings (when
-// allowed) to a projection MatMul(x, W) [+ bias], optionally sliced or split on its last axis.
-std::optional<Branch> trace_branch(const GraphIndex& idx, const Types& types, const Values& values,
-                                   std::string v, bool allow_scale) {
+// The projection `b.operand` comes from, filled into b (x, w, w_scale, bias, columns, roots), or
+// false.
+static bool find_projection(const GraphIndex& idx, const Types& types, const Values& values, Branch& b) {
+  std::string v = b.operand;
+  const ir::Node* n = idx.producer(v);
+  const ir::Node* cut = nullptr;
+  if (is_onnx_op(n, "Slice") || is_onnx_op(n, "Split")) {
+    cut = n;
+    v = n->inputs[0];
+    n = idx.producer(v);
+  }
+  if (is_onnx_op(n, "Add")) {
+    for (int i = 0; i < 2 && !b.bias; ++i) {
+      const ir::Node* mm = idx.producer(n->inputs[1 - i]);
+      if ((is_onnx_op(mm, "MatMul") || is_dynamic_quant_projection(mm)) && idx.constant(n->inputs[i])) {
+        b.bias = idx.constant(n->inputs[i]);
+        b.roots.push_back(n);
+        n = mm;
+      }
+    }
+    if (!b.bias) return false;
+  }
+  const bool int8 = is_dynamic_quant_projection(n);
+  if (!int8 && !is_onnx_op(n, "MatMul")) return false;
+  b.roots.push_back(n);
+  b.w = idx.constant(n->inputs[1]);
+  b.x = n->inputs[0];
+  if (!b.w || b.w->dtype() != (int8 ? DType::kInt8 : DType::kFloat32) || b.w->rank() != 2) return false;
+  const int64_t cols = b.w->dim(1);
+  if (int8) {
+    b.w_scale = idx.constant(n->inputs[2]);
+    if (!b.w_scale || b.w_scale->dtype() != DType::kFloat32 || (b.w_scale->numel() != 1 && b.w_scale->numel() != cols))
+      return false;
+    if (n->inputs.size() > 3 && !n->inputs[3].empty()) {  // its own bias, and no Add after it
+      if (b.bias) return false;
+      b.bias = idx.constant(n->inputs[3]);
+      if (!b.bias) return false;
+    }
+  }
+  if (b.bias) {
+    // Rank <= 3: the bias must not broadcast the [A0, A1, cols] projection to a higher rank.
+    if (b.bias->dtype() != DType::kFloat32 || b.bias->numel() != cols || b.bias->rank() > 3 ||
+        b.bias->shape().back() != cols)
+      return false;
+  }
+  b.end = cols;
+  if (cut) {
+    auto r = last_axis_range(*cut, idx, types, values, b.operand, cols);
+    if (!r) return false;
+    std::tie(b.begin, b.end) = *r;
+    b.roots.push_back(cut);
+  }
+  return true;
+}
+
+Branch trace_branch(const GraphIndex& idx, const Types& types, const Values& values, std::string v,
+                    bool allow_scale) {
   Branch b;
   std::vector<const ir::Node*> rev;
-  const ir::Node* n = idx.producer(v);
-  for (;; n = idx.producer(v)) {
+  for (const ir::Node* n = idx.producer(v);; n = idx.producer(v)) {
     if (is_onnx_op(n, "Transpose") || is_onnx_op(n, "Reshape")) {
       rev.push_back(n);
       v = n->inputs[0];
@@ -128,56 +180,15 @@ std::optional<Branch> trace_branch(const GraphIndex& idx, const Types& types, co
     }
     break;
   }
-  const ir::Node* cut = nullptr;
-  std::string cut_out;
-  if (is_onnx_op(n, "Slice") || is_onnx_op(n, "Split")) {
-    cut = n;
-    cut_out = v;
-    v = n->inputs[0];
-    n = idx.producer(v);
-  }
-  if (is_onnx_op(n, "Add")) {
-    for (int i = 0; i < 2 && !b.bias; ++i) {
-      const ir::Node* mm = idx.producer(n->inputs[1 - i]);
-      if ((is_onnx_op(mm, "MatMul") || is_dynamic_quant_projection(mm)) && idx.constant(n->inputs[i])) {
-        b.bias = idx.constant(n->inputs[i]);
-        b.roots.push_back(n);
-        n = mm;
-      }
-    }
-    if (!b.bias) return std::nullopt;
-  }
-  const bool int8 = is_dynamic_quant_projection(n);
-  if (!int8 && !is_onnx_op(n, "MatMul")) return std::nullopt;
-  b.roots.push_back(n);
-  b.w = idx.constant(n->inputs[1]);
-  b.x = n->inputs[0];
-  if (!b.w || b.w->dtype() != (int8 ? DType::kInt8 : DType::kFloat32) || b.w->rank() != 2) return std::nullopt;
-  const int64_t cols = b.w->dim(1);
-  if (int8) {
-    b.w_scale = idx.constant(n->inputs[2]);
-    if (!b.w_scale || b.w_scale->dtype() != DType::kFloat32 || (b.w_scale->numel() != 1 && b.w_scale->numel() != cols))
-      return std::nullopt;
-    if (n->inputs.size() > 3 && !n->inputs[3].empty()) {  // its own bias, and no Add after it
-      if (b.bias) return std::nullopt;
-      b.bias = idx.constant(n->inputs[3]);
-      if (!b.bias) return std::nullopt;
-    }
-  }
-  if (b.bias) {
-    // Rank <= 3: the bias must not broadcast the [A0, A1, cols] projection to a higher rank.
-    if (b.bias->dtype() != DType::kFloat32 || b.bias->numel() != cols || b.bias->rank() > 3 ||
-        b.bias->shape().back() != cols)
-      return std::nullopt;
-  }
-  b.end = cols;
-  if (cut) {
-    auto r = last_axis_range(*cut, idx, types, values, cut_out, cols);
-    if (!r) return std::nullopt;
-    std::tie(b.begin, b.end) = *r;
-    b.roots.push_back(cut);
-  }
+  b.operand = v;
   b.path.assign(rev.rbegin(), rev.rend());
+  if (!find_projection(idx, types, values, b)) {
+    Branch unprojected;
+    unprojected.operand = b.operand;
+    unprojected.path = std::move(b.path);
+    unprojected.scale = b.scale;
+    return unprojected;
+  }
   return b;
 }
 

@@ -31,10 +31,12 @@ const ir::TypeInfo* type_of(const Types& types, const std::string& v);
 // Mul/Div of `n` by a scalar constant: the other operand and the factor, or nullopt.
 std::optional<std::pair<std::string, double>> scaling(const GraphIndex& idx, const ir::Node* n);
 
-// One of Q, K, V: the projection it comes from and the nodes between it and the attention.
+// One of Q, K, V: the nodes between the attention and the [A0, A1, E] value they start from, and
+// the projection that value comes from where there is one the fusion can take in.
 struct Branch {
-  std::string x;                       // hidden states, [A0, A1, E_in]
-  const Tensor* w = nullptr;           // [E_in, cols], float32 or (w_scale given) int8
+  std::string operand;                 // where `path` starts: [A0, A1, E], the heads unsplit
+  std::string x;                       // with a projection: hidden states, [A0, A1, E_in]
+  const Tensor* w = nullptr;           // null: no projection; else [E_in, cols], float32 or int8
   const Tensor* w_scale = nullptr;     // a DynamicQuantMatMul projection's: one or cols values
   const Tensor* bias = nullptr;        // cols values, or nullptr
   int64_t begin = 0, end = 0;          // the columns of w this branch uses
@@ -44,10 +46,11 @@ struct Branch {
 };
 
 // Walks back from an attention operand through Transpose, Reshape and scalar scalings (when
-// allowed) to a projection MatMul(x, W) [+ bias], or kiln's DynamicQuantMatMul(x, W, W_scale
-// [, bias]) [+ bias] (int8 W), optionally sliced or split on its last axis.
-std::optional<Branch> trace_branch(const GraphIndex& idx, const Types& types, const Values& values,
-                                   std::string v, bool allow_scale);
+// allowed) to its `operand`, then on to a projection MatMul(x, W) [+ bias], or kiln's
+// DynamicQuantMatMul(x, W, W_scale [, bias]) [+ bias] (int8 W), optionally sliced or split on its
+// last axis. Without such a projection (ONNX Runtime's int8 MatMulIntegerToFloat, say), w is null.
+Branch trace_branch(const GraphIndex& idx, const Types& types, const Values& values, std::string v,
+                    bool allow_scale);
 
 // Replays one Transpose or Reshape (or a scaling, which keeps the layout) on a layout; `size`
 // holds the sizes of the four atoms.
