@@ -1,6 +1,8 @@
-// DynamicQuantizeLinear against the ONNX formula written out in plain float code, on lengths
-// that use the 32-wide vector loop and its tail, with NaN, ties at .5 (rounded half to even),
-// values that saturate, and all-positive / all-negative / all-zero inputs.
+// DynamicQuantizeLinear and QuantizeLinear against the ONNX formula written out in plain float
+// code (a division), on lengths that use the vector loops and their tails, with NaN, ties at .5
+// (rounded half to even), values a few ulps either side of every half (where the vector loops'
+// multiply by 1 / scale would round the other way), values that saturate, subnormal scales and
+// reciprocals, and all-positive / all-negative / all-zero inputs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -62,6 +64,70 @@ TEST(DynamicQuantizeLinear, VectorLoopMatchesTheFormula) {
   ties.insert(ties.begin() + 5, std::numeric_limits<float>::quiet_NaN());  // in the vector loop
   check(ties);
   check(std::vector<float>(40, 0.0f));
+}
+
+// x / scale a few ulps either side of k + 1/2 for every k that lands in or near the codes: where
+// a multiply by 1 / scale can round to the other integer.
+std::vector<float> near_halves(float scale, int k_lo, int k_hi) {
+  std::vector<float> x;
+  for (int k = k_lo; k <= k_hi; ++k) {
+    float v = (static_cast<float>(k) + 0.5f) * scale;
+    for (int u = 0; u < 4; ++u) v = std::nextafter(v, -std::numeric_limits<float>::infinity());
+    for (int u = 0; u < 9; ++u, v = std::nextafter(v, std::numeric_limits<float>::infinity())) x.push_back(v);
+  }
+  return x;
+}
+
+TEST(DynamicQuantizeLinear, ValuesNearHalvesRoundAsTheDivisionDoes) {
+  for (float top : {1.0f, 2.55f, 0.3711f, 1234.5f}) {
+    // The range [-top/2, top] sets the scale (the kernel's expression) and holds the values.
+    std::vector<float> x = near_halves((top - (-top / 2)) / 255.0f, -84, 169);
+    x.push_back(-top / 2);
+    x.push_back(top);
+    check(x);
+  }
+}
+
+TEST(QuantizeLinear, PerTensorVectorLoopMatchesTheFormula) {
+  const float inf = std::numeric_limits<float>::infinity();
+  struct Case {
+    float scale;
+    DType type;
+    int zero_point;
+  };
+  const Case cases[] = {{0.01f, DType::kUInt8, 0},    {0.0137f, DType::kUInt8, 128}, {1.7e-5f, DType::kInt8, 0},
+                        {3.3f, DType::kInt8, -128},   {0.25f, DType::kInt8, 100},    {1e-39f, DType::kUInt8, 3},
+                        {3e38f, DType::kInt8, -5}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "scale " << c.scale << " zero point " << c.zero_point);
+    std::vector<float> x = near_halves(c.scale, -400, 400);
+    for (float v : {0.0f, -0.0f, inf, -inf, std::numeric_limits<float>::quiet_NaN(), 1e30f, -1e30f, 3e-41f})
+      x.insert(x.begin() + static_cast<long>(x.size() / 3), v);  // in the vector loop
+    x.push_back(std::numeric_limits<float>::quiet_NaN());      // in the tail
+    test::Builder b(13);
+    const int64_t n = static_cast<int64_t>(x.size());
+    b.input("x", {n});
+    Tensor s = Tensor::make(DType::kFloat32, {}).value();
+    s.data<float>()[0] = c.scale;
+    Tensor z = Tensor::make(c.type, {}).value();
+    if (c.type == DType::kUInt8) z.data<uint8_t>()[0] = static_cast<uint8_t>(c.zero_point);
+    else z.data<int8_t>()[0] = static_cast<int8_t>(c.zero_point);
+    b.m.graph.initializers["s"] = s;
+    b.m.graph.initializers["z"] = z;
+    b.add("QuantizeLinear", {"x", "s", "z"}, {"y"});
+    b.m.graph.outputs.push_back(ir::ValueInfo{"y", ir::TypeInfo::tensor(c.type), ""});
+    Tensor t = Tensor::make(DType::kFloat32, {n}).value();
+    std::copy(x.begin(), x.end(), t.data<float>());
+    const std::vector<Value> out = test::run_model(b.m, {t});
+    ASSERT_EQ(out.size(), 1u);
+    const float lo = c.type == DType::kUInt8 ? 0.0f : -128.0f, hi = c.type == DType::kUInt8 ? 255.0f : 127.0f;
+    for (int64_t i = 0; i < n; ++i) {
+      const float q = std::nearbyint(x[i] / c.scale) + static_cast<float>(c.zero_point);
+      const int want = std::isnan(q) ? static_cast<int>(lo) : static_cast<int>(std::min(hi, std::max(lo, q)));
+      const int got = c.type == DType::kUInt8 ? out[0].tensor.data<uint8_t>()[i] : out[0].tensor.data<int8_t>()[i];
+      ASSERT_EQ(got, want) << "element " << i << " x=" << x[i] << " x/scale=" << x[i] / c.scale;
+    }
+  }
 }
 
 }  // namespace

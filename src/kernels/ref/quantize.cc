@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/cpu_features.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/qlinear_quantize.h"
 #include "kernels/fast_path.h"
 #include "kernels/kernel_util.h"
 #include "kernels/ref/elementwise_util.h"
@@ -95,50 +97,81 @@ const Tensor* opt(const KernelContext& ctx, size_t i) {
   return ctx.has_input(i) && ctx.input(i).defined() ? &ctx.input(i) : nullptr;
 }
 
-// max(0, x...) and min(0, x...), NaN skipped as std::max/std::min skip it: 8 lanes, then the lanes.
-// max_ps/min_ps return their second operand when either is NaN, so the running value goes second.
+// max(0, x...) and min(0, x...), NaN skipped as std::max/std::min skip it: 8 lanes (four running
+// vectors, so that the loop is not bound by one min's latency), then the lanes. max_ps/min_ps
+// return their second operand when either is NaN, so the running value goes second.
 void range_with_zero(const float* x, int64_t n, float* mn, float* mx) {
-  __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+  if (cpu_features().has_avx512()) return qlinear::range_with_zero_avx512(x, n, mn, mx);
+  __m256 lo[4], hi[4];
+  for (int k = 0; k < 4; ++k) lo[k] = hi[k] = _mm256_setzero_ps();
   int64_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int k = 0; k < 4; ++k) {
+      const __m256 v = _mm256_loadu_ps(x + i + 8 * k);
+      lo[k] = _mm256_min_ps(v, lo[k]);
+      hi[k] = _mm256_max_ps(v, hi[k]);
+    }
   for (; i + 8 <= n; i += 8) {
     const __m256 v = _mm256_loadu_ps(x + i);
-    lo = _mm256_min_ps(v, lo);
-    hi = _mm256_max_ps(v, hi);
+    lo[0] = _mm256_min_ps(v, lo[0]);
+    hi[0] = _mm256_max_ps(v, hi[0]);
   }
+  for (int k = 1; k < 4; ++k) lo[0] = _mm256_min_ps(lo[k], lo[0]), hi[0] = _mm256_max_ps(hi[k], hi[0]);
   alignas(32) float l[8], h[8];
-  _mm256_store_ps(l, lo);
-  _mm256_store_ps(h, hi);
+  _mm256_store_ps(l, lo[0]);
+  _mm256_store_ps(h, hi[0]);
   *mn = 0.0f, *mx = 0.0f;
   for (int k = 0; k < 8; ++k) *mn = std::min(*mn, l[k]), *mx = std::max(*mx, h[k]);
   for (; i < n; ++i) *mn = std::min(*mn, x[i]), *mx = std::max(*mx, x[i]);
 }
 
 // y = saturate(round_half_even(x / scale) + zp) into [0, 255] (or [-128, 127] when Signed), 32
-// at a time: the same float operations as the scalar tail (division, nearbyint in the default
-// rounding mode, NaN to 0). With Reciprocal, `scale` is 1 / scale and x is multiplied by it
-// (DynamicQuantMatMul's rule: a multiply where a division takes ten times as long).
+// at a time: the same results as the scalar tail's float operations (division, nearbyint in the
+// default rounding mode, NaN to lo). With Reciprocal, `scale` is 1 / scale and x is multiplied by
+// it (DynamicQuantMatMul's rule).
+//
+// Without it the vectors multiply by inv = 1 / scale too, where that gives the quotient's code, and
+// divide (~10x a multiply's time) only where it might not. The product is within 2^-22 |x / scale|
+// of the quotient (each rounding within 2^-24), so it can round to another integer only near a
+// half: within 2^-13 of one where |x / scale| <= 512. Larger values saturate either way (|zp| <=
+// 255 and the codes span 256). So 32 products that all lie further than 2^-11 from a half are
+// the quotients' codes.
 template <bool Signed, bool Reciprocal = false>
 void quantize_8bit(const float* x, int64_t n, float scale, float zp, void* out) {
+  if (!Reciprocal && cpu_features().has_avx512()) return qlinear::quantize_avx512(x, n, scale, zp, Signed, out);
   using T = std::conditional_t<Signed, int8_t, uint8_t>;
   T* y = static_cast<T*>(out);
   const float lo_f = Signed ? -128.0f : 0.0f, hi_f = Signed ? 127.0f : 255.0f;
-  const __m256 s = _mm256_set1_ps(scale), z = _mm256_set1_ps(zp);
-  const __m256 lo = _mm256_set1_ps(lo_f), hi = _mm256_set1_ps(hi_f);
-  auto q = [&](const float* p) {
-    const __m256 v = _mm256_loadu_ps(p);
-    const __m256 r = _mm256_round_ps(Reciprocal ? _mm256_mul_ps(v, s) : _mm256_div_ps(v, s),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_add_ps(r, z), lo), hi));
+  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  // The bound above needs a normal scale and reciprocal (a subnormal one carries fewer bits).
+  const bool by_inverse = Reciprocal || (std::isnormal(scale) && std::isnormal(1.0f / scale));
+  const __m256 s = _mm256_set1_ps(scale), inv = _mm256_set1_ps(Reciprocal ? scale : 1.0f / scale);
+  const __m256 z = _mm256_set1_ps(zp), lo = _mm256_set1_ps(lo_f), hi = _mm256_set1_ps(hi_f);
+  const __m256 sign = _mm256_set1_ps(-0.0f), near_half = _mm256_set1_ps(0.5f - 0x1p-11f);
+  auto code = [&](__m256 r) { return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_add_ps(r, z), lo), hi)); };
+  // The rounded quotients of p[0, 32): r[k] holds lanes 8k..8k+7.
+  auto quotients = [&](const float* p, __m256* r) {
+    __m256 risky = _mm256_setzero_ps();
+    for (int k = 0; k < 4; ++k) {
+      const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(p + 8 * k), inv);
+      r[k] = _mm256_round_ps(v, kNearest);
+      // NaN and infinite lanes compare false: their product is the quotient.
+      risky = _mm256_or_ps(risky, _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(v, r[k])), near_half, _CMP_GE_OQ));
+    }
+    if (Reciprocal || (by_inverse && _mm256_testz_ps(risky, risky))) return;
+    for (int k = 0; k < 4; ++k) r[k] = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(p + 8 * k), s), kNearest);
   };
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     // The values are in range already, so the saturating packs only narrow them. They work per
     // 128-bit lane: the bytes come out as dwords 0 4 1 5 2 6 3 7.
+    __m256 r[4];
+    quotients(x + i, r);
     __m256i bytes;
     if constexpr (Signed)
-      bytes = _mm256_packs_epi16(_mm256_packs_epi32(q(x + i), q(x + i + 8)), _mm256_packs_epi32(q(x + i + 16), q(x + i + 24)));
+      bytes = _mm256_packs_epi16(_mm256_packs_epi32(code(r[0]), code(r[1])), _mm256_packs_epi32(code(r[2]), code(r[3])));
     else
-      bytes = _mm256_packus_epi16(_mm256_packus_epi32(q(x + i), q(x + i + 8)), _mm256_packus_epi32(q(x + i + 16), q(x + i + 24)));
+      bytes = _mm256_packus_epi16(_mm256_packus_epi32(code(r[0]), code(r[1])), _mm256_packus_epi32(code(r[2]), code(r[3])));
     bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), bytes);
   }
@@ -293,9 +326,10 @@ Status dynamic_quantize_linear(KernelContext& ctx) {
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kUInt8, x.shape()));
   // The u8 scale and zero point of x's range with 0 included (NaN skipped), and the codes
   // saturate(round_half_even(x / scale) + zero_point), over the threads: each chunk's range (a
-  // fixed chunk a slot), then the codes.
+  // fixed chunk a slot), then the codes. Chunks of 32 KB: a transformer's [128, 768] activations
+  // (the size ONNX Runtime's quantize_dynamic quantizes before each MatMul) make 12.
   const float* xd = x.data<float>();
-  constexpr int64_t kChunk = 1 << 15;
+  constexpr int64_t kChunk = 1 << 13;
   const int64_t n = x.numel(), chunks = (n + kChunk - 1) / kChunk;
   std::vector<float> lows(static_cast<size_t>(chunks)), highs(static_cast<size_t>(chunks));
   auto ranges = [&](int64_t c0, int64_t c1) {
@@ -308,7 +342,9 @@ Status dynamic_quantize_linear(KernelContext& ctx) {
   float mn = 0, mx = 0, scale = 0, zpf = 0;
   for (int64_t c = 0; c < chunks; ++c) mn = std::min(mn, lows[static_cast<size_t>(c)]), mx = std::max(mx, highs[static_cast<size_t>(c)]);
   dynamic_u8_params(mn, mx, &scale, &zpf);
-  ew::run_range(ctx, n, [&](int64_t b, int64_t e) { quantize_8bit<false>(xd + b, e - b, scale, zpf, y->data<uint8_t>() + b); });
+  auto codes = [&](int64_t b, int64_t e) { quantize_8bit<false>(xd + b, e - b, scale, zpf, y->data<uint8_t>() + b); };
+  if (ctx.pool && chunks > 1) ctx.pool->parallel_for(n, kChunk, codes);
+  else codes(0, n);
   if (ctx.wants_output(1)) {
     KILN_ASSIGN_OR_RETURN(Tensor * s, ctx.make_output(1, DType::kFloat32, {}));
     *s->data<float>() = scale;
