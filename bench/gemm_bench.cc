@@ -88,8 +88,9 @@ void BM_GemmS16(benchmark::State& state, kiln::gemm::S16Kernel kernel, int64_t m
 }
 
 // gemm_u8s8 (VNNI CPUs) on a prepacked int8 B, u8 A with per-row zero points, dequantized to
-// floats in its tiles: DynamicQuantMatMul's GEMM.
-void BM_GemmU8S8(benchmark::State& state, int64_t m, int64_t n, int64_t k, int threads) {
+// floats in its tiles: DynamicQuantMatMul's GEMM. With `cold`, each run takes the next of enough
+// copies of B (64 MiB in all) that it comes from memory, as a model's weights do.
+void BM_GemmU8S8(benchmark::State& state, int64_t m, int64_t n, int64_t k, int threads, bool cold) {
   std::mt19937 rng(1);
   std::uniform_int_distribution<int> dist(0, 255);
   std::vector<uint8_t> a(m * k);
@@ -101,8 +102,13 @@ void BM_GemmU8S8(benchmark::State& state, int64_t m, int64_t n, int64_t k, int t
   kiln::gemm::Dequantize dq;
   dq.a_scale = as.data(), dq.a_per_row = true, dq.b_scale = bs.data(), dq.b_per_column = true;
   kiln::ThreadPool pool(threads);
-  const auto packed = kiln::gemm::PackedU8S8::pack(b.data(), true, n, k, n, {0});
-  auto run = [&] { kiln::gemm::gemm_u8s8(m, a.data(), false, k, za, packed, dq, y.data(), n, &pool); };
+  std::vector<kiln::gemm::PackedU8S8> packed(cold ? std::max<int64_t>(1, (int64_t{64} << 20) / (k * n)) : 1,
+                                               kiln::gemm::PackedU8S8::pack(b.data(), true, n, k, n, {0}));
+  size_t next = 0;
+  auto run = [&] {
+    kiln::gemm::gemm_u8s8(m, a.data(), false, k, za, packed[next], dq, y.data(), n, &pool);
+    next = (next + 1) % packed.size();
+  };
   run();
   const kiln::bench::RunTimes t = kiln::bench::time_runs(state, run);
   const double gops = 2.0 * m * n * k * state.iterations() / t.seconds * 1e-9;
@@ -130,9 +136,11 @@ void register_integer() {
   const Shape bert[] = {{"bert_qkvo_128x768x768", 128, 768, 768}, {"bert_fc1_128x3072x768", 128, 3072, 768},
                         {"bert_fc2_128x768x3072", 128, 768, 3072}};
   for (const Shape& s : bert)
-    for (int threads : {1, 2}) {
-      const std::string name = std::string("u8s8_6x32_avx512vnni/") + s.name + "/threads:" + std::to_string(threads);
-      benchmark::RegisterBenchmark(name.c_str(), BM_GemmU8S8, s.m, s.n, s.k, threads)
+    for (int threads : {1, 2})
+      for (bool cold : {false, true}) {
+      const std::string name = std::string("u8s8_6x64_avx512vnni/") + s.name + (cold ? "/cold_b" : "") +
+                               "/threads:" + std::to_string(threads);
+      benchmark::RegisterBenchmark(name.c_str(), BM_GemmU8S8, s.m, s.n, s.k, threads, cold)
           ->UseRealTime()
           ->MinTime(0.3)
           ->Unit(benchmark::kMillisecond);
