@@ -79,6 +79,11 @@ Pattern& Pattern::shared() {
   return *this;
 }
 
+Pattern& Pattern::kept() {
+  kept_ = true;
+  return *this;
+}
+
 // Matching with backtracking: each alternative (any_of, or the other operand order) works on a
 // copy of the captures so far and commits only on success.
 class Matcher {
@@ -124,8 +129,8 @@ class Matcher {
     if (!n || n->domain != p.domain_ || n->op_type != p.op_type_ || n->inputs.size() != p.children_.size()) return false;
     const bool is_root = n == root;
     // An interior node feeds only the match: one output, read once (a shared one: read only by
-    // the match, checked once the match is complete).
-    if (!is_root && (n->outputs.size() != 1 || (!p.shared_ && !idx_.single_use(v)))) return false;
+    // the match, checked once the match is complete; a kept one: by anything).
+    if (!is_root && (n->outputs.size() != 1 || (!p.shared_ && !p.kept_ && !idx_.single_use(v)))) return false;
     if (p.node_accept_ && !p.node_accept_(*n)) return false;
     if (!p.name_.empty()) {  // the node, and the value it was reached through
       auto [it, inserted] = m.nodes.emplace(p.name_, n);
@@ -133,7 +138,7 @@ class Matcher {
     }
     for (const ir::Node* a : m.absorbed)
       if (a == n) return false;  // the same node reached twice: not a tree of single uses
-    m.absorbed.push_back(n);
+    if (!p.kept_ || is_root) m.absorbed.push_back(n);
     if (p.shared_ && !is_root) m.shared.push_back(n);
     const size_t k = p.children_.size();
     auto inputs_match = [&](bool swapped, Match& trial) {

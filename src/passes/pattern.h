@@ -55,6 +55,10 @@ class Pattern {
   // and the division, value() naming it elsewhere): it needs no single use, only that every
   // reader is in the match.
   Pattern& shared();
+  // An op the rewrite reads through but does not replace (a scale computed once for several
+  // matches): it may have other readers and stays for them; dead-code removal drops it once none
+  // is left.
+  Pattern& kept();
 
  private:
   friend class Matcher;
@@ -62,7 +66,7 @@ class Pattern {
   Kind kind_ = Kind::kValue;
   std::string domain_, op_type_, name_;
   std::vector<Pattern> children_;  // op inputs, or alternatives
-  bool commutative_ = false, shared_ = false;
+  bool commutative_ = false, shared_ = false, kept_ = false;
   std::function<bool(const ir::Node&)> node_accept_;
   std::function<bool(const Tensor&)> constant_accept_;
 };

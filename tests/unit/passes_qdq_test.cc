@@ -186,10 +186,40 @@ TEST(DynamicQuantMatMul, ChainBecomesMatMulIntegerToFloat) {
     auto rewrites = test::run_pass(after, "dynamic-quant-matmul");
     ASSERT_TRUE(rewrites.is_ok()) << rewrites.status().message();
     ASSERT_EQ(*rewrites, 1);
+    test::run_passes(after, {"dead-code"});  // the scale product, kept for other readers
     EXPECT_EQ(test::qualified_histogram(after),
               (std::map<std::string, int>{{"DynamicQuantizeLinear", 1}, {"com.microsoft.MatMulIntegerToFloat", 1}}));
     test::expect_same_outputs(b.m, after, {b.random({2, 7, k})}, 1e-6f);
   }
+}
+
+// Two chains on one X whose weights share a scale, with one Mul(xs, ws) for both (ONNX Runtime
+// writes bert_base's last K and V so): both fuse, the Mul stays until neither reads it.
+TEST(DynamicQuantMatMul, ChainsSharingTheirScaleProductBothFuse) {
+  const int64_t k = 16, n = 8;
+  test::Builder b(13);
+  b.input("x", {3, k});
+  std::mt19937 rng(4);
+  std::uniform_int_distribution<int> w8(-127, 127);
+  auto& init = b.m.graph.initializers;
+  init["wz"] = scalar_of(DType::kInt8, 0);
+  init["ws"] = scalar_of(DType::kFloat32, 0.004);
+  b.add("DynamicQuantizeLinear", {"x"}, {"xq", "xs", "xz"});
+  b.add("Mul", {"xs", "ws"}, {"s"});
+  for (const std::string p : {"k", "v"}) {
+    Tensor wq = Tensor::make(DType::kInt8, {k, n}).value();
+    for (int64_t i = 0; i < wq.numel(); ++i) wq.data<int8_t>()[i] = static_cast<int8_t>(w8(rng));
+    init["w" + p] = wq;
+    b.add("MatMulInteger", {"xq", "w" + p, "xz", "wz"}, {p + "_acc"});
+    b.add("Cast", {p + "_acc"}, {p + "_accf"}, {test::attr_i("to", 1)});
+    b.add("Mul", {p + "_accf", "s"}, {p});
+    b.output(p);
+  }
+  ir::Model after = b.m;
+  test::run_passes(after, {"dynamic-quant-matmul", "dead-code"});
+  EXPECT_EQ(test::qualified_histogram(after),
+            (std::map<std::string, int>{{"DynamicQuantizeLinear", 1}, {"com.microsoft.MatMulIntegerToFloat", 2}}));
+  test::expect_same_outputs(b.m, after, {b.random({3, k})}, 1e-6f);
 }
 
 }  // namespace

@@ -28,7 +28,8 @@ P scaled_product() {
   const P as_float = P::op("Cast", {product}).where([](const ir::Node& n) {
     return n.attr_int("to", 0) == static_cast<int64_t>(DType::kFloat32);
   });
-  const P scale = P::op("Mul", {P::value("as"), P::constant(is_f32, "bs")}).commutative().bind("scale");
+  // ONNX Runtime computes as * bs once for MatMuls that share both (bert_base's last K and V).
+  const P scale = P::op("Mul", {P::value("as"), P::constant(is_f32, "bs")}).commutative().bind("scale").kept();
   return P::op("Mul", {as_float, scale}).commutative();
 }
 
