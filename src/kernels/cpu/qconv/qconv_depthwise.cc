@@ -5,7 +5,8 @@
 // ymm); vpunpck{l,h}wd interleaves two taps' (channels 0-3 and 8-11, 4-7 and 12-15, per 128-bit
 // lane) and vpmaddwd multiplies them with the two taps' weights, packed in that order, and adds
 // the pair into each channel's int32 lane, exactly. The store's packs (per 128-bit lane) put the
-// channels back in order. Threads take (block, output row) items, a block's rows in a row.
+// channels back in order. Threads take (output row, block) items, a row's blocks in a row (each
+// thread then reads its own band of X's rows).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -157,7 +158,7 @@ void conv_depthwise(const Geometry& g, const void* x, bool x_signed, int32_t zx,
   const int64_t rows = g.batch * g.out_h, blocks = w.blocks();
   auto work = [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t b0 = i / rows, r = i % rows;
+      const int64_t b0 = i % blocks, r = i / blocks;
       depthwise_row(g, static_cast<const uint8_t*>(x), stride, flip, pad, w, plan, r / g.out_h, r % g.out_h, b0);
     }
   };
