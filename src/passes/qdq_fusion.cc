@@ -10,6 +10,8 @@
 //   Q([Relu or Clip](Add(DQ(a), DQ(b))))            -> com.microsoft.QLinearAdd(a, ..., b, ..., ys, yz)
 //   Q([Relu or Clip](Mul(DQ(a), DQ(b))))            -> com.microsoft.QLinearMul (the same inputs)
 //   Q(Sigmoid(DQ(x)))                               -> com.microsoft.QLinearSigmoid(x, xs, xz, ys, yz)
+//   Q(GlobalAveragePool(DQ(x)))                     -> com.microsoft.QLinearGlobalAveragePool(x, xs, xz,
+//                                                      ys, yz) (the sum in integers: may differ by a code)
 //
 // x's DequantizeLinear stays for its other readers (dead-code drops it when none is left); the
 // weights' and bias's are absorbed. Needs per-tensor x and y parameters, s8 weights with zero
@@ -17,7 +19,8 @@
 // quantizers write it). Runs before constant folding, which would fold DQ(wq) into float weights.
 // On every CPU: the 8-bit conv's AVX2 tile runs ONNX Runtime's QDQ resnet50 in 33 ms against
 // 36-42 ms for the float convs on the folded weights (AMD EPYC Zen 4 capped at AVX2). Not
-// portable: QLinearAdd, QLinearMul and QLinearSigmoid are ONNX Runtime's (which loads them);
+// portable: QLinearAdd, QLinearMul, QLinearSigmoid and QLinearGlobalAveragePool are ONNX Runtime's
+// (which loads them);
 // QLinearConv and 8-bit MaxPool are standard ONNX.
 #include <cmath>
 
@@ -161,6 +164,21 @@ std::optional<std::vector<ir::Node>> to_qlinear_sigmoid(const Match& m, RuleCont
   return std::vector<ir::Node>{std::move(n)};
 }
 
+// Q(GlobalAveragePool(DQ(x))) of one 8-bit type: ONNX Runtime's QLinearGlobalAveragePool, which
+// sums the codes exactly and requantizes once (a classifier's pool after its last conv; on
+// channels-last X at -O3, qlinear-nhwc, where it saves the transpose back to NCHW).
+std::optional<std::vector<ir::Node>> to_qlinear_global_average_pool(const Match& m, RuleContext& rc) {
+  const auto x = dequantized_input(m.value("x"), rc);
+  const auto y = per_tensor(m.node("q"), rc.ctx.index(rc.graph));
+  if (!x || !y || x->second.zero_point.empty() || y->zero_point.empty() || x->second.type != y->type)
+    return std::nullopt;
+  ir::Node n = replacement_node(m, "QLinearGlobalAveragePool",
+                                {x->first->inputs[0], x->second.scale, x->second.zero_point, y->scale, y->zero_point},
+                                "com.microsoft");
+  rc.model.opsets.emplace("com.microsoft", 1);
+  return std::vector<ir::Node>{std::move(n)};
+}
+
 std::optional<std::vector<ir::Node>> to_8bit_max_pool(const Match& m, RuleContext& rc) {
   const auto x = dequantized_input(m.value("x"), rc);
   const auto y = per_tensor(m.node("q"), rc.ctx.index(rc.graph));
@@ -199,6 +217,8 @@ std::vector<Rule> make_rules() {
   }
   rules.push_back({"sigmoid", quantized(P::op("Sigmoid", {P::value("x")})), to_qlinear_sigmoid});
   rules.push_back({"max-pool", quantized(P::op("MaxPool", {P::value("x")}).bind("pool")), to_8bit_max_pool});
+  rules.push_back({"global-average-pool", quantized(P::op("GlobalAveragePool", {P::value("x")})),
+                   to_qlinear_global_average_pool});
   return rules;
 }
 

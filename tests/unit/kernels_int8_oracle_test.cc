@@ -35,6 +35,7 @@ const std::map<std::string, std::string> kOracles = {
     {"com.microsoft.QLinearAdd", "Int8Oracle.QLinearAddAndMulMatchTheirFormula"},
     {"com.microsoft.QLinearMul", "Int8Oracle.QLinearAddAndMulMatchTheirFormula"},
     {"com.microsoft.QLinearSigmoid", "Int8Oracle.QLinearSigmoidMatchesItsFormula"},
+    {"com.microsoft.QLinearGlobalAveragePool", "Int8Oracle.QLinearGlobalAveragePoolMatchesItsFormula"},
     {"ai.kiln.QLinearLookup", "QdqFusion.SiluAndBroadcastMulBecomeEightBit"},
     {"com.microsoft.NhwcMaxPool", "QdqFusion.ChainStaysChannelsLastAtO3"},
     {"MatMulInteger", "MatMulInteger.ColumnBlocksMatchPlainLoop"},
@@ -213,6 +214,46 @@ TEST(Int8Oracle, QLinearSigmoidMatchesItsFormula) {
         const double got = load_as_double(t, y.raw_data(), i);
         ASSERT_EQ(got, want) << "code " << code;
       }
+    }
+}
+
+// Both layouts, u8 and s8, two images: each channel's codes summed in integers, then
+// saturate(round_half_even(float(sum - n * xz) * (xs / (ys * n))) + yz) (the kernel's comment).
+TEST(Int8Oracle, QLinearGlobalAveragePoolMatchesItsFormula) {
+  const int64_t batch = 2, channels = 37, h = 5, w = 7, n = h * w;
+  for (DType t : {DType::kUInt8, DType::kInt8})
+    for (bool last : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(t) << (last ? " channels-last" : " NCHW"));
+      const bool is_signed = t == DType::kInt8;
+      const float xs = 0.05f, ys = 0.03f, xz = is_signed ? -7 : 120, yz = is_signed ? 3 : 90;
+      const Shape shape = last ? Shape{batch, h, w, channels} : Shape{batch, channels, h, w};
+      Tensor x = Tensor::make(t, shape).value();
+      std::mt19937 rng(11);
+      for (int64_t i = 0; i < x.numel(); ++i) static_cast<uint8_t*>(x.raw_data())[i] = static_cast<uint8_t>(rng());
+      test::Builder g(13);
+      g.m.opsets["com.microsoft"] = 1;
+      g.m.graph.inputs.push_back(ir::ValueInfo{"x", ir::TypeInfo::tensor(t, shape), ""});
+      auto scalar = [](DType type, double v) {
+        Tensor s = Tensor::make(type, {}).value();
+        store_from_double(type, s.raw_data(), 0, v);
+        return s;
+      };
+      g.m.graph.initializers["xs"] = scalar(DType::kFloat32, xs), g.m.graph.initializers["xz"] = scalar(t, xz);
+      g.m.graph.initializers["ys"] = scalar(DType::kFloat32, ys), g.m.graph.initializers["yz"] = scalar(t, yz);
+      g.add("QLinearGlobalAveragePool", {"x", "xs", "xz", "ys", "yz"}, {"y"}, {test::attr_i("channels_last", last)})
+          .domain = "com.microsoft";
+      g.m.graph.outputs.push_back(ir::ValueInfo{"y", ir::TypeInfo::tensor(t), ""});
+      const Tensor y = test::run_model(g.m, {x})[0].tensor;
+      ASSERT_EQ(y.shape(), last ? (Shape{batch, 1, 1, channels}) : (Shape{batch, channels, 1, 1}));
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t c = 0; c < channels; ++c) {
+          int64_t sum = 0;
+          for (int64_t p = 0; p < n; ++p)
+            sum += static_cast<int64_t>(load_as_double(t, x.raw_data(), last ? (b * n + p) * channels + c : (b * channels + c) * n + p));
+          const float v = static_cast<float>(static_cast<double>(sum) - static_cast<double>(n) * xz) * (xs / (ys * static_cast<float>(n)));
+          const float want = std::clamp(std::nearbyint(v) + yz, is_signed ? -128.0f : 0.0f, is_signed ? 127.0f : 255.0f);
+          ASSERT_EQ(load_as_double(t, y.raw_data(), b * channels + c), want) << "image " << b << " channel " << c;
+        }
     }
 }
 

@@ -107,6 +107,44 @@ TEST(QdqFusion, ChainStaysChannelsLastAtO3) {
   test::expect_same_outputs(plain, after, {x}, 0.0f);
 }
 
+// A classifier's pool in QDQ form after a conv, Q(GlobalAveragePool(DQ(x))): QLinearGlobalAveragePool,
+// whose integer sum and single rounding agree with the float ops to one step of the output's
+// scale; at -O3 it reads the conv's channels-last output where it is (the Transpose left is of
+// one pixel a channel).
+TEST(QdqFusion, GlobalAveragePoolBecomesEightBitAndChannelsLast) {
+  test::Builder b(13);
+  b.input("x", {2, 8, 6, 6});
+  qdq(b, "x", "xq", "xd", 0.05f, 128);
+  Tensor w = Tensor::make(DType::kInt8, {16, 8, 1, 1}).value();
+  std::mt19937 rng(6);
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<int8_t>()[i] = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+  dequantized_constant(b, "w", w, scalar_of(DType::kFloat32, 1.0 / 64), scalar_of(DType::kInt8, 0), 1);
+  b.add("Conv", {"xd", "w"}, {"c"});
+  qdq(b, "c", "cq", "cd", 0.1f, 120);
+  b.add("GlobalAveragePool", {"cd"}, {"pool"});
+  qdq(b, "pool", "pq", "y", 0.02f, 100);
+  b.output("y");
+  ir::Model fused = b.m;
+  test::run_passes(fused, {"qdq-fusion", "dead-code"});
+  const auto h = test::qualified_histogram(fused);
+  EXPECT_EQ(h.at("com.microsoft.QLinearGlobalAveragePool"), 1);
+  EXPECT_EQ(h.count("GlobalAveragePool"), 0u);
+  test::Builder inputs;
+  const std::vector<Tensor> feeds = {inputs.random({2, 8, 6, 6}, -6, 6)};
+  test::expect_same_outputs(b.m, fused, feeds, 0.0201f);
+  ir::Model o3 = b.m;
+  ASSERT_TRUE(optimize(o3, OptimizeOptions{}).is_ok());
+  int pools = 0;
+  for (const auto& n : o3.graph.nodes)
+    if (n.op_type == "QLinearGlobalAveragePool") {
+      ++pools;
+      EXPECT_EQ(n.attr_int("channels_last", 0), 1);
+    }
+  EXPECT_EQ(pools, 1);
+  EXPECT_EQ(test::qualified_histogram(o3).at("Transpose"), 2);  // into the conv, and of the pool's pixel
+  test::expect_same_outputs(fused, o3, feeds, 0.0f);
+}
+
 // An efficientnet's SiLU in QDQ form, x * sigmoid(x) with every tensor quantized, and a
 // squeeze-excitation's broadcast Mul: QLinearSigmoid and QLinearMul, then the SiLU one table. The
 // sigmoid's table computes it in double, the float op in float: the outputs agree to one step of

@@ -2,7 +2,8 @@
 // and the com.microsoft (ONNX Runtime contrib) ones kiln reads and writes:
 // QLinearConv (ONNX's inputs; channels_last makes X and Y [N, H, W, C]) and NhwcMaxPool (MaxPool
 // on channels-last 8-bit X), whose shapes come from the standard op's schema run on the NCHW
-// view; QLinearAdd and QLinearMul (A and B broadcast, C of A's type); MatMulIntegerToFloat
+// view; QLinearAdd and QLinearMul (A and B broadcast, C of A's type); QLinearGlobalAveragePool
+// (one pixel of X's channels, either layout); MatMulIntegerToFloat
 // (MatMulInteger's shapes, float32; kiln's form with an epilogue too).
 #include "ir/schemas/common.h"
 
@@ -56,6 +57,17 @@ Outputs infer_qlinear_binary(InferContext& ctx) {
   return one(tensor_type(a.dtype, std::move(*shape)));
 }
 
+// X's type, [N, C, 1...] (channels_last: [N, 1..., C]).
+Outputs infer_qlinear_global_average_pool(InferContext& ctx) {
+  const TypeInfo& x = ctx.input(0);
+  if (!ranked(x)) return one(tensor_type_unranked(x.dtype));
+  if (x.shape.size() < 3) return ctx.error("X must have rank 3 or more, got " + dims_str(x.shape));
+  const size_t c = ctx.node.attr_int("channels_last", 0) ? x.shape.size() - 1 : 1;
+  Dims y(x.shape.size(), known_dim(1));
+  y[0] = x.shape[0], y[c] = x.shape[c];
+  return one(tensor_type(x.dtype, std::move(y)));
+}
+
 // X's type and shape (QLinearSigmoid).
 Outputs infer_same_as_x(InferContext& ctx) { return one(ctx.input(0)); }
 
@@ -101,6 +113,8 @@ KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_qlinear_conv, 
 KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_nhwc_max_pool, .cost = cost_pool}), "NhwcMaxPool");
 KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_qlinear_binary}), "QLinearAdd", "QLinearMul");
 KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_same_as_x}), "QLinearSigmoid");
+KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_qlinear_global_average_pool}),
+                        "QLinearGlobalAveragePool");
 KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_matmul_nbits}), "MatMulNBits");
 KILN_REGISTER_OP_SCHEMA("ai.kiln", (OpSchema{.infer = infer_lookup}), "QLinearLookup");
 KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_matmul_integer_to_float, .cost = cost_matmul}),

@@ -4,6 +4,9 @@
 //
 //   QLinearConv(x, ...)  ->  T_nchw(com.microsoft.QLinearConv(T_nhwc(x), ..., channels_last=1))
 //   MaxPool(x8)          ->  T_nchw(com.microsoft.NhwcMaxPool(T_nhwc(x8)))     (8-bit x)
+//   QLinearGlobalAveragePool(T_nchw(x))  ->  T_nchw(QLinearGlobalAveragePool(T_nhwc(T_nchw(x)),
+//                                            channels_last=1))  (x channels-last already: the
+//                                            pair cancels, and the transpose left is of one pixel)
 //
 // (ONNX Runtime's own forms of the two ops, so a saved model still loads there), and
 // channels-last (15), which runs next, moves them through the elementwise ops between (the
@@ -34,9 +37,13 @@ std::vector<ir::Node> channels_last_form(const ir::Graph& g, const ir::Node& n, 
   q.name = fresh_name(g, n.name + "_nhwc");
   q.domain = "com.microsoft", q.op_type = op;
   q.inputs[0] = x, q.outputs[0] = y;
+  std::erase_if(q.attrs, [](const ir::Attribute& a) { return a.name == "channels_last"; });
   if (flag) q.attrs.push_back(ir::Attribute::of_int("channels_last", 1));
   return {transpose(g, n.inputs[0], x, kToNhwc), std::move(q), transpose(g, y, n.outputs[0], kToNchw)};
 }
+
+// Whether n is a Transpose from channels-last to NCHW (an 8-bit conv's output on its way out).
+bool transposed_to_nchw(const ir::Node* n) { return is_onnx_op(n, "Transpose") && n->attr_ints("perm") == kToNchw; }
 
 class QLinearNhwc : public Pass {
  public:
@@ -63,6 +70,9 @@ class QLinearNhwc : public Pass {
       } else if (is_onnx_op(&n, "MaxPool") && n.outputs.size() == 1 && n.attr_ints("kernel_shape").size() == 2 &&
                  n.attr_int("storage_order", 0) == 0) {
         put = channels_last_form(g, n, "NhwcMaxPool", false);
+      } else if (n.domain == "com.microsoft" && n.op_type == "QLinearGlobalAveragePool" &&
+                 !n.attr_int("channels_last", 0) && transposed_to_nchw(idx.producer(n.inputs[0]))) {
+        put = channels_last_form(g, n, "QLinearGlobalAveragePool", true);
       } else {
         return false;
       }
