@@ -119,9 +119,18 @@ Result<OptimizeReport> optimize(ir::Model& model, const OptimizeOptions& options
     return Status::ok();
   };
   KILN_RETURN_IF_ERROR(simplify());
+  // The fusions leave dead nodes behind (qlinear-lookup a SiLU's QLinearSigmoid and QLinearMul),
+  // which the layout passes would count as readers: a Transpose read by a dead node too cannot
+  // move. They go before the layout stage.
+  const auto dead_code = std::find_if(enabled.begin(), enabled.end(), [](const PassInfo* p) { return p->name == "dead-code"; });
+  bool layout_started = false;
   int64_t rewritten = 0;
   for (const PassInfo* p : enabled) {
     if (p->stage == Stage::kSimplify) continue;
+    if (p->stage >= Stage::kLayout && !layout_started && dead_code != enabled.end()) {
+      layout_started = true;
+      KILN_RETURN_IF_ERROR(run_pass(*dead_code).status());
+    }
     KILN_ASSIGN_OR_RETURN(int64_t n, run_pass(p));
     rewritten += n;
   }

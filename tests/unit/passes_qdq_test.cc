@@ -145,6 +145,65 @@ TEST(QdqFusion, GlobalAveragePoolBecomesEightBitAndChannelsLast) {
   test::expect_same_outputs(fused, o3, feeds, 0.0f);
 }
 
+// An efficientnet block's squeeze-excitation in QDQ form: an 8-bit conv and its SiLU (a table,
+// elementwise), the pool of that, a 1x1 conv and sigmoid of the pool making the gate, the
+// product of the two, and the projecting conv. At -O3 the convs run channels-last and every
+// Transpose between them goes: the one after the first conv moves below the SiLU, the gate's
+// below the product, and then the first one below the pool, which reads channels-last X itself.
+// Only the model's way in and out are full-size Transposes. (Before dead-code ran ahead of the
+// layout passes, a dead reader kept the first Transpose in place, and efficientnet_b0's 16 blocks
+// paid 32 full-size Transposes.)
+void conv1x1(test::Builder& b, const std::string& x, const std::string& y, int64_t in, int64_t out, uint32_t seed) {
+  Tensor w = Tensor::make(DType::kInt8, {out, in, 1, 1}).value();
+  std::mt19937 rng(seed);
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<int8_t>()[i] = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+  dequantized_constant(b, y + "_w", w, scalar_of(DType::kFloat32, 1.0 / 128), scalar_of(DType::kInt8, 0), 1);
+  b.add("Conv", {x, y + "_w"}, {y});
+}
+
+TEST(QdqFusion, SqueezeExcitationStaysChannelsLast) {
+  test::Builder b(13);
+  b.input("x", {1, 8, 6, 6});
+  qdq(b, "x", "xq", "xd", 0.05f, 128);
+  conv1x1(b, "xd", "c", 8, 16, 8);
+  qdq(b, "c", "cq", "cd", 0.1f, 120);
+  b.add("Sigmoid", {"cd"}, {"sig"});  // a SiLU: one table at -O2 (qlinear-lookup)
+  qdq(b, "sig", "sgq", "sgd", 1.0f / 256, 0);
+  b.add("Mul", {"cd", "sgd"}, {"silu"});
+  qdq(b, "silu", "sq", "sd", 0.05f, 10);
+  b.add("GlobalAveragePool", {"sd"}, {"pool"});
+  qdq(b, "pool", "pq", "pd", 1.0f / 256, 0);
+  conv1x1(b, "pd", "e", 16, 16, 9);
+  qdq(b, "e", "eq", "ed", 0.01f, 128);
+  b.add("Sigmoid", {"ed"}, {"gate"});
+  qdq(b, "gate", "gq", "gd", 1.0f / 256, 0);
+  b.add("Mul", {"sd", "gd"}, {"se"});
+  qdq(b, "se", "seq", "sed", 1.0f / 256, 0);
+  conv1x1(b, "sed", "p", 16, 8, 10);
+  qdq(b, "p", "yq", "y", 0.02f, 128);
+  b.output("y");
+  ir::Model o3 = b.m;
+  ASSERT_TRUE(optimize(o3, OptimizeOptions{}).is_ok());
+  const auto h = test::qualified_histogram(o3);
+  EXPECT_EQ(h.at("com.microsoft.QLinearGlobalAveragePool"), 1);
+  EXPECT_EQ(h.at("com.microsoft.QLinearConv"), 3);
+  EXPECT_EQ(h.at("com.microsoft.QLinearMul"), 1);
+  EXPECT_EQ(h.at("Transpose"), 2);  // into the first conv and out of the last
+  EXPECT_EQ(h.at("ai.kiln.QLinearLookup"), 1);
+  for (const auto& n : o3.graph.nodes) {
+    if (n.op_type == "QLinearGlobalAveragePool") {
+      EXPECT_EQ(n.attr_int("channels_last", 0), 1);
+    }
+  }
+  ir::Model plain = b.m;
+  OptimizeOptions none;
+  none.level = 0;
+  ASSERT_TRUE(optimize(plain, none).is_ok());
+  test::Builder inputs;
+  const std::vector<Tensor> feeds = {inputs.random({1, 8, 6, 6}, -6, 6)};
+  test::expect_same_outputs(plain, o3, feeds, 0.0201f);
+}
+
 // An efficientnet's SiLU in QDQ form, x * sigmoid(x) with every tensor quantized, and a
 // squeeze-excitation's broadcast Mul: QLinearSigmoid and QLinearMul, then the SiLU one table. The
 // sigmoid's table computes it in double, the float op in float: the outputs agree to one step of

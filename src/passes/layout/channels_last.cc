@@ -155,13 +155,15 @@ class ChannelsLast : public Pass {
     return types_->rank(v);
   }
 
-  // Moves Transpose `t` below the elementwise op that alone reads it.
+  // Moves Transpose `t` below the elementwise op that alone reads it, or below the 8-bit global
+  // pool that alone reads it (pool_of_nchw).
   bool sink(ir::Graph& g, const GraphIndex& idx, const ir::Node& t) {
     const Perm p = transpose_perm(&t);
     if (p.empty() || inverses_.count(t.outputs[0]) || !idx.single_use(t.outputs[0]) ||
         is_graph_output(g, t.outputs[0]))
       return false;
     const ir::Node* e = idx.sole_consumer(t.outputs[0]);
+    if (e && p == kToNchw && pool_of_nchw(*e)) return sink_below_pool(g, t, *e);
     if (!e || !elementwise(*e) || e->outputs[0].empty()) return false;
     const Perm q = inverse(p);
     const int64_t r = static_cast<int64_t>(p.size());
@@ -211,6 +213,27 @@ class ChannelsLast : public Pass {
     put.push_back(moved);
     put.push_back(transpose(g, moved.outputs[0], out, p));
     std::vector<NodeReplacement> found{{{&t, e}, std::move(put)}};
+    replace_nodes(g, found);
+    return true;
+  }
+
+  // An 8-bit global average pool on NCHW X (ONNX Runtime's QLinearGlobalAveragePool): it reads
+  // channels-last X as well (channels_last), and its output of one pixel a channel is cheap to
+  // transpose. A squeeze-excitation's pool sits between 8-bit convs that run channels-last: with
+  // the Transpose into it moved to its output, the ones around the excitation's 1x1 convs cancel.
+  static bool pool_of_nchw(const ir::Node& n) {
+    return n.domain == "com.microsoft" && n.op_type == "QLinearGlobalAveragePool" && n.outputs.size() == 1 &&
+           !n.attr_int("channels_last", 0);
+  }
+  bool sink_below_pool(ir::Graph& g, const ir::Node& t, const ir::Node& pool) {
+    ir::Node moved = pool;
+    moved.inputs[0] = t.inputs[0];
+    std::erase_if(moved.attrs, [](const ir::Attribute& a) { return a.name == "channels_last"; });
+    moved.attrs.push_back(ir::Attribute::of_int("channels_last", 1));
+    const std::string out = pool.outputs[0];
+    moved.outputs[0] = fresh_name(g, out + "_untransposed");
+    added_[moved.outputs[0]] = static_cast<int64_t>(kToNchw.size());
+    std::vector<NodeReplacement> found{{{&t, &pool}, {moved, transpose(g, moved.outputs[0], out, kToNchw)}}};
     replace_nodes(g, found);
     return true;
   }
