@@ -84,15 +84,30 @@ constexpr T kPairAz = 3;
 template <typename T>
 constexpr T kPairBz = std::is_signed_v<T> ? -6 : 250;
 
+// Element i of `out` read from x of `shape`, numpy-broadcast to `out` (aligned right).
+int64_t broadcast_index(int64_t i, const Shape& out, const Shape& shape) {
+  int64_t j = 0, stride = 1;
+  for (size_t d = out.size(); d-- > 0;) {
+    const int64_t pos = i % out[d];
+    i /= out[d];
+    const size_t from_end = out.size() - 1 - d;
+    if (from_end >= shape.size()) continue;
+    const int64_t size = shape[shape.size() - 1 - from_end];
+    if (size != 1) j += pos * stride;
+    stride *= size;
+  }
+  return j;
+}
+
 template <typename T>
-void check_binary(bool multiply, const Shape& b_shape, float cs_given = 0, bool every_pair = false) {
+void check_binary(bool multiply, const Shape& b_shape, float cs_given = 0, bool every_pair = false,
+                  Shape a_shape = {3, 37}) {
   const DType t = std::is_signed_v<T> ? DType::kInt8 : DType::kUInt8;
   SCOPED_TRACE(::testing::Message() << (multiply ? "QLinearMul " : "QLinearAdd ") << dtype_name(t) << " B "
                                     << shape_str(b_shape));
   std::mt19937 rng(multiply * 7 + b_shape.size());
   std::uniform_int_distribution<int> byte(std::is_signed_v<T> ? -128 : 0, std::is_signed_v<T> ? 127 : 255);
-  const Shape a_shape = every_pair ? Shape{256, 256} : Shape{3, 37};
-  const int64_t row = a_shape.back();
+  if (every_pair) a_shape = {256, 256};
   Tensor a = Tensor::make(t, a_shape).value(), b = Tensor::make(t, b_shape).value();
   for (int64_t i = 0; i < a.numel(); ++i) a.data<T>()[i] = static_cast<T>(every_pair ? i >> 8 : byte(rng));
   for (int64_t i = 0; i < b.numel(); ++i) b.data<T>()[i] = static_cast<T>(every_pair ? i & 255 : byte(rng));
@@ -119,18 +134,26 @@ void check_binary(bool multiply, const Shape& b_shape, float cs_given = 0, bool 
   const Tensor c = test::run_model(g.m, {a, b}, plain)[0].tensor;
   ASSERT_EQ(c.shape(), a_shape);
   for (int64_t i = 0; i < c.numel(); ++i) {
-    const int64_t j = b.numel() == a.numel() ? i : b_shape.back() == 1 ? i / row : i % b.numel();
+    const int64_t j = broadcast_index(i, a_shape, b_shape);
     const T want = formula<T>(multiply, a.data<T>()[i], as, az, b.data<T>()[j], bs, bz, cs, cz);
     ASSERT_EQ(c.data<T>()[i], want) << "element " << i;
   }
 }
 
 TEST(Int8Oracle, QLinearAddAndMulMatchTheirFormula) {
-  for (bool multiply : {false, true})
+  for (bool multiply : {false, true}) {
     for (const Shape& b_shape : {Shape{3, 37}, Shape{37}, Shape{3, 1}}) {
       check_binary<uint8_t>(multiply, b_shape);
       check_binary<int8_t>(multiply, b_shape);
     }
+    // One value per channel of channels-last A (a squeeze-excitation's scale), per image or one
+    // for all: rows of whole pixels with B repeated along them.
+    for (const Shape& b_shape : {Shape{2, 1, 1, 37}, Shape{1, 1, 1, 37}, Shape{2, 1, 1, 3}}) {
+      const Shape a_shape = {2, 5, 7, b_shape.back()};
+      check_binary<uint8_t>(multiply, b_shape, 0, false, a_shape);
+      check_binary<int8_t>(multiply, b_shape, 0, false, a_shape);
+    }
+  }
 }
 
 // Whether some pair of codes of T rounds differently when (a op b) is multiplied by 1 / cs
@@ -217,19 +240,31 @@ TEST(Int8Oracle, QLinearSigmoidMatchesItsFormula) {
     }
 }
 
-// Both layouts, u8 and s8, two images: each channel's codes summed in integers, then
+// Both layouts, u8 and s8, two images of 37 channels (rows of whole pixels and the ones short of
+// a row) and one of 672 channels x 3136 pixels (more rows than 16-bit lanes may add, in each of a
+// thread's bands): each
+// channel's codes summed in integers, then
 // saturate(round_half_even(float(sum - n * xz) * (xs / (ys * n))) + yz) (the kernel's comment).
 TEST(Int8Oracle, QLinearGlobalAveragePoolMatchesItsFormula) {
-  const int64_t batch = 2, channels = 37, h = 5, w = 7, n = h * w;
+  struct Case {
+    int64_t batch, channels, h, w;
+  };
+  for (const Case& shape : {Case{2, 37, 5, 7}, Case{1, 672, 56, 56}})
   for (DType t : {DType::kUInt8, DType::kInt8})
     for (bool last : {false, true}) {
-      SCOPED_TRACE(::testing::Message() << dtype_name(t) << (last ? " channels-last" : " NCHW"));
+      const int64_t batch = shape.batch, channels = shape.channels, h = shape.h, w = shape.w, n = h * w;
+      SCOPED_TRACE(::testing::Message() << dtype_name(t) << (last ? " channels-last " : " NCHW ") << channels);
       const bool is_signed = t == DType::kInt8;
       const float xs = 0.05f, ys = 0.03f, xz = is_signed ? -7 : 120, yz = is_signed ? 3 : 90;
       const Shape shape = last ? Shape{batch, h, w, channels} : Shape{batch, channels, h, w};
       Tensor x = Tensor::make(t, shape).value();
       std::mt19937 rng(11);
       for (int64_t i = 0; i < x.numel(); ++i) static_cast<uint8_t*>(x.raw_data())[i] = static_cast<uint8_t>(rng());
+      if (n > 256)  // codes of 240 or more (as u8): 274 of them overflow 16 bits
+        for (int64_t i = 0; i < x.numel(); ++i) {
+          uint8_t& v = static_cast<uint8_t*>(x.raw_data())[i];
+          v = is_signed ? static_cast<uint8_t>((v & 0x0f) | 0x70) : static_cast<uint8_t>(v | 0xf0);
+        }
       test::Builder g(13);
       g.m.opsets["com.microsoft"] = 1;
       g.m.graph.inputs.push_back(ir::ValueInfo{"x", ir::TypeInfo::tensor(t, shape), ""});

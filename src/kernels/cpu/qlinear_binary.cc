@@ -5,9 +5,12 @@
 // in float, the very operations of DequantizeLinear, Add or Mul and QuantizeLinear one after the
 // other, so the fused op gives their results bit for bit. Rows run 8 lanes at a time (16 on
 // AVX-512, qlinear_binary_avx512.cc) over the pool, a broadcast operand's value repeated along
-// its row. The division is the slowest step;
-// c depends on the codes (a, b) alone, so where multiplying by 1 / cs gives the division's code
-// for all 65536 pairs (checked once per set of parameters, nearly always so) the rows multiply.
+// its row. The division is the slowest step: the rows multiply by 1 / cs instead and divide only
+// a vector with a product within 2^-11 of a half, where the two may round apart (the bound of
+// kernels/ref/quantize.cc's quantize_8bit: the product is within 2^-22 |v| of the quotient, and
+// |v| > 512 saturates either way). c depends on the codes (a, b) alone, so where multiplying gives
+// the division's code for all 65536 pairs (checked once per set of parameters) the rows skip
+// even that check.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -50,6 +53,7 @@ void row(const Params& p, const T* a, int64_t sa, const T* b, int64_t sb, T* c, 
   const __m256 rcs = _mm256_set1_ps(1.0f / p.cs);
   const __m256 az = _mm256_set1_ps(p.az), bz = _mm256_set1_ps(p.bz), cz = _mm256_set1_ps(p.cz);
   const __m256 lo = _mm256_set1_ps(p.lo), hi = _mm256_set1_ps(p.hi);
+  const __m256 near_half = _mm256_set1_ps(0.5f - 0x1p-11f);
   auto dequantized = [](const T* x, int64_t step, int64_t i, __m256 z, __m256 s) {
     const __m256 v = step ? load8(x + i) : _mm256_set1_ps(static_cast<float>(x[0]));
     return _mm256_mul_ps(_mm256_sub_ps(v, z), s);
@@ -58,8 +62,13 @@ void row(const Params& p, const T* a, int64_t sa, const T* b, int64_t sb, T* c, 
   for (; i + 8 <= n; i += 8) {
     const __m256 fa = dequantized(a, sa, i, az, as), fb = dequantized(b, sb, i, bz, bs);
     const __m256 sum = p.multiply ? _mm256_mul_ps(fa, fb) : _mm256_add_ps(fa, fb);
-    const __m256 v = kReciprocal ? _mm256_mul_ps(sum, rcs) : _mm256_div_ps(sum, cs);
-    const __m256 r = _mm256_add_ps(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), cz);
+    // The division only where the multiply might round the other way (the comment above).
+    const __m256 v = _mm256_mul_ps(sum, rcs);
+    __m256 r = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    if (!kReciprocal &&
+        _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_sub_ps(v, r)), near_half, _CMP_GE_OQ)))
+      r = _mm256_round_ps(_mm256_div_ps(sum, cs), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm256_add_ps(r, cz);
     const __m256i q = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi));
     // In range already: the packs only narrow (per 128-bit lane: dwords 0..3 then 4..7).
     const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
@@ -104,6 +113,15 @@ bool reciprocal_is_exact_cached(const Params& p) {
   return exact;
 }
 
+// Whether `x` holds one value per channel of channels-last c ([1 or N, 1, ..., 1, C] against
+// c's [N, ..., C]): a squeeze-excitation's scale of an NHWC activation.
+bool per_channel_of(const Shape& x, const Shape& c) {
+  if (x.size() != c.size() || c.size() < 3 || x.back() != c.back() || (x[0] != 1 && x[0] != c[0])) return false;
+  for (size_t i = 1; i + 1 < x.size(); ++i)
+    if (x[i] != 1) return false;
+  return true;
+}
+
 template <typename T>
 void run_typed(KernelContext& ctx, const Params& p, const Tensor& a, const Tensor& b, Tensor& c) {
   const T *ad = a.data<T>(), *bd = b.data<T>();
@@ -112,18 +130,43 @@ void run_typed(KernelContext& ctx, const Params& p, const Tensor& a, const Tenso
   // shapes make them (a row's operand steps are 0 or 1).
   constexpr int64_t kChunk = 1 << 14;
   struct Row {
-    int64_t first, a, sa, b, sb, len;
+    int64_t first;
+    const T* a;
+    int64_t sa;
+    const T* b;
+    int64_t sb, len;
   };
   thread_local std::vector<Row> row_buffer;  // grows once per calling thread
+  thread_local std::vector<T> repeated;      // a per-channel operand along a row of pixels
   std::vector<Row>& rows = row_buffer;
   rows.clear();
+  const bool a_per_channel = per_channel_of(a.shape(), c.shape()) && b.shape() == c.shape();
+  const bool b_per_channel = per_channel_of(b.shape(), c.shape()) && a.shape() == c.shape();
   if (a.shape() == b.shape()) {
-    for (int64_t i = 0; i < c.numel(); i += kChunk) rows.push_back({i, i, 1, i, 1, std::min(kChunk, c.numel() - i)});
+    for (int64_t i = 0; i < c.numel(); i += kChunk) rows.push_back({i, ad + i, 1, bd + i, 1, std::min(kChunk, c.numel() - i)});
+  } else if ((a_per_channel || b_per_channel) && c.numel() > 0) {
+    // The per-channel operand repeated over a row of whole pixels (>= 256 values), once per
+    // image it differs in: the rows are long, where one row a pixel made 12544 rows of 32
+    // channels at 112x112 (efficientnet_b0's first squeeze-excitation).
+    const Tensor& pc = a_per_channel ? a : b;
+    const int64_t channels = c.shape().back(), images = c.dim(0), plane = c.numel() / images;
+    const int64_t len = channels * std::min(plane / channels, (255 + channels) / channels);
+    const int64_t copies = pc.dim(0);
+    repeated.resize(static_cast<size_t>(copies * len));
+    for (int64_t n = 0; n < copies; ++n)
+      for (int64_t i = 0; i < len; ++i) repeated[static_cast<size_t>(n * len + i)] = pc.data<T>()[n * channels + i % channels];
+    for (int64_t n = 0; n < images; ++n)
+      for (int64_t off = 0; off < plane; off += len) {
+        const int64_t first = n * plane + off;
+        const T* rep = repeated.data() + (copies > 1 ? n * len : 0);
+        rows.push_back(a_per_channel ? Row{first, rep, 1, bd + first, 1, std::min(len, plane - off)}
+                                     : Row{first, ad + first, 1, rep, 1, std::min(len, plane - off)});
+      }
   } else {
     ew::for_each_broadcast_row<2>(c.shape(), {&a.shape(), &b.shape()},
                                   [&](int64_t first, const std::array<int64_t, 2>& base, int64_t len,
                                       const std::array<int64_t, 2>& step) {
-                                    rows.push_back({first, base[0], step[0], base[1], step[1], len});
+                                    rows.push_back({first, ad + base[0], step[0], bd + base[1], step[1], len});
                                   });
   }
   const bool reciprocal = reciprocal_is_exact_cached<T>(p);
@@ -132,10 +175,9 @@ void run_typed(KernelContext& ctx, const Params& p, const Tensor& a, const Tenso
     for (int64_t r = r0; r < r1; ++r) {
       const Row& w = rows[static_cast<size_t>(r)];
       if (avx512)
-        qlinear_binary_row_avx512(p, std::is_signed_v<T>, reciprocal, ad + w.a, w.sa, bd + w.b, w.sb, cd + w.first,
-                                  w.len);
+        qlinear_binary_row_avx512(p, std::is_signed_v<T>, reciprocal, w.a, w.sa, w.b, w.sb, cd + w.first, w.len);
       else
-        (reciprocal ? row<T, true> : row<T, false>)(p, ad + w.a, w.sa, bd + w.b, w.sb, cd + w.first, w.len);
+        (reciprocal ? row<T, true> : row<T, false>)(p, w.a, w.sa, w.b, w.sb, cd + w.first, w.len);
     }
   };
   const int64_t n = static_cast<int64_t>(rows.size());

@@ -8,6 +8,7 @@
 
 // GCC 12 warns of the intrinsics' undefined pass-through operands (they have no mask).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 namespace kiln {
 namespace {
@@ -18,6 +19,7 @@ void row(const QLinearBinaryParams& p, const T* a, int64_t sa, const T* b, int64
   const __m512 rcs = _mm512_set1_ps(1.0f / p.cs);
   const __m512 az = _mm512_set1_ps(p.az), bz = _mm512_set1_ps(p.bz), cz = _mm512_set1_ps(p.cz);
   const __m512 lo = _mm512_set1_ps(p.lo), hi = _mm512_set1_ps(p.hi);
+  const __m512 near_half = _mm512_set1_ps(0.5f - 0x1p-11f);
   auto dequantized = [](const T* x, int64_t step, int64_t i, __mmask16 m, __m512 z, __m512 s) {
     __m512 v;
     if (step) {
@@ -32,8 +34,12 @@ void row(const QLinearBinaryParams& p, const T* a, int64_t sa, const T* b, int64
     const __mmask16 m = n - i >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (n - i)) - 1);
     const __m512 fa = dequantized(a, sa, i, m, az, as), fb = dequantized(b, sb, i, m, bz, bs);
     const __m512 sum = p.multiply ? _mm512_mul_ps(fa, fb) : _mm512_add_ps(fa, fb);
-    const __m512 v = kReciprocal ? _mm512_mul_ps(sum, rcs) : _mm512_div_ps(sum, cs);
-    const __m512 r = _mm512_add_ps(_mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), cz);
+    // The division only where the multiply might round the other way (qlinear_binary.cc).
+    const __m512 v = _mm512_mul_ps(sum, rcs);
+    __m512 r = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    if (!kReciprocal && _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, r)), near_half, _CMP_GE_OQ))
+      r = _mm512_roundscale_ps(_mm512_div_ps(sum, cs), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm512_add_ps(r, cz);
     // In range already: the narrowing only drops the upper bytes.
     const __m512i q = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(r, lo), hi));
     _mm_mask_storeu_epi8(c + i, m, _mm512_cvtepi32_epi8(q));

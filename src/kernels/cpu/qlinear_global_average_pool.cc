@@ -5,46 +5,100 @@
 // over each channel's n pixels: the sum exact in integers, one float multiply and rounding (MLAS's
 // requantization of the sum; the DequantizeLinear/GlobalAveragePool/QuantizeLinear it replaces
 // rounds each dequantized value, their mean and the quotient, so the two may differ by a code).
+#include <immintrin.h>
+
 #include <cmath>
+#include <numeric>
+#include <type_traits>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "kernels/kernel_util.h"
 #include "kernels/ref/quantize.h"
 
 namespace kiln {
 namespace {
 
+// int32 lanes hold a sum of up to this many codes (255 * 2^23 < 2^31).
+constexpr int64_t kInt32Run = int64_t{1} << 23;
+
+// sums[c] += the codes of pixels [p0, p1) of channels-last image x (C channels). The pixels go in
+// rows of k (about 512 codes or more, so that a row is long where C is small), and 32 columns of the
+// rows at a time down 256 rows in 16-bit lanes (255 * 257 fits), which then widen into int32
+// ones; a row's k pixels of each channel fold at the end. (Adding each code into int32 lanes in
+// memory cost a store per 8 codes: bound by the stores.) s8 codes are moved to u8 (x + 128).
+template <typename T>
+void add_pixels(const T* x, int64_t channels, int64_t p0, int64_t p1, int64_t* sums) {
+  // k a multiple of 32 / gcd(C, 32), so that the rows are whole vectors.
+  const int64_t whole = 32 / std::gcd<int64_t>(channels, 32);
+  const int64_t k = whole * std::max<int64_t>(1, 512 / (whole * channels)), len = k * channels, rows = (p1 - p0) / k;
+  const __m256i flip = _mm256_set1_epi8(std::is_signed_v<T> ? static_cast<char>(0x80) : 0);
+  std::vector<int64_t> lanes(static_cast<size_t>(len), 0);
+  const uint8_t* base = reinterpret_cast<const uint8_t*>(x) + p0 * channels;
+  int64_t j = 0;
+  for (; j + 32 <= len; j += 32)
+    for (int64_t r0 = 0; r0 < rows; r0 += 256) {
+      __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+      for (int64_t r = r0; r < std::min(rows, r0 + 256); ++r) {
+        const __m256i v = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + r * len + j)), flip);
+        lo = _mm256_add_epi16(lo, _mm256_cvtepu8_epi16(_mm256_castsi256_si128(v)));
+        hi = _mm256_add_epi16(hi, _mm256_cvtepu8_epi16(_mm256_extracti128_si256(v, 1)));
+      }
+      alignas(32) uint16_t part[32];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(part), lo);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(part + 16), hi);
+      for (int t = 0; t < 32; ++t) lanes[static_cast<size_t>(j + t)] += part[t];
+    }
+  for (; j < len; ++j)  // columns short of 32
+    for (int64_t r = 0; r < rows; ++r) lanes[static_cast<size_t>(j)] += base[r * len + j] ^ (std::is_signed_v<T> ? 0x80 : 0);
+  for (int64_t p = p0 + rows * k; p < p1; ++p)  // pixels short of a row
+    for (int64_t c = 0; c < channels; ++c) lanes[static_cast<size_t>(c)] += static_cast<uint8_t>(reinterpret_cast<const uint8_t*>(x)[p * channels + c] ^ (std::is_signed_v<T> ? 0x80 : 0));
+  const int64_t moved = std::is_signed_v<T> ? 128 * (p1 - p0) : 0;  // back from u8
+  for (int64_t c = 0; c < channels; ++c) sums[c] -= moved;
+  for (int64_t i = 0; i < k; ++i)
+    for (int64_t c = 0; c < channels; ++c) sums[c] += lanes[static_cast<size_t>(i * channels + c)];
+}
+
+// The sum of n codes from x, through int32 runs.
+template <typename T>
+int64_t add_codes(const T* __restrict x, int64_t n) {
+  int64_t total = 0;
+  for (int64_t i0 = 0; i0 < n; i0 += kInt32Run) {
+    int32_t s = 0;
+    for (int64_t i = i0; i < std::min(n, i0 + kInt32Run); ++i) s += x[i];
+    total += s;
+  }
+  return total;
+}
+
 template <typename T>
 void pool(const T* x, int64_t batch, int64_t channels, int64_t image, bool channels_last, float xz, float multiplier,
-          float yz, float lo, float hi, T* y) {
-  // int64 sums: 255 * n fits int32 only up to n of 8.4M pixels.
-  std::vector<int64_t> sums(static_cast<size_t>(channels));
+          float yz, float lo, float hi, T* y, ThreadPool* threads) {
+  // Large images go over the threads: channels-last ones in bands of pixels (each band's sums
+  // apart, added after), NCHW ones by channels.
+  const bool split = threads && channels * image >= (int64_t{1} << 16);
+  const int64_t bands = split && channels_last ? std::min<int64_t>(image, 8) : 1;
+  std::vector<int64_t> sums(static_cast<size_t>(bands * channels));
   for (int64_t b = 0; b < batch; ++b) {
     const T* xb = x + b * channels * image;
     std::fill(sums.begin(), sums.end(), 0);
-    if (channels_last) {
-      // A row of int32 sums a pixel at a time (vectorized), drained into int64 every 2^23 pixels.
-      std::vector<int32_t> part(static_cast<size_t>(channels));
-      for (int64_t p0 = 0; p0 < image; p0 += int64_t{1} << 23) {
-        std::fill(part.begin(), part.end(), 0);
-        const int64_t p1 = std::min(image, p0 + (int64_t{1} << 23));
-        int32_t* __restrict acc = part.data();  // restrict: the bytes of X could alias it, which
-        for (int64_t p = p0; p < p1; ++p) {     // keeps the compiler from vectorizing
-          const T* __restrict px = xb + p * channels;
-          for (int64_t c = 0; c < channels; ++c) acc[c] += px[c];
-        }
-        for (int64_t c = 0; c < channels; ++c) sums[static_cast<size_t>(c)] += part[static_cast<size_t>(c)];
+    auto work = [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        if (channels_last)
+          add_pixels(xb, channels, i * image / bands, (i + 1) * image / bands, sums.data() + i * channels);
+        else
+          sums[static_cast<size_t>(i)] = add_codes(xb + i * image, image);
       }
-    } else {
-      for (int64_t c = 0; c < channels; ++c) {
-        const T* __restrict px = xb + c * image;
-        int64_t s = 0;
-        for (int64_t p = 0; p < image; ++p) s += px[p];
-        sums[static_cast<size_t>(c)] = s;
-      }
-    }
+    };
+    const int64_t items = channels_last ? bands : channels;
+    if (split && items > 1)
+      threads->parallel_for(items, 1, work);
+    else
+      work(0, items);
     for (int64_t c = 0; c < channels; ++c) {
-      const float v = static_cast<float>(static_cast<double>(sums[static_cast<size_t>(c)]) - static_cast<double>(image) * xz);
+      int64_t total = 0;
+      for (int64_t i = 0; i < bands; ++i) total += sums[static_cast<size_t>(i * channels + c)];
+      const float v = static_cast<float>(static_cast<double>(total) - static_cast<double>(image) * xz);
       y[b * channels + c] = static_cast<T>(std::min(hi, std::max(lo, std::nearbyint(v * multiplier) + yz)));
     }
   }
@@ -73,9 +127,11 @@ Status qlinear_global_average_pool(KernelContext& ctx) {
   if (image == 0) return ctx.error("X " + shape_str(x.shape()) + " has no pixels to average");
   const float multiplier = xs / (ys * static_cast<float>(image));
   if (t == DType::kUInt8)
-    pool(x.data<uint8_t>(), batch, channels, image, channels_last, xz, multiplier, yz, 0.0f, 255.0f, y->data<uint8_t>());
+    pool(x.data<uint8_t>(), batch, channels, image, channels_last, xz, multiplier, yz, 0.0f, 255.0f, y->data<uint8_t>(),
+         ctx.pool);
   else
-    pool(x.data<int8_t>(), batch, channels, image, channels_last, xz, multiplier, yz, -128.0f, 127.0f, y->data<int8_t>());
+    pool(x.data<int8_t>(), batch, channels, image, channels_last, xz, multiplier, yz, -128.0f, 127.0f, y->data<int8_t>(),
+         ctx.pool);
   return Status::ok();
 }
 
