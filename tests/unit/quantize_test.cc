@@ -155,6 +155,58 @@ TEST(Quantize, SmallCnnToQdq) {
   }
 }
 
+// An efficientnet block: conv -> SiLU (x * Sigmoid(x)) -> squeeze-excitation (GlobalAveragePool,
+// 1x1 conv, SiLU, 1x1 conv, Sigmoid, Mul by the gate) -> projecting conv, and the residual.
+ir::Model silu_se_block() {
+  test::Builder b(13);
+  b.input("x", {1, 8, 10, 10});
+  b.conv("x", "c1", 8, 16, 1);
+  b.add("Sigmoid", {"c1"}, {"s1"});
+  b.add("Mul", {"c1", "s1"}, {"a1"});
+  b.add("GlobalAveragePool", {"a1"}, {"g"});
+  b.conv("g", "e1", 16, 4, 1);
+  b.add("Sigmoid", {"e1"}, {"es"});
+  b.add("Mul", {"e1", "es"}, {"ea"});
+  b.conv("ea", "e2", 4, 16, 1);
+  b.add("Sigmoid", {"e2"}, {"gate"});
+  b.add("Mul", {"a1", "gate"}, {"se"});
+  b.conv("se", "c2", 16, 8, 1);
+  b.add("Add", {"c2", "x"}, {"y"});
+  b.output("y");
+  return b.m;
+}
+
+// Sigmoid and Mul carry 8-bit data as Add does, so that the convs feeding a SiLU (all of an
+// efficientnet's but the projections) are 8-bit too: they were kept in float ("its output goes
+// on in float"), with conversions around the projections that made the int8 model slower than
+// the float one. At -O3 the block runs 8-bit throughout: QLinearConv, the SiLUs as tables, the
+// excitation's QLinearMul, no float ops.
+TEST(Quantize, SiluAndSqueezeExcitationCarryEightBits) {
+  const ir::Model fp32 = silu_se_block();
+  test::Builder data;
+  std::vector<Tensor> calib;
+  for (int i = 0; i < 8; ++i) calib.push_back(data.random({1, 8, 10, 10}, -2, 2));
+  Model model(std::make_shared<ir::Model>(fp32));
+  auto report = model.quantize(samples_of(calib), {});
+  ASSERT_TRUE(report.is_ok()) << report.status().message();
+  EXPECT_EQ(report->quantized_nodes, 4);
+  EXPECT_TRUE(report->kept_float.empty());
+  ir::Model fused = model.ir();
+  ASSERT_TRUE(optimize(fused, OptimizeOptions{}).is_ok());
+  const auto h = test::qualified_histogram(fused);
+  EXPECT_EQ(h.at("com.microsoft.QLinearConv"), 4);
+  EXPECT_EQ(h.at("ai.kiln.QLinearLookup"), 2);  // the two SiLUs
+  EXPECT_EQ(h.at("com.microsoft.QLinearMul"), 1);
+  EXPECT_EQ(h.at("com.microsoft.QLinearGlobalAveragePool"), 1);
+  for (const char* op : {"Conv", "Sigmoid", "Mul", "GlobalAveragePool", "ai.kiln.BlockedConv"}) {
+    EXPECT_EQ(h.count(op), 0u) << op;
+  }
+  for (int i = 0; i < 4; ++i) {
+    const Tensor x = data.random({1, 8, 10, 10}, -2, 2);
+    EXPECT_GT(cosine(test::run_model(fp32, {x})[0].tensor, test::run_model(fused, {x})[0].tensor), 0.99f);
+  }
+}
+
 TEST(Quantize, OldOpsetIsRaisedForPerChannelScales) {
   // Opset 11: Squeeze takes axes as an attribute (an input from 13), which the converter moves.
   ir::Model fp32 = small_cnn(11);
