@@ -177,10 +177,13 @@ void conv_depthwise_avx512vnni(const Geometry& g, const void* x, bool x_signed, 
   const Plan plan{g, static_cast<const uint8_t*>(x), stride, _mm512_set1_epi8(x_signed ? static_cast<char>(0x80) : 0),
                   pad, w, rq, y, rq.needs_float_clamp()};
   const int64_t rows = g.batch * g.out_h, blocks = w.blocks();
-  const bool is3x3 = g.kernel_h == 3 && g.kernel_w == 3;
+  // 3x3 and 5x5 (mobilenets', efficientnets') unrolled at compile time; other windows general.
+  const int64_t square = g.kernel_h == g.kernel_w ? g.kernel_h : 0;
   auto work = [&](int64_t i0, int64_t i1) {
-    if (is3x3)
+    if (square == 3)
       depthwise_rows<3, 3>(plan, x_signed, i0, i1);
+    else if (square == 5)
+      depthwise_rows<5, 5>(plan, x_signed, i0, i1);
     else
       depthwise_rows<0, 0>(plan, x_signed, i0, i1);
   };
