@@ -152,7 +152,7 @@ TEST(QdqFusion, GlobalAveragePoolBecomesEightBitAndChannelsLast) {
 // below the product, and then the first one below the pool, which reads channels-last X itself.
 // Only the model's way in and out are full-size Transposes. (Before dead-code ran ahead of the
 // layout passes, a dead reader kept the first Transpose in place, and efficientnet_b0's 16 blocks
-// paid 32 full-size Transposes.)
+// paid 32 full-size Transposes.) The first conv then takes its SiLU's table (qlinear-conv-lookup).
 void conv1x1(test::Builder& b, const std::string& x, const std::string& y, int64_t in, int64_t out, uint32_t seed) {
   Tensor w = Tensor::make(DType::kInt8, {out, in, 1, 1}).value();
   std::mt19937 rng(seed);
@@ -186,10 +186,11 @@ TEST(QdqFusion, SqueezeExcitationStaysChannelsLast) {
   ASSERT_TRUE(optimize(o3, OptimizeOptions{}).is_ok());
   const auto h = test::qualified_histogram(o3);
   EXPECT_EQ(h.at("com.microsoft.QLinearGlobalAveragePool"), 1);
-  EXPECT_EQ(h.at("com.microsoft.QLinearConv"), 3);
+  EXPECT_EQ(h.at("com.microsoft.QLinearConv"), 2);
+  EXPECT_EQ(h.at("ai.kiln.QLinearConv"), 1);  // the first, its SiLU's table taken in
+  EXPECT_EQ(h.count("ai.kiln.QLinearLookup"), 0u);
   EXPECT_EQ(h.at("com.microsoft.QLinearMul"), 1);
   EXPECT_EQ(h.at("Transpose"), 2);  // into the first conv and out of the last
-  EXPECT_EQ(h.at("ai.kiln.QLinearLookup"), 1);
   for (const auto& n : o3.graph.nodes) {
     if (n.op_type == "QLinearGlobalAveragePool") {
       EXPECT_EQ(n.attr_int("channels_last", 0), 1);
@@ -202,6 +203,13 @@ TEST(QdqFusion, SqueezeExcitationStaysChannelsLast) {
   test::Builder inputs;
   const std::vector<Tensor> feeds = {inputs.random({1, 8, 6, 6}, -6, 6)};
   test::expect_same_outputs(plain, o3, feeds, 0.0201f);
+  // The conv with its table gives the codes of the conv and the table apart, bit for bit.
+  ir::Model apart = b.m;
+  OptimizeOptions no_table;
+  no_table.disabled = {"qlinear-conv-lookup"};
+  ASSERT_TRUE(optimize(apart, no_table).is_ok());
+  EXPECT_EQ(test::qualified_histogram(apart).at("ai.kiln.QLinearLookup"), 1);
+  test::expect_same_outputs(apart, o3, feeds, 0.0f);
 }
 
 // An efficientnet's SiLU in QDQ form, x * sigmoid(x) with every tensor quantized, and a

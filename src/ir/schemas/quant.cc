@@ -1,6 +1,7 @@
 // Schemas of the 8-bit ops beyond ONNX's: kiln's DynamicQuantMatMul (MatMul's shapes, float32),
 // and the com.microsoft (ONNX Runtime contrib) ones kiln reads and writes:
-// QLinearConv (ONNX's inputs; channels_last makes X and Y [N, H, W, C]) and NhwcMaxPool (MaxPool
+// QLinearConv (ONNX's inputs; channels_last makes X and Y [N, H, W, C]; kiln's form has a table
+// of Y's codes as input 9) and NhwcMaxPool (MaxPool
 // on channels-last 8-bit X), whose shapes come from the standard op's schema run on the NCHW
 // view; QLinearAdd and QLinearMul (A and B broadcast, C of A's type); QLinearGlobalAveragePool
 // (one pixel of X's channels, either layout); MatMulIntegerToFloat
@@ -110,6 +111,7 @@ Cost cost_matmul(const InferContext& ctx, const std::vector<TypeInfo>& outs) { r
 }  // namespace
 
 KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_qlinear_conv, .cost = cost_conv}), "QLinearConv");
+KILN_REGISTER_OP_SCHEMA("ai.kiln", (OpSchema{.infer = infer_qlinear_conv, .cost = cost_conv}), "QLinearConv");
 KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_nhwc_max_pool, .cost = cost_pool}), "NhwcMaxPool");
 KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_qlinear_binary}), "QLinearAdd", "QLinearMul");
 KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_same_as_x}), "QLinearSigmoid");

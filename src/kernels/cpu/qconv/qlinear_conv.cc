@@ -1,9 +1,11 @@
 // QLinearConv: the 8-bit conv of qconv.h where it applies (2-D or 1-D, group 1 or depthwise,
 // constant s8 weights with zero points 0, constant scales and zero points), packed once in
 // prepare; every other node, and a run whose X is not the type prepared for, takes the reference
-// (kernels/ref/conv.cc).
+// (kernels/ref/conv.cc). ai.kiln.QLinearConv is the same with a table (input 9) its codes go
+// through (qlinear-conv-lookup), looked up once the tile has written the output (Requantize::table).
 #include <memory>
 
+#include "kernels/cpu/lookup_table.h"
 #include "kernels/cpu/qconv/qconv.h"
 #include "kernels/cpu/qconv/qlinear_conv.h"
 #include "kernels/fast_path.h"
@@ -44,9 +46,15 @@ namespace {
 class QLinearConvKernel : public Kernel {
  public:
   explicit QLinearConvKernel(const ir::Node& node)
-      : node_(node), channels_last_(node.domain == "com.microsoft" && node.attr_int("channels_last", 0) != 0) {}
+      : node_(node), channels_last_(!node.domain.empty() && node.attr_int("channels_last", 0) != 0) {}
 
   Status prepare(const std::vector<const Tensor*>& c, std::vector<bool>&) override {
+    if (node_.domain == "ai.kiln") {  // the table: a constant of Y's type (qlinear-conv-lookup)
+      const Tensor* t = c.size() > 9 ? c[9] : nullptr;
+      if (!t || t->numel() != 256 || !dtype_is_8bit_integer(t->dtype())) return Status::ok();
+      table_.assign(static_cast<const uint8_t*>(t->raw_data()), static_cast<const uint8_t*>(t->raw_data()) + 256);
+      table_type_ = t->dtype();
+    }
     if (!qlinear_conv_tileable(node_, c)) return Status::ok();
     const Tensor *w = c[3], *xs = c[1], *xz = c[2], *ws = c[4], *ys = c[6], *yz = c.size() > 7 ? c[7] : nullptr;
     const Tensor* b = c.size() > 8 ? c[8] : nullptr;
@@ -63,6 +71,8 @@ class QLinearConvKernel : public Kernel {
     const int32_t zx = xz ? static_cast<int32_t>(load_as_double(xz->dtype(), xz->raw_data(), 0)) : 0;
     const int32_t zx_u8 = zx + (x_type_ == DType::kInt8 ? 128 : 0);
     x_zero_point_ = zx;
+    if (node_.domain == "ai.kiln" && (table_.empty() || table_type_ != y_type_)) return Status::ok();
+    rq_.table = table_.empty() ? nullptr : table_.data();
     rq_.output = y_type_ == DType::kInt8 ? qconv::Output::kS8 : qconv::Output::kU8;
     rq_.zero_point = yz ? static_cast<int32_t>(load_as_double(yz->dtype(), yz->raw_data(), 0)) : 0;
     rq_.lo = y_type_ == DType::kInt8 ? -128 : 0, rq_.hi = y_type_ == DType::kInt8 ? 127 : 255;
@@ -82,8 +92,10 @@ class QLinearConvKernel : public Kernel {
     const Tensor& x = ctx.input(0);
     const int64_t c_axis = channels_last_ ? x.rank() - 1 : 1;
     const bool fits = ready_ && x.dtype() == x_type_ && x.rank() == w_rank_ && x.dim(c_axis) == channels_;
-    if (!fits && channels_last_)
-      return ctx.error("channels-last QLinearConv needs constant s8 weights with zero points 0, group 1 or depthwise, "
+    if (!fits && (channels_last_ || node_.domain == "ai.kiln"))
+      return ctx.error(std::string(node_.domain == "ai.kiln" ? "ai.kiln.QLinearConv (a table of Y's type, constant)"
+                                                            : "channels-last QLinearConv") +
+                       " needs constant s8 weights with zero points 0, group 1 or depthwise, "
                        "scalar scales and zero points, and X of their type with " + std::to_string(channels_) +
                        " channels; got X " + shape_str(x.shape()) + " " + dtype_name(x.dtype()));
     if (!fits) return qlinear_conv_reference(ctx);
@@ -120,6 +132,8 @@ class QLinearConvKernel : public Kernel {
   int32_t x_zero_point_ = 0;
   qconv::PackedWeights packed_;
   qconv::Requantize rq_;
+  std::vector<uint8_t> table_;  // ai.kiln.QLinearConv's
+  DType table_type_ = DType::kUInt8;
 };
 
 Result<std::unique_ptr<Kernel>> make_kernel(const ir::Node& node, int64_t) {
@@ -130,6 +144,7 @@ const std::vector<DtypeConstraint> kQLinearConvTypes = {
     {0, {DType::kUInt8, DType::kInt8}}, {1, {DType::kFloat32}}, {3, {DType::kUInt8, DType::kInt8}}, {4, {DType::kFloat32}}, {6, {DType::kFloat32}}, {8, {DType::kInt32}}};
 const KernelRegistrar kQLinearConv("", "QLinearConv", "ref", make_kernel, kQLinearConvTypes);
 const KernelRegistrar kMsQLinearConv("com.microsoft", "QLinearConv", "ref", make_kernel, kQLinearConvTypes);
+const KernelRegistrar kKilnQLinearConv("ai.kiln", "QLinearConv", "ref", make_kernel, kQLinearConvTypes);
 
 // The tile's nodes (prepare may still find a zero point or scale it cannot take).
 bool tiled(const FastPathQuery& q) { return qlinear_conv_tileable(q.node, q.constants); }
@@ -138,5 +153,6 @@ bool tiled(const FastPathQuery& q) { return qlinear_conv_tileable(q.node, q.cons
 
 KILN_REGISTER_FAST_PATH("", "QLinearConv", tiled);
 KILN_REGISTER_FAST_PATH("com.microsoft", "QLinearConv", tiled);
+KILN_REGISTER_FAST_PATH("ai.kiln", "QLinearConv", tiled);
 
 }  // namespace kiln
