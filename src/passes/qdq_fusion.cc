@@ -150,30 +150,16 @@ std::optional<std::vector<ir::Node>> to_qlinear_binary(const Match& m, RuleConte
   return std::vector<ir::Node>{std::move(n)};
 }
 
-// Q(Sigmoid(DQ(x))) of one 8-bit type: ONNX Runtime's QLinearSigmoid, a 256-entry table (SiLU's
-// and squeeze-excitation's sigmoids in QDQ efficientnets).
-std::optional<std::vector<ir::Node>> to_qlinear_sigmoid(const Match& m, RuleContext& rc) {
+// Q(op(DQ(x))) of one 8-bit type as ONNX Runtime's (x, xs, xz, ys, yz) op: QLinearSigmoid, a
+// 256-entry table (SiLU's and squeeze-excitation's sigmoids in QDQ efficientnets), and
+// QLinearGlobalAveragePool, which sums the codes exactly and requantizes once (a classifier's
+// pool and every squeeze-excitation's; channels-last at -O3, without the transpose back to NCHW).
+std::optional<std::vector<ir::Node>> to_qlinear_unary(const Match& m, RuleContext& rc, const char* op) {
   const auto x = dequantized_input(m.value("x"), rc);
   const auto y = per_tensor(m.node("q"), rc.ctx.index(rc.graph));
   if (!x || !y || x->second.zero_point.empty() || y->zero_point.empty() || x->second.type != y->type)
     return std::nullopt;
-  ir::Node n = replacement_node(m, "QLinearSigmoid",
-                                {x->first->inputs[0], x->second.scale, x->second.zero_point, y->scale, y->zero_point},
-                                "com.microsoft");
-  rc.model.opsets.emplace("com.microsoft", 1);
-  return std::vector<ir::Node>{std::move(n)};
-}
-
-// Q(GlobalAveragePool(DQ(x))) of one 8-bit type: ONNX Runtime's QLinearGlobalAveragePool, which
-// sums the codes exactly and requantizes once (a classifier's pool after its last conv; on
-// channels-last X at -O3, qlinear-nhwc, where it saves the transpose back to NCHW).
-std::optional<std::vector<ir::Node>> to_qlinear_global_average_pool(const Match& m, RuleContext& rc) {
-  const auto x = dequantized_input(m.value("x"), rc);
-  const auto y = per_tensor(m.node("q"), rc.ctx.index(rc.graph));
-  if (!x || !y || x->second.zero_point.empty() || y->zero_point.empty() || x->second.type != y->type)
-    return std::nullopt;
-  ir::Node n = replacement_node(m, "QLinearGlobalAveragePool",
-                                {x->first->inputs[0], x->second.scale, x->second.zero_point, y->scale, y->zero_point},
+  ir::Node n = replacement_node(m, op, {x->first->inputs[0], x->second.scale, x->second.zero_point, y->scale, y->zero_point},
                                 "com.microsoft");
   rc.model.opsets.emplace("com.microsoft", 1);
   return std::vector<ir::Node>{std::move(n)};
@@ -215,10 +201,11 @@ std::vector<Rule> make_rules() {
                        [fused](const Match& m, RuleContext& rc) { return to_qlinear_binary(m, rc, fused); }});
     }
   }
-  rules.push_back({"sigmoid", quantized(P::op("Sigmoid", {P::value("x")})), to_qlinear_sigmoid});
+  rules.push_back({"sigmoid", quantized(P::op("Sigmoid", {P::value("x")})),
+                   [](const Match& m, RuleContext& rc) { return to_qlinear_unary(m, rc, "QLinearSigmoid"); }});
   rules.push_back({"max-pool", quantized(P::op("MaxPool", {P::value("x")}).bind("pool")), to_8bit_max_pool});
   rules.push_back({"global-average-pool", quantized(P::op("GlobalAveragePool", {P::value("x")})),
-                   to_qlinear_global_average_pool});
+                   [](const Match& m, RuleContext& rc) { return to_qlinear_unary(m, rc, "QLinearGlobalAveragePool"); }});
   return rules;
 }
 

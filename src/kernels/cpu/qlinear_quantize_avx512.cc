@@ -1,6 +1,6 @@
 // qlinear_quantize.h on AVX-512: quantize.cc's 8-lane loops on 16 lanes, the same operations in
 // the same order (so the same codes). The loops are bound by their vector instructions, not by
-// memory: twice the lanes halve them (DynamicQuantizeLinear of [128, 3072] 100 -> ~50 us).
+// memory: DynamicQuantizeLinear of [128, 3072] on one thread 118 -> 92 us (Intel Xeon model 207).
 #include <immintrin.h>
 
 #include <algorithm>
