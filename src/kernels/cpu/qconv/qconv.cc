@@ -9,7 +9,6 @@
 
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
-#include "kernels/cpu/lookup_table.h"
 
 namespace kiln::qconv {
 namespace {
@@ -207,22 +206,6 @@ void conv(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t 
   } else {
     stage<int16_t>(g, x, x_signed, x_nhwc, zx, 2, staged, s, pool);
     conv_staged_avx2(g, s, w, rq, out, pool);
-  }
-  // The table (ai.kiln.QLinearConv's SiLU): one pass while the output is still in cache, over the
-  // threads. (Looked up by each tile's store, 64 bytes a call into the VBMI kernel, it cost more
-  // than the separate op.)
-  if (rq.table) {
-    uint8_t* codes = static_cast<uint8_t*>(out);
-    const int64_t n = g.batch * g.out_h * g.out_w * g.filters, chunk = int64_t{1} << 16;
-    auto look = [&](int64_t c0, int64_t c1) {
-      for (int64_t c = c0; c < c1; ++c)
-        look_up_bytes(rq.table, codes + c * chunk, codes + c * chunk, std::min(chunk, n - c * chunk));
-    };
-    const int64_t chunks = (n + chunk - 1) / chunk;
-    if (pool && chunks > 1)
-      pool->parallel_for(chunks, 1, look);
-    else
-      look(0, chunks);
   }
   if (!y_nhwc) to_nchw(g, out, elem, y);
 }

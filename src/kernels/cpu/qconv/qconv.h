@@ -43,9 +43,6 @@ struct Requantize {
   std::vector<int32_t> bias;  // per output channel, minus zx * sum w (zx + 128 for s8 X)
   std::vector<float> scale;   // per output channel
   int32_t zero_point = 0, lo = 0, hi = 255;
-  // 256 codes the output's go through once it is written (y = table[q]: ai.kiln.QLinearConv's
-  // SiLU), or null.
-  const uint8_t* table = nullptr;
 
   // Whether a scaled sum can pass int32 (a scale of 0.5 or more), so that the VNNI stores must
   // clamp it in float before converting; below, the saturating packs clamp it.

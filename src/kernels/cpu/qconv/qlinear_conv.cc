@@ -2,7 +2,9 @@
 // constant s8 weights with zero points 0, constant scales and zero points), packed once in
 // prepare; every other node, and a run whose X is not the type prepared for, takes the reference
 // (kernels/ref/conv.cc). ai.kiln.QLinearConv is the same with a table (input 9) its codes go
-// through (qlinear-conv-lookup), looked up once the tile has written the output (Requantize::table).
+// through (qlinear-conv-lookup), looked up once the tile has written the output, while it is in
+// cache. (Looked up by each tile's store, 64 bytes a call into the VBMI kernel, it cost more
+// than the separate op.)
 #include <memory>
 
 #include "kernels/cpu/lookup_table.h"
@@ -10,6 +12,7 @@
 #include "kernels/cpu/qconv/qlinear_conv.h"
 #include "kernels/fast_path.h"
 #include "kernels/kernel_util.h"
+#include "kernels/ref/elementwise_util.h"
 #include "kernels/ref/conv.h"
 #include "kernels/ref/conv_util.h"
 
@@ -72,7 +75,6 @@ class QLinearConvKernel : public Kernel {
     const int32_t zx_u8 = zx + (x_type_ == DType::kInt8 ? 128 : 0);
     x_zero_point_ = zx;
     if (node_.domain == "ai.kiln" && (table_.empty() || table_type_ != y_type_)) return Status::ok();
-    rq_.table = table_.empty() ? nullptr : table_.data();
     rq_.output = y_type_ == DType::kInt8 ? qconv::Output::kS8 : qconv::Output::kU8;
     rq_.zero_point = yz ? static_cast<int32_t>(load_as_double(yz->dtype(), yz->raw_data(), 0)) : 0;
     rq_.lo = y_type_ == DType::kInt8 ? -128 : 0, rq_.hi = y_type_ == DType::kInt8 ? 127 : 255;
@@ -120,6 +122,9 @@ class QLinearConvKernel : public Kernel {
     if (y->numel() == 0) return Status::ok();
     qconv::conv(g, x.raw_data(), x_type_ == DType::kInt8, channels_last_, x_zero_point_, packed_, rq_, y->raw_data(),
                 channels_last_, ctx.pool);
+    uint8_t* codes = static_cast<uint8_t*>(y->raw_data());
+    if (!table_.empty())
+      ew::run_range(ctx, y->numel(), [&](int64_t b, int64_t e) { look_up_bytes(table_.data(), codes + b, codes + b, e - b); });
     return Status::ok();
   }
 
