@@ -92,7 +92,7 @@ class Matcher {
 
   // Matches `p` against value `v`.
   bool value(const Pattern& p, const std::string& v, const ir::Node* root, Match& m) const {
-    if (v.empty()) return false;
+    if (v.empty()) return p.kind_ == Pattern::Kind::kValue && p.name_.empty();  // an omitted optional input
     switch (p.kind_) {
       case Pattern::Kind::kValue:
         return capture(m.values, p.name_, v);

@@ -31,7 +31,8 @@ class Pattern {
   static Pattern op(std::string op_type, std::vector<Pattern> inputs);
   // The same in another domain ("ai.kiln", "com.microsoft").
   static Pattern op_in(std::string domain, std::string op_type, std::vector<Pattern> inputs);
-  // Any value, captured as `name`; every use of one name must be the same value. "" captures nothing.
+  // Any value, captured as `name`; every use of one name must be the same value. "" captures nothing
+  // and also matches an omitted optional input.
   static Pattern value(std::string name);
   // A fixed initializer for which `accept` holds, captured as `name` ("" captures nothing).
   static Pattern constant(std::function<bool(const Tensor&)> accept, std::string name = "");

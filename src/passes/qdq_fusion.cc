@@ -12,6 +12,9 @@
 //   Q(Sigmoid(DQ(x)))                               -> com.microsoft.QLinearSigmoid(x, xs, xz, ys, yz)
 //   Q(GlobalAveragePool(DQ(x)))                     -> com.microsoft.QLinearGlobalAveragePool(x, xs, xz,
 //                                                      ys, yz) (the sum in integers: may differ by a code)
+//   Q(Concat(DQ(a), DQ(b), ...)), Q(Reshape(DQ(x)))  -> Concat(a', b', ...), Reshape(x'), ... (an op that
+//   and other ops that only move elements             only moves elements moves the codes; x' is x or,
+//                                                      with other parameters, a table of x's code)
 //
 // x's DequantizeLinear stays for its other readers (dead-code drops it when none is left); the
 // weights' and bias's are absorbed. Needs per-tensor x and y parameters, s8 weights with zero
@@ -22,11 +25,13 @@
 // portable: QLinearAdd, QLinearMul, QLinearSigmoid and QLinearGlobalAveragePool are ONNX Runtime's
 // (which loads them);
 // QLinearConv and 8-bit MaxPool are standard ONNX.
+#include <algorithm>
 #include <cmath>
 
 #include "core/float_convert.h"
 #include "kernels/kernel_util.h"
 #include "passes/fusions/epilogue_match.h"
+#include "passes/graph_edit.h"
 #include "passes/pass.h"
 #include "passes/pattern.h"
 
@@ -175,6 +180,58 @@ std::optional<std::vector<ir::Node>> to_8bit_max_pool(const Match& m, RuleContex
   return std::vector<ir::Node>{std::move(n)};
 }
 
+// Ops that only move elements (every output element is one of the data inputs' elements), and
+// how many inputs they may have; Concat's are all data, the others' only the first.
+const std::pair<const char*, size_t> kMovers[] = {
+    {"Concat", 16}, {"Reshape", 2}, {"Transpose", 1}, {"Squeeze", 2}, {"Unsqueeze", 2}, {"Flatten", 1},
+    {"Slice", 5},   {"Gather", 2},  {"Expand", 2},    {"Tile", 2},    {"Resize", 4},    {"DepthToSpace", 1},
+    {"SpaceToDepth", 1}};
+
+// Q(move(DQ(x1), ...)): QuantizeLinear commutes with an op that only moves elements, so the op can
+// move 8-bit codes instead, each x given the output's parameters first: x itself where they are
+// already its own, else ai.kiln.QLinearLookup(x, Q(DQ(code)) of the 256 codes). Bit for bit the
+// unfused ops' values (an 8-bit model's concatenations, upsamplings and reshapes, which ONNX
+// Runtime's QOperator form states on 8-bit data and its QDQ form between Q and DQ).
+std::optional<std::vector<ir::Node>> to_8bit_move(const Match& m, RuleContext& rc) {
+  const ir::Node& move = m.node("move");
+  const auto y = per_tensor(m.node("q"), rc.ctx.index(rc.graph));
+  if (!y || move.outputs.size() != 1) return std::nullopt;
+  if (move.op_type == "Resize" && (move.attr_string("mode", "nearest") != "nearest" ||
+                                   move.attr_string("coordinate_transformation_mode", "") == "tf_crop_and_resize"))
+    return std::nullopt;
+  const size_t data_inputs = move.op_type == "Concat" ? move.inputs.size() : 1;
+  std::vector<ir::Node> out;
+  ir::Node moved = replacement_node(m, move.op_type, move.inputs);
+  moved.attrs = move.attrs;
+  for (size_t i = 0; i < data_inputs; ++i) {
+    const auto x = dequantized_input(move.inputs[i], rc);
+    if (!x) return std::nullopt;
+    const ir::TypeInfo* xt = rc.ctx.types().tensor(x->first->inputs[0]);
+    if (!xt || !dtype_is_8bit_integer(xt->dtype) || xt->dtype != x->second.type) return std::nullopt;
+    moved.inputs[i] = x->first->inputs[0];
+    if (x->second.s == y->s && x->second.z == y->z && x->second.type == y->type) continue;
+    Tensor table = Tensor::make(y->type, {256}).value();
+    const bool x_signed = x->second.type == DType::kInt8, y_signed = y->type == DType::kInt8;
+    for (int c = 0; c < 256; ++c) {
+      const int code = x_signed ? static_cast<int8_t>(c) : c;  // the byte c as x's type reads it
+      const float v = static_cast<float>(code - x->second.z) * x->second.s;
+      const float q = std::nearbyint(v / y->s) + static_cast<float>(y->z);
+      const float clamped = std::clamp(q, y_signed ? -128.0f : 0.0f, y_signed ? 127.0f : 255.0f);
+      static_cast<uint8_t*>(table.raw_data())[c] = static_cast<uint8_t>(static_cast<int>(clamped));
+    }
+    // Named after the Q's output (unique among this sweep's rewrites, which are not yet in the graph).
+    const std::string base = m.node("q").outputs[0] + "_input" + std::to_string(i);
+    const std::string table_name = rc.fresh_name(base + "_table");
+    rc.graph.initializers[table_name] = std::move(table);
+    const std::string requantized = rc.fresh_name(base);
+    out.push_back(make_node(requantized, "QLinearLookup", {moved.inputs[i], table_name}, {requantized}, "ai.kiln"));
+    moved.inputs[i] = requantized;
+    rc.model.opsets.emplace("ai.kiln", 1);
+  }
+  out.push_back(std::move(moved));
+  return out;
+}
+
 // The clamps a QuantizeLinear may absorb, as patterns over `p`: none, Relu, and Clip with its
 // bounds as attributes (1 input) or inputs (2 or 3).
 std::vector<std::pair<std::string, P>> clamped(const P& p) {
@@ -206,6 +263,10 @@ std::vector<Rule> make_rules() {
   rules.push_back({"max-pool", quantized(P::op("MaxPool", {P::value("x")}).bind("pool")), to_8bit_max_pool});
   rules.push_back({"global-average-pool", quantized(P::op("GlobalAveragePool", {P::value("x")})),
                    [](const Match& m, RuleContext& rc) { return to_qlinear_unary(m, rc, "QLinearGlobalAveragePool"); }});
+  for (const auto& [op, max_inputs] : kMovers)
+    for (size_t n = 1; n <= max_inputs; ++n)
+      rules.push_back({std::string("move-") + op, quantized(P::op(op, std::vector<P>(n, P::value(""))).bind("move")),
+                       to_8bit_move});
   return rules;
 }
 

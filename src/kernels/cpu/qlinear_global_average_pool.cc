@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/fast_path.h"
 #include "kernels/kernel_util.h"
 #include "kernels/ref/quantize.h"
 
@@ -139,5 +140,7 @@ Status qlinear_global_average_pool(KernelContext& ctx) {
 
 KILN_REGISTER_TYPED_KERNEL("com.microsoft", "QLinearGlobalAveragePool", qlinear_global_average_pool,
                            {{0, {DType::kUInt8, DType::kInt8}}});
+// Integer sums over the threads on every node (no reference loop behind it).
+KILN_REGISTER_FAST_PATH("com.microsoft", "QLinearGlobalAveragePool", always_fast);
 
 }  // namespace kiln

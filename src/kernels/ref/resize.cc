@@ -5,6 +5,7 @@
 // [N, C/8, H, W, 8] tensor: each pixel is then 8 lanes resampled together.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "core/thread_pool.h"
@@ -204,6 +205,54 @@ Status resize_2d_f32(KernelContext& ctx, const ResizeParams& p, const Tensor& x,
   return Status::ok();
 }
 
+// Nearest mode of any element type, no point extrapolated: a gather, each output element one
+// input element (8-bit and integer tensors, which the float path does not take: an int8 model's
+// upsampling). The output rows (last axis) split over the pool.
+bool resize_nearest_fits(const ResizeParams& p, const Tensor& x) {
+  return p.mode == "nearest" && p.coord != "tf_crop_and_resize" && x.rank() >= 1 && dtype_size(x.dtype()) > 0;
+}
+
+Status resize_nearest(KernelContext& ctx, const ResizeParams& p, const Tensor& x, const Shape& out_shape,
+                      const std::vector<double>& scales, Tensor* y) {
+  const int64_t r = x.rank();
+  if (y->numel() == 0) return Status::ok();
+  // The input offset (in elements) of each output index along each axis.
+  std::vector<std::vector<int64_t>> offset(static_cast<size_t>(r));
+  int64_t stride = 1;
+  for (int64_t ax = r - 1; ax >= 0; --ax) {
+    const AxisPlan plan = plan_axis(p, x.dim(ax), out_shape[ax], scales[ax], 0.0, 1.0);
+    offset[ax].resize(static_cast<size_t>(out_shape[ax]));
+    for (int64_t o = 0; o < out_shape[ax]; ++o) offset[ax][o] = plan.idx[o] * stride;
+    stride *= x.dim(ax);
+  }
+  const int64_t ow = out_shape[r - 1], rows = y->numel() / ow;
+  const size_t es = dtype_size(x.dtype());
+  const char* src = static_cast<const char*>(x.raw_data());
+  char* dst = static_cast<char*>(y->raw_data());
+  const std::vector<int64_t>& last = offset[r - 1];
+  auto run_rows = [&](int64_t r0, int64_t r1) {
+    for (int64_t row = r0; row < r1; ++row) {
+      int64_t base = 0, rest = row;  // the input offset of the output row's leading indices
+      for (int64_t ax = r - 2; ax >= 0; --ax) {
+        base += offset[ax][rest % out_shape[ax]];
+        rest /= out_shape[ax];
+      }
+      const char* in = src + base * static_cast<int64_t>(es);
+      char* out = dst + row * ow * static_cast<int64_t>(es);
+      switch (es) {
+        case 1: for (int64_t o = 0; o < ow; ++o) out[o] = in[last[o]]; break;
+        case 2: for (int64_t o = 0; o < ow; ++o) std::memcpy(out + 2 * o, in + 2 * last[o], 2); break;
+        case 4: for (int64_t o = 0; o < ow; ++o) std::memcpy(out + 4 * o, in + 4 * last[o], 4); break;
+        default: for (int64_t o = 0; o < ow; ++o) std::memcpy(out + es * o, in + es * last[o], es);
+      }
+    }
+  };
+  if (ctx.pool != nullptr && rows > 1 && y->numel() * static_cast<int64_t>(es) > (1 << 15))
+    ctx.pool->parallel_for(rows, 1, run_rows);
+  else run_rows(0, rows);
+  return Status::ok();
+}
+
 // Resizes `x` (any numeric or float type) to `out_shape` with per-axis scales and roi.
 Status resize_core(KernelContext& ctx, const ResizeParams& p, const Tensor& x,
                    const Shape& out_shape, const std::vector<double>& scales,
@@ -222,6 +271,10 @@ Status resize_core(KernelContext& ctx, const ResizeParams& p, const Tensor& x,
   if (resize_2d_f32_fits(p, x, out_shape)) {
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, dt, out_shape));
     return resize_2d_f32(ctx, p, x, out_shape, scales, y);
+  }
+  if (resize_nearest_fits(p, x)) {
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, dt, out_shape));
+    return resize_nearest(ctx, p, x, out_shape, scales, y);
   }
   KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output(0, dt, out_shape));
   KILN_ASSIGN_OR_RETURN(Tensor cur, Tensor::make(DType::kFloat64, x.shape()));
@@ -485,12 +538,14 @@ KILN_REGISTER_KERNEL("ai.kiln", "BlockedResize", blocked_resize);
 KILN_REGISTER_FAST_PATH("ai.kiln", "BlockedResize", [](const FastPathQuery&) { return true; });
 
 // float32 nearest and linear without antialias (resize_2d_f32_fits also needs the resized axes to
-// be the last two, which the scales tell only at run time).
+// be the last two, which the scales tell only at run time); nearest of any type (a gather).
 KILN_REGISTER_FAST_PATH("", "Resize", [](const FastPathQuery& q) {
   const std::string mode = q.node.attr_string("mode", "nearest");
-  return q.input_is(0, DType::kFloat32) && (mode == "nearest" || mode == "linear") &&
+  const bool gathers = mode == "nearest" && !q.input_is(0, DType::kString) &&
+                       q.node.attr_string("coordinate_transformation_mode", "half_pixel") != "tf_crop_and_resize";
+  return gathers || (q.input_is(0, DType::kFloat32) && (mode == "nearest" || mode == "linear") &&
          q.node.attr_int("antialias", 0) == 0 &&
-         q.node.attr_string("coordinate_transformation_mode", "half_pixel") != "tf_crop_and_resize";
+         q.node.attr_string("coordinate_transformation_mode", "half_pixel") != "tf_crop_and_resize");
 });
 KILN_REGISTER_FAST_PATH("", "Upsample", [](const FastPathQuery& q) {
   const std::string mode = q.node.attr_string("mode", "nearest");
