@@ -76,6 +76,11 @@ struct QuantizeOptions {
   double min_cosine = 0.99;
   // At most this many fallbacks before the guard gives up (an error naming the budget).
   int max_fallbacks = 16;
+  // Without `held_out` samples, static quantization holds every `hold_out_every`-th calibration
+  // sample back from calibrating for the guard to measure on (data the ranges never saw, as the
+  // budget means), when there are at least 2 * hold_out_every samples; 0: the guard measures on
+  // the calibration samples.
+  int hold_out_every = 4;
 };
 
 // One calibration sample: a tensor per model input, in the order of the model's inputs; nullopt
@@ -107,6 +112,7 @@ struct QuantizeReport {
   // float model's value, and each output; measured on held-out samples when `held_out` was given.
   std::vector<TensorError> layers, outputs;
   bool measured_on_held_out = false;
+  int64_t held_out_of_calibration = 0;  // calibration samples held back for the guard (hold_out_every)
 };
 
 }  // namespace kiln

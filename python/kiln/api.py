@@ -197,7 +197,8 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, prec
              block_size=32, method="minmax",
              percentile=99.999,
              per_channel=True, signed_activations=False, keep_float=(), min_cosine=0.99, max_fallbacks=16,
-             weight_bits="auto", portable=False, input_shapes=None, example_inputs=None, dynamic_batch=True):
+             weight_bits="auto", portable=False, input_shapes=None, example_inputs=None, dynamic_batch=True,
+             hold_out_every=4):
     """Static post-training quantization, as ``kiln quantize``: returns a kiln.Model whose convs,
     matrix products and the ops between them run in 8 bits.
 
@@ -212,7 +213,8 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, prec
     nodes left in float. ``weight_bits`` 8, 7 (a u8 x s8 pair sum then fits 16 bits: the AVX2
     kernels' faster vpmaddubsw route) or "auto" (7 where this CPU lacks VNNI). The accuracy guard: each output must keep a cosine of at least
     ``min_cosine`` to the float model's on ``held_out`` (samples as ``calibration_data``; default
-    the calibration samples), nodes going back to float, most sensitive first, up to
+    every ``hold_out_every``-th calibration sample, held back from calibrating, when there are at
+    least twice that many; else the calibration samples), nodes going back to float, most sensitive first, up to
     ``max_fallbacks``; ``min_cosine=0`` turns it off. ``report["quantization"]`` has each quantized
     tensor's SQNR and cosine ("layers"), the outputs', and what stayed float and why. The result is
     optimized into kiln's fused 8-bit form unless ``portable``, which keeps the standard QDQ model
@@ -242,7 +244,8 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, prec
                            percentile=float(percentile), per_channel=bool(per_channel),
                            signed_activations=bool(signed_activations), keep_float=list(keep_float),
                            min_cosine=float(min_cosine), max_fallbacks=int(max_fallbacks),
-                           precision=str(precision), weight_only_bits=weight_only_bits, block_size=int(block_size))
+                           precision=str(precision), weight_only_bits=weight_only_bits, block_size=int(block_size),
+                           hold_out_every=int(hold_out_every))
     if not portable and not weights16:
         core.optimize()
     return Model(core, {"quantization": report})

@@ -389,8 +389,9 @@ PYBIND11_MODULE(_kiln, m) {
                           double percentile, bool per_channel, bool signed_activations,
                           const std::vector<std::string>& keep_float, double min_cosine, int max_fallbacks,
                           bool dynamic, bool portable, bool reduce_range, const std::string& precision,
-                          int weight_only_bits, int64_t block_size) {
+                          int weight_only_bits, int64_t block_size, int hold_out_every) {
         QuantizeOptions o;
+        o.hold_out_every = hold_out_every;
         o.weight_only_bits = weight_only_bits;
         o.block_size = block_size;
         if (precision == "int8") o.precision = QuantizePrecision::kInt8;
@@ -452,13 +453,15 @@ PYBIND11_MODULE(_kiln, m) {
                         py::arg("kept_float") = r.kept_float, py::arg("dynamic_nodes") = r.dynamic_nodes,
                         py::arg("layers") = errors(r.layers),
                         py::arg("outputs") = errors(r.outputs), py::arg("measured_on_held_out") = r.measured_on_held_out,
+                        py::arg("held_out_of_calibration") = r.held_out_of_calibration,
                         py::arg("weight_bytes_before") = r.weight_bytes_before,
                         py::arg("weight_bytes_after") = r.weight_bytes_after);
       }, py::arg("next"), py::arg("held_out") = py::none(), py::arg("method") = "minmax", py::arg("percentile") = 99.999,
          py::arg("per_channel") = true, py::arg("signed_activations") = false,
          py::arg("keep_float") = std::vector<std::string>{}, py::arg("min_cosine") = 0.99, py::arg("max_fallbacks") = 16,
          py::arg("dynamic") = false, py::arg("portable") = false, py::arg("reduce_range") = false,
-         py::arg("precision") = "int8", py::arg("weight_only_bits") = 0, py::arg("block_size") = 32)
+         py::arg("precision") = "int8", py::arg("weight_only_bits") = 0, py::arg("block_size") = 32,
+         py::arg("hold_out_every") = 4)
       .def("copy", [](const Model& model) { return Model(model); })
       .def("clear_backend_choices", &Model::clear_backend_choices)
       .def("summary", [](const Model& model, int64_t batch, int64_t seq) {

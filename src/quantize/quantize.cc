@@ -179,6 +179,14 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
   if (held_out) {
     KILN_ASSIGN_OR_RETURN(eval, read_samples(held_out, inputs, "held-out"));
   }
+  // No held-out samples given: every hold_out_every-th calibration sample becomes one.
+  const size_t every = static_cast<size_t>(std::max(0, options.hold_out_every));
+  if (eval.empty() && every > 0 && samples.size() >= 2 * every) {
+    std::vector<std::vector<Tensor>> calibrate;
+    for (size_t i = 0; i < samples.size(); ++i) (i % every == every - 1 ? eval : calibrate).push_back(std::move(samples[i]));
+    samples = std::move(calibrate);
+    report.held_out_of_calibration = static_cast<int64_t>(eval.size());
+  }
   const bool on_held_out = !eval.empty();
   if (!on_held_out) eval = samples;
   std::vector<TensorStats> stats(full.points.size());

@@ -1,7 +1,9 @@
 // Post-training quantization (kiln/quantize.h): the calibration methods against distributions
 // whose answer is known; a small CNN quantized end to end (its QDQ form, its weights and biases
 // checked against their definitions, its outputs against the float model's, and the fused 8-bit
-// run against the QDQ graph run as written); a model at opset 11 raised to 13 on the way.
+// run against the QDQ graph run as written); a model at opset 11 raised to 13 on the way; the
+// accuracy guard and the samples it measures on. (quantize_dynamic_test.cc: --dynamic;
+// quantize_weights_test.cc: weight-only and 16-bit weights.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,10 +13,15 @@
 #include "core/float_convert.h"
 #include "kiln/model.h"
 #include "pass_test_util.h"
+#include "quantize_test_util.h"
 #include "quantize/calibration.h"
 
 namespace kiln {
 namespace {
+
+using test::cosine;
+using test::samples_of;
+using test::small_cnn;
 
 TEST(Calibration, MethodsPickTheirRanges) {
   // 100000 values uniform in [-1, 1] plus one outlier at 50.
@@ -62,42 +69,6 @@ TEST(Calibration, ActivationParams) {
   EXPECT_FLOAT_EQ(quantize::activation_params(0.0f, 0.0f, false).scale, 1.0f);  // a constant zero tensor
 }
 
-// conv3x3 -> Relu -> MaxPool -> conv1x1 -> + (residual) -> Relu -> GlobalAveragePool -> Flatten -> Gemm.
-ir::Model small_cnn(int64_t opset) {
-  test::Builder b(opset);
-  b.input("x", {1, 8, 12, 12});
-  b.conv("x", "c1", 8, 16);
-  b.add("Relu", {"c1"}, {"r1"});
-  b.add("MaxPool", {"r1"}, {"p1"}, {test::attr_ints("kernel_shape", {3, 3}), test::attr_ints("pads", {1, 1, 1, 1})});
-  b.conv("p1", "c2", 16, 8, 1);
-  b.add("Add", {"c2", "x"}, {"s"});
-  b.add("Relu", {"s"}, {"r2"});
-  b.add("GlobalAveragePool", {"r2"}, {"g"});
-  b.add("Flatten", {"g"}, {"f"});
-  b.weight("fc_w", {10, 8});
-  b.weight("fc_b", {10});
-  b.add("Gemm", {"f", "fc_w", "fc_b"}, {"y"}, {test::attr_i("transB", 1)});
-  b.output("y");
-  return b.m;
-}
-
-CalibrationReader samples_of(std::vector<Tensor>& xs) {
-  auto next = std::make_shared<size_t>(0);
-  return [&xs, next]() -> Result<std::optional<std::vector<Tensor>>> {
-    if (*next >= xs.size()) return std::optional<std::vector<Tensor>>();
-    return std::optional<std::vector<Tensor>>(std::vector<Tensor>{xs[(*next)++]});
-  };
-}
-
-float cosine(const Tensor& a, const Tensor& b) {
-  double ab = 0, aa = 0, bb = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    const double p = a.data<float>()[i], q = b.data<float>()[i];
-    ab += p * q, aa += p * p, bb += q * q;
-  }
-  return static_cast<float>(ab / std::sqrt(aa * bb));
-}
-
 TEST(Quantize, SmallCnnToQdq) {
   const ir::Model fp32 = small_cnn(13);
   test::Builder data;
@@ -106,7 +77,8 @@ TEST(Quantize, SmallCnnToQdq) {
   Model model(std::make_shared<ir::Model>(fp32));
   auto report = model.quantize(samples_of(calib), {});
   ASSERT_TRUE(report.is_ok()) << report.status().message();
-  EXPECT_EQ(report->samples, 8);
+  EXPECT_EQ(report->samples, 6);  // every 4th held back for the guard
+  EXPECT_EQ(report->held_out_of_calibration, 2);
   // The two convs, and the Gemm, whose logits go on in float, quantized dynamically.
   EXPECT_EQ(report->quantized_nodes, 3);
   EXPECT_TRUE(report->kept_float.empty());
@@ -286,109 +258,43 @@ TEST(Quantize, ReportAndAccuracyGuard) {
   EXPECT_NE(bad.status().message().find("budget"), std::string::npos);
 }
 
-// --dynamic: every MatMul and Gemm with constant 2-D weights becomes ONNX Runtime's
-// quantize_dynamic chain in standard ops (one DynamicQuantizeLinear per activation, shared),
-// weights int8 per column at 127; no calibration; the output stays close to the float model's,
-// and at -O2 each chain fuses into one MatMulIntegerToFloat.
-TEST(Quantize, DynamicMatMulAndGemm) {
-  test::Builder b(13);
-  b.input("x", {2, 5, 16});
-  b.weight("w1", {16, 24});
-  b.weight("w2", {16, 8});
-  b.weight("w3", {6, 24});  // Gemm with transB: [N, K]
-  b.weight("c3", {6});
-  b.add("MatMul", {"x", "w1"}, {"h"});
-  b.add("MatMul", {"x", "w2"}, {"side"});
-  b.add("Relu", {"h"}, {"r"});
-  b.add("Reshape", {"r", "shape"}, {"r2"});
-  b.ints("shape", {10, 24});
-  b.add("Gemm", {"r2", "w3", "c3"}, {"y"}, {test::attr_i("transB", 1)});
-  b.output("y");
-  b.output("side");
-  Model model(std::make_shared<ir::Model>(b.m));
+// Without held-out samples, every 4th calibration sample is held back: it sets no range (an
+// outlier there leaves the input's scale alone) and the guard measures on it (the output cosine
+// reported is the one of those samples); hold_out_every = 0 calibrates on all of them.
+TEST(Quantize, GuardMeasuresOnCalibrationSamplesHeldBack) {
+  const ir::Model fp32 = small_cnn(13);
+  test::Builder data;
+  std::vector<Tensor> calib;
+  for (int i = 0; i < 9; ++i) calib.push_back(data.random({1, 8, 12, 12}));
+  calib[3].data<float>()[5] = 400.0f;  // in a held-back sample
+  // The scale of the model input's QuantizeLinear in the portable (QDQ) model.
+  auto input_scale = [](const ir::Model& m) {
+    for (const ir::Node& n : m.graph.nodes)
+      if (n.op_type == "QuantizeLinear" && n.inputs[0] == "x") return m.graph.initializers.at(n.inputs[1]).data<float>()[0];
+    return 0.0f;
+  };
   QuantizeOptions o;
-  o.dynamic = true;
-  o.portable = true;  // ONNX Runtime's chain; kiln's own form: DynamicQuantMatMulPerRow below
-  auto report = model.quantize({}, o);
-  ASSERT_TRUE(report.is_ok()) << report.status().message();
-  EXPECT_EQ(report->quantized_nodes, 3);
-  const auto h = test::histogram(model.ir());
-  EXPECT_EQ(h.at("DynamicQuantizeLinear"), 2);  // x's (shared by two MatMuls) and r2's
-  EXPECT_EQ(h.at("MatMulInteger"), 3);
-  EXPECT_EQ(h.count("MatMul") + h.count("Gemm"), 0u);
-  for (const auto& [name, t] : model.ir().graph.initializers) {
-    if (t.dtype() != DType::kInt8 || t.rank() != 2) continue;
-    for (int64_t j = 0; j < t.dim(1); ++j) {
-      int top = 0;
-      for (int64_t i = 0; i < t.dim(0); ++i) top = std::max(top, std::abs(int{t.data<int8_t>()[i * t.dim(1) + j]}));
-      EXPECT_EQ(top, 127) << name << " column " << j;
-    }
-  }
-  const Tensor x = b.random({2, 5, 16});
-  SessionOptions plain;
-  plain.optimize_level = 0;
-  const auto want = test::run_model(b.m, {x});
-  const auto got = test::run_model(model.ir(), {x}, plain);
-  const auto fused = test::run_model(model.ir(), {x});
-  for (size_t i = 0; i < 2; ++i) {
-    EXPECT_GT(cosine(want[i].tensor, got[i].tensor), 0.999f) << i;
-    EXPECT_GT(cosine(got[i].tensor, fused[i].tensor), 0.99999f) << i;
-  }
-  ir::Model optimized = model.ir();
-  OptimizeOptions o2;
-  o2.level = 2;
-  ASSERT_TRUE(optimize(optimized, o2).is_ok());
-  // Three MatMulIntegerToFloat, one of them kiln's (gemm-epilogue moved what follows it in).
-  const auto h2 = test::qualified_histogram(optimized);
-  EXPECT_EQ(h2.at("com.microsoft.MatMulIntegerToFloat") + (h2.count("ai.kiln.MatMulIntegerToFloat") ? h2.at("ai.kiln.MatMulIntegerToFloat") : 0), 3);
-}
-
-// kiln's form of --dynamic: one ai.kiln.DynamicQuantMatMul a node (a MatMul's bias Add taken
-// in); the op against plain loops of its definition (each row of A quantized on its own, a row
-// of zeros and an all-positive row among them).
-TEST(Quantize, DynamicQuantMatMulPerRow) {
-  test::Builder b(13);
-  b.input("x", {3, 16});
-  b.weight("w", {16, 12});
-  b.weight("bias", {12});
-  b.add("MatMul", {"x", "w"}, {"m"});
-  b.add("Add", {"m", "bias"}, {"y"});
-  b.output("y");
-  Model model(std::make_shared<ir::Model>(b.m));
-  QuantizeOptions o;
-  o.dynamic = true;
-  auto report = model.quantize({}, o);
-  ASSERT_TRUE(report.is_ok()) << report.status().message();
-  EXPECT_EQ(test::qualified_histogram(model.ir()), (std::map<std::string, int>{{"ai.kiln.DynamicQuantMatMul", 1}}));
-  Tensor x = b.random({3, 16});
-  for (int64_t k = 0; k < 16; ++k) x.data<float>()[k] = 0.0f;                       // row 0: zeros
-  for (int64_t k = 0; k < 16; ++k) x.data<float>()[16 + k] = 0.5f + 0.1f * float(k);  // row 1: positive
-  const ir::Node& n = model.ir().graph.nodes[0];
-  const Tensor& wq = model.ir().graph.initializers.at(n.inputs[1]);
-  const Tensor& ws = model.ir().graph.initializers.at(n.inputs[2]);
-  const Tensor& bias = model.ir().graph.initializers.at(n.inputs[3]);
-  SessionOptions plain;
-  plain.optimize_level = 0;
-  const Tensor y = test::run_model(model.ir(), {x}, plain)[0].tensor;
-  ASSERT_EQ(y.shape(), (Shape{3, 12}));
-  for (int64_t i = 0; i < 3; ++i) {
-    const float* row = x.data<float>() + i * 16;
-    float lo = 0, hi = 0;
-    for (int64_t k = 0; k < 16; ++k) lo = std::min(lo, row[k]), hi = std::max(hi, row[k]);
-    const float scale = (hi == lo ? 1.0f : hi - lo) / 255.0f;
-    const float zp = std::nearbyint(std::clamp(-lo / scale, 0.0f, 255.0f));
-    for (int64_t j = 0; j < 12; ++j) {
-      int64_t sum = 0;
-      for (int64_t k = 0; k < 16; ++k) {
-        const float q = std::min(255.0f, std::max(0.0f, std::nearbyint(row[k] * (1.0f / scale)) + zp));
-        sum += (static_cast<int64_t>(q) - static_cast<int64_t>(zp)) * wq.data<int8_t>()[k * 12 + j];
-      }
-      const float want = static_cast<float>(sum) * (scale * ws.data<float>()[ws.numel() == 1 ? 0 : j]) + bias.data<float>()[j];
-      // The codes and sums exactly; the last multiply-add may fuse (an FMA's single rounding).
-      ASSERT_NEAR(y.data<float>()[i * 12 + j], want, 1e-6f * std::max(1.0f, std::fabs(want))) << i << " " << j;
-    }
-  }
-  EXPECT_GT(cosine(test::run_model(b.m, {x})[0].tensor, y), 0.999f);
+  o.portable = true;
+  o.min_cosine = 0;
+  Model held(std::make_shared<ir::Model>(fp32));
+  auto r = held.quantize(samples_of(calib), o);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->samples, 7);
+  EXPECT_EQ(r->held_out_of_calibration, 2);
+  EXPECT_TRUE(r->measured_on_held_out);
+  EXPECT_LT(input_scale(held.ir()), 2.5f / 255);  // the outlier calibrated nothing
+  ASSERT_EQ(r->outputs.size(), 1u);
+  float worst = 1;
+  for (int i : {3, 7})
+    worst = std::min(worst, cosine(test::run_model(fp32, {calib[i]})[0].tensor, test::run_model(held.ir(), {calib[i]})[0].tensor));
+  EXPECT_NEAR(r->outputs[0].cosine, worst, 1e-4);
+  o.hold_out_every = 0;
+  Model all(std::make_shared<ir::Model>(fp32));
+  auto r_all = all.quantize(samples_of(calib), o);
+  ASSERT_TRUE(r_all.is_ok()) << r_all.status().message();
+  EXPECT_EQ(r_all->samples, 9);
+  EXPECT_FALSE(r_all->measured_on_held_out);
+  EXPECT_GT(input_scale(all.ir()), 400.0f / 255);
 }
 
 // reduce_range: 7-bit weights, each filter's largest |w| at 63, and the model still close to the
@@ -419,226 +325,6 @@ TEST(Quantize, ReduceRangeWritesSevenBitWeights) {
 }
 
 
-// y = Relu(x·w + bias) + z, x [20, 64], w [64, 40]: a MatMul with all of an epilogue.
-test::Builder biased_relu_residual_matmul() {
-  test::Builder b(13);
-  b.input("x", {20, 64});
-  b.input("z", {20, 40});
-  b.weight("w", {64, 40});
-  b.weight("bias", {40});
-  b.add("MatMul", {"x", "w"}, {"m"});
-  b.add("Add", {"m", "bias"}, {"mb"});
-  b.add("Relu", {"mb"}, {"r"});
-  b.add("Add", {"r", "z"}, {"y"});
-  b.output("y");
-  return b;
-}
-
-// -O2 folds the activation and the residual Add after a DynamicQuantMatMul into it (the
-// gemm-epilogue pass), applied to each tile as it is dequantized: the same outputs as the ops
-// run one by one.
-TEST(Quantize, DynamicQuantMatMulTakesTheEpilogue) {
-  test::Builder b = biased_relu_residual_matmul();
-  Model model(std::make_shared<ir::Model>(b.m));
-  QuantizeOptions o;
-  o.dynamic = true;
-  ASSERT_TRUE(model.quantize({}, o).is_ok());
-  ir::Model fused = model.ir();
-  OptimizeOptions o2;
-  o2.level = 2;
-  ASSERT_TRUE(optimize(fused, o2).is_ok());
-  ASSERT_EQ(test::qualified_histogram(fused), (std::map<std::string, int>{{"ai.kiln.DynamicQuantMatMul", 1}}));
-  const ir::Node& n = fused.graph.nodes[0];
-  EXPECT_EQ(n.attr_string("activation", ""), "Relu");
-  ASSERT_EQ(n.inputs.size(), 5u);
-  EXPECT_EQ(n.inputs[4], "z");
-  const std::vector<Tensor> feeds = {b.random({20, 64}), b.random({20, 40})};
-  SessionOptions plain;
-  plain.optimize_level = 0;
-  const Tensor want = test::run_model(model.ir(), feeds, plain)[0].tensor;
-  const Tensor got = test::run_model(fused, feeds, plain)[0].tensor;
-  ASSERT_EQ(got.shape(), want.shape());
-  for (int64_t i = 0; i < want.numel(); ++i) ASSERT_EQ(got.data<float>()[i], want.data<float>()[i]) << i;
-}
-
-// ONNX Runtime's form of the same (the portable dynamic model's DynamicQuantizeLinear and
-// MatMulInteger chain, which dynamic-quant-matmul makes MatMulIntegerToFloat): gemm-epilogue
-// moves the activation and the residual into kiln's ai.kiln.MatMulIntegerToFloat, whose tiles
-// apply them as they are dequantized: the outputs are those of MatMulIntegerToFloat, Relu and
-// Add run one after the other bit for bit, and within a few ulp of the graph as written (the
-// op's fma for the scale and bias rounds once where its Mul and Add round twice).
-TEST(Quantize, MatMulIntegerToFloatTakesTheEpilogue) {
-  test::Builder b = biased_relu_residual_matmul();
-  Model model(std::make_shared<ir::Model>(b.m));
-  QuantizeOptions o;
-  o.dynamic = true, o.portable = true;
-  ASSERT_TRUE(model.quantize({}, o).is_ok());
-  ir::Model fused = model.ir();
-  OptimizeOptions o2;
-  o2.level = 2;
-  ASSERT_TRUE(optimize(fused, o2).is_ok());
-  const auto h = test::qualified_histogram(fused);
-  ASSERT_EQ(h.count("ai.kiln.MatMulIntegerToFloat"), 1u) << "fused graph lacks it";
-  EXPECT_EQ(h.count("Relu") + h.count("Add"), 0u);
-  for (const ir::Node& n : fused.graph.nodes) {
-    if (n.op_type != "MatMulIntegerToFloat") continue;
-    EXPECT_EQ(n.attr_string("activation", ""), "Relu");
-    ASSERT_EQ(n.inputs.size(), 8u);
-    EXPECT_EQ(n.inputs[7], "z");
-  }
-  ir::Model unfused = model.ir();
-  o2.disabled = {"gemm-epilogue"};
-  ASSERT_TRUE(optimize(unfused, o2).is_ok());
-  ASSERT_EQ(test::qualified_histogram(unfused).count("com.microsoft.MatMulIntegerToFloat"), 1u);
-  const std::vector<Tensor> feeds = {b.random({20, 64}), b.random({20, 40})};
-  SessionOptions plain;
-  plain.optimize_level = 0;
-  const Tensor want = test::run_model(unfused, feeds, plain)[0].tensor;
-  const Tensor got = test::run_model(fused, feeds, plain)[0].tensor;
-  const Tensor as_written = test::run_model(model.ir(), feeds, plain)[0].tensor;
-  ASSERT_EQ(got.shape(), want.shape());
-  for (int64_t i = 0; i < want.numel(); ++i) {
-    ASSERT_EQ(got.data<float>()[i], want.data<float>()[i]) << i;
-    ASSERT_NEAR(got.data<float>()[i], as_written.data<float>()[i], 1e-5f * (1 + std::fabs(as_written.data<float>()[i])))
-        << i;
-  }
-}
-
-// --weight-only: the MatMuls' constant weights in 8 bits (int8 per column at 127 behind a
-// DequantizeLinear with axis 1) or 4 bits (MatMulNBits, a scale per block of 32 along K, the last
-// block partial); activations stay float. The 4-bit kernel against A times its weights as the
-// format defines them, decoded here from the packed bytes.
-TEST(Quantize, WeightOnlyMatMul) {
-  test::Builder b(13);
-  b.input("x", {3, 40});
-  b.weight("w", {40, 24});
-  b.weight("w2", {40, 16});
-  b.add("MatMul", {"x", "w"}, {"y"});
-  b.add("MatMul", {"x", "w2"}, {"y2"});
-  b.output("y");
-  b.output("y2");
-  const Tensor x = b.random({3, 40});
-  for (int bits : {8, 4}) {
-    SCOPED_TRACE(::testing::Message() << bits << " bits");
-    Model model(std::make_shared<ir::Model>(b.m));
-    QuantizeOptions o;
-    o.weight_only_bits = bits;
-    std::vector<Tensor> eval = {x};
-    auto report = model.quantize({}, o, samples_of(eval));
-    ASSERT_TRUE(report.is_ok()) << report.status().message();
-    EXPECT_EQ(report->quantized_nodes, 2);
-    EXPECT_EQ(report->weight_bytes_before, (40 * 24 + 40 * 16) * 4);
-    for (const TensorError& e : report->outputs) EXPECT_GT(e.cosine, bits == 8 ? 0.9999 : 0.99) << e.tensor;
-    const auto h = test::qualified_histogram(model.ir());
-    const auto want = test::run_model(b.m, {x});
-    if (bits == 8) {
-      EXPECT_EQ(h.at("DequantizeLinear"), 2);
-      EXPECT_EQ(h.at("MatMul"), 2);
-      const auto got = test::run_model(model.ir(), {x});
-      for (size_t i = 0; i < 2; ++i) EXPECT_GT(cosine(want[i].tensor, got[i].tensor), 0.9999f);
-      continue;
-    }
-    EXPECT_EQ(h.at("com.microsoft.MatMulNBits"), 2);
-    EXPECT_EQ(report->weight_bytes_after, (24 + 16) * 2 * (16 + 4));  // 2 blocks a column: 16 bytes + a scale each
-    SessionOptions plain;
-    plain.optimize_level = 0;
-    const auto got = test::run_model(model.ir(), {x}, plain);
-    for (const ir::Node& n : model.ir().graph.nodes) {
-      const Tensor& q = model.ir().graph.initializers.at(n.inputs[1]);
-      const Tensor& s = model.ir().graph.initializers.at(n.inputs[2]);
-      const int64_t k = n.attr_int("K", 0), cols = n.attr_int("N", 0), blocks = 2;
-      ASSERT_EQ(k, 40);
-      const Tensor& y = got[n.outputs[0] == "y" ? 0 : 1].tensor;
-      for (int64_t i = 0; i < 3; ++i)
-        for (int64_t j = 0; j < cols; ++j) {
-          double sum = 0;
-          for (int64_t kk = 0; kk < k; ++kk) {
-            const uint8_t byte = q.data<uint8_t>()[(j * blocks + kk / 32) * 16 + (kk % 32) / 2];
-            const int code = (byte >> (4 * (kk % 2))) & 15;
-            sum += double{x.data<float>()[i * k + kk]} * (code - 8) * s.data<float>()[j * blocks + kk / 32];
-          }
-          ASSERT_NEAR(y.data<float>()[i * cols + j], sum, 1e-4 * std::max(1.0, std::fabs(sum))) << i << " " << j;
-        }
-    }
-    for (size_t i = 0; i < 2; ++i) EXPECT_GT(cosine(want[i].tensor, got[i].tensor), 0.99f);
-  }
-}
-
-// --precision fp16 / bf16: float weights of 1024 values or more stored in 16 bits behind a Cast,
-// bit for bit the rounded values; one beyond float16's range stays float32 (in bfloat16 it goes).
-// The model computes exactly what the float model with rounded weights computes, as written and
-// optimized; portable optimization keeps the Casts (the saved file stays half size), kiln's own
-// folds them at load.
-TEST(Quantize, SixteenBitWeightStorage) {
-  test::Builder b(13);
-  b.input("x", {1, 8, 12, 12});
-  b.conv("x", "c1", 8, 16);  // 1152 weights; its 16 biases stay
-  b.add("Relu", {"c1"}, {"r1"});
-  b.add("GlobalAveragePool", {"r1"}, {"g"});
-  b.add("Flatten", {"g"}, {"f"});
-  b.weight("w1", {16, 96});
-  b.weight("w2", {16, 64});
-  b.m.graph.initializers["w2"].data<float>()[5] = 1e5f;  // beyond float16's 65504
-  b.add("MatMul", {"f", "w1"}, {"y1"});
-  b.add("MatMul", {"f", "w2"}, {"y2"});
-  b.output("y1");
-  b.output("y2");
-  for (DType to : {DType::kFloat16, DType::kBFloat16}) {
-    const bool half = to == DType::kFloat16;
-    Model model(std::make_shared<ir::Model>(b.m));
-    QuantizeOptions o;
-    o.precision = half ? QuantizePrecision::kFloat16 : QuantizePrecision::kBFloat16;
-    std::vector<Tensor> eval = {b.random({1, 8, 12, 12}), b.random({1, 8, 12, 12})};
-    auto report = model.quantize({}, o, samples_of(eval));
-    ASSERT_TRUE(report.is_ok()) << report.status().message();
-    EXPECT_EQ(report->quantized_tensors, half ? 2 : 3);
-    ASSERT_EQ(report->kept_float.size(), half ? 1u : 0u);
-    if (half) EXPECT_NE(report->kept_float[0].find("w2: values beyond float16's range"), std::string::npos);
-    EXPECT_EQ(report->weight_bytes_before, (1152 + 1536 + 1024) * 4);
-    EXPECT_EQ(report->weight_bytes_after, half ? (1152 + 1536) * 2 + 1024 * 4 : (1152 + 1536 + 1024) * 2);
-    ASSERT_EQ(report->outputs.size(), 2u);
-    for (const TensorError& e : report->outputs) EXPECT_GT(e.cosine, half ? 0.99999 : 0.999) << e.tensor;
-    // The reference: the float model with each stored weight rounded to 16 bits by its definition.
-    ir::Model rounded = b.m;
-    int narrow = 0;
-    for (const auto& [name, t] : model.ir().graph.initializers) {
-      if (t.dtype() != to) continue;
-      ++narrow;
-      const std::string wide = name.substr(0, name.rfind('_'));
-      Tensor& w = rounded.graph.initializers.at(wide);
-      ASSERT_EQ(w.shape(), t.shape()) << name;
-      for (int64_t i = 0; i < w.numel(); ++i) {
-        const uint16_t bits = t.data<uint16_t>()[i];
-        const float v = w.data<float>()[i];
-        ASSERT_EQ(bits, half ? float_to_half(v) : float_to_bfloat16(v)) << name << " " << i;
-        w.data<float>()[i] = half ? half_to_float(bits) : bfloat16_to_float(bits);
-      }
-    }
-    EXPECT_EQ(narrow, report->quantized_tensors);
-    EXPECT_EQ(test::histogram(model.ir()).at("Cast"), narrow);
-    // The quantizer simplified the graph first (-O1), so the sums may run in another order: equal
-    // within float32 rounding, where 16-bit weights without the rounding reference differ by 1e-3.
-    SessionOptions plain;
-    plain.optimize_level = 0;
-    const Tensor x = b.random({1, 8, 12, 12});
-    const auto want = test::run_model(rounded, {x}, plain);
-    for (const auto& got : {test::run_model(model.ir(), {x}, plain), test::run_model(model.ir(), {x})})
-      for (size_t i = 0; i < 2; ++i)
-        for (int64_t j = 0; j < want[i].tensor.numel(); ++j) {
-          const float p = want[i].tensor.data<float>()[j], q = got[i].tensor.data<float>()[j];
-          ASSERT_LE(std::fabs(p - q), 1e-5f * std::max(1.0f, std::fabs(p))) << "output " << i << " element " << j;
-        }
-    ir::Model portable = model.ir(), own = model.ir();
-    OptimizeOptions p1;
-    p1.level = 1;
-    p1.portable = true;
-    ASSERT_TRUE(optimize(portable, p1).is_ok());
-    EXPECT_EQ(test::histogram(portable).at("Cast"), narrow);
-    p1.portable = false;
-    ASSERT_TRUE(optimize(own, p1).is_ok());
-    EXPECT_EQ(test::histogram(own).count("Cast"), 0u);
-  }
-}
 
 }  // namespace
 }  // namespace kiln

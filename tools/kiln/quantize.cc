@@ -2,7 +2,8 @@
 // the user's samples: --calib FILE.npy (samples stacked along axis 0, for a one-input model),
 // --calib DIR (one .npy or .pb file a sample, for a one-input model, in name order), or
 // --calib-random N (generated, with a warning: the ranges are then not those of real data).
-// The accuracy guard (--budget cosine=X, on --eval held-out samples or the calibration ones)
+// The accuracy guard (--budget cosine=X, on --eval held-out samples, else every 4th --calib sample
+// held back from calibrating)
 // puts the most sensitive nodes back in float until every output keeps that cosine to the float
 // model's, and says which; --report prints every quantized tensor's SQNR and cosine. Saves kiln's
 // fused 8-bit form (the model optimized) or, with --portable, the QDQ model that ONNX Runtime and
@@ -30,6 +31,7 @@ struct Options {
   std::string model, out, calib, eval, method = "minmax", keep_float, budget = "cosine=0.99";
   int64_t calib_random = 0, max_samples = 0;
   int max_fallbacks = 16;
+  int hold_out_every = 4;
   double percentile = 99.999;
   bool per_tensor = false, signed_activations = false, portable = false, report = false, dynamic = false;
   std::string weight_bits = "auto", precision = "int8";
@@ -157,7 +159,12 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
                 "int8 activations, symmetric (default: uint8 with a zero point)");
   cmd->add_option("--keep-float", opt->keep_float, "Nodes to leave in float, comma-separated (names or first outputs)");
   cmd->add_option("--eval", opt->eval,
-                  "Held-out samples for the accuracy guard and --report (as --calib; default: the calibration samples)");
+                  "Held-out samples for the accuracy guard and --report (as --calib; default: every --hold-out-every-th "
+                  "calibration sample, held back from calibrating)");
+  cmd->add_option("--hold-out-every", opt->hold_out_every,
+                  "Without --eval, every N-th calibration sample is held out for the guard when there are 2N or more "
+                  "(default 4; 0: the guard measures on the calibration samples)")
+      ->check(CLI::Range(0, 1000000));
   cmd->add_option("--budget", opt->budget,
                   "Accuracy guard: cosine=X, the least cosine of each output to the float model's (default cosine=0.99; "
                   "cosine=0 turns it off); nodes fall back to float, most sensitive first, until it holds");
@@ -210,6 +217,7 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     qo.dynamic = opt->dynamic;
     qo.portable = opt->portable;
     qo.max_fallbacks = opt->max_fallbacks;
+    qo.hold_out_every = opt->hold_out_every;
     qo.method = *method;
     qo.reduce_range = !opt->weight_only && (opt->weight_bits == "7" ||
                                             (opt->weight_bits == "auto" && active_isa() != IsaLevel::kAvx512Vnni));
@@ -238,6 +246,9 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
       std::printf("dynamic: activations quantized at each run, no calibration\n");
     else
       std::printf("calibrated on %lld samples (%s)\n", static_cast<long long>(report->samples), opt->method.c_str());
+    if (report->held_out_of_calibration > 0)
+      std::printf("held out %lld of the --calib samples for the accuracy guard (every %d-th; --eval gives others)\n",
+                  static_cast<long long>(report->held_out_of_calibration), opt->hold_out_every);
     if (!weights16)
       std::printf("quantized %lld nodes, %lld activations; %lld Relu/Clip absorbed by their QuantizeLinear\n",
                 static_cast<long long>(report->quantized_nodes), static_cast<long long>(report->quantized_tensors),
