@@ -223,15 +223,21 @@ struct OpCase {
 };
 
 // With `given_qkv`, ScaledDotProductAttention on Q, K and V inputs ([batch, seq, E] each, ein
-// unused); else MultiHeadAttention projecting X.
-void check_op(const OpCase& t, int threads, bool given_qkv = false) {
+// unused; with `packed`, one input [batch, seq, 3E] holding them side by side); else
+// MultiHeadAttention projecting X.
+void check_op(const OpCase& t, int threads, bool given_qkv = false, bool packed = false) {
   const int64_t e = t.heads * t.d;
   test::Builder b;
   b.m.opsets["ai.kiln"] = 1;
   const Shape x_shape = t.seq_first ? Shape{t.seq, t.batch, t.ein} : Shape{t.batch, t.seq, t.ein};
   const Shape qkv_shape = t.seq_first ? Shape{t.seq, t.batch, e} : Shape{t.batch, t.seq, e};
   std::vector<std::string> inputs = {"x", "w", t.bias ? "b" : ""};
-  if (given_qkv) {
+  Shape packed_shape = qkv_shape;
+  packed_shape[2] = 3 * e;
+  if (packed) {
+    inputs = {"qkv", "", ""};
+    b.input("qkv", packed_shape);
+  } else if (given_qkv) {
     inputs = {"q", "k", "v"};
     for (const std::string& in : inputs) b.input(in, qkv_shape);
   } else {
@@ -250,12 +256,14 @@ void check_op(const OpCase& t, int threads, bool given_qkv = false) {
   b.output("y");
   const Tensor x = b.random(x_shape);
   const std::vector<Tensor> qkv = {b.random(qkv_shape), b.random(qkv_shape), b.random(qkv_shape)};
+  const Tensor qkv_packed = b.random(packed_shape);
   Tensor mask = b.random(t.mask.empty() ? Shape{1} : t.mask, -5, 0);
   // BERT's padding value on one key. (Not on a whole row: softmax is shift-invariant, but float
   // scores near -10000 keep only ~1e-3 of their fraction, which the double reference does not.)
   if (!t.mask.empty() && t.mask.back() > 1) mask.data<float>()[1] = -10000.0f;
   std::vector<Value> feeds = {Value::of(x)};
   if (given_qkv) feeds = {Value::of(qkv[0]), Value::of(qkv[1]), Value::of(qkv[2])};
+  if (packed) feeds = {Value::of(qkv_packed)};
   if (!t.mask.empty()) feeds.push_back(Value::of(mask));
   SessionOptions opts;
   opts.threads = threads;
@@ -269,7 +277,9 @@ void check_op(const OpCase& t, int threads, bool given_qkv = false) {
   // The projection P = X·W + B in double (or Q, K, V side by side), then each head.
   const int64_t rows = t.batch * t.seq;
   std::vector<double> p(static_cast<size_t>(rows * 3 * e));
-  if (given_qkv) {
+  if (packed) {
+    for (int64_t i = 0; i < rows * 3 * e; ++i) p[i] = qkv_packed.data<float>()[i];
+  } else if (given_qkv) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < 3 * e; ++c) p[r * 3 * e + c] = qkv[c / e].data<float>()[r * e + c % e];
   } else {
@@ -342,7 +352,10 @@ TEST(ScaledDotProductAttentionKernel, MatchesPlainLoops) {
       {1, 128, 0, 12, 64, {1, 1, 1, 128}},  // bert_base's
   };
   for (const auto& t : cases)
-    for (int threads : {1, 2}) check_op(t, threads, true);
+    for (int threads : {1, 2}) {
+      check_op(t, threads, true);
+      check_op(t, threads, true, true);  // Q, K and V packed in one input
+    }
 }
 
 TEST(ScaledDotProductAttentionKernel, RejectsMismatchedOperands) {

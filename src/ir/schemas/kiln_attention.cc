@@ -46,7 +46,18 @@ Outputs infer_sdpa(InferContext& ctx) {
   if (q.dtype != DType::kFloat32) return ctx.error("Q must be float32");
   if (ctx.node.attr_int("num_heads", 0) <= 0) return ctx.error("num_heads must be positive");
   if (q.has_shape && q.shape.size() != 3) return ctx.error("Q must have rank 3, got " + dims_str(q.shape));
-  return one(q);
+  // Q alone (K and V omitted) is packed [batch, seq, 3E]: Y is [batch, seq, E].
+  const bool packed = !ctx.node.has_input(1) && !ctx.node.has_input(2);
+  if (!packed || !q.has_shape) return one(packed ? tensor_type_unranked(DType::kFloat32) : q);
+  TypeInfo y = q;
+  ir::Dim& e = y.shape[2];
+  if (e.value >= 0) {
+    if (e.value % 3 != 0) return ctx.error("packed Q, K, V needs a last dim of 3E, got " + dims_str(q.shape));
+    e.value /= 3;
+  } else {
+    e = ir::Dim{};  // unknown
+  }
+  return one(y);
 }
 
 Cost cost_sdpa(const InferContext& ctx, const std::vector<TypeInfo>& outs) {
@@ -55,7 +66,8 @@ Cost cost_sdpa(const InferContext& ctx, const std::vector<TypeInfo>& outs) {
   const double tokens = static_cast<double>((*qs)[0] * (*qs)[1]);
   const double seq = static_cast<double>(ctx.node.attr_int("seq_first", 0) ? (*qs)[0] : (*qs)[1]);
   // Q·K^T and P·V (2 flops per multiply-add), and ~5 flops per score.
-  const double flops = 4 * tokens * seq * static_cast<double>((*qs)[2]) +
+  const double e = static_cast<double>((*qs)[2]) / (ctx.node.has_input(1) ? 1 : 3);  // packed: 3E
+  const double flops = 4 * tokens * seq * e +
                        5 * tokens * seq * static_cast<double>(ctx.node.attr_int("num_heads", 1));
   return Cost{flops, io_bytes(ctx, outs), 0};
 }

@@ -126,35 +126,42 @@ Status MultiHeadAttention::run(KernelContext& ctx) {
   return Status::ok();
 }
 
-// Q, K and V already projected, [batch, seq, E] each (or [seq, batch, E]): only the attention.
+// Q, K and V already projected, [batch, seq, E] each (or [seq, batch, E]), or packed in Q alone
+// as [batch, seq, 3E] (K and V omitted): only the attention.
 Status scaled_dot_product_attention(KernelContext& ctx) {
-  if (ctx.num_inputs() < 3 || !ctx.has_input(0) || !ctx.has_input(1) || !ctx.has_input(2))
-    return ctx.error("expects inputs Q, K, V and an optional mask");
+  const bool packed = ctx.num_inputs() >= 1 && ctx.has_input(0) && !ctx.has_input(1) && !ctx.has_input(2);
+  if (!packed && (ctx.num_inputs() < 3 || !ctx.has_input(0) || !ctx.has_input(1) || !ctx.has_input(2)))
+    return ctx.error("expects inputs Q, K, V (or Q packed with K and V) and an optional mask");
   const Tensor& q = ctx.input(0);
-  const Tensor& k = ctx.input(1);
-  const Tensor& v = ctx.input(2);
+  const Tensor& k = packed ? q : ctx.input(1);
+  const Tensor& v = packed ? q : ctx.input(2);
   for (const Tensor* t : {&q, &k, &v})
     if (t->dtype() != DType::kFloat32 || t->shape() != q.shape() || t->rank() != 3)
       return ctx.error("Q, K and V must be float32 of one shape [batch, seq, E]; got Q " +
                        shape_str(q.shape()) + ", K " + shape_str(k.shape()) + ", V " + shape_str(v.shape()));
+  if (packed && q.dim(2) % 3 != 0) return ctx.error("packed Q, K, V needs a last dim of 3E, got " + shape_str(q.shape()));
   const int64_t heads = ctx.node.attr_int("num_heads", 0);
   const bool seq_first = ctx.node.attr_int("seq_first", 0) != 0;
-  const int64_t hidden = q.dim(2);
+  const int64_t cols = q.dim(2), hidden = packed ? cols / 3 : cols;
   if (heads <= 0 || hidden % heads != 0) return ctx.error("num_heads must divide E = Q.shape[2]");
   const int64_t batch = seq_first ? q.dim(1) : q.dim(0);
   const int64_t seq = seq_first ? q.dim(0) : q.dim(1);
   attention::AttentionArgs args;
   KILN_RETURN_IF_ERROR(read_mask(ctx, 3, batch, heads, seq, args));
-  KILN_ASSIGN_OR_RETURN(Tensor * out, ctx.make_output_for_overwrite(0, DType::kFloat32, q.shape()));
+  Shape y_shape = q.shape();
+  y_shape[2] = hidden;
+  KILN_ASSIGN_OR_RETURN(Tensor * out, ctx.make_output_for_overwrite(0, DType::kFloat32, y_shape));
   if (q.numel() == 0) return Status::ok();
-  // Token t of batch element b is row b*seq + t, or row t*batch + b when sequence first.
-  const int64_t batch_stride = (seq_first ? 1 : seq) * hidden, token_stride = (seq_first ? batch : 1) * hidden;
+  // Token t of batch element b is row b*seq + t, or row t*batch + b when sequence first; a row of
+  // the packed form holds Q, K and V one after the other.
+  const int64_t batch_rows = seq_first ? 1 : seq, token_rows = seq_first ? batch : 1;
+  const int64_t batch_stride = batch_rows * cols, token_stride = token_rows * cols;
   args.batch = batch, args.heads = heads, args.seq = seq, args.head_dim = hidden / heads;
   args.q = {q.data<float>(), batch_stride, token_stride};
-  args.k = {k.data<float>(), batch_stride, token_stride};
-  args.v = {v.data<float>(), batch_stride, token_stride};
+  args.k = {packed ? q.data<float>() + hidden : k.data<float>(), batch_stride, token_stride};
+  args.v = {packed ? q.data<float>() + 2 * hidden : v.data<float>(), batch_stride, token_stride};
   args.y = out->data<float>();
-  args.y_batch_stride = batch_stride, args.y_token_stride = token_stride;
+  args.y_batch_stride = batch_rows * hidden, args.y_token_stride = token_rows * hidden;
   args.scale = ctx.node.attr_float("scale", 1.0f);
   args.zero_nan_rows = ctx.node.attr_int("zero_nan_rows", 0) != 0;
   attention::attention_f32(args, ctx.pool);
