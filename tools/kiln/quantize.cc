@@ -1,6 +1,7 @@
 // `kiln quantize MODEL -o OUT`: static post-training quantization (kiln/quantize.h) calibrated on
 // the user's samples: --calib FILE.npy (samples stacked along axis 0, for a one-input model),
-// --calib DIR (one .npy or .pb file a sample, for a one-input model, in name order), or
+// --calib DIR (one .npy or .pb file or image a sample, for a one-input model, in name order;
+// images decoded, resized to the input and normalized with --mean/--std, laid out by --layout), or
 // --calib-random N (generated, with a warning: the ranges are then not those of real data).
 // The accuracy guard (--budget cosine=X, on --eval held-out samples, else every 4th --calib sample
 // held back from calibrating)
@@ -18,7 +19,9 @@
 
 #include "cli.h"
 #include "io_files.h"
+#include "kiln/bench_inputs.h"
 #include "kiln/cpu.h"
+#include "kiln/image_input.h"
 #include "kiln/model.h"
 #include "kiln/quantize.h"
 #include "kiln/value_io.h"
@@ -35,6 +38,7 @@ struct Options {
   double percentile = 99.999;
   bool per_tensor = false, signed_activations = false, portable = false, report = false, dynamic = false;
   std::string weight_bits = "auto", precision = "int8";
+  std::string mean = "0", std = "1", layout = "auto";  // calibration images
   bool weight_only = false;
   int64_t block_size = 32;
   InputShapes shape;
@@ -59,11 +63,47 @@ Result<CalibrationMethod> parse_method(const std::string& m) {
 }
 
 // Samples from --calib: a stacked .npy, or a folder of one file per sample.
+// "a,b,c" as floats.
+Result<std::vector<float>> parse_floats(const std::string& text, const char* option) {
+  std::vector<float> v;
+  std::stringstream in(text);
+  for (std::string part; std::getline(in, part, ',');) {
+    char* end = nullptr;
+    const float f = std::strtof(part.c_str(), &end);
+    if (part.empty() || *end != '\0') return Status::invalid_argument(std::string(option) + ": not a number list: '" + text + "'");
+    v.push_back(f);
+  }
+  return v;
+}
+
+// How calibration images become the model's one input: its shape (static dims, or --shape) gives
+// the size and, with --layout auto, the layout: [N, C, H, W] or [N, H, W, C] with C 1 or 3.
+Result<ImageInput> image_input(const std::vector<IoInfo>& inputs, const Options& o) {
+  KILN_ASSIGN_OR_RETURN(std::vector<Value> like, make_bench_inputs(inputs, o.shape));
+  const Shape& s = like[0].tensor.shape();
+  if (like[0].tensor.dtype() != DType::kFloat32 || s.size() != 4)
+    return Status::invalid_argument("--calib images need a float32 input of rank 4; " + inputs[0].name + " is " +
+                                    dtype_name(like[0].tensor.dtype()) + " " + shape_str(s));
+  ImageInput how;
+  const bool chw = s[1] == 1 || s[1] == 3, hwc = s[3] == 1 || s[3] == 3;
+  if (o.layout == "nchw" || (o.layout == "auto" && chw)) how.channels_last = false;
+  else if (o.layout == "nhwc" || (o.layout == "auto" && hwc)) how.channels_last = true;
+  else return Status::invalid_argument("--layout auto: " + inputs[0].name + " " + shape_str(s) +
+                                       " has no 1- or 3-channel axis at 1 or 3 (give --layout nchw or nhwc)");
+  how.channels = how.channels_last ? s[3] : s[1];
+  how.height = how.channels_last ? s[1] : s[2];
+  how.width = how.channels_last ? s[2] : s[3];
+  KILN_ASSIGN_OR_RETURN(how.mean, parse_floats(o.mean, "--mean"));
+  KILN_ASSIGN_OR_RETURN(how.std, parse_floats(o.std, "--std"));
+  return how;
+}
+
 Result<std::vector<std::vector<Tensor>>> read_calibration(const std::string& path, const std::vector<IoInfo>& inputs,
-                                                         int64_t max_samples) {
+                                                         const Options& o) {
   if (inputs.size() != 1)
     return Status::invalid_argument("--calib reads samples for a one-input model; this one has " +
                                     std::to_string(inputs.size()) + " inputs (use kiln.quantize in Python)");
+  const int64_t max_samples = o.max_samples;
   std::vector<std::vector<Tensor>> samples;
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -71,12 +111,23 @@ Result<std::vector<std::vector<Tensor>>> read_calibration(const std::string& pat
     std::vector<fs::path> files;
     for (const auto& e : fs::directory_iterator(path, ec)) {
       const std::string ext = e.path().extension().string();
-      if (e.is_regular_file() && (ext == ".npy" || ext == ".pb")) files.push_back(e.path());
+      if (e.is_regular_file() && (ext == ".npy" || ext == ".pb" || is_image_file(e.path().string())))
+        files.push_back(e.path());
     }
     std::sort(files.begin(), files.end());
-    if (files.empty()) return Status::invalid_argument("--calib " + path + ": no .npy or .pb files in it");
+    if (files.empty()) return Status::invalid_argument("--calib " + path + ": no .npy, .pb or image files in it");
+    std::optional<ImageInput> how;
     for (const fs::path& f : files) {
       if (max_samples > 0 && static_cast<int64_t>(samples.size()) >= max_samples) break;
+      if (is_image_file(f.string())) {
+        if (!how) {
+          KILN_ASSIGN_OR_RETURN(ImageInput h, image_input(inputs, o));
+          how = h;
+        }
+        KILN_ASSIGN_OR_RETURN(Tensor t, read_image_input(f.string(), *how));
+        samples.push_back({std::move(t)});
+        continue;
+      }
       KILN_ASSIGN_OR_RETURN(Value v, read_input_file(f.string(), inputs[0]));
       if (!v.is_tensor()) return Status::invalid_argument(f.string() + " is not a tensor");
       samples.push_back({v.tensor});
@@ -129,7 +180,9 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
   cmd->add_option("model", opt->model, "ONNX model (float)")->required();
   cmd->add_option("-o,--output", opt->out, "Quantized model to write")->required();
   CLI::Option* calib = cmd->add_option(
-      "--calib", opt->calib, "Calibration samples: FILE.npy stacked along axis 0, or a folder of .npy/.pb files");
+      "--calib", opt->calib,
+      "Calibration samples: FILE.npy stacked along axis 0, or a folder of .npy/.pb files or images (JPEG, PNG, WebP, "
+      "BMP, PNM, TIFF: see --mean, --std, --layout)");
   CLI::Option* random = cmd->add_option("--calib-random", opt->calib_random,
                                         "Calibrate on N generated samples (ranges not those of real data)")
                             ->check(CLI::Range(int64_t{1}, int64_t{100000}));
@@ -158,6 +211,13 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
   cmd->add_flag("--signed-activations", opt->signed_activations,
                 "int8 activations, symmetric (default: uint8 with a zero point)");
   cmd->add_option("--keep-float", opt->keep_float, "Nodes to leave in float, comma-separated (names or first outputs)");
+  cmd->add_option("--mean", opt->mean,
+                  "Calibration images: per-channel means subtracted from pixels scaled to [0, 1], comma-separated (default 0)");
+  cmd->add_option("--std", opt->std, "Calibration images: per-channel divisors after --mean, comma-separated (default 1)");
+  cmd->add_option("--layout", opt->layout,
+                  "Calibration images: nchw, nhwc or auto (from the input's shape; default); the size is the input's "
+                  "(--shape where it is dynamic), the image resized bilinearly to it")
+      ->check(CLI::IsMember({"auto", "nchw", "nhwc"}));
   cmd->add_option("--eval", opt->eval,
                   "Held-out samples for the accuracy guard and --report (as --calib; default: every --hold-out-every-th "
                   "calibration sample, held back from calibrating)");
@@ -190,7 +250,7 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     if (!model) return fail(model.status());
     Result<std::vector<std::vector<Tensor>>> samples = std::vector<std::vector<Tensor>>{};
     if (!opt->calib.empty())
-      samples = read_calibration(opt->calib, model->inputs(), opt->max_samples);
+      samples = read_calibration(opt->calib, model->inputs(), *opt);
     else if (opt->calib_random > 0)
       samples = random_calibration(model->inputs(), opt->shape, opt->calib_random);
     if (!samples) return fail(samples.status());
@@ -203,7 +263,7 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     if (!budget) return fail(budget.status());
     std::vector<std::vector<Tensor>> held_out;
     if (!opt->eval.empty()) {
-      auto e = read_calibration(opt->eval, model->inputs(), opt->max_samples);
+      auto e = read_calibration(opt->eval, model->inputs(), *opt);
       if (!e) return fail(e.status().with_context("--eval"));
       held_out = std::move(e).value();
     }
@@ -247,7 +307,7 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     else
       std::printf("calibrated on %lld samples (%s)\n", static_cast<long long>(report->samples), opt->method.c_str());
     if (report->held_out_of_calibration > 0)
-      std::printf("held out %lld of the --calib samples for the accuracy guard (every %d-th; --eval gives others)\n",
+      std::printf("held out %lld of the --calib samples for the accuracy guard (one in %d; --eval gives others)\n",
                   static_cast<long long>(report->held_out_of_calibration), opt->hold_out_every);
     if (!weights16)
       std::printf("quantized %lld nodes, %lld activations; %lld Relu/Clip absorbed by their QuantizeLinear\n",

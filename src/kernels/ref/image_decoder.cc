@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/kernel_util.h"
+#include "kernels/ref/image_decode.h"
 
 #ifdef KILN_WITH_LIBJPEG
 #include <csetjmp>
@@ -23,13 +24,6 @@
 
 namespace kiln {
 namespace {
-
-// Decoded pixels, always 8-bit RGB, row-major.
-struct Image {
-  int64_t width = 0;
-  int64_t height = 0;
-  std::vector<uint8_t> rgb;
-};
 
 constexpr int64_t kMaxPixels = int64_t{1} << 28;
 
@@ -264,7 +258,9 @@ bool decode_webp(const uint8_t* d, size_t n, Image* img) {
 }
 #endif
 
-bool decode_any(const uint8_t* d, size_t n, Image* img) {
+}  // namespace
+
+bool decode_image(const uint8_t* d, size_t n, Image* img) {
   if (decode_bmp(d, n, img) || decode_pnm(d, n, img) || decode_tiff(d, n, img)) return true;
 #ifdef KILN_WITH_LIBJPEG
   if (decode_jpeg(d, n, img)) return true;
@@ -278,6 +274,8 @@ bool decode_any(const uint8_t* d, size_t n, Image* img) {
   return false;
 }
 
+namespace {
+
 Status image_decoder(KernelContext& ctx) {
   if (!ctx.has_input(0)) return ctx.error("encoded_stream is required");
   const Tensor& data = ctx.input(0);
@@ -288,7 +286,7 @@ Status image_decoder(KernelContext& ctx) {
     return ctx.error("pixel_format must be RGB, BGR or Grayscale, got '" + format + "'");
   const int64_t channels = format == "Grayscale" ? 1 : 3;
   Image img;
-  if (!decode_any(data.data<uint8_t>(), static_cast<size_t>(data.numel()), &img)) {
+  if (!decode_image(data.data<uint8_t>(), static_cast<size_t>(data.numel()), &img)) {
     KILN_ASSIGN_OR_RETURN(Tensor* y, ctx.make_output(0, DType::kUInt8, {0, 0, channels}));
     (void)y;
     return Status::ok();
