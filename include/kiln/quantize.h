@@ -23,6 +23,8 @@ namespace kiln {
 
 // How a tensor's calibrated values become its 8-bit range.
 enum class CalibrationMethod {
+  kAuto,        // each of the four below, keeping the one whose quantized model's outputs are
+                // nearest the float model's on the held-out samples (the guard's)
   kMinMax,      // the whole range seen
   kPercentile,  // |x| up to the given percentile of the values seen (outliers clip)
   kEntropy,     // the clipping threshold whose 8-bit histogram keeps most information (KL
@@ -40,7 +42,7 @@ enum class QuantizePrecision {
 
 struct QuantizeOptions {
   QuantizePrecision precision = QuantizePrecision::kInt8;
-  CalibrationMethod method = CalibrationMethod::kMinMax;
+  CalibrationMethod method = CalibrationMethod::kAuto;
   double percentile = 99.999;  // kPercentile
   // Weights: one scale per output channel (filter, column), else one for the whole tensor.
   bool per_channel = true;
@@ -112,7 +114,11 @@ struct QuantizeReport {
   // float model's value, and each output; measured on held-out samples when `held_out` was given.
   std::vector<TensorError> layers, outputs;
   bool measured_on_held_out = false;
-  int64_t held_out_of_calibration = 0;  // calibration samples held back for the guard (hold_out_every)
+  int64_t held_out_of_calibration = 0;
+  // The calibration method used ("minmax", ...) and, with kAuto, the worst output cosine of each
+  // method tried, before any fallback.
+  std::string calibration_method;
+  std::vector<std::pair<std::string, double>> calibration_trials;  // calibration samples held back for the guard (hold_out_every)
 };
 
 }  // namespace kiln

@@ -194,7 +194,7 @@ def _calibration_next(core, data, input_shapes):
 
 
 def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, precision="int8", weight_only=False,
-             block_size=32, method="minmax",
+             block_size=32, method="auto",
              percentile=99.999,
              per_channel=True, signed_activations=False, keep_float=(), min_cosine=0.99, max_fallbacks=16,
              weight_bits="auto", portable=False, input_shapes=None, example_inputs=None, dynamic_batch=True,
@@ -208,7 +208,8 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, prec
     N generated samples (a warning: the ranges are then not those of real data); none with
     ``dynamic``, which quantizes MatMul/Gemm weights and their activations at each run instead
     (ONNX Runtime's quantize_dynamic form). ``method``:
-    "minmax", "percentile", "entropy" or "mse"; ``per_channel`` weight scales; int8 symmetric
+    "minmax", "percentile", "entropy", "mse" or "auto" (each, keeping the one whose outputs are
+    nearest the float model's on the held-out samples); ``per_channel`` weight scales; int8 symmetric
     activations with ``signed_activations`` (else uint8 with a zero point); ``keep_float`` names
     nodes left in float. ``weight_bits`` 8, 7 (a u8 x s8 pair sum then fits 16 bits: the AVX2
     kernels' faster vpmaddubsw route) or "auto" (7 where this CPU lacks VNNI). The accuracy guard: each output must keep a cosine of at least

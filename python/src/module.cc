@@ -398,11 +398,12 @@ PYBIND11_MODULE(_kiln, m) {
         else if (precision == "fp16") o.precision = QuantizePrecision::kFloat16;
         else if (precision == "bf16") o.precision = QuantizePrecision::kBFloat16;
         else throw StatusError{Status::invalid_argument("precision must be int8, fp16 or bf16")};
-        if (method == "minmax") o.method = CalibrationMethod::kMinMax;
+        if (method == "auto") o.method = CalibrationMethod::kAuto;
+        else if (method == "minmax") o.method = CalibrationMethod::kMinMax;
         else if (method == "percentile") o.method = CalibrationMethod::kPercentile;
         else if (method == "entropy") o.method = CalibrationMethod::kEntropy;
         else if (method == "mse") o.method = CalibrationMethod::kMse;
-        else throw StatusError{Status::invalid_argument("method must be minmax, percentile, entropy or mse")};
+        else throw StatusError{Status::invalid_argument("method must be auto, minmax, percentile, entropy or mse")};
         o.percentile = percentile;
         o.per_channel = per_channel;
         o.signed_activations = signed_activations;
@@ -454,9 +455,11 @@ PYBIND11_MODULE(_kiln, m) {
                         py::arg("layers") = errors(r.layers),
                         py::arg("outputs") = errors(r.outputs), py::arg("measured_on_held_out") = r.measured_on_held_out,
                         py::arg("held_out_of_calibration") = r.held_out_of_calibration,
+                        py::arg("calibration_method") = r.calibration_method,
+                        py::arg("calibration_trials") = r.calibration_trials,
                         py::arg("weight_bytes_before") = r.weight_bytes_before,
                         py::arg("weight_bytes_after") = r.weight_bytes_after);
-      }, py::arg("next"), py::arg("held_out") = py::none(), py::arg("method") = "minmax", py::arg("percentile") = 99.999,
+      }, py::arg("next"), py::arg("held_out") = py::none(), py::arg("method") = "auto", py::arg("percentile") = 99.999,
          py::arg("per_channel") = true, py::arg("signed_activations") = false,
          py::arg("keep_float") = std::vector<std::string>{}, py::arg("min_cosine") = 0.99, py::arg("max_fallbacks") = 16,
          py::arg("dynamic") = false, py::arg("portable") = false, py::arg("reduce_range") = false,

@@ -144,6 +144,20 @@ void collect_free_names(const Graph& g, std::set<std::string>& out) {
 
 }  // namespace
 
+void deep_copy_subgraphs(Graph& g) {
+  for (Node& n : g.nodes)
+    for (Attribute& a : n.attrs) {
+      if (a.g) {
+        a.g = std::make_shared<Graph>(*a.g);
+        deep_copy_subgraphs(*a.g);
+      }
+      for (auto& sg : a.graphs) {
+        sg = std::make_shared<Graph>(*sg);
+        deep_copy_subgraphs(*sg);
+      }
+    }
+}
+
 std::set<std::string> free_names(const Graph& graph) {
   std::set<std::string> out;
   collect_free_names(graph, out);

@@ -152,6 +152,10 @@ struct Model {
 // Names a graph reads from enclosing graphs: used but not defined inside (recursively).
 std::set<std::string> free_names(const Graph& graph);
 
+// Subgraphs are shared_ptrs: a copy of a model (or graph) shares them until this gives the copy
+// its own, recursively, so that editing them leaves the original as it was.
+void deep_copy_subgraphs(Graph& g);
+
 // "" for "ai.onnx", the name as given otherwise.
 std::string normalize_domain(const std::string& domain);
 

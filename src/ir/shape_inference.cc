@@ -228,23 +228,6 @@ Status infer_shapes(Model& model, std::map<std::string, Dims>* values) {
   return r.status();
 }
 
-namespace {
-// Subgraphs are shared_ptrs: a copy of a model shares them until they are copied too.
-void deep_copy_subgraphs(Graph& g) {
-  for (Node& n : g.nodes)
-    for (Attribute& a : n.attrs) {
-      if (a.g) {
-        a.g = std::make_shared<Graph>(*a.g);
-        deep_copy_subgraphs(*a.g);
-      }
-      for (auto& sg : a.graphs) {
-        sg = std::make_shared<Graph>(*sg);
-        deep_copy_subgraphs(*sg);
-      }
-    }
-}
-}  // namespace
-
 Result<Cost> estimate_cost(const Model& model, const std::map<std::string, int64_t>& dim_bindings) {
   Model copy = model;
   deep_copy_subgraphs(copy.graph);

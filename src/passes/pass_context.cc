@@ -23,30 +23,14 @@ std::optional<int64_t> ValueTypes::rank(const std::string& value) const {
 
 namespace {
 
-// Subgraphs are shared between a model and its copy (attributes hold them by pointer): the copy
-// gets its own, so that inference on it leaves the model's value_info as the model declared it.
-void deep_copy_subgraphs(ir::Graph& g) {
-  for (ir::Node& n : g.nodes)
-    for (ir::Attribute& a : n.attrs) {
-      if (a.g) {
-        a.g = std::make_shared<ir::Graph>(*a.g);
-        deep_copy_subgraphs(*a.g);
-      }
-      for (auto& sg : a.graphs) {
-        sg = std::make_shared<ir::Graph>(*sg);
-        deep_copy_subgraphs(*sg);
-      }
-    }
-}
-
 ValueTypes infer(const ir::Model& model) {
   ValueTypes out;
   ir::Model copy = model;  // tensors share storage
-  deep_copy_subgraphs(copy.graph);
+  ir::deep_copy_subgraphs(copy.graph);
   out.inferred = ir::infer_shapes(copy, &out.values).is_ok();
   if (!out.inferred) {
     copy = model;
-    deep_copy_subgraphs(copy.graph);
+    ir::deep_copy_subgraphs(copy.graph);
     for_each_graph(copy.graph, [](ir::Graph& g) { g.value_info.clear(); });
     out.values.clear();
     out.inferred = ir::infer_shapes(copy, &out.values).is_ok();

@@ -82,7 +82,8 @@ double clip_error(const std::vector<double>& hist, size_t i, double bin, double 
 
 float TensorStats::threshold(const QuantizeOptions& o) const {
   const double top = std::max(std::fabs(static_cast<double>(min_)), std::fabs(static_cast<double>(max_)));
-  if (hist_.empty() || top == 0 || o.method == CalibrationMethod::kMinMax) return static_cast<float>(top);
+  if (hist_.empty() || top == 0 || o.method == CalibrationMethod::kMinMax || o.method == CalibrationMethod::kAuto)
+    return static_cast<float>(top);
   const double bin = top / kHistogramBins;
   double total = 0;
   for (double h : hist_) total += h;

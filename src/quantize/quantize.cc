@@ -96,6 +96,17 @@ std::pair<std::string, std::string> noisiest(const ir::Model& model, const Plan&
   return best;
 }
 
+const char* method_name(CalibrationMethod m) {
+  switch (m) {
+    case CalibrationMethod::kMinMax: return "minmax";
+    case CalibrationMethod::kPercentile: return "percentile";
+    case CalibrationMethod::kEntropy: return "entropy";
+    case CalibrationMethod::kMse: return "mse";
+    case CalibrationMethod::kAuto: break;
+  }
+  return "auto";
+}
+
 }  // namespace
 
 Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader& next, const QuantizeOptions& options,
@@ -134,6 +145,7 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
   for (const ir::ValueInfo& in : model.graph.inputs) inputs += !model.graph.initializers.count(in.name);
   if (options.dynamic || float16 || weight_only) {
     ir::Model quantized = model;
+    ir::deep_copy_subgraphs(quantized.graph);  // the writers edit them; the float model measured against keeps its own
     if (weight_only) {
       KILN_RETURN_IF_ERROR(write_weight_only(quantized, options, &report));
       if (report.quantized_nodes == 0)
@@ -170,7 +182,17 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
   }
   QuantizeReport chosen = report;
   const Plan full = choose(model, types, options, {}, &chosen);
-  if (full.points.empty()) return Status::error("quantize: the model has no Conv, MatMul or Gemm with constant weights to quantize");
+  if (full.points.empty()) {
+    if (chosen.kept_float.empty())
+      return Status::error("quantize: the model has no Conv, MatMul or Gemm with constant weights to quantize");
+    // Candidates, none worth 8 bits: say why, for the first few.
+    std::string why;
+    for (size_t i = 0; i < chosen.kept_float.size() && i < 3; ++i) why += (i ? "; " : "") + chosen.kept_float[i];
+    if (chosen.kept_float.size() > 3) why += "; and " + std::to_string(chosen.kept_float.size() - 3) + " more";
+    return Status::error("quantize: none of the model's " + std::to_string(chosen.kept_float.size()) +
+                         " Conv/MatMul/Gemm nodes would run in 8 bits (" + why +
+                         "); --dynamic quantizes MatMul/Gemm weights with activations at run time");
+  }
 
   // 3. Calibrate.
   KILN_ASSIGN_OR_RETURN(std::vector<std::vector<Tensor>> samples, read_samples(next, inputs, "calibration"));
@@ -189,41 +211,93 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
   }
   const bool on_held_out = !eval.empty();
   if (!on_held_out) eval = samples;
+  // Calibration methods to try: the one asked for, or (kAuto) each of them.
+  std::vector<CalibrationMethod> methods = {options.method};
+  if (options.method == CalibrationMethod::kAuto)
+    methods = {CalibrationMethod::kMinMax, CalibrationMethod::kPercentile, CalibrationMethod::kEntropy,
+               CalibrationMethod::kMse};
   std::vector<TensorStats> stats(full.points.size());
   KILN_RETURN_IF_ERROR(run_samples(model, full.points, samples, [&](size_t i, const float* x, int64_t n) {
     stats[i].add_range(x, n);
   }));
-  if (options.method != CalibrationMethod::kMinMax)
+  if (methods.size() > 1 || methods[0] != CalibrationMethod::kMinMax)
     KILN_RETURN_IF_ERROR(run_samples(model, full.points, samples, [&](size_t i, const float* x, int64_t n) {
       stats[i].add_histogram(x, n);
     }));
-  std::map<std::string, QuantParams> params;
-  for (size_t i = 0; i < full.points.size(); ++i) {
-    float lo = 0, hi = 0;
-    stats[i].range(options, &lo, &hi);
-    params[full.points[i]] = activation_params(lo, hi, options.signed_activations);
-  }
+  auto params_of = [&](CalibrationMethod m) {
+    QuantizeOptions o = options;
+    o.method = m;
+    std::map<std::string, QuantParams> params;
+    for (size_t i = 0; i < full.points.size(); ++i) {
+      float lo = 0, hi = 0;
+      stats[i].range(o, &lo, &hi);
+      params[full.points[i]] = activation_params(lo, hi, options.signed_activations);
+    }
+    return params;
+  };
 
-  // 4. Write the QDQ model and measure it; while an output misses the budget, the node losing
-  //    most goes back to float (the calibrated ranges stay: fewer points, the same values).
+  // One quantized model: the plan less `float_tensors`, written with `params`, and how far its
+  // tensors and outputs are from the float model's on the held-out samples.
+  struct Attempt {
+    QuantizeReport r;
+    ir::Model qdq;
+    Plan plan;
+    double worst = 1;  // the outputs' least cosine
+  };
+  auto attempt = [&](const QuantizeOptions& o, const std::set<std::string>& float_tensors,
+                     const std::map<std::string, QuantParams>& params) -> Result<Attempt> {
+    Attempt a{report, model};
+    ir::deep_copy_subgraphs(a.qdq.graph);  // the writer renames what they read; the float model's stay
+    a.plan = choose(model, types, o, float_tensors, &a.r);
+    const Plan& plan = a.plan;
+    std::map<std::string, std::string> dequantized;
+    KILN_RETURN_IF_ERROR(write_qdq(a.qdq, plan, params, o, &a.r, &dequantized));
+    if (!o.portable) KILN_RETURN_IF_ERROR(quantize_float_outputs_dynamically(a.qdq, types, o, &a.r));
+    KILN_RETURN_IF_ERROR(ir::sort_topologically(a.qdq.graph).with_context("the quantized graph"));
+    KILN_RETURN_IF_ERROR(measure(model, a.qdq, plan.points, dequantized, eval, &a.r.layers, &a.r.outputs));
+    a.r.samples = static_cast<int64_t>(samples.size());
+    a.r.measured_on_held_out = on_held_out;
+    for (const TensorError& e : a.r.outputs) a.worst = std::min(a.worst, e.cosine);
+    return a;
+  };
+
+  // 4. The calibration: with kAuto, the method whose model is nearest the float one.
+  std::map<std::string, QuantParams> params;
+  std::optional<Attempt> first;
+  for (CalibrationMethod m : methods) {
+    std::map<std::string, QuantParams> p = params_of(m);
+    if (methods.size() == 1) {
+      params = std::move(p);
+      report.calibration_method = method_name(m);
+      break;
+    }
+    KILN_ASSIGN_OR_RETURN(Attempt a, attempt(options, {}, p));
+    report.calibration_trials.emplace_back(method_name(m), a.worst);
+    if (!first || a.worst > first->worst) {
+      params = std::move(p);
+      report.calibration_method = method_name(m);
+      first = std::move(a);
+    }
+  }
+  if (first) first->r.calibration_method = report.calibration_method, first->r.calibration_trials = report.calibration_trials;
+
+  // 5. While an output misses the budget, the node losing most goes back to float (the
+  //    calibrated ranges stay: fewer points, the same values).
   QuantizeOptions current = options;
   std::set<std::string> float_tensors;
   std::vector<std::string> fallbacks;
   for (;;) {
-    QuantizeReport r = report;
-    const Plan plan = choose(model, types, current, float_tensors, &r);
-    ir::Model qdq = model;
-    std::map<std::string, std::string> dequantized;
-    KILN_RETURN_IF_ERROR(write_qdq(qdq, plan, params, current, &r, &dequantized));
-    if (!current.portable) KILN_RETURN_IF_ERROR(quantize_float_outputs_dynamically(qdq, types, current, &r));
-    KILN_RETURN_IF_ERROR(ir::sort_topologically(qdq.graph).with_context("the quantized graph"));
-    KILN_RETURN_IF_ERROR(measure(model, qdq, plan.points, dequantized, eval, &r.layers, &r.outputs));
-    r.samples = static_cast<int64_t>(samples.size());
-    r.measured_on_held_out = on_held_out;
-    double worst = 1;
-    for (const TensorError& e : r.outputs) worst = std::min(worst, e.cosine);
+    Attempt a;
+    if (first) {
+      a = std::move(*first);
+      first.reset();
+    } else {
+      KILN_ASSIGN_OR_RETURN(a, attempt(current, float_tensors, params));
+    }
+    QuantizeReport& r = a.r;
+    const double worst = a.worst;
     const bool holds = options.min_cosine <= 0 || worst >= options.min_cosine;
-    if (holds || plan.points.empty()) {
+    if (holds || a.plan.points.empty()) {
       if (!holds)
         return Status::error("quantize: nothing left in 8 bits, and the outputs' cosine " + std::to_string(worst) +
                              " still misses the budget " + std::to_string(options.min_cosine));
@@ -234,14 +308,14 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
         });
       });
       r.kept_float.insert(r.kept_float.end(), fallbacks.begin(), fallbacks.end());
-      model = std::move(qdq);
-      return r;
+      model = std::move(a.qdq);
+      return std::move(r);
     }
     if (static_cast<int>(fallbacks.size()) >= options.max_fallbacks)
       return Status::error("quantize: the outputs' cosine to the float model is " + std::to_string(worst) +
                            " after " + std::to_string(fallbacks.size()) + " fallbacks to float; the budget is " +
                            std::to_string(options.min_cosine) + " (lower it, allow more fallbacks, or calibrate on more data)");
-    const auto [tensor, node] = noisiest(model, plan, r);
+    const auto [tensor, node] = noisiest(model, a.plan, r);
     const std::string why = ": accuracy guard (outputs' cosine " + std::to_string(worst) + " < " +
                             std::to_string(options.min_cosine) + "; it added the most quantization noise)";
     float_tensors.insert(tensor);

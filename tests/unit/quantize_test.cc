@@ -83,6 +83,14 @@ TEST(Quantize, SmallCnnToQdq) {
   EXPECT_EQ(report->quantized_nodes, 3);
   EXPECT_TRUE(report->kept_float.empty());
   ASSERT_EQ(report->dynamic_nodes.size(), 1u);
+  // auto calibration: each method tried, the one kept the best on the held-back samples.
+  ASSERT_EQ(report->calibration_trials.size(), 4u);
+  double best = 0;
+  for (const auto& [method, cosine] : report->calibration_trials) best = std::max(best, cosine);
+  ASSERT_EQ(report->outputs.size(), 1u);
+  EXPECT_EQ(report->outputs[0].cosine, best);
+  EXPECT_TRUE(std::any_of(report->calibration_trials.begin(), report->calibration_trials.end(),
+                          [&](const auto& t) { return t.first == report->calibration_method && t.second == best; }));
   EXPECT_EQ(report->removed_clamps, 2);
   const ir::Model& q = model.ir();
   const auto h = test::histogram(q);
@@ -276,6 +284,7 @@ TEST(Quantize, GuardMeasuresOnCalibrationSamplesHeldBack) {
   QuantizeOptions o;
   o.portable = true;
   o.min_cosine = 0;
+  o.method = CalibrationMethod::kMinMax;  // the outlier sets the range wherever it is calibrated on
   Model held(std::make_shared<ir::Model>(fp32));
   auto r = held.quantize(samples_of(calib), o);
   ASSERT_TRUE(r.is_ok()) << r.status().message();
@@ -295,6 +304,46 @@ TEST(Quantize, GuardMeasuresOnCalibrationSamplesHeldBack) {
   EXPECT_EQ(r_all->samples, 9);
   EXPECT_FALSE(r_all->measured_on_held_out);
   EXPECT_GT(input_scale(all.ir()), 400.0f / 255);
+}
+
+// An activation read inside an If's branch too (openWakeWord's heads): the branch reads its
+// DequantizeLinear, the float model measured against keeps its own branch (subgraphs are shared
+// between copies of a model until copied), and the outputs stay close.
+TEST(Quantize, ActivationReadInsideAnIfBranch) {
+  test::Builder b;
+  b.m = small_cnn(13);  // its first Relu's output, r1, is quantized
+  b.add("ReduceMean", {"y"}, {"m"}, {test::attr_i("keepdims", 0)});
+  b.scalar("zero", 0.0f);
+  b.add("Greater", {"m", "zero"}, {"cond"});
+  auto branch = [](const std::string& name) {
+    auto g = std::make_shared<ir::Graph>();
+    g->name = name;
+    ir::Node id;
+    id.op_type = "Identity", id.inputs = {"r1"}, id.outputs = {name + "_y"};
+    g->nodes.push_back(id);
+    g->outputs.push_back(ir::ValueInfo{name + "_y", ir::TypeInfo::tensor(DType::kFloat32, {1, 16, 12, 12}), ""});
+    ir::Attribute a;
+    a.name = name, a.type = ir::Attribute::Type::kGraph, a.g = g;
+    return a;
+  };
+  b.add("If", {"cond"}, {"z"}, {branch("then_branch"), branch("else_branch")});
+  b.output("z");
+  const ir::Model fp32 = b.m;
+  test::Builder data;
+  std::vector<Tensor> calib;
+  for (int i = 0; i < 8; ++i) calib.push_back(data.random({1, 8, 12, 12}));
+  QuantizeOptions o;
+  o.min_cosine = 0;
+  Model model(std::make_shared<ir::Model>(fp32));
+  auto r = model.quantize(samples_of(calib), o);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_GE(r->quantized_nodes, 1);
+  EXPECT_EQ(fp32.graph.nodes.back().attrs[0].g->nodes[0].inputs[0], "r1");  // the float model's branch as it was
+  for (const Tensor& x : calib) {
+    const auto want = test::run_model(fp32, {x}), got = test::run_model(model.ir(), {x});
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_GT(cosine(want[1].tensor, got[1].tensor), 0.99f);  // the branch's output
+  }
 }
 
 // reduce_range: 7-bit weights, each filter's largest |w| at 63, and the model still close to the

@@ -31,7 +31,7 @@ namespace kiln::cli {
 namespace {
 
 struct Options {
-  std::string model, out, calib, eval, method = "minmax", keep_float, budget = "cosine=0.99";
+  std::string model, out, calib, eval, method = "auto", keep_float, budget = "cosine=0.99";
   int64_t calib_random = 0, max_samples = 0;
   int max_fallbacks = 16;
   int hold_out_every = 4;
@@ -55,11 +55,12 @@ Result<double> parse_budget(const std::string& text) {
 }
 
 Result<CalibrationMethod> parse_method(const std::string& m) {
+  if (m == "auto") return CalibrationMethod::kAuto;
   if (m == "minmax") return CalibrationMethod::kMinMax;
   if (m == "percentile") return CalibrationMethod::kPercentile;
   if (m == "entropy") return CalibrationMethod::kEntropy;
   if (m == "mse") return CalibrationMethod::kMse;
-  return Status::invalid_argument("--method must be minmax, percentile, entropy or mse, got '" + m + "'");
+  return Status::invalid_argument("--method must be auto, minmax, percentile, entropy or mse, got '" + m + "'");
 }
 
 // Samples from --calib: a stacked .npy, or a folder of one file per sample.
@@ -195,7 +196,9 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
                 "Dynamic quantization of MatMul/Gemm weights (activations quantized at each run; no calibration)");
   cmd->add_option("--max-samples", opt->max_samples, "Read at most this many samples from --calib")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  cmd->add_option("--method", opt->method, "Calibration: minmax (default), percentile, entropy, mse");
+  cmd->add_option("--method", opt->method,
+                  "Calibration: minmax, percentile, entropy, mse, or auto (default: each, the one whose outputs are "
+                  "nearest the float model's on the held-out samples)");
   cmd->add_option("--percentile", opt->percentile, "With --method percentile: the percentile of |x| kept (99.999)")
       ->check(CLI::Range(50.0, 100.0));
   cmd->add_option("--weight-bits", opt->weight_bits,
@@ -305,7 +308,13 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     else if (opt->dynamic)
       std::printf("dynamic: activations quantized at each run, no calibration\n");
     else
-      std::printf("calibrated on %lld samples (%s)\n", static_cast<long long>(report->samples), opt->method.c_str());
+      std::printf("calibrated on %lld samples (%s)\n", static_cast<long long>(report->samples),
+                  report->calibration_method.c_str());
+    if (!report->calibration_trials.empty()) {
+      std::printf("calibration methods tried (outputs' least cosine to the float model):");
+      for (const auto& [method, cosine] : report->calibration_trials) std::printf(" %s %.5f", method.c_str(), cosine);
+      std::printf("\n");
+    }
     if (report->held_out_of_calibration > 0)
       std::printf("held out %lld of the --calib samples for the accuracy guard (one in %d; --eval gives others)\n",
                   static_cast<long long>(report->held_out_of_calibration), opt->hold_out_every);
