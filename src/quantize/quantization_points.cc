@@ -3,9 +3,10 @@
 //    (alpha 1, no transA): their weights, their bias, and their activation input;
 //  - the ops that carry 8-bit data from one such node to the next, quantized in and out so that
 //    the chain stays 8-bit: Add or Mul of two activations (a residual, a SiLU's x * Sigmoid(x), a
-//    squeeze-excitation's scaling), Sigmoid, MaxPool, AveragePool, GlobalAveragePool, Concat,
+//    squeeze-excitation's scaling), Sigmoid, MaxPool, AveragePool, GlobalAveragePool, Concat, and
+//    elementwise ops of one activation and one-value constants (LeakyRelu, Tanh, HardSwish, ...),
 //    where they touch a chosen node's data (the fusions give them 8-bit kernels: QLinearAdd,
-//    QLinearMul, QLinearSigmoid, a SiLU one table, QLinearGlobalAveragePool);
+//    QLinearMul, QLinearSigmoid, a SiLU one table, QLinearGlobalAveragePool, a table of codes);
 //  - but only the nodes whose output is quantized (through a Relu or Clip): one whose output goes
 //    on in float (the logits) would not run as one 8-bit kernel, so it stays float.
 // An activation is a non-constant float32 tensor. Each gets one Q/DQ pair whatever reads it;
@@ -15,6 +16,7 @@
 #include <set>
 
 #include "passes/fusions/epilogue_match.h"
+#include "passes/fusions/qlinear_table.h"
 #include "passes/graph_edit.h"
 #include "passes/graph_index.h"
 #include "quantize/quantize_internal.h"
@@ -63,6 +65,10 @@ Plan choose(const ir::Model& model, const passes::ValueTypes& types, const Quant
     if (n.outputs.size() != 1 || !activation(n.outputs[0])) return false;
     if (op == "Add" || op == "Mul") return n.inputs.size() == 2 && activation(n.inputs[0]) && activation(n.inputs[1]);
     if (op == "Sigmoid") return activation(n.inputs[0]);
+    // An op of one activation and one-value constants (LeakyRelu, Tanh, HardSwish, Max with a
+    // bound): a table of the input's codes (qlinear-table).
+    if (passes::is_code_function(n, constant))
+      return std::all_of(n.inputs.begin(), n.inputs.end(), [&](const std::string& in) { return in.empty() || constant(in) || activation(in); });
     if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool") return activation(n.inputs[0]);
     if (op != "Concat") return false;
     for (const std::string& in : n.inputs)

@@ -107,6 +107,35 @@ TEST(QdqFusion, ChainStaysChannelsLastAtO3) {
   test::expect_same_outputs(plain, after, {x}, 0.0f);
 }
 
+// An elementwise op of one 8-bit value and one-value constants is a table of its codes:
+// Q(LeakyRelu(DQ(x))), then Q(Max(DQ(.), bound)) and Q(Tanh(DQ(.))) after it, become one
+// QLinearLookup (tables of tables compose), bit for bit the unfused ops; an op with a
+// per-position operand stays.
+TEST(QdqFusion, ElementwiseOpsOfCodesBecomeOneTable) {
+  test::Builder b(13);
+  b.input("x", {1, 4, 5, 6});
+  qdq(b, "x", "xq", "xd", 0.05f, 128);
+  b.add("LeakyRelu", {"xd"}, {"l"}, {test::attr_f("alpha", 0.1f)});
+  qdq(b, "l", "lq", "ld", 0.04f, 20);
+  b.scalar("bound", -0.3f);
+  b.add("Max", {"ld", "bound"}, {"m"});
+  qdq(b, "m", "mq", "md", 0.03f, 10);
+  b.add("Tanh", {"md"}, {"t"});
+  qdq(b, "t", "tq", "td", 1.0f / 128, 128);
+  b.weight("per_position", {1, 4, 5, 6});
+  b.add("Mul", {"td", "per_position"}, {"y"});
+  b.output("y");
+  const ir::Model before = b.m;
+  ir::Model after = before;
+  test::run_passes(after, {"qdq-fusion", "qlinear-table", "dead-code"});
+  EXPECT_EQ(test::qualified_histogram(after), (std::map<std::string, int>{{"QuantizeLinear", 1},
+                                                                          {"ai.kiln.QLinearLookup", 1},
+                                                                          {"DequantizeLinear", 1},
+                                                                          {"Mul", 1}}));
+  test::Builder inputs;
+  test::expect_same_outputs(before, after, {inputs.random({1, 4, 5, 6}, -6, 6)}, 0.0f);
+}
+
 // A classifier's pool in QDQ form after a conv, Q(GlobalAveragePool(DQ(x))): QLinearGlobalAveragePool,
 // whose integer sum and single rounding agree with the float ops to one step of the output's
 // scale; at -O3 it reads the conv's channels-last output where it is (the Transpose left is of

@@ -346,6 +346,37 @@ TEST(Quantize, ActivationReadInsideAnIfBranch) {
   }
 }
 
+// A LeakyRelu between convs carries 8-bit data (a table of codes, qlinear-table): the conv before
+// it is quantized too (it stayed float: "its output goes on in float"), and at -O3 no float op is
+// left between the convs.
+TEST(Quantize, LeakyReluCarriesEightBits) {
+  test::Builder b(13);
+  b.input("x", {1, 8, 10, 10});
+  b.conv("x", "c1", 8, 16);
+  b.add("LeakyRelu", {"c1"}, {"l1"}, {test::attr_f("alpha", 0.1f)});
+  b.conv("l1", "c2", 16, 8, 1);
+  b.add("Relu", {"c2"}, {"r2"});
+  b.add("GlobalAveragePool", {"r2"}, {"g"});
+  b.add("Flatten", {"g"}, {"f"});
+  b.weight("fc_w", {4, 8});
+  b.add("Gemm", {"f", "fc_w"}, {"y"}, {test::attr_i("transB", 1)});
+  b.output("y");
+  const ir::Model fp32 = b.m;
+  test::Builder data;
+  std::vector<Tensor> calib;
+  for (int i = 0; i < 8; ++i) calib.push_back(data.random({1, 8, 10, 10}));
+  QuantizeOptions o;
+  o.min_cosine = 0;
+  Model model(std::make_shared<ir::Model>(fp32));
+  auto r = model.quantize(samples_of(calib), o);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->quantized_nodes, 3);  // both convs, and the Gemm dynamically
+  ASSERT_TRUE(model.optimize({}).is_ok());
+  for (const ir::Node& n : model.ir().graph.nodes) EXPECT_NE(n.op_type, "LeakyRelu");
+  for (const Tensor& x : calib)
+    EXPECT_GT(cosine(test::run_model(fp32, {x})[0].tensor, test::run_model(model.ir(), {x})[0].tensor), 0.99f);
+}
+
 // reduce_range: 7-bit weights, each filter's largest |w| at 63, and the model still close to the
 // float one (the AVX2 tile for them is tested bit-exactly in kernels_qconv_test.cc).
 TEST(Quantize, ReduceRangeWritesSevenBitWeights) {

@@ -4,6 +4,7 @@
 // two, the second with a division a value. The table is the two ops' own kernels run on the 256
 // codes, so the outputs are theirs bit for bit. (QDQ efficientnets carry 49 such SiLUs.)
 #include "kernels/kernel.h"
+#include "passes/fusions/qlinear_table.h"
 #include "passes/pass.h"
 #include "passes/pattern.h"
 
@@ -13,25 +14,6 @@ namespace {
 using P = Pattern;
 
 bool is_op(const ir::Node* n, const char* op) { return n && n->domain == "com.microsoft" && n->op_type == op; }
-
-// Runs kiln's own kernel of `n` on `inputs` (null: absent); its first output.
-Result<Tensor> run_kernel(const ir::Model& model, const ir::Node& n, const std::vector<const Tensor*>& inputs) {
-  const KernelDef* def = KernelRegistry::global().own(n.domain, n.op_type);
-  if (!def) return Status::error("no kernel for " + n.op_type);
-  const int64_t opset = std::max<int64_t>(model.opset(n.domain), 1);
-  KILN_ASSIGN_OR_RETURN(std::unique_ptr<Kernel> kernel, def->create(n, opset));
-  std::vector<Value> values;
-  values.reserve(inputs.size());
-  std::vector<const Value*> in;
-  for (const Tensor* t : inputs) {
-    values.push_back(t ? Value::of(*t) : Value());
-    in.push_back(t ? &values.back() : nullptr);
-  }
-  KernelContext ctx(n, opset, std::move(in), nullptr, nullptr);
-  KILN_RETURN_IF_ERROR(kernel->run(ctx));
-  if (ctx.outputs.empty() || !ctx.outputs[0].is_tensor()) return Status::error(n.op_type + " gave no tensor");
-  return ctx.outputs[0].tensor;
-}
 
 std::optional<std::vector<ir::Node>> to_lookup(const Match& m, RuleContext& rc) {
   const ir::Node& mul = *m.root;
