@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/float_convert.h"
 #include "ir/graph.h"
 #include "kiln/optimize.h"
 #include "kiln/session.h"
@@ -33,6 +34,13 @@ inline ir::Attribute attr_strings(const std::string& name, std::vector<std::stri
   return ir::Attribute::of_strings(name, std::move(v));
 }
 inline ir::Attribute attr_s(const std::string& name, std::string v) { return ir::Attribute::of_string(name, std::move(v)); }
+
+// A rank-0 tensor of type t holding v (rounded, for integer types, as a store of v would be).
+inline Tensor scalar_of(DType t, double v) {
+  Tensor s = Tensor::make(t, {}).value();
+  store_from_double(t, s.raw_data(), 0, v);
+  return s;
+}
 
 inline Tensor int64s(std::vector<int64_t> v) {
   Tensor t = Tensor::make(DType::kInt64, {static_cast<int64_t>(v.size())}).value();

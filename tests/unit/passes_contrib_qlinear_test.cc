@@ -13,11 +13,7 @@
 namespace kiln {
 namespace {
 
-Tensor scalar_of(DType t, double v) {
-  Tensor s = Tensor::make(t, {}).value();
-  store_from_double(t, s.raw_data(), 0, v);
-  return s;
-}
+using test::scalar_of;
 
 template <typename T>
 Tensor filled(DType t, const Shape& shape, std::mt19937& rng, int lo, int hi) {

@@ -11,11 +11,7 @@
 namespace kiln {
 namespace {
 
-Tensor scalar_of(DType t, double v) {
-  Tensor s = Tensor::make(t, {}).value();
-  store_from_double(t, s.raw_data(), 0, v);
-  return s;
-}
+using test::scalar_of;
 
 // DQ(name_q) with the given parts, as the quantizer writes a weight or bias.
 void dequantized_constant(test::Builder& b, const std::string& name, Tensor q, Tensor s, Tensor z, int64_t axis) {
