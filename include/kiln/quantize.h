@@ -76,6 +76,15 @@ struct QuantizeOptions {
   // adding most quantization noise first (relative noise power over that of its producer's
   // inputs), until it does. 0 turns the guard off.
   double min_cosine = 0.99;
+  // Further budgets the guard holds the same way (each 0 / empty: not checked): the fraction of
+  // held-out rows (every output's last axis: a classifier's classes) whose argmax is the float
+  // model's; and a metric of the user's over the outputs of both models on every held-out sample
+  // (float_outputs[sample][output], quantized likewise), at least min_metric.
+  double min_top1 = 0;
+  std::function<Result<double>(const std::vector<std::vector<Tensor>>& float_outputs,
+                               const std::vector<std::vector<Tensor>>& quantized_outputs)>
+      metric;
+  double min_metric = 0;
   // At most this many fallbacks before the guard gives up (an error naming the budget).
   int max_fallbacks = 16;
   // Without `held_out` samples, static quantization holds every `hold_out_every`-th calibration
@@ -118,6 +127,7 @@ struct QuantizeReport {
   // The calibration method used ("minmax", ...) and, with kAuto, the worst output cosine of each
   // method tried, before any fallback.
   std::string calibration_method;
+  std::optional<double> top1, metric;  // the budgets' measures, where asked for
   std::vector<std::pair<std::string, double>> calibration_trials;  // calibration samples held back for the guard (hold_out_every)
 };
 

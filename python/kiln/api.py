@@ -198,7 +198,7 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, prec
              percentile=99.999,
              per_channel=True, signed_activations=False, keep_float=(), min_cosine=0.99, max_fallbacks=16,
              weight_bits="auto", portable=False, input_shapes=None, example_inputs=None, dynamic_batch=True,
-             hold_out_every=4):
+             hold_out_every=4, min_top1=0.0, metric=None, min_metric=0.0):
     """Static post-training quantization, as ``kiln quantize``: returns a kiln.Model whose convs,
     matrix products and the ops between them run in 8 bits.
 
@@ -216,7 +216,10 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, prec
     ``min_cosine`` to the float model's on ``held_out`` (samples as ``calibration_data``; default
     every ``hold_out_every``-th calibration sample, held back from calibrating, when there are at
     least twice that many; else the calibration samples), nodes going back to float, most sensitive first, up to
-    ``max_fallbacks``; ``min_cosine=0`` turns it off. ``report["quantization"]`` has each quantized
+    ``max_fallbacks``; ``min_cosine=0`` turns it off. ``min_top1``: also the fraction of rows
+    (each output's last axis) whose argmax stays the float model's; ``metric(float_outputs,
+    quantized_outputs)`` (lists over the held-out samples of lists of output arrays) returning a
+    number that must reach ``min_metric``: the guard holds those budgets the same way. ``report["quantization"]`` has each quantized
     tensor's SQNR and cosine ("layers"), the outputs', and what stayed float and why. The result is
     optimized into kiln's fused 8-bit form unless ``portable``, which keeps the standard QDQ model
     ONNX Runtime, TensorRT and OpenVINO load.
@@ -246,7 +249,8 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, prec
                            signed_activations=bool(signed_activations), keep_float=list(keep_float),
                            min_cosine=float(min_cosine), max_fallbacks=int(max_fallbacks),
                            precision=str(precision), weight_only_bits=weight_only_bits, block_size=int(block_size),
-                           hold_out_every=int(hold_out_every))
+                           hold_out_every=int(hold_out_every), min_top1=float(min_top1), metric=metric,
+                           min_metric=float(min_metric))
     if not portable and not weights16:
         core.optimize()
     return Model(core, {"quantization": report})

@@ -389,9 +389,35 @@ PYBIND11_MODULE(_kiln, m) {
                           double percentile, bool per_channel, bool signed_activations,
                           const std::vector<std::string>& keep_float, double min_cosine, int max_fallbacks,
                           bool dynamic, bool portable, bool reduce_range, const std::string& precision,
-                          int weight_only_bits, int64_t block_size, int hold_out_every) {
+                          int weight_only_bits, int64_t block_size, int hold_out_every, double min_top1,
+                          const py::object& metric, double min_metric) {
         QuantizeOptions o;
         o.hold_out_every = hold_out_every;
+        o.min_top1 = min_top1;
+        o.min_metric = min_metric;
+        if (!metric.is_none()) {
+          // metric(float_outputs, quantized_outputs): lists (samples) of lists (outputs) of arrays.
+          o.metric = [metric](const std::vector<std::vector<Tensor>>& a,
+                              const std::vector<std::vector<Tensor>>& b) -> Result<double> {
+            py::gil_scoped_acquire gil;
+            auto lists = [](const std::vector<std::vector<Tensor>>& samples) {
+              py::list out;
+              for (const auto& sample : samples) {
+                py::list outputs;
+                for (const Tensor& t : sample) outputs.append(tensor_to_python(t, "output"));
+                out.append(outputs);
+              }
+              return out;
+            };
+            try {
+              return metric(lists(a), lists(b)).cast<double>();
+            } catch (const py::error_already_set& e) {
+              return Status::invalid_argument(std::string("the quantization metric failed: ") + e.what());
+            } catch (const py::cast_error& e) {
+              return Status::invalid_argument(std::string("the quantization metric must return a number: ") + e.what());
+            }
+          };
+        }
         o.weight_only_bits = weight_only_bits;
         o.block_size = block_size;
         if (precision == "int8") o.precision = QuantizePrecision::kInt8;
@@ -457,6 +483,8 @@ PYBIND11_MODULE(_kiln, m) {
                         py::arg("held_out_of_calibration") = r.held_out_of_calibration,
                         py::arg("calibration_method") = r.calibration_method,
                         py::arg("calibration_trials") = r.calibration_trials,
+                        py::arg("top1") = r.top1 ? py::object(py::float_(*r.top1)) : py::object(py::none()),
+                        py::arg("metric") = r.metric ? py::object(py::float_(*r.metric)) : py::object(py::none()),
                         py::arg("weight_bytes_before") = r.weight_bytes_before,
                         py::arg("weight_bytes_after") = r.weight_bytes_after);
       }, py::arg("next"), py::arg("held_out") = py::none(), py::arg("method") = "auto", py::arg("percentile") = 99.999,
@@ -464,7 +492,8 @@ PYBIND11_MODULE(_kiln, m) {
          py::arg("keep_float") = std::vector<std::string>{}, py::arg("min_cosine") = 0.99, py::arg("max_fallbacks") = 16,
          py::arg("dynamic") = false, py::arg("portable") = false, py::arg("reduce_range") = false,
          py::arg("precision") = "int8", py::arg("weight_only_bits") = 0, py::arg("block_size") = 32,
-         py::arg("hold_out_every") = 4)
+         py::arg("hold_out_every") = 4, py::arg("min_top1") = 0.0, py::arg("metric") = py::none(),
+         py::arg("min_metric") = 0.0)
       .def("copy", [](const Model& model) { return Model(model); })
       .def("clear_backend_choices", &Model::clear_backend_choices)
       .def("summary", [](const Model& model, int64_t batch, int64_t seq) {

@@ -46,7 +46,7 @@ Result<std::unique_ptr<Session>> probe(const ir::Model& model, const std::vector
 
 Status measure(const ir::Model& fp32, const ir::Model& qdq, const std::vector<std::string>& points,
                const std::map<std::string, std::string>& dequantized, const std::vector<std::vector<Tensor>>& samples,
-               std::vector<TensorError>* layers, std::vector<TensorError>* outputs) {
+               std::vector<TensorError>* layers, std::vector<TensorError>* outputs, OutputsBySample* kept) {
   std::vector<std::string> ref_names = points, got_names;
   for (const std::string& p : points) got_names.push_back(dequantized.at(p));
   std::vector<std::string> model_outputs;
@@ -63,11 +63,34 @@ Status measure(const ir::Model& fp32, const ir::Model& qdq, const std::vector<st
     KILN_ASSIGN_OR_RETURN(std::vector<Value> b, got->run(feeds));
     for (size_t i = 0; i < sums.size(); ++i)
       if (a[i].is_tensor() && b[i].is_tensor()) accumulate(a[i].tensor, b[i].tensor, sums[i]);
+    if (kept) {  // the model outputs, after the points
+      kept->float_outputs.emplace_back(), kept->quantized.emplace_back();
+      for (size_t i = points.size(); i < a.size(); ++i) {
+        kept->float_outputs.back().push_back(a[i].is_tensor() ? a[i].tensor : Tensor());
+        kept->quantized.back().push_back(b[i].is_tensor() ? b[i].tensor : Tensor());
+      }
+    }
   }
   layers->clear(), outputs->clear();
   for (size_t i = 0; i < points.size(); ++i) layers->push_back(error_of(points[i], sums[i]));
   for (size_t i = 0; i < model_outputs.size(); ++i) outputs->push_back(error_of(model_outputs[i], sums[points.size() + i]));
   return Status::ok();
+}
+
+double top1_agreement(const OutputsBySample& o) {
+  int64_t rows = 0, agree = 0;
+  for (size_t s = 0; s < o.float_outputs.size(); ++s)
+    for (size_t i = 0; i < o.float_outputs[s].size(); ++i) {
+      const Tensor &a = o.float_outputs[s][i], &b = o.quantized[s][i];
+      if (a.dtype() != DType::kFloat32 || b.shape() != a.shape() || a.rank() < 1 || a.numel() == 0) continue;
+      const int64_t n = a.dim(a.rank() - 1);
+      for (int64_t r = 0; r < a.numel() / n; ++r) {
+        const float *x = a.data<float>() + r * n, *y = b.data<float>() + r * n;
+        ++rows;
+        agree += std::max_element(x, x + n) - x == std::max_element(y, y + n) - y;
+      }
+    }
+  return rows == 0 ? 1.0 : static_cast<double>(agree) / static_cast<double>(rows);
 }
 
 }  // namespace kiln::quantize

@@ -96,6 +96,29 @@ std::pair<std::string, std::string> noisiest(const ir::Model& model, const Plan&
   return best;
 }
 
+// The budgets against the quantized model's outputs (`kept` where top-1 or a metric is asked
+// for): their measures into `r`, and what misses ("" when every budget holds).
+Result<std::string> check_budgets(const QuantizeOptions& o, const std::vector<TensorError>& outputs,
+                                  const OutputsBySample& kept, QuantizeReport* r) {
+  std::string missed;
+  auto miss = [&](const std::string& what, double got, double want) {
+    missed += (missed.empty() ? "" : ", ") + what + " " + std::to_string(got) + " < " + std::to_string(want);
+  };
+  double worst = 1;
+  for (const TensorError& e : outputs) worst = std::min(worst, e.cosine);
+  if (o.min_cosine > 0 && worst < o.min_cosine) miss("outputs' cosine", worst, o.min_cosine);
+  if (o.min_top1 > 0) {
+    r->top1 = top1_agreement(kept);
+    if (*r->top1 < o.min_top1) miss("top-1 agreement", *r->top1, o.min_top1);
+  }
+  if (o.metric) {
+    KILN_ASSIGN_OR_RETURN(double v, o.metric(kept.float_outputs, kept.quantized));
+    r->metric = v;
+    if (!(v >= o.min_metric)) miss("metric", v, o.min_metric);
+  }
+  return missed;
+}
+
 const char* method_name(CalibrationMethod m) {
   switch (m) {
     case CalibrationMethod::kMinMax: return "minmax";
@@ -171,11 +194,10 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
       KILN_ASSIGN_OR_RETURN(eval, read_samples(next, inputs, "calibration"));
     }
     if (!eval.empty()) {
-      KILN_RETURN_IF_ERROR(measure(model, quantized, {}, {}, eval, &report.layers, &report.outputs));
-      for (const TensorError& e : report.outputs)
-        if (options.min_cosine > 0 && e.cosine < options.min_cosine)
-          return Status::error("quantize: output " + e.tensor + "'s cosine to the float model is " +
-                               std::to_string(e.cosine) + ", below the budget " + std::to_string(options.min_cosine));
+      OutputsBySample kept;
+      KILN_RETURN_IF_ERROR(measure(model, quantized, {}, {}, eval, &report.layers, &report.outputs, &kept));
+      KILN_ASSIGN_OR_RETURN(const std::string missed, check_budgets(options, report.outputs, kept, &report));
+      if (!missed.empty()) return Status::error("quantize: the budget is missed: " + missed);
     }
     model = std::move(quantized);
     return report;
@@ -242,7 +264,8 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
     QuantizeReport r;
     ir::Model qdq;
     Plan plan;
-    double worst = 1;  // the outputs' least cosine
+    std::string missed;  // the budgets missed, "" when all hold
+    double score = 1;    // what the calibration methods compete on: the metric, else top-1, else the least cosine
   };
   auto attempt = [&](const QuantizeOptions& o, const std::set<std::string>& float_tensors,
                      const std::map<std::string, QuantParams>& params) -> Result<Attempt> {
@@ -254,10 +277,15 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
     KILN_RETURN_IF_ERROR(write_qdq(a.qdq, plan, params, o, &a.r, &dequantized));
     if (!o.portable) KILN_RETURN_IF_ERROR(quantize_float_outputs_dynamically(a.qdq, types, o, &a.r));
     KILN_RETURN_IF_ERROR(ir::sort_topologically(a.qdq.graph).with_context("the quantized graph"));
-    KILN_RETURN_IF_ERROR(measure(model, a.qdq, plan.points, dequantized, eval, &a.r.layers, &a.r.outputs));
+    OutputsBySample kept;
+    KILN_RETURN_IF_ERROR(measure(model, a.qdq, plan.points, dequantized, eval, &a.r.layers, &a.r.outputs, &kept));
     a.r.samples = static_cast<int64_t>(samples.size());
     a.r.measured_on_held_out = on_held_out;
-    for (const TensorError& e : a.r.outputs) a.worst = std::min(a.worst, e.cosine);
+    KILN_ASSIGN_OR_RETURN(a.missed, check_budgets(o, a.r.outputs, kept, &a.r));
+    a.score = 1;
+    for (const TensorError& e : a.r.outputs) a.score = std::min(a.score, e.cosine);
+    if (a.r.metric) a.score = *a.r.metric;
+    else if (a.r.top1) a.score = *a.r.top1;
     return a;
   };
 
@@ -272,8 +300,8 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
       break;
     }
     KILN_ASSIGN_OR_RETURN(Attempt a, attempt(options, {}, p));
-    report.calibration_trials.emplace_back(method_name(m), a.worst);
-    if (!first || a.worst > first->worst) {
+    report.calibration_trials.emplace_back(method_name(m), a.score);
+    if (!first || a.score > first->score) {
       params = std::move(p);
       report.calibration_method = method_name(m);
       first = std::move(a);
@@ -295,12 +323,8 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
       KILN_ASSIGN_OR_RETURN(a, attempt(current, float_tensors, params));
     }
     QuantizeReport& r = a.r;
-    const double worst = a.worst;
-    const bool holds = options.min_cosine <= 0 || worst >= options.min_cosine;
-    if (holds || a.plan.points.empty()) {
-      if (!holds)
-        return Status::error("quantize: nothing left in 8 bits, and the outputs' cosine " + std::to_string(worst) +
-                             " still misses the budget " + std::to_string(options.min_cosine));
+    if (a.missed.empty() || a.plan.points.empty()) {
+      if (!a.missed.empty()) return Status::error("quantize: nothing left in 8 bits, and the budget is still missed: " + a.missed);
       // The guard's fallbacks with its reason, not choose()'s "asked to".
       std::erase_if(r.kept_float, [&](const std::string& k) {
         return std::any_of(fallbacks.begin(), fallbacks.end(), [&](const std::string& f) {
@@ -312,12 +336,11 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
       return std::move(r);
     }
     if (static_cast<int>(fallbacks.size()) >= options.max_fallbacks)
-      return Status::error("quantize: the outputs' cosine to the float model is " + std::to_string(worst) +
-                           " after " + std::to_string(fallbacks.size()) + " fallbacks to float; the budget is " +
-                           std::to_string(options.min_cosine) + " (lower it, allow more fallbacks, or calibrate on more data)");
+      return Status::error("quantize: the budget is missed after " + std::to_string(fallbacks.size()) +
+                           " fallbacks to float: " + a.missed +
+                           " (lower it, allow more fallbacks, or calibrate on more data)");
     const auto [tensor, node] = noisiest(model, a.plan, r);
-    const std::string why = ": accuracy guard (outputs' cosine " + std::to_string(worst) + " < " +
-                            std::to_string(options.min_cosine) + "; it added the most quantization noise)";
+    const std::string why = ": accuracy guard (" + a.missed + "; it added the most quantization noise)";
     float_tensors.insert(tensor);
     if (!node.empty()) {
       current.keep_float.push_back(node);

@@ -72,11 +72,20 @@ Result<std::unique_ptr<Session>> probe(const ir::Model& model, const std::vector
 // Whether `options` asks for node n (by name, or by its first output's) to stay float.
 bool asked_float(const QuantizeOptions& options, const ir::Node& n);
 
+// The float outputs of both models on each held-out sample: [sample][output].
+struct OutputsBySample {
+  std::vector<std::vector<Tensor>> float_outputs, quantized;
+};
+
 // The errors of `qdq` against `fp32` on `samples` (accuracy.cc): each point as its
-// DequantizeLinear (`dequantized`) gives it, and each float output.
+// DequantizeLinear (`dequantized`) gives it, and each float output; `kept` (optional) gets the
+// outputs themselves.
 Status measure(const ir::Model& fp32, const ir::Model& qdq, const std::vector<std::string>& points,
                const std::map<std::string, std::string>& dequantized, const std::vector<std::vector<Tensor>>& samples,
-               std::vector<TensorError>* layers, std::vector<TensorError>* outputs);
+               std::vector<TensorError>* layers, std::vector<TensorError>* outputs, OutputsBySample* kept = nullptr);
+
+// The fraction of rows (each output's last axis, every sample) whose argmax is the same in both.
+double top1_agreement(const OutputsBySample& outputs);
 
 // What Model::quantize runs on its IR.
 Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader& next, const QuantizeOptions& options,

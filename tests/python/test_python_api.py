@@ -394,6 +394,28 @@ def test_quantize_from_dicts_and_a_reader(model_dir, tmp_path):
     assert np.abs(kiln_q - ort_q).max() < 0.02 * scale
 
 
+def test_quantize_with_a_metric_and_top1(model_dir):
+    """kiln.quantize's accuracy budgets beyond the cosine: top-1 agreement and a metric function
+    over both models' held-out outputs, measured, reported and held; a metric that raises or that
+    nothing meets is an error naming it."""
+    path = os.path.join(model_dir, "conv_net.onnx")
+    calib = [{"x": RNG.standard_normal((1, 3, 16, 16)).astype(np.float32)} for _ in range(6)]
+    held_out = [{"x": RNG.standard_normal((1, 3, 16, 16)).astype(np.float32)} for _ in range(4)]
+    seen = []
+
+    def max_abs_error(float_outputs, quantized_outputs):
+        seen.append((len(float_outputs), [o.shape for o in float_outputs[0]]))
+        return -max(float(np.abs(a - b).max()) for fa, qa in zip(float_outputs, quantized_outputs) for a, b in zip(fa, qa))
+
+    q = kiln.quantize(path, calib, held_out=held_out, min_top1=0.5, metric=max_abs_error, min_metric=-1e9)
+    r = q.report["quantization"]
+    assert seen and seen[0][0] == 4 and r["metric"] <= 0 and 0.5 <= r["top1"] <= 1
+    with pytest.raises(kiln.KilnError, match="metric"):
+        kiln.quantize(path, calib, held_out=held_out, metric=lambda f, q: 0.0, min_metric=1.0, max_fallbacks=50)
+    with pytest.raises(kiln.KilnError, match="metric failed"):
+        kiln.quantize(path, calib, held_out=held_out, metric=lambda f, q: 1 / 0, min_metric=0.5)
+
+
 def test_quantize_bad_calibration_data(model_dir):
     path = os.path.join(model_dir, "conv_net.onnx")
     with pytest.raises(kiln.InvalidArgument, match="lacks input"):

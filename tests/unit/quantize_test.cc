@@ -377,6 +377,48 @@ TEST(Quantize, LeakyReluCarriesEightBits) {
     EXPECT_GT(cosine(test::run_model(fp32, {x})[0].tensor, test::run_model(model.ir(), {x})[0].tensor), 0.99f);
 }
 
+// The top-1 budget and a metric of the user's: measured on the held-out outputs of both models
+// (the metric sees every held-out sample's outputs), reported, and held like the cosine: a metric
+// no fallback can meet ends in an error naming it.
+TEST(Quantize, TopOneAndMetricBudgets) {
+  const ir::Model fp32 = small_cnn(13);
+  test::Builder data;
+  std::vector<Tensor> calib, held_out;
+  for (int i = 0; i < 6; ++i) calib.push_back(data.random({1, 8, 12, 12}));
+  for (int i = 0; i < 5; ++i) held_out.push_back(data.random({1, 8, 12, 12}));
+  QuantizeOptions o;
+  o.min_cosine = 0;
+  o.min_top1 = 0.5;
+  size_t samples_seen = 0;
+  o.metric = [&](const std::vector<std::vector<Tensor>>& a, const std::vector<std::vector<Tensor>>& b) -> Result<double> {
+    samples_seen = a.size();
+    EXPECT_EQ(b.size(), a.size());
+    return cosine(a[0][0], b[0][0]);
+  };
+  o.min_metric = 0.5;
+  Model model(std::make_shared<ir::Model>(fp32));
+  auto r = model.quantize(samples_of(calib), o, samples_of(held_out));
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(samples_seen, held_out.size());
+  ASSERT_TRUE(r->top1 && r->metric);
+  int agree = 0;
+  for (const Tensor& x : held_out) {
+    const Tensor a = test::run_model(fp32, {x})[0].tensor, b = test::run_model(model.ir(), {x})[0].tensor;
+    const float *p = a.data<float>(), *q = b.data<float>();
+    agree += std::max_element(p, p + 10) - p == std::max_element(q, q + 10) - q;
+  }
+  EXPECT_DOUBLE_EQ(*r->top1, agree / 5.0);
+  // A metric nothing meets: every node goes back to float, then an error naming the metric.
+  o.metric = [](const std::vector<std::vector<Tensor>>&, const std::vector<std::vector<Tensor>>&) -> Result<double> {
+    return 0.25;
+  };
+  o.max_fallbacks = 100;
+  Model strict(std::make_shared<ir::Model>(fp32));
+  auto bad = strict.quantize(samples_of(calib), o, samples_of(held_out));
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("metric 0.25"), std::string::npos) << bad.status().message();
+}
+
 // reduce_range: 7-bit weights, each filter's largest |w| at 63, and the model still close to the
 // float one (the AVX2 tile for them is tested bit-exactly in kernels_qconv_test.cc).
 TEST(Quantize, ReduceRangeWritesSevenBitWeights) {

@@ -44,14 +44,22 @@ struct Options {
   InputShapes shape;
 };
 
-// --budget cosine=X (X in [0, 1]; 0 turns the guard off).
-Result<double> parse_budget(const std::string& text) {
-  const std::string key = "cosine=";
-  if (text.rfind(key, 0) != 0) return Status::invalid_argument("--budget expects cosine=X, got '" + text + "'");
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str() + key.size(), &end);
-  if (*end != '\0' || !(v >= 0 && v <= 1)) return Status::invalid_argument("--budget: X must be in [0, 1], got '" + text + "'");
-  return v;
+// --budget cosine=X[,top1=Y] (each in [0, 1]; cosine=0 without top1 turns the guard off): into
+// `o`'s min_cosine and min_top1.
+Status parse_budget(const std::string& text, QuantizeOptions* o) {
+  o->min_cosine = 0, o->min_top1 = 0;
+  std::stringstream in(text);
+  for (std::string part; std::getline(in, part, ',');) {
+    const size_t eq = part.find('=');
+    const std::string key = part.substr(0, eq == std::string::npos ? part.size() : eq);
+    char* end = nullptr;
+    const double v = eq == std::string::npos ? -1 : std::strtod(part.c_str() + eq + 1, &end);
+    if ((key != "cosine" && key != "top1") || eq == std::string::npos || *end != '\0' || !(v >= 0 && v <= 1))
+      return Status::invalid_argument("--budget expects cosine=X and/or top1=Y, each in [0, 1], comma-separated; got '" +
+                                      text + "'");
+    (key == "cosine" ? o->min_cosine : o->min_top1) = v;
+  }
+  return Status::ok();
 }
 
 Result<CalibrationMethod> parse_method(const std::string& m) {
@@ -230,7 +238,8 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(0, 1000000));
   cmd->add_option("--budget", opt->budget,
                   "Accuracy guard: cosine=X, the least cosine of each output to the float model's (default cosine=0.99; "
-                  "cosine=0 turns it off); nodes fall back to float, most sensitive first, until it holds");
+                  "cosine=0 turns it off), and/or top1=Y, the fraction of rows (each output's last axis) whose argmax "
+                  "stays the float model's; nodes fall back to float, most sensitive first, until it holds");
   cmd->add_option("--max-fallbacks", opt->max_fallbacks, "Nodes the guard may put back in float (default 16)")
       ->check(CLI::Range(0, 100000));
   cmd->add_flag("--report", opt->report, "Print each quantized tensor's SQNR and cosine against the float model");
@@ -262,16 +271,14 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     if (opt->calib.empty() && opt->calib_random > 0 && !opt->dynamic && !weights16)
       std::cerr << "kiln quantize: warning: calibrating on generated samples; the ranges are not those of real "
                    "data, so accuracy on real inputs may suffer (give --calib)\n";
-    auto budget = parse_budget(opt->budget);
-    if (!budget) return fail(budget.status());
+    QuantizeOptions qo;
+    if (Status st = parse_budget(opt->budget, &qo); !st.is_ok()) return fail(st);
     std::vector<std::vector<Tensor>> held_out;
     if (!opt->eval.empty()) {
       auto e = read_calibration(opt->eval, model->inputs(), *opt);
       if (!e) return fail(e.status().with_context("--eval"));
       held_out = std::move(e).value();
     }
-    QuantizeOptions qo;
-    qo.min_cosine = *budget;
     qo.weight_only_bits = opt->weight_only ? (opt->weight_bits == "4" ? 4 : 8) : 0;
     qo.block_size = opt->block_size;
     qo.precision = opt->precision == "fp16"   ? QuantizePrecision::kFloat16
@@ -341,6 +348,7 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     for (const TensorError& e : report->outputs)
       std::printf("output %s: SQNR %.2f dB, cosine %.5f to the float model (%s; budget %s)\n", e.tensor.c_str(),
                   e.sqnr_db, e.cosine, where, opt->budget.c_str());
+    if (report->top1) std::printf("top-1 agreement with the float model: %.4f (%s)\n", *report->top1, where);
     // 16-bit weights are saved as they are: optimizing would widen them in the file.
     if (!opt->portable && !weights16) {
       auto optimized = model->optimize({});
