@@ -104,6 +104,11 @@ using CalibrationReader = std::function<Result<std::optional<std::vector<Tensor>
 struct TensorError {
   std::string tensor;
   double sqnr_db = 0, cosine = 1;
+  // Outputs of rank 3 or more: the mean over their features (the smallest axis of more than one
+  // element after the batch: a detector's box coordinates and class scores, a transformer's
+  // tokens) of each feature's cosine over the samples, so that small features count as much as
+  // large ones; else the cosine. What calibration method auto compares.
+  double feature_cosine = 1;
 };
 
 // What quantize() did.
@@ -123,12 +128,13 @@ struct QuantizeReport {
   // float model's value, and each output; measured on held-out samples when `held_out` was given.
   std::vector<TensorError> layers, outputs;
   bool measured_on_held_out = false;
-  int64_t held_out_of_calibration = 0;
-  // The calibration method used ("minmax", ...) and, with kAuto, the worst output cosine of each
-  // method tried, before any fallback.
+  int64_t held_out_of_calibration = 0;  // calibration samples held back for the guard (hold_out_every)
+  // The calibration method used ("minmax", ...) and, with kAuto, each method tried with its score
+  // before any fallback: the metric where one is given, else top-1 where asked for, else the
+  // outputs' least feature_cosine.
   std::string calibration_method;
+  std::vector<std::pair<std::string, double>> calibration_trials;
   std::optional<double> top1, metric;  // the budgets' measures, where asked for
-  std::vector<std::pair<std::string, double>> calibration_trials;  // calibration samples held back for the guard (hold_out_every)
 };
 
 }  // namespace kiln

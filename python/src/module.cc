@@ -471,7 +471,8 @@ PYBIND11_MODULE(_kiln, m) {
         auto errors = [](const std::vector<TensorError>& list) {
           py::list out;
           for (const TensorError& e : list)
-            out.append(py::dict(py::arg("tensor") = e.tensor, py::arg("sqnr_db") = e.sqnr_db, py::arg("cosine") = e.cosine));
+            out.append(py::dict(py::arg("tensor") = e.tensor, py::arg("sqnr_db") = e.sqnr_db, py::arg("cosine") = e.cosine,
+                                py::arg("feature_cosine") = e.feature_cosine));
           return out;
         };
         return py::dict(py::arg("samples") = r.samples, py::arg("quantized_nodes") = r.quantized_nodes,

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "kiln/session.h"
 #include "quantize/quantize_internal.h"
@@ -13,7 +14,31 @@ namespace {
 
 struct Sums {
   double signal = 0, noise = 0, worst_cosine = 1;
+  std::vector<double> fxx, fyy, fxy;  // per feature (outputs of rank 3 or more)
 };
+
+// The axis indexing an output's features: the smallest of more than one element after the batch
+// axis, for ranks of 3 or more; -1 otherwise.
+int64_t feature_axis(const Tensor& t) {
+  int64_t best = -1;
+  for (int64_t i = 1; t.rank() >= 3 && i < t.rank(); ++i)
+    if (t.dim(i) > 1 && (best < 0 || t.dim(i) < t.dim(best))) best = i;
+  return best;
+}
+
+void accumulate_features(const Tensor& ref, const Tensor& got, Sums& s) {
+  const int64_t axis = feature_axis(ref);
+  if (axis < 0 || ref.dtype() != DType::kFloat32 || got.shape() != ref.shape()) return;
+  const int64_t n = ref.dim(axis);
+  int64_t inner = 1;
+  for (int64_t i = axis + 1; i < ref.rank(); ++i) inner *= ref.dim(i);
+  s.fxx.resize(static_cast<size_t>(n)), s.fyy.resize(static_cast<size_t>(n)), s.fxy.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const size_t f = static_cast<size_t>((i / inner) % n);
+    const double x = ref.data<float>()[i], y = got.data<float>()[i];
+    s.fxx[f] += x * x, s.fyy[f] += y * y, s.fxy[f] += x * y;
+  }
+}
 
 void accumulate(const Tensor& ref, const Tensor& got, Sums& s) {
   if (ref.dtype() != DType::kFloat32 || got.dtype() != DType::kFloat32 || ref.numel() != got.numel()) return;
@@ -30,7 +55,13 @@ void accumulate(const Tensor& ref, const Tensor& got, Sums& s) {
 TensorError error_of(const std::string& name, const Sums& s) {
   const double sqnr = s.noise == 0 ? std::numeric_limits<double>::infinity()
                                    : 10 * std::log10(std::max(s.signal, 1e-30) / s.noise);
-  return TensorError{name, sqnr, s.worst_cosine};
+  double features = 0, sum = 0;
+  for (size_t f = 0; f < s.fxx.size(); ++f) {
+    if (s.fxx[f] == 0 && s.fyy[f] == 0) continue;  // a feature zero in both: no information
+    sum += s.fxx[f] == 0 || s.fyy[f] == 0 ? 0.0 : s.fxy[f] / std::sqrt(s.fxx[f] * s.fyy[f]);
+    features += 1;
+  }
+  return TensorError{name, sqnr, s.worst_cosine, features > 0 ? sum / features : s.worst_cosine};
 }
 
 }  // namespace
@@ -62,7 +93,10 @@ Status measure(const ir::Model& fp32, const ir::Model& qdq, const std::vector<st
     KILN_ASSIGN_OR_RETURN(std::vector<Value> a, ref->run(feeds));
     KILN_ASSIGN_OR_RETURN(std::vector<Value> b, got->run(feeds));
     for (size_t i = 0; i < sums.size(); ++i)
-      if (a[i].is_tensor() && b[i].is_tensor()) accumulate(a[i].tensor, b[i].tensor, sums[i]);
+      if (a[i].is_tensor() && b[i].is_tensor()) {
+        accumulate(a[i].tensor, b[i].tensor, sums[i]);
+        if (i >= points.size()) accumulate_features(a[i].tensor, b[i].tensor, sums[i]);
+      }
     if (kept) {  // the model outputs, after the points
       kept->float_outputs.emplace_back(), kept->quantized.emplace_back();
       for (size_t i = points.size(); i < a.size(); ++i) {

@@ -213,7 +213,7 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
     if (chosen.kept_float.size() > 3) why += "; and " + std::to_string(chosen.kept_float.size() - 3) + " more";
     return Status::error("quantize: none of the model's " + std::to_string(chosen.kept_float.size()) +
                          " Conv/MatMul/Gemm nodes would run in 8 bits (" + why +
-                         "); --dynamic quantizes MatMul/Gemm weights with activations at run time");
+                         "); dynamic quantization (--dynamic, dynamic=True) quantizes MatMul/Gemm weights with activations at run time");
   }
 
   // 3. Calibrate.
@@ -265,7 +265,8 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
     ir::Model qdq;
     Plan plan;
     std::string missed;  // the budgets missed, "" when all hold
-    double score = 1;    // what the calibration methods compete on: the metric, else top-1, else the least cosine
+    double score = 1;    // what the calibration methods compete on: the metric, else top-1, else the outputs'
+                         // least feature cosine
   };
   auto attempt = [&](const QuantizeOptions& o, const std::set<std::string>& float_tensors,
                      const std::map<std::string, QuantParams>& params) -> Result<Attempt> {
@@ -283,7 +284,7 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
     a.r.measured_on_held_out = on_held_out;
     KILN_ASSIGN_OR_RETURN(a.missed, check_budgets(o, a.r.outputs, kept, &a.r));
     a.score = 1;
-    for (const TensorError& e : a.r.outputs) a.score = std::min(a.score, e.cosine);
+    for (const TensorError& e : a.r.outputs) a.score = std::min(a.score, e.feature_cosine);
     if (a.r.metric) a.score = *a.r.metric;
     else if (a.r.top1) a.score = *a.r.top1;
     return a;

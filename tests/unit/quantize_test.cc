@@ -15,6 +15,7 @@
 #include "pass_test_util.h"
 #include "quantize_test_util.h"
 #include "quantize/calibration.h"
+#include "quantize/quantize_internal.h"
 
 namespace kiln {
 namespace {
@@ -417,6 +418,28 @@ TEST(Quantize, TopOneAndMetricBudgets) {
   auto bad = strict.quantize(samples_of(calib), o, samples_of(held_out));
   ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.status().message().find("metric 0.25"), std::string::npos) << bad.status().message();
+}
+
+// An output's feature cosine: [1, 2 features, 8] with feature 0 a hundred times feature 1 and
+// feature 1 negated in the "quantized" model: the whole output's cosine stays near 1 (feature 0
+// dominates), the mean feature cosine is (1 + -1) / 2 = 0 (what calibration method auto compares:
+// a detector's class scores count beside its box coordinates).
+TEST(Quantize, FeatureCosineWeighsEachFeatureAlike) {
+  auto model = [](float second) {
+    test::Builder b(13);
+    b.input("x", {1, 2, 8});
+    b.floats("w", {1, 2, 1}, {100.0f, second});
+    b.add("Mul", {"x", "w"}, {"y"});
+    b.output("y");
+    return b.m;
+  };
+  test::Builder data;
+  std::vector<std::vector<Tensor>> samples = {{data.random({1, 2, 8})}, {data.random({1, 2, 8})}};
+  std::vector<TensorError> layers, outputs;
+  ASSERT_TRUE(quantize::measure(model(1.0f), model(-1.0f), {}, {}, samples, &layers, &outputs).is_ok());
+  ASSERT_EQ(outputs.size(), 1u);
+  EXPECT_GT(outputs[0].cosine, 0.99);
+  EXPECT_NEAR(outputs[0].feature_cosine, 0.0, 1e-6);
 }
 
 // reduce_range: 7-bit weights, each filter's largest |w| at 63, and the model still close to the

@@ -318,7 +318,7 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
       std::printf("calibrated on %lld samples (%s)\n", static_cast<long long>(report->samples),
                   report->calibration_method.c_str());
     if (!report->calibration_trials.empty()) {
-      std::printf("calibration methods tried (outputs' least cosine to the float model):");
+      std::printf("calibration methods tried (score: the metric, top-1, or the outputs' mean feature cosine):");
       for (const auto& [method, cosine] : report->calibration_trials) std::printf(" %s %.5f", method.c_str(), cosine);
       std::printf("\n");
     }
@@ -334,6 +334,9 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     if (report->opset_after != report->opset_before)
       std::printf("opset %d -> %d (ONNX's version converter)\n", report->opset_before, report->opset_after);
     for (const std::string& k : report->kept_float) std::printf("kept in float: %s\n", k.c_str());
+    if (!weights16 && !opt->dynamic && report->quantized_nodes == 0)
+      std::cerr << "kiln quantize: warning: nothing stayed in 8 bits (the accuracy guard put every candidate back in "
+                   "float to hold the budget): the model written computes in float\n";
     for (const std::string& k : report->dynamic_nodes)
       std::printf("quantized dynamically: %s (its output goes on in float; rows quantized at run time)\n", k.c_str());
     const char* where = report->measured_on_held_out ? "held-out samples" : "the calibration samples";
