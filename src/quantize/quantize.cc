@@ -246,6 +246,15 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
     KILN_RETURN_IF_ERROR(run_samples(model, full.points, samples, [&](size_t i, const float* x, int64_t n) {
       stats[i].add_histogram(x, n);
     }));
+  // A MaxPool's output keeps its input's parameters: it picks among the input's values (its range
+  // is within the input's), and the 8-bit MaxPool runs on the codes only where the two are the
+  // same (a clipping method can give them apart: resnet50's stem pool then ran in float, 4 ms).
+  std::map<std::string, std::string> shares;  // point -> the point whose parameters it takes
+  const std::set<std::string> point_set(full.points.begin(), full.points.end());
+  for (const ir::Node& n : model.graph.nodes)
+    if (n.op_type == "MaxPool" && n.domain.empty() && n.outputs.size() == 1 && point_set.count(n.outputs[0]) &&
+        point_set.count(n.inputs[0]))
+      shares[n.outputs[0]] = n.inputs[0];
   auto params_of = [&](CalibrationMethod m) {
     QuantizeOptions o = options;
     o.method = m;
@@ -255,6 +264,8 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
       stats[i].range(o, &lo, &hi);
       params[full.points[i]] = activation_params(lo, hi, options.signed_activations);
     }
+    for (const std::string& p : full.points)  // graph order: a chain of pools takes the first's
+      if (auto it = shares.find(p); it != shares.end()) params[p] = params[it->second];
     return params;
   };
 

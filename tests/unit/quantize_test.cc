@@ -442,6 +442,37 @@ TEST(Quantize, FeatureCosineWeighsEachFeatureAlike) {
   EXPECT_NEAR(outputs[0].feature_cosine, 0.0, 1e-6);
 }
 
+// A MaxPool's output keeps its input's parameters whatever the method (a clipping one computed
+// them apart, and the 8-bit MaxPool then could not run on the codes).
+TEST(Quantize, MaxPoolKeepsItsInputsParameters) {
+  for (CalibrationMethod m : {CalibrationMethod::kMse, CalibrationMethod::kPercentile, CalibrationMethod::kEntropy}) {
+    Model model(std::make_shared<ir::Model>(small_cnn(13)));
+    test::Builder data;
+    std::vector<Tensor> calib;
+    for (int i = 0; i < 6; ++i) calib.push_back(data.random({1, 8, 12, 12}, -3, 3));
+    QuantizeOptions o;
+    o.method = m;
+    o.min_cosine = 0;
+    o.portable = true;
+    ASSERT_TRUE(model.quantize(samples_of(calib), o).is_ok());
+    const ir::Graph& g = model.ir().graph;
+    auto producer = [&](const std::string& v) -> const ir::Node* {
+      for (const ir::Node& n : g.nodes)
+        if (!n.outputs.empty() && n.outputs[0] == v) return &n;
+      return nullptr;
+    };
+    for (const ir::Node& pool : g.nodes) {
+      if (pool.op_type != "MaxPool") continue;
+      const ir::Node* dq = producer(pool.inputs[0]);
+      const ir::Node* q = nullptr;
+      for (const ir::Node& n : g.nodes)
+        if (n.op_type == "QuantizeLinear" && n.inputs[0] == pool.outputs[0]) q = &n;
+      ASSERT_TRUE(dq && q && dq->op_type == "DequantizeLinear");
+      EXPECT_EQ(g.initializers.at(dq->inputs[1]).data<float>()[0], g.initializers.at(q->inputs[1]).data<float>()[0]);
+    }
+  }
+}
+
 // reduce_range: 7-bit weights, each filter's largest |w| at 63, and the model still close to the
 // float one (the AVX2 tile for them is tested bit-exactly in kernels_qconv_test.cc).
 TEST(Quantize, ReduceRangeWritesSevenBitWeights) {
