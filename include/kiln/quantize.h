@@ -135,6 +135,10 @@ struct QuantizeReport {
   std::string calibration_method;
   std::vector<std::pair<std::string, double>> calibration_trials;
   std::optional<double> top1, metric;  // the budgets' measures, where asked for
+  // With guard fallbacks: the median latency in ms (kiln's optimized run, the first held-out
+  // sample) of the model with every candidate in 8 bits and of the model written: what the
+  // fallbacks cost.
+  double latency_all_8bit_ms = 0, latency_ms = 0;
 };
 
 }  // namespace kiln

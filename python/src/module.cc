@@ -485,6 +485,7 @@ PYBIND11_MODULE(_kiln, m) {
                         py::arg("calibration_method") = r.calibration_method,
                         py::arg("calibration_trials") = r.calibration_trials,
                         py::arg("top1") = r.top1 ? py::object(py::float_(*r.top1)) : py::object(py::none()),
+                        py::arg("latency_ms") = r.latency_ms, py::arg("latency_all_8bit_ms") = r.latency_all_8bit_ms,
                         py::arg("metric") = r.metric ? py::object(py::float_(*r.metric)) : py::object(py::none()),
                         py::arg("weight_bytes_before") = r.weight_bytes_before,
                         py::arg("weight_bytes_after") = r.weight_bytes_after);

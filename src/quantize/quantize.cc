@@ -14,6 +14,7 @@
 //     cosine misses the budget, the node losing most SQNR goes back to float.
 // The samples are kept in memory between the passes (calibration sets are small).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -117,6 +118,24 @@ Result<std::string> check_budgets(const QuantizeOptions& o, const std::vector<Te
     if (!(v >= o.min_metric)) miss("metric", v, o.min_metric);
   }
   return missed;
+}
+
+// The median of 11 runs of `model` as kiln runs it (optimized) on `sample`, in ms.
+Result<double> latency_ms(const ir::Model& model, const std::vector<Tensor>& sample) {
+  auto optimized = std::make_shared<ir::Model>(model);
+  ir::deep_copy_subgraphs(optimized->graph);
+  KILN_RETURN_IF_ERROR(optimize(*optimized, OptimizeOptions{}).status());
+  KILN_ASSIGN_OR_RETURN(auto session, Session::create(optimized, SessionOptions{}));
+  std::vector<Value> feeds;
+  for (const Tensor& t : sample) feeds.push_back(Value::of(t));
+  std::vector<double> ms;
+  for (int i = 0; i < 13; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    KILN_RETURN_IF_ERROR(session->run(feeds).status());
+    if (i >= 2) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
+  return ms[ms.size() / 2];
 }
 
 const char* method_name(CalibrationMethod m) {
@@ -326,6 +345,7 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
   QuantizeOptions current = options;
   std::set<std::string> float_tensors;
   std::vector<std::string> fallbacks;
+  std::optional<ir::Model> all_8bit;  // the model before any fallback, to time against
   for (;;) {
     Attempt a;
     if (first) {
@@ -334,6 +354,7 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
     } else {
       KILN_ASSIGN_OR_RETURN(a, attempt(current, float_tensors, params));
     }
+    if (fallbacks.empty()) all_8bit = a.qdq;
     QuantizeReport& r = a.r;
     if (a.missed.empty() || a.plan.points.empty()) {
       if (!a.missed.empty()) return Status::error("quantize: nothing left in 8 bits, and the budget is still missed: " + a.missed);
@@ -344,6 +365,10 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
         });
       });
       r.kept_float.insert(r.kept_float.end(), fallbacks.begin(), fallbacks.end());
+      if (!fallbacks.empty()) {  // what they cost in speed
+        KILN_ASSIGN_OR_RETURN(r.latency_all_8bit_ms, latency_ms(*all_8bit, eval[0]));
+        KILN_ASSIGN_OR_RETURN(r.latency_ms, latency_ms(a.qdq, eval[0]));
+      }
       model = std::move(a.qdq);
       return std::move(r);
     }

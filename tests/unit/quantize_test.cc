@@ -252,6 +252,10 @@ TEST(Quantize, ReportAndAccuracyGuard) {
   EXPECT_GE(r->outputs[0].cosine, 0.9999);
   EXPECT_TRUE(std::any_of(r->kept_float.begin(), r->kept_float.end(),
                           [](const std::string& k) { return k.find("accuracy guard") != std::string::npos; }));
+  // What the fallbacks cost: both models timed (a guarded run without fallbacks times nothing).
+  EXPECT_GT(r->latency_ms, 0.0);
+  EXPECT_GT(r->latency_all_8bit_ms, 0.0);
+  EXPECT_EQ(r0->latency_ms, 0.0);
   // The held-out outputs of the saved model meet the budget as measured.
   for (const Tensor& x : held_out) {
     SessionOptions plain_run;

@@ -334,6 +334,9 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     if (report->opset_after != report->opset_before)
       std::printf("opset %d -> %d (ONNX's version converter)\n", report->opset_before, report->opset_after);
     for (const std::string& k : report->kept_float) std::printf("kept in float: %s\n", k.c_str());
+    if (report->latency_ms > 0)
+      std::printf("the fallbacks' cost: %.3f ms a run against %.3f with every candidate in 8 bits (kiln, median of 11)\n",
+                  report->latency_ms, report->latency_all_8bit_ms);
     if (!weights16 && !opt->dynamic && report->quantized_nodes == 0)
       std::cerr << "kiln quantize: warning: nothing stayed in 8 bits (the accuracy guard put every candidate back in "
                    "float to hold the budget): the model written computes in float\n";
