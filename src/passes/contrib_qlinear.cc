@@ -64,7 +64,7 @@ bool gemm(NodeLowering& l) {
     const std::string c = l.add("Cast", {n.inputs[6]}, "", {ir::Attribute::of_int("to", 1)});
     bias = l.add("Mul", {c, l.add("Mul", {n.inputs[1], b_scale})});
   }
-  const Tensor* c = n.has_input(6) ? constant_value(l.graph, n.inputs[6]) : nullptr;
+  const Tensor* c = n.has_input(6) ? l.index.constant(n.inputs[6]) : nullptr;
   const bool bias_row = c && c->rank() == 1;
   if (bias_row) mm.push_back(bias);
   std::string y = quantized_out || (!bias.empty() && !bias_row) ? l.value("float") : n.outputs[0];
@@ -79,7 +79,7 @@ bool matmul(NodeLowering& l) {
   // MatMulIntegerToFloat takes float32 scales; QLinearMatMul from opset 21 may have float16 ones
   // (its reference kernel runs those).
   for (size_t i : {size_t{1}, size_t{4}, size_t{6}}) {
-    const Tensor* s = constant_value(l.graph, n.inputs[i]);
+    const Tensor* s = l.index.constant(n.inputs[i]);
     if (!s || s->dtype() != DType::kFloat32) return false;
   }
   const std::string y = l.value("float");

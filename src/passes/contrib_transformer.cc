@@ -29,23 +29,6 @@ namespace {
 
 bool is_ms(const ir::Node* n, const char* op) { return n && n->domain == "com.microsoft" && n->op_type == op; }
 
-// Whether anything reads value `v` (a node of the graph, or the graph's outputs).
-bool is_read(const ir::Graph& g, const std::string& v) {
-  if (v.empty()) return false;
-  if (is_graph_output(g, v)) return true;
-  for (const ir::Node& n : g.nodes)
-    for (const std::string& in : n.inputs)
-      if (in == v) return true;
-  return false;
-}
-
-const ir::Node* producer(const ir::Graph& g, const std::string& v) {
-  for (const ir::Node& n : g.nodes)
-    for (const std::string& out : n.outputs)
-      if (out == v) return &n;
-  return nullptr;
-}
-
 std::string int64s(NodeLowering& l, const std::vector<int64_t>& v, const std::string& what) {
   Tensor t = Tensor::make(DType::kInt64, {static_cast<int64_t>(v.size())}).value();
   std::copy(v.begin(), v.end(), t.data<int64_t>());
@@ -78,8 +61,8 @@ bool embed_layer_norm(NodeLowering& l, const std::optional<EmbeddingRows>& rows,
   const ir::Node& n = l.node;
   const float epsilon = n.attr_float("epsilon", 1e-12f);
   const std::string mask = l.input(7);
-  const bool wants_mask_index = n.outputs.size() > 1 && is_read(l.graph, n.outputs[1]);
-  const bool wants_sum = n.outputs.size() > 2 && is_read(l.graph, n.outputs[2]);
+  const bool wants_mask_index = l.output_read(1);
+  const bool wants_sum = l.output_read(2);
   if (wants_mask_index && (mask.empty() || n.attr_int("mask_index_type", 1) != 1)) return false;
   if (rows) {  // their sum, in ONNX Runtime's order, then the norm
     std::string sum = l.add("Add", {rows->word, rows->position});
@@ -110,7 +93,7 @@ bool embed_layer_norm(NodeLowering& l, const std::optional<EmbeddingRows>& rows,
 bool float_embed_layer_norm(NodeLowering& l) {
   const ir::Node& n = l.node;
   if (n.inputs.size() < 7) return false;
-  const bool wants_sum = n.outputs.size() > 2 && is_read(l.graph, n.outputs[2]);
+  const bool wants_sum = l.output_read(2);
   if (!n.has_input(8) && !wants_sum) return embed_layer_norm(l, std::nullopt, n.inputs[5], l.input(6));
   // Given positions (or the sum wanted): the rows gathered here.
   const std::string ids = n.inputs[0], segment_ids = l.input(1);
@@ -145,7 +128,7 @@ std::optional<std::string> additive_mask(NodeLowering& l, size_t i, const std::s
   if (m.empty()) return std::string();
   const float filter = l.node.attr_float("mask_filter_value", -10000.0f);
   auto masked = [&] { return l.constant(Tensor::scalar<float>(DType::kFloat32, filter), "filter"); };
-  const ir::Node* from = producer(l.graph, m);
+  const ir::Node* from = l.index.producer(m);
   if ((is_ms(from, "EmbedLayerNormalization") || is_ms(from, "QEmbedLayerNormalization")) && from->outputs.size() > 1 &&
       from->outputs[1] == m) {
     // Token counts [batch]: key t of row b is kept while t < count[b].
@@ -171,13 +154,13 @@ std::optional<std::string> additive_mask(NodeLowering& l, size_t i, const std::s
 std::optional<std::vector<ir::Attribute>> attention_attrs(const NodeLowering& l, size_t past_input) {
   const ir::Node& n = l.node;
   const int64_t heads = n.attr_int("num_heads", 0);
-  const Tensor* w = constant_value(l.graph, n.inputs[1]);
+  const Tensor* w = l.index.constant(n.inputs[1]);
   if (heads <= 0 || !w || w->rank() != 2 || w->dim(1) % 3 != 0 || (w->dim(1) / 3) % heads != 0) return std::nullopt;
   const std::vector<int64_t> sizes = n.attr_ints("qkv_hidden_sizes");
   if (!sizes.empty() && (sizes.size() != 3 || sizes[0] != w->dim(1) / 3 || sizes[1] != sizes[0] || sizes[2] != sizes[0]))
     return std::nullopt;
   if (n.attr_int("unidirectional", 0) != 0 || n.attr_int("do_rotary", 0) != 0 || l.input(past_input) != "" ||
-      (n.outputs.size() > 1 && is_read(l.graph, n.outputs[1])))
+      l.output_read(1))
     return std::nullopt;
   float scale = n.attr_float("scale", 0.0f);
   if (scale == 0.0f) scale = 1.0f / std::sqrt(static_cast<float>(w->dim(1) / 3 / heads));
@@ -215,7 +198,7 @@ bool skip_layer_norm(NodeLowering& l) {
   const ir::Node& n = l.node;
   if (n.inputs.size() < 3) return false;
   for (size_t i = 1; i < 3 && i < n.outputs.size(); ++i)
-    if (is_read(l.graph, n.outputs[i])) return false;  // mean and inverse deviation: not computed
+    if (l.output_read(i)) return false;  // mean and inverse deviation: not computed
   ir::Node s = make_node(n.name + "_kiln", "SkipLayerNorm", {n.inputs[0], n.inputs[1], n.inputs[2], l.input(3), l.input(4)},
                          {n.outputs[0]}, "ai.kiln");
   if (n.outputs.size() > 3 && !n.outputs[3].empty()) s.outputs.push_back(n.outputs[3]);

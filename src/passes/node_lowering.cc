@@ -41,10 +41,11 @@ int64_t lower_nodes(ir::Model& model, const std::function<bool(NodeLowering&)>& 
   for_each_graph(model.graph, [&](ir::Graph& g) {
     // Lowered first, on the whole graph (fresh names look at its nodes), then put in place.
     std::set<std::string> taken;
+    const GraphIndex index(g);  // the lowerings add initializers only until they are put in place
     std::vector<std::vector<ir::Node>> lowerings(g.nodes.size());
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       if (g.nodes[i].outputs.empty()) continue;
-      NodeLowering l(model, g, g.nodes[i], taken);
+      NodeLowering l(model, g, index, g.nodes[i], taken);
       if (!lower(l) || l.nodes.empty()) continue;
       ++lowered;
       lowerings[i] = std::move(l.nodes);

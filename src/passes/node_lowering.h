@@ -9,17 +9,20 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "passes/graph_index.h"
 
 namespace kiln::passes {
 
 class NodeLowering {
  public:
-  // `taken`: the names lowerings of this graph gave so far (not yet in it).
-  NodeLowering(ir::Model& model, ir::Graph& g, const ir::Node& n, std::set<std::string>& taken)
-      : model(model), graph(g), node(n), taken_(taken) {}
+  // `index`: of g as it was before any lowering; `taken`: the names lowerings of this graph gave so
+  // far (not yet in it).
+  NodeLowering(ir::Model& model, ir::Graph& g, const GraphIndex& index, const ir::Node& n, std::set<std::string>& taken)
+      : model(model), graph(g), index(index), node(n), taken_(taken) {}
 
   ir::Model& model;
   ir::Graph& graph;
+  const GraphIndex& index;
   const ir::Node& node;  // the node lowered
   std::vector<ir::Node> nodes;  // what replaces it, in running order
 
@@ -30,6 +33,8 @@ class NodeLowering {
                   std::vector<ir::Attribute> attrs = {}, std::string domain = "");
   // A new initializer holding `t`; returns its name.
   std::string constant(Tensor t, const std::string& what);
+  // Whether anything reads the node's output i (a node, a subgraph, the graph's outputs).
+  bool output_read(size_t i) const { return i < node.outputs.size() && index.use_count(node.outputs[i]) > 0; }
   // Input i of the node, "" when absent.
   std::string input(size_t i) const { return node.has_input(i) ? node.inputs[i] : ""; }
   // The node's attributes, less those named in `drop`.

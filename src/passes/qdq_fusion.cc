@@ -25,12 +25,12 @@
 // portable: QLinearAdd, QLinearMul, QLinearSigmoid and QLinearGlobalAveragePool are ONNX Runtime's
 // (which loads them);
 // QLinearConv and 8-bit MaxPool are standard ONNX.
-#include <algorithm>
 #include <cmath>
 
 #include "core/float_convert.h"
 #include "kernels/kernel_util.h"
 #include "passes/fusions/epilogue_match.h"
+#include "passes/fusions/qlinear_table.h"
 #include "passes/graph_edit.h"
 #include "passes/pass.h"
 #include "passes/pattern.h"
@@ -189,7 +189,7 @@ const std::pair<const char*, size_t> kMovers[] = {
 
 // Q(move(DQ(x1), ...)): QuantizeLinear commutes with an op that only moves elements, so the op can
 // move 8-bit codes instead, each x given the output's parameters first: x itself where they are
-// already its own, else ai.kiln.QLinearLookup(x, Q(DQ(code)) of the 256 codes). Bit for bit the
+// already its own, else ai.kiln.QLinearLookup(x, Q(DQ(code)) of the 256 codes, code_table). Bit for bit the
 // unfused ops' values (an 8-bit model's concatenations, upsamplings and reshapes, which ONNX
 // Runtime's QOperator form states on 8-bit data and its QDQ form between Q and DQ).
 std::optional<std::vector<ir::Node>> to_8bit_move(const Match& m, RuleContext& rc) {
@@ -210,19 +210,12 @@ std::optional<std::vector<ir::Node>> to_8bit_move(const Match& m, RuleContext& r
     if (!xt || !dtype_is_8bit_integer(xt->dtype) || xt->dtype != x->second.type) return std::nullopt;
     moved.inputs[i] = x->first->inputs[0];
     if (x->second.s == y->s && x->second.z == y->z && x->second.type == y->type) continue;
-    Tensor table = Tensor::make(y->type, {256}).value();
-    const bool x_signed = x->second.type == DType::kInt8, y_signed = y->type == DType::kInt8;
-    for (int c = 0; c < 256; ++c) {
-      const int code = x_signed ? static_cast<int8_t>(c) : c;  // the byte c as x's type reads it
-      const float v = static_cast<float>(code - x->second.z) * x->second.s;
-      const float q = std::nearbyint(v / y->s) + static_cast<float>(y->z);
-      const float clamped = std::clamp(q, y_signed ? -128.0f : 0.0f, y_signed ? 127.0f : 255.0f);
-      static_cast<uint8_t*>(table.raw_data())[c] = static_cast<uint8_t>(static_cast<int>(clamped));
-    }
+    auto table = code_table(rc.model, rc.ctx.index(rc.graph), x->second.type, *x->first, nullptr, m.node("q"));
+    if (!table) return std::nullopt;
     // Named after the Q's output (unique among this sweep's rewrites, which are not yet in the graph).
     const std::string base = m.node("q").outputs[0] + "_input" + std::to_string(i);
     const std::string table_name = rc.fresh_name(base + "_table");
-    rc.graph.initializers[table_name] = std::move(table);
+    rc.graph.initializers[table_name] = std::move(*table);
     const std::string requantized = rc.fresh_name(base);
     out.push_back(make_node(requantized, "QLinearLookup", {moved.inputs[i], table_name}, {requantized}, "ai.kiln"));
     moved.inputs[i] = requantized;

@@ -97,8 +97,11 @@ std::pair<std::string, std::string> noisiest(const ir::Model& model, const Plan&
   return best;
 }
 
-// The budgets against the quantized model's outputs (`kept` where top-1 or a metric is asked
-// for): their measures into `r`, and what misses ("" when every budget holds).
+// Whether the budgets need both models' outputs themselves (top-1, a metric), not only their errors.
+bool needs_outputs(const QuantizeOptions& o) { return o.min_top1 > 0 || static_cast<bool>(o.metric); }
+
+// The budgets against the quantized model's outputs (`kept`, filled where needs_outputs): their
+// measures into `r`, and what misses ("" when every budget holds).
 Result<std::string> check_budgets(const QuantizeOptions& o, const std::vector<TensorError>& outputs,
                                   const OutputsBySample& kept, QuantizeReport* r) {
   std::string missed;
@@ -214,7 +217,8 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
     }
     if (!eval.empty()) {
       OutputsBySample kept;
-      KILN_RETURN_IF_ERROR(measure(model, quantized, {}, {}, eval, &report.layers, &report.outputs, &kept));
+      KILN_RETURN_IF_ERROR(measure(model, quantized, {}, {}, eval, &report.layers, &report.outputs,
+                                   needs_outputs(options) ? &kept : nullptr));
       KILN_ASSIGN_OR_RETURN(const std::string missed, check_budgets(options, report.outputs, kept, &report));
       if (!missed.empty()) return Status::error("quantize: the budget is missed: " + missed);
     }
@@ -309,7 +313,8 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
     if (!o.portable) KILN_RETURN_IF_ERROR(quantize_float_outputs_dynamically(a.qdq, types, o, &a.r));
     KILN_RETURN_IF_ERROR(ir::sort_topologically(a.qdq.graph).with_context("the quantized graph"));
     OutputsBySample kept;
-    KILN_RETURN_IF_ERROR(measure(model, a.qdq, plan.points, dequantized, eval, &a.r.layers, &a.r.outputs, &kept));
+    KILN_RETURN_IF_ERROR(measure(model, a.qdq, plan.points, dequantized, eval, &a.r.layers, &a.r.outputs,
+                                 needs_outputs(o) ? &kept : nullptr));
     a.r.samples = static_cast<int64_t>(samples.size());
     a.r.measured_on_held_out = on_held_out;
     KILN_ASSIGN_OR_RETURN(a.missed, check_budgets(o, a.r.outputs, kept, &a.r));

@@ -38,7 +38,8 @@ struct Options {
   double percentile = 99.999;
   bool per_tensor = false, signed_activations = false, portable = false, report = false, dynamic = false;
   std::string weight_bits = "auto", precision = "int8";
-  std::string mean = "0", std = "1", layout = "auto";  // calibration images
+  std::vector<float> mean = {0.0f}, std = {1.0f};  // calibration images
+  std::string layout = "auto";
   bool weight_only = false;
   int64_t block_size = 32;
   InputShapes shape;
@@ -72,19 +73,6 @@ Result<CalibrationMethod> parse_method(const std::string& m) {
 }
 
 // Samples from --calib: a stacked .npy, or a folder of one file per sample.
-// "a,b,c" as floats.
-Result<std::vector<float>> parse_floats(const std::string& text, const char* option) {
-  std::vector<float> v;
-  std::stringstream in(text);
-  for (std::string part; std::getline(in, part, ',');) {
-    char* end = nullptr;
-    const float f = std::strtof(part.c_str(), &end);
-    if (part.empty() || *end != '\0') return Status::invalid_argument(std::string(option) + ": not a number list: '" + text + "'");
-    v.push_back(f);
-  }
-  return v;
-}
-
 // How calibration images become the model's one input: its shape (static dims, or --shape) gives
 // the size and, with --layout auto, the layout: [N, C, H, W] or [N, H, W, C] with C 1 or 3.
 Result<ImageInput> image_input(const std::vector<IoInfo>& inputs, const Options& o) {
@@ -102,8 +90,7 @@ Result<ImageInput> image_input(const std::vector<IoInfo>& inputs, const Options&
   how.channels = how.channels_last ? s[3] : s[1];
   how.height = how.channels_last ? s[1] : s[2];
   how.width = how.channels_last ? s[2] : s[3];
-  KILN_ASSIGN_OR_RETURN(how.mean, parse_floats(o.mean, "--mean"));
-  KILN_ASSIGN_OR_RETURN(how.std, parse_floats(o.std, "--std"));
+  how.mean = o.mean, how.std = o.std;
   return how;
 }
 
@@ -223,8 +210,10 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
                 "int8 activations, symmetric (default: uint8 with a zero point)");
   cmd->add_option("--keep-float", opt->keep_float, "Nodes to leave in float, comma-separated (names or first outputs)");
   cmd->add_option("--mean", opt->mean,
-                  "Calibration images: per-channel means subtracted from pixels scaled to [0, 1], comma-separated (default 0)");
-  cmd->add_option("--std", opt->std, "Calibration images: per-channel divisors after --mean, comma-separated (default 1)");
+                  "Calibration images: per-channel means subtracted from pixels scaled to [0, 1], comma-separated (default 0)")
+      ->delimiter(',');
+  cmd->add_option("--std", opt->std, "Calibration images: per-channel divisors after --mean, comma-separated (default 1)")
+      ->delimiter(',');
   cmd->add_option("--layout", opt->layout,
                   "Calibration images: nchw, nhwc or auto (from the input's shape; default); the size is the input's "
                   "(--shape where it is dynamic), the image resized bilinearly to it")

@@ -60,34 +60,38 @@ std::vector<const Tensor*> constants_of(const ir::Node& n, const GraphIndex& idx
   return in;
 }
 
+}  // namespace
+
+std::optional<Tensor> code_table(const ir::Model& model, const GraphIndex& idx, DType x_type, const ir::Node& dq,
+                                 const ir::Node* op, const ir::Node& q) {
+  Tensor codes = Tensor::make(x_type, {256}).value();
+  for (int c = 0; c < 256; ++c) static_cast<uint8_t*>(codes.raw_data())[c] = static_cast<uint8_t>(c);
+  std::vector<const Tensor*> dq_in = constants_of(dq, idx);
+  dq_in[0] = &codes;
+  auto y = run_kernel(model, dq, dq_in);
+  if (!y) return std::nullopt;
+  if (op) {
+    std::vector<const Tensor*> op_in = constants_of(*op, idx);
+    for (size_t i = 0; i < op->inputs.size(); ++i)
+      if (op->inputs[i] == dq.outputs[0]) op_in[i] = &*y;
+    y = run_kernel(model, *op, op_in);
+    if (!y || y->dtype() != DType::kFloat32 || y->numel() != 256) return std::nullopt;
+  }
+  std::vector<const Tensor*> q_in = constants_of(q, idx);
+  q_in[0] = &*y;
+  auto table = run_kernel(model, q, q_in);
+  if (!table) return std::nullopt;
+  return std::move(table).value();
+}
+
+namespace {
+
 // Per-tensor constant parameters of a QuantizeLinear/DequantizeLinear (scale, zero point given).
 bool per_tensor(const ir::Node& q, const GraphIndex& idx) {
   if (q.inputs.size() < 3 || q.attr_int("block_size", 0) != 0) return false;
   const Tensor *s = idx.constant(q.inputs[1]), *z = idx.constant(q.inputs[2]);
   return s && z && s->numel() == 1 && z->numel() == 1 && s->dtype() == DType::kFloat32 &&
          dtype_is_8bit_integer(z->dtype());
-}
-
-// The table of Q(op(DQ(code))) over the 256 codes of DQ's type, each step by its own kernel.
-std::optional<Tensor> table_of(const ir::Model& model, const GraphIndex& idx, const ir::Node& dq, const ir::Node& op,
-                               const ir::Node& q) {
-  const DType x_type = idx.constant(dq.inputs[2])->dtype();
-  Tensor codes = Tensor::make(x_type, {256}).value();
-  for (int c = 0; c < 256; ++c) static_cast<uint8_t*>(codes.raw_data())[c] = static_cast<uint8_t>(c);
-  std::vector<const Tensor*> dq_in = constants_of(dq, idx);
-  dq_in[0] = &codes;
-  auto x = run_kernel(model, dq, dq_in);
-  if (!x) return std::nullopt;
-  std::vector<const Tensor*> op_in = constants_of(op, idx);
-  for (size_t i = 0; i < op.inputs.size(); ++i)
-    if (op.inputs[i] == dq.outputs[0]) op_in[i] = &*x;
-  auto y = run_kernel(model, op, op_in);
-  if (!y || y->dtype() != DType::kFloat32 || y->numel() != 256) return std::nullopt;
-  std::vector<const Tensor*> q_in = constants_of(q, idx);
-  q_in[0] = &*y;
-  auto table = run_kernel(model, q, q_in);
-  if (!table) return std::nullopt;
-  return std::move(table).value();
 }
 
 bool is_lookup(const ir::Node* n) { return n && n->domain == "ai.kiln" && n->op_type == "QLinearLookup" && n->inputs.size() == 2; }
@@ -97,22 +101,13 @@ class QLinearTable : public Pass {
   Result<int64_t> run(ir::Model& model, PassContext&) override {
     int64_t rewritten = 0;
     for_each_graph(model.graph, [&](ir::Graph& g) {
-      for (bool changed = true; changed;) {
-        changed = false;
-        const GraphIndex idx(g);
-        std::vector<NodeReplacement> found;
-        std::set<const ir::Node*> used;
-        for (const ir::Node& q : g.nodes) {
-          if (auto r = rewrite(model, g, idx, q, used)) {
-            found.push_back(std::move(*r));
-            for (const ir::Node* n : found.back().remove) used.insert(n);
-          }
-        }
-        if (found.empty()) break;
-        rewritten += static_cast<int64_t>(found.size());
+      rewritten += rewrite_until_done(g, [&](const GraphIndex& idx, const ir::Node& q) {
+        std::optional<NodeReplacement> r = rewrite(model, g, idx, q);
+        if (!r) return false;
+        std::vector<NodeReplacement> found{std::move(*r)};
         replace_nodes(g, found);
-        changed = true;
-      }
+        return true;
+      });
     });
     if (rewritten > 0) model.opsets.emplace("ai.kiln", 1);
     return rewritten;
@@ -121,10 +116,9 @@ class QLinearTable : public Pass {
  private:
   // The rewrite rooted at q (a QuantizeLinear, or a QLinearLookup reading another), if any.
   static std::optional<NodeReplacement> rewrite(const ir::Model& model, ir::Graph& g, const GraphIndex& idx,
-                                                const ir::Node& q, const std::set<const ir::Node*>& used) {
-    if (used.count(&q)) return std::nullopt;
+                                                const ir::Node& q) {
     const ir::Node* p = q.inputs.empty() ? nullptr : idx.producer(q.inputs[0]);
-    if (!p || used.count(p) || !idx.single_use(p->outputs[0]) || is_graph_output(g, p->outputs[0])) return std::nullopt;
+    if (!p || !idx.single_use(p->outputs[0]) || is_graph_output(g, p->outputs[0])) return std::nullopt;
     if (is_lookup(&q) && is_lookup(p)) {  // table of a table: one table
       const Tensor *inner = idx.constant(p->inputs[1]), *outer = idx.constant(q.inputs[1]);
       if (!inner || !outer || inner->numel() != 256 || outer->numel() != 256) return std::nullopt;
@@ -142,7 +136,7 @@ class QLinearTable : public Pass {
     for (const std::string& in : p->inputs)
       if (!in.empty() && !idx.constant(in)) dq = idx.producer(in);
     if (!is_onnx_op(dq, "DequantizeLinear") || !per_tensor(*dq, idx)) return std::nullopt;
-    auto table = table_of(model, idx, *dq, *p, q);
+    auto table = code_table(model, idx, idx.constant(dq->inputs[2])->dtype(), *dq, p, q);
     if (!table) return std::nullopt;
     const std::string name = fresh_name(g, q.outputs[0] + "_table");
     g.initializers[name] = std::move(*table);
