@@ -1,6 +1,6 @@
 // The 8-bit conv of QLinearConv (kernels/cpu/qconv) on the conv layers of int8 resnet50 and
-// mobilenet_v2: channels-last u8 in and out, per-channel requantization, batch 1, at the best
-// tile of this CPU (KILN_ISA caps it), 1 and 2 threads. Reports GOP/s of the fastest run
+// mobilenet_v2: channels-last u8 in and out, per-channel requantization, batch 1, on every tile
+// this CPU has (KILN_ISA caps them; 7-bit weights for the tiles that need them), 1 and 2 threads. Reports GOP/s of the fastest run
 // (multiply-adds inside the input only, x2) and, where the CPU has AVX512-VNNI, % of its int8
 // peak: vpdpbusd does 4x the multiply-adds of an FMA in the same slot, so 4x the FMA peak.
 // `count` is the number of such layers in the model, for weighing a change by its share.
@@ -59,20 +59,20 @@ const Layer kLayers[] = {
     {"mobilenet_dw3x3_960_7", 960, 960, 7, 3, 1, 2, true},
 };
 
-void BM_QConv(benchmark::State& state, Layer l, int threads) {
+void BM_QConv(benchmark::State& state, Layer l, qconv::Tile tile, int threads) {
   qconv::Geometry g;
   g.batch = 1, g.channels = l.c, g.in_h = g.in_w = l.hw, g.filters = l.m;
   g.kernel_h = g.kernel_w = l.k, g.stride_h = g.stride_w = l.stride, g.pad_top = g.pad_left = l.k / 2;
   g.out_h = g.out_w = (l.hw + 2 * g.pad_top - l.k) / l.stride + 1;
   std::mt19937 rng(1);
-  std::uniform_int_distribution<int> byte(0, 255), weight(-127, 127);
+  const int wmax = qconv::needs_seven_bit_weights(tile) ? 64 : 127;
+  std::uniform_int_distribution<int> byte(0, 255), weight(-wmax, wmax);
   std::vector<uint8_t> x(static_cast<size_t>(l.hw * l.hw * l.c));
   for (auto& v : x) v = static_cast<uint8_t>(byte(rng));
   const int64_t per_filter = (l.depthwise ? 1 : l.c) * l.k * l.k;
   std::vector<int8_t> w(static_cast<size_t>(l.m * per_filter));
   for (auto& v : w) v = static_cast<int8_t>(weight(rng));
-  const qconv::PackedWeights packed = qconv::PackedWeights::pack(
-      w.data(), g, l.depthwise ? qconv::best_depthwise_tile() : qconv::best_tile(w.data(), static_cast<int64_t>(w.size())));
+  const qconv::PackedWeights packed = qconv::PackedWeights::pack(w.data(), g, tile);
   qconv::Requantize rq;
   rq.bias.assign(static_cast<size_t>(l.m), -1000);
   rq.scale.assign(static_cast<size_t>(l.m), 1e-4f);
@@ -100,11 +100,13 @@ void BM_QConv(benchmark::State& state, Layer l, int threads) {
 const bool kRegistered = [] {
   kiln::bench::register_fma_peak();
   for (const Layer& l : kLayers)
-    for (int threads : {1, 2})
-      benchmark::RegisterBenchmark((std::string(l.name) + "/threads:" + std::to_string(threads)).c_str(), BM_QConv, l,
-                                   threads)
-          ->UseRealTime()
-          ->MinTime(0.2);
+    for (const qconv::Tile tile : qconv::available_tiles(l.depthwise))
+      for (int threads : {1, 2})
+        benchmark::RegisterBenchmark(
+            (std::string(l.name) + "/" + qconv::tile_name(tile) + "/threads:" + std::to_string(threads)).c_str(),
+            BM_QConv, l, tile, threads)
+            ->UseRealTime()
+            ->MinTime(0.2);
   return true;
 }();
 

@@ -40,14 +40,17 @@ ml_ops_vs_onnxruntime() {  # ONNX Runtime from PyPI, in a venv kept in build/ be
     $venv/bin/python tests/check_ml_ops.py build
 }
 
-lower_isa_levels() {  # the ISA levels below this CPU's highest (core/cpu_features.h), lowest first
-  local flags
+lower_isa_levels() {  # the ISA levels this CPU has below its highest (core/cpu_features.h), lowest first
+  local flags levels=(avx2)
   flags=$(grep -m1 '^flags' /proc/cpuinfo)
   has() { [[ " $flags " == *" $1 "* ]]; }
+  has avx_vnni && levels+=(avx_vnni)
   if has avx512f && has avx512bw && has avx512vl && has avx512dq; then
-    echo avx2
-    has avx512_vnni && echo avx512
+    levels+=(avx512)
+    has avx512_vnni && levels+=(avx512_vnni)
   fi
+  unset 'levels[${#levels[@]}-1]'
+  echo "${levels[@]}"
 }
 
 at_lower_isa_levels() {  # unit tests and -O3 conformance again with KILN_ISA at each lower level

@@ -8,13 +8,16 @@
 
 namespace kiln {
 
-// The instruction-set levels kiln has kernels for, lowest first. Each level includes the ones
-// below it: avx2 is AVX2 + FMA + F16C (the baseline), avx512 adds AVX-512 F/BW/VL/DQ (and BF16
-// where the CPU has it), avx512_vnni adds AVX512-VNNI.
-enum class IsaLevel { kAvx2, kAvx512, kAvx512Vnni };
-inline constexpr IsaLevel kIsaLevels[] = {IsaLevel::kAvx2, IsaLevel::kAvx512, IsaLevel::kAvx512Vnni};
+// The instruction-set levels kiln has kernels for, lowest first: avx2 is AVX2 + FMA + F16C (the
+// baseline), avx_vnni adds AVX-VNNI (vpdpbusd on ymm: Alder Lake, Sierra Forest, Zen 5),
+// avx512 adds AVX-512 F/BW/VL/DQ (and BF16 where the CPU has it), avx512_vnni adds AVX512-VNNI.
+// A CPU need not have every level below its highest (Ice Lake and Zen 4 have AVX512-VNNI but
+// not AVX-VNNI); capping at a level takes away the features of the levels above it.
+enum class IsaLevel { kAvx2, kAvxVnni, kAvx512, kAvx512Vnni };
+inline constexpr IsaLevel kIsaLevels[] = {IsaLevel::kAvx2, IsaLevel::kAvxVnni, IsaLevel::kAvx512,
+                                          IsaLevel::kAvx512Vnni};
 
-const char* isa_name(IsaLevel level);                      // "avx2", "avx512", "avx512_vnni"
+const char* isa_name(IsaLevel level);                      // "avx2", "avx_vnni", "avx512", "avx512_vnni"
 std::optional<IsaLevel> parse_isa(std::string_view name);  // the inverse; nullopt if unknown
 // "'NAME' is not an ISA level (avx2, avx512, avx512_vnni)": what a bad --isa or KILN_ISA says.
 std::string not_an_isa_level(std::string_view name);
@@ -24,6 +27,10 @@ std::string not_an_isa_level(std::string_view name);
 std::string set_max_isa(IsaLevel level);
 // The level kiln's kernels use: the CPU's highest, or the cap.
 IsaLevel active_isa();
+// Whether the level in use multiplies u8 by s8 in one exact instruction (AVX-VNNI or
+// AVX512-VNNI). Without, kiln's AVX2 8-bit kernels are fastest on 7-bit weights (vpmaddubsw's
+// 16-bit pair sums cannot saturate then), which the quantizer's `--weight-bits auto` writes.
+bool has_vnni();
 
 // Single-precision GFLOP/s (a fused multiply-add counts 2) that `threads` threads sustain
 // together, all running register-resident FMA chains at once, at the active ISA level; measured

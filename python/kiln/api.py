@@ -241,7 +241,7 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, prec
     samples = _calibration_next(core, calibration_data if calibration_data is not None else [], input_shapes)
     if weight_bits not in ("auto", 4, 7, 8, "4", "7", "8") or (str(weight_bits) == "4" and not weight_only):
         raise InvalidArgument("weight_bits must be 8, 7 or 'auto' (4 with weight_only)")
-    reduce = not weight_only and (str(weight_bits) == "7" or (weight_bits == "auto" and _kiln.active_isa() != "avx512_vnni"))
+    reduce = not weight_only and (str(weight_bits) == "7" or (weight_bits == "auto" and not _kiln.has_vnni()))
     weight_only_bits = (4 if str(weight_bits) == "4" else 8) if weight_only else 0
     report = core.quantize(samples, held_out=held, dynamic=bool(dynamic), portable=bool(portable),
                            reduce_range=reduce, method=method,

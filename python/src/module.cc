@@ -548,7 +548,9 @@ PYBIND11_MODULE(_kiln, m) {
       .def("node_backends", [](const PySession& s) { return s.session->node_backends(); });
 
   m.def("active_isa", [] { return std::string(isa_name(active_isa())); },
-        "The ISA level kiln's kernels use: avx2, avx512 or avx512_vnni");
+        "The ISA level kiln's kernels use: avx2, avx_vnni, avx512 or avx512_vnni");
+  m.def("has_vnni", [] { return has_vnni(); },
+        "Whether that level multiplies u8 by s8 in one exact instruction (AVX-VNNI or AVX512-VNNI)");
   m.def("compare", [](const Model& a, const Model& b, const py::list& arrays, double rtol, double atol,
                       bool per_layer, int threads) {
     std::vector<Value> inputs = inputs_from_python(arrays, a.inputs());

@@ -50,6 +50,9 @@ CpuFeatures detect() {
   if (__get_cpuid_max(0, nullptr) < 7) return f;
   __cpuid_count(7, 0, a, b, c, d);
   f.avx2 = (b >> 5) & 1;
+  unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+  if (a >= 1) __cpuid_count(7, 1, a1, b1, c1, d1);  // leaf 7's subleaves: a
+  f.avx_vnni = (a1 >> 4) & 1;
   if (zmm_state) {
     f.avx512f = (b >> 16) & 1;
     f.avx512dq = (b >> 17) & 1;
@@ -57,8 +60,6 @@ CpuFeatures detect() {
     f.avx512vl = (b >> 31) & 1;
     f.avx512_vnni = (c >> 11) & 1;
     f.avx512_vbmi = (c >> 1) & 1;
-    unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
-    __cpuid_count(7, 1, a1, b1, c1, d1);
     f.avx512_bf16 = (a1 >> 5) & 1;
   }
   f.model = brand_string();
@@ -84,17 +85,31 @@ std::string CpuFeatures::to_string() const {
   add(avx512_bf16, "avx512_bf16");
   add(avx512_vnni, "avx512_vnni");
   add(avx512_vbmi, "avx512_vbmi");
+  add(avx_vnni, "avx_vnni");
   return s;
 }
 
+bool CpuFeatures::has_level(IsaLevel level) const {
+  switch (level) {
+    case IsaLevel::kAvx2: return avx2 && fma && f16c;
+    case IsaLevel::kAvxVnni: return has_avx_vnni();
+    case IsaLevel::kAvx512: return has_avx512();
+    case IsaLevel::kAvx512Vnni: return has_avx512_vnni();
+  }
+  return false;
+}
+
 IsaLevel CpuFeatures::level() const {
-  if (has_avx512_vnni()) return IsaLevel::kAvx512Vnni;
-  return has_avx512() ? IsaLevel::kAvx512 : IsaLevel::kAvx2;
+  IsaLevel highest = IsaLevel::kAvx2;
+  for (IsaLevel l : kIsaLevels)
+    if (has_level(l)) highest = l;
+  return highest;
 }
 
 const char* isa_name(IsaLevel level) {
   switch (level) {
     case IsaLevel::kAvx2: return "avx2";
+    case IsaLevel::kAvxVnni: return "avx_vnni";
     case IsaLevel::kAvx512: return "avx512";
     case IsaLevel::kAvx512Vnni: return "avx512_vnni";
   }
@@ -130,6 +145,7 @@ CpuFeatures capped(CpuFeatures f, IsaLevel cap) {
   if (cap < IsaLevel::kAvx512Vnni) f.avx512_vnni = false;
   if (cap < IsaLevel::kAvx512)
     f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512_bf16 = f.avx512_vbmi = false;
+  if (cap < IsaLevel::kAvxVnni) f.avx_vnni = false;
   return f;
 }
 
@@ -152,11 +168,11 @@ std::string isa_env_error() {
   if (env == nullptr) return "";
   const auto level = parse_isa(env);
   if (!level) return "KILN_ISA=" + not_an_isa_level(env);
-  return *level > detected_cpu_features().level() ? "KILN_ISA: " + unavailable(*level) : "";
+  return detected_cpu_features().has_level(*level) ? "" : "KILN_ISA: " + unavailable(*level);
 }
 
 std::string set_max_isa(IsaLevel level) {
-  if (level > detected_cpu_features().level()) return unavailable(level);
+  if (!detected_cpu_features().has_level(level)) return unavailable(level);
   if (g_level_fixed.load()) {
     if (cpu_features().level() == level) return "";
     return std::string("the ISA level cannot change to '") + isa_name(level) + "' after kernels were chosen at '" +
@@ -171,7 +187,7 @@ const CpuFeatures& cpu_features() {
     IsaLevel cap = detected_cpu_features().level();
     if (const char* env = isa_env()) {
       // An unknown or unavailable KILN_ISA is reported by isa_env_error(); here it caps nothing.
-      if (const auto l = parse_isa(env); l && *l < cap) cap = *l;
+      if (const auto l = parse_isa(env); l && *l < cap && detected_cpu_features().has_level(*l)) cap = *l;
     }
     if (const int m = g_max_isa.load(); m >= 0 && static_cast<IsaLevel>(m) < cap) cap = static_cast<IsaLevel>(m);
     g_level_fixed.store(true);
@@ -181,5 +197,7 @@ const CpuFeatures& cpu_features() {
 }
 
 IsaLevel active_isa() { return cpu_features().level(); }
+
+bool has_vnni() { return cpu_features().has_avx_vnni() || cpu_features().has_avx512_vnni(); }
 
 }  // namespace kiln

@@ -13,6 +13,7 @@ struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512_bf16 = false, avx512_vnni = false, avx512_vbmi = false;
+  bool avx_vnni = false;  // VEX-encoded vpdpbusd / vpdpwssd on xmm and ymm
   std::string model;  // the brand string, e.g. "AMD EPYC 9R14 96-Core Processor"; "" if none
 
   // AVX-512 F/BW/VL/DQ with the OS saving the zmm state: what kiln's AVX-512 kernels need.
@@ -20,7 +21,10 @@ struct CpuFeatures {
   bool has_avx512_vnni() const { return has_avx512() && avx512_vnni; }
   // AVX-512 VBMI (vpermi2b: 128-byte table lookups), at the avx512 level and above.
   bool has_avx512_vbmi() const { return has_avx512() && avx512_vbmi; }
-  IsaLevel level() const;          // the highest level these features reach
+  // AVX-VNNI (the AVX2 level's 8-bit tiles then take vpdpbusd on ymm).
+  bool has_avx_vnni() const { return avx2 && avx_vnni; }
+  bool has_level(IsaLevel level) const;  // whether these features include the level's own
+  IsaLevel level() const;                // the highest level these features have
   std::string to_string() const;  // e.g. "avx2 fma f16c avx512f ..."
 };
 

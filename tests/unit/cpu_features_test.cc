@@ -40,7 +40,7 @@ TEST(IsaLevel, FeaturesFollowKilnIsa) {
   const CpuFeatures& detected = detected_cpu_features();
   IsaLevel want = detected.level();
   if (const char* env = std::getenv("KILN_ISA"))
-    if (const auto l = parse_isa(env); l && *l < want) want = *l;
+    if (const auto l = parse_isa(env); l && *l < want && detected.has_level(*l)) want = *l;
   const CpuFeatures& f = cpu_features();
   EXPECT_EQ(f.level(), want) << "detected " << detected.to_string();
   EXPECT_EQ(f.avx2, detected.avx2);
@@ -52,6 +52,11 @@ TEST(IsaLevel, FeaturesFollowKilnIsa) {
   if (want < IsaLevel::kAvx512Vnni) {
     EXPECT_FALSE(f.avx512_vnni);
   }
+  if (want < IsaLevel::kAvxVnni) {
+    EXPECT_FALSE(f.avx_vnni);
+    EXPECT_FALSE(has_vnni());
+  }
+  for (IsaLevel l : kIsaLevels) EXPECT_EQ(f.has_level(l), l <= want && detected.has_level(l)) << isa_name(l);
 }
 
 TEST(IsaLevel, SetMaxIsaAfterKernelsChoseIsRefusedUnlessUnchanged) {
@@ -63,7 +68,7 @@ TEST(IsaLevel, SetMaxIsaAfterKernelsChoseIsRefusedUnlessUnchanged) {
     EXPECT_EQ(cpu_features().level(), now);
   }
   for (IsaLevel l : kIsaLevels) {
-    if (l > detected_cpu_features().level()) {
+    if (!detected_cpu_features().has_level(l)) {
       EXPECT_NE(set_max_isa(l).find("not available on this CPU"), std::string::npos);
     }
   }
@@ -102,7 +107,7 @@ TEST(IsaLevel, BadKilnIsaIsAnErrorOfSessionCreation) {
   }
   for (IsaLevel l : kIsaLevels) {
     ScopedIsaEnv env(isa_name(l));
-    const bool available = l <= detected_cpu_features().level();
+    const bool available = detected_cpu_features().has_level(l);
     EXPECT_EQ(isa_env_error().empty(), available) << isa_name(l) << ": " << isa_env_error();
     EXPECT_EQ(Session::create(m).is_ok(), available) << isa_name(l);
   }

@@ -8,6 +8,7 @@
 // channels-last.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -40,7 +41,7 @@ int64_t out_dim(int64_t in, int64_t k, int64_t s, int64_t d, int64_t pb, int64_t
   return (in + pb + pe - d * (k - 1) - 1) / s + 1;
 }
 
-// Weights over all of s8, or 7-bit ones (|w| <= 64, what the kAvx2Bytes tile takes).
+// Weights over all of s8, or 7-bit ones (|w| <= 64, what the kAvx2Bytes tiles take).
 Data make_data(const Case& k, bool x_signed, bool per_filter, uint32_t seed, bool seven_bit = false,
                float y_scale = 0.35f) {
   std::mt19937 rng(seed);
@@ -101,9 +102,9 @@ void check_direct(const Case& k, qconv::Tile tile, bool x_signed, bool per_filte
                                     << " pads " << k.pt << k.pl << k.pb << k.pr << (x_signed ? " s8" : " u8")
                                     << " out " << static_cast<int>(out) << (nhwc ? " nhwc" : " nchw")
                                     << " threads " << threads
-                                    << " tile " << static_cast<int>(tile) << " y_scale " << y_scale);
+                                    << " tile " << qconv::tile_name(tile) << " y_scale " << y_scale);
   const Data d = make_data(k, x_signed, per_filter, static_cast<uint32_t>(k.c * 31 + k.m * 7 + k.h),
-                           tile == qconv::Tile::kAvx2Bytes, y_scale);
+                           qconv::needs_seven_bit_weights(tile), y_scale);
   qconv::Geometry g;
   g.batch = k.n, g.channels = k.c, g.in_h = k.h, g.in_w = k.w, g.filters = k.m;
   g.out_h = out_dim(k.h, k.kh, k.sh, k.dh, k.pt, k.pb), g.out_w = out_dim(k.w, k.kw, k.sw, k.dw, k.pl, k.pr);
@@ -165,9 +166,9 @@ const std::vector<Case>& cases() {
   return all;
 }
 
-// Depthwise convs on their tiles (AVX2 always, VNNI where the CPU has it): channels in one part
-// block and several, 3x3, 5x5 and 1x7 (odd tap counts: the last pair half empty; kernel rows in
-// part quads), stride 2, dilation, uneven pads, a window wider than X.
+// Depthwise convs on their tiles (the AVX2 ones always, the VNNI ones where the CPU has them):
+// channels in one part block and several, 3x3, 5x5 and 1x7 (odd tap counts: the last pair half
+// empty; kernel rows in part quads), stride 2, dilation, uneven pads, a window wider than X.
 TEST(QConv, DepthwiseMatchesAPlainLoop) {
   const std::vector<Case> depthwise = {
       // n  c   h   w   m   kh kw sh sw dh dw pt pl pb pr
@@ -180,9 +181,7 @@ TEST(QConv, DepthwiseMatchesAPlainLoop) {
       {1, 136, 6, 7, 136, 1, 7, 1, 1, 1, 1, 0, 3, 0, 3, true},
       {1, 70, 3, 4, 70, 3, 5, 1, 2, 1, 1, 1, 3, 1, 3, true},
   };
-  std::vector<qconv::Tile> tiles = {qconv::Tile::kDepthwise};
-  if (cpu_features().has_avx512_vnni()) tiles.push_back(qconv::Tile::kDepthwiseVnni);
-  for (const qconv::Tile tile : tiles)
+  for (const qconv::Tile tile : qconv::available_tiles(true))
     for (const Case& k : depthwise)
       for (const bool x_signed : {false, true})
         for (const auto out : {qconv::Output::kU8, qconv::Output::kS8, qconv::Output::kFloat})
@@ -193,10 +192,10 @@ TEST(QConv, DepthwiseMatchesAPlainLoop) {
 // Scales of 0.5 and more (a tiny y_scale): most sums land far past the 8-bit range, some past
 // int32 once scaled, and every tile's store must clamp them to the top code, not wrap.
 TEST(QConv, LargeScalesClampToTheRange) {
-  std::vector<qconv::Tile> tiles = {qconv::Tile::kAvx2, qconv::Tile::kDepthwise};
-  if (cpu_features().has_avx512_vnni()) tiles.insert(tiles.end(), {qconv::Tile::kAvx512Vnni, qconv::Tile::kDepthwiseVnni});
+  std::vector<qconv::Tile> tiles = qconv::available_tiles(false), depthwise = qconv::available_tiles(true);
+  tiles.insert(tiles.end(), depthwise.begin(), depthwise.end());
   for (const qconv::Tile tile : tiles) {
-    const bool dw = tile == qconv::Tile::kDepthwise || tile == qconv::Tile::kDepthwiseVnni;
+    const bool dw = std::find(depthwise.begin(), depthwise.end(), tile) != depthwise.end();
     const Case k = dw ? Case{1, 24, 6, 6, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, true}
                       : Case{1, 64, 5, 5, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
     for (const auto out : {qconv::Output::kU8, qconv::Output::kS8})
@@ -206,11 +205,9 @@ TEST(QConv, LargeScalesClampToTheRange) {
 }
 
 // Every tile this CPU (and KILN_ISA) has: the AVX2 ones always (kAvx2Bytes on 7-bit weights),
-// VNNI where the CPU has it.
+// the VNNI ones where the CPU has them.
 TEST(QConv, MatchesAPlainLoop) {
-  std::vector<qconv::Tile> tiles = {qconv::Tile::kAvx2, qconv::Tile::kAvx2Bytes};
-  if (cpu_features().has_avx512_vnni()) tiles.push_back(qconv::Tile::kAvx512Vnni);
-  for (const qconv::Tile tile : tiles)
+  for (const qconv::Tile tile : qconv::available_tiles(false))
     for (const Case& k : cases())
       for (const bool x_signed : {false, true})
         for (const auto out : {qconv::Output::kU8, qconv::Output::kS8, qconv::Output::kFloat})

@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
   app.fallthrough();
   std::string isa;
   app.add_option("--isa", isa,
-                 "Cap the instruction set of kiln's kernels and oneDNN's: avx2, avx512, avx512_vnni "
+                 "Cap the instruction set of kiln's kernels and oneDNN's: avx2, avx_vnni, avx512, avx512_vnni "
                  "(default: the CPU's highest; KILN_ISA in the environment does the same)")
       ->trigger_on_parse()
       ->each([](const std::string& name) {

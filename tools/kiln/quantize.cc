@@ -279,7 +279,7 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     qo.hold_out_every = opt->hold_out_every;
     qo.method = *method;
     qo.reduce_range = !opt->weight_only && (opt->weight_bits == "7" ||
-                                            (opt->weight_bits == "auto" && active_isa() != IsaLevel::kAvx512Vnni));
+                                            (opt->weight_bits == "auto" && !has_vnni()));
     qo.percentile = opt->percentile;
     qo.per_channel = !opt->per_tensor;
     qo.signed_activations = opt->signed_activations;

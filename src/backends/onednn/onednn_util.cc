@@ -16,9 +16,10 @@ namespace {
 void cap_isa() {
   const IsaLevel level = cpu_features().level();
   if (level == detected_cpu_features().level()) return;
-  (void)dnnl::set_max_cpu_isa(level == IsaLevel::kAvx2     ? dnnl::cpu_isa::avx2
-                              : level == IsaLevel::kAvx512 ? dnnl::cpu_isa::avx512_core
-                                                           : dnnl::cpu_isa::avx512_core_vnni);
+  (void)dnnl::set_max_cpu_isa(level == IsaLevel::kAvx2      ? dnnl::cpu_isa::avx2
+                              : level == IsaLevel::kAvxVnni ? dnnl::cpu_isa::avx2_vnni
+                              : level == IsaLevel::kAvx512  ? dnnl::cpu_isa::avx512_core
+                                                            : dnnl::cpu_isa::avx512_core_vnni);
 }
 
 }  // namespace

@@ -106,32 +106,68 @@ void to_nchw(const Geometry& g, const void* from, size_t elem, void* to) {
         std::memcpy(dst + ((n * g.filters + m) * hw + p) * elem, src + ((n * hw + p) * g.filters + m) * elem, elem);
 }
 
+bool seven_bit(const int8_t* w, int64_t count) {
+  return std::all_of(w, w + count, [](int8_t v) { return v >= -64 && v <= 64; });
+}
+
 }  // namespace
 
 Tile best_tile(const int8_t* w, int64_t count) {
   if (cpu_features().has_avx512_vnni()) return Tile::kAvx512Vnni;
-  const bool seven_bit = std::all_of(w, w + count, [](int8_t v) { return v >= -64 && v <= 64; });
-  return seven_bit ? Tile::kAvx2Bytes : Tile::kAvx2;
+  if (cpu_features().has_avx_vnni()) return Tile::kAvxVnni;
+  return seven_bit(w, count) ? Tile::kAvx2Bytes : Tile::kAvx2;
 }
 
-Tile best_depthwise_tile() { return cpu_features().has_avx512_vnni() ? Tile::kDepthwiseVnni : Tile::kDepthwise; }
+Tile best_depthwise_tile(const int8_t* w, int64_t count) {
+  if (cpu_features().has_avx512_vnni()) return Tile::kDepthwiseVnni;
+  if (cpu_features().has_avx_vnni()) return Tile::kDepthwiseAvxVnni;
+  return seven_bit(w, count) ? Tile::kDepthwiseAvx2Bytes : Tile::kDepthwise;
+}
+
+std::vector<Tile> available_tiles(bool depthwise) {
+  std::vector<Tile> tiles;
+  if (cpu_features().has_avx512_vnni()) tiles.push_back(depthwise ? Tile::kDepthwiseVnni : Tile::kAvx512Vnni);
+  if (cpu_features().has_avx_vnni()) tiles.push_back(depthwise ? Tile::kDepthwiseAvxVnni : Tile::kAvxVnni);
+  if (depthwise)
+    tiles.insert(tiles.end(), {Tile::kDepthwiseAvx2Bytes, Tile::kDepthwise});
+  else
+    tiles.insert(tiles.end(), {Tile::kAvx2Bytes, Tile::kAvx2});
+  return tiles;
+}
+
+bool needs_seven_bit_weights(Tile tile) { return tile == Tile::kAvx2Bytes || tile == Tile::kDepthwiseAvx2Bytes; }
+
+const char* tile_name(Tile tile) {
+  switch (tile) {
+    case Tile::kAvx512Vnni: return "avx512_vnni";
+    case Tile::kAvxVnni: return "avx_vnni";
+    case Tile::kAvx2: return "avx2";
+    case Tile::kAvx2Bytes: return "avx2_bytes";
+    case Tile::kDepthwise: return "depthwise_avx2";
+    case Tile::kDepthwiseVnni: return "depthwise_avx512_vnni";
+    case Tile::kDepthwiseAvxVnni: return "depthwise_avx_vnni";
+    case Tile::kDepthwiseAvx2Bytes: return "depthwise_avx2_bytes";
+  }
+  return "?";
+}
 
 PackedWeights PackedWeights::pack(const int8_t* w, const Geometry& g, Tile tile) {
   PackedWeights r;
   r.tile_ = tile;
-  if (tile == Tile::kDepthwiseVnni) {
+  if (tile == Tile::kDepthwiseVnni || tile == Tile::kDepthwiseAvxVnni || tile == Tile::kDepthwiseAvx2Bytes) {
+    const int64_t width = tile == Tile::kDepthwiseVnni ? 64 : 32;  // channels a block: a zmm or a ymm of bytes
     const int64_t quads = (g.kernel_w + 3) / 4;
-    r.taps_ = g.kernel_h * g.kernel_w, r.steps_ = g.kernel_h * quads, r.blocks_ = (g.channels + 63) / 64;
-    r.block_bytes_ = r.steps_ * 256;
+    r.taps_ = g.kernel_h * g.kernel_w, r.steps_ = g.kernel_h * quads, r.blocks_ = (g.channels + width - 1) / width;
+    r.block_bytes_ = r.steps_ * 4 * width;
     r.data_.assign(static_cast<size_t>(r.blocks_ * r.block_bytes_), 0);
     r.sums_.assign(static_cast<size_t>(g.channels), 0);
     for (int64_t c = 0; c < g.channels; ++c)
       for (int64_t ky = 0; ky < g.kernel_h; ++ky)
         for (int64_t kx = 0; kx < g.kernel_w; ++kx) {
           const int8_t v = w[(c * g.kernel_h + ky) * g.kernel_w + kx];
-          const int64_t i = c % 64, l = i / 16, k = (i % 16) / 4, j = i % 4;  // vector k, lane 4 l + j
+          const int64_t i = c % width, l = i / 16, k = (i % 16) / 4, j = i % 4;  // vector k, lane 4 l + j
           const int64_t step = ky * quads + kx / 4;
-          r.data_[static_cast<size_t>((c / 64) * r.block_bytes_ + step * 256 + k * 64 + (4 * l + j) * 4 + kx % 4)] = v;
+          r.data_[static_cast<size_t>((c / width) * r.block_bytes_ + (step * 4 + k) * width + (4 * l + j) * 4 + kx % 4)] = v;
           r.sums_[static_cast<size_t>(c)] += v;
         }
     return r;
@@ -187,8 +223,11 @@ void conv(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t 
     out = nhwc_out.data();
   }
   Staged s{x, g.in_h, g.in_w, g.channels};
-  if (w.tile() == Tile::kDepthwise || w.tile() == Tile::kDepthwiseVnni) {
-    const auto depthwise = w.tile() == Tile::kDepthwise ? conv_depthwise : conv_depthwise_avx512vnni;
+  if (w.depthwise()) {
+    const auto depthwise = w.tile() == Tile::kDepthwiseVnni      ? conv_depthwise_avx512vnni
+                           : w.tile() == Tile::kDepthwiseAvxVnni ? conv_depthwise_avxvnni
+                           : w.tile() == Tile::kDepthwiseAvx2Bytes ? conv_depthwise_avx2_bytes
+                                                                   : conv_depthwise;
     if (x_nhwc) {
       depthwise(g, x, x_signed, zx, g.channels, w, rq, out, pool);
     } else {  // channels-last first: a padded copy, read as unpadded (its borders hold zx)
@@ -197,12 +236,12 @@ void conv(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t 
       padded.in_h = s.padded_h, padded.in_w = s.padded_w, padded.pad_top = padded.pad_left = 0;
       depthwise(padded, s.xp, false, static_cast<uint8_t>(zx) ^ (x_signed ? 0x80 : 0), s.cp, w, rq, out, pool);
     }
-  } else if (w.tile() == Tile::kAvx512Vnni || w.tile() == Tile::kAvx2Bytes) {
+  } else if (w.tile() != Tile::kAvx2) {  // quads of u8 channels
     if (!readable_in_place(g, x_signed, x_nhwc)) stage<uint8_t>(g, x, x_signed, x_nhwc, zx, 4, staged, s, pool);
-    if (w.tile() == Tile::kAvx512Vnni)
-      conv_staged_avx512vnni(g, s, w, rq, out, pool);
-    else
-      conv_staged_avx2_bytes(g, s, w, rq, out, pool);
+    const auto tiles = w.tile() == Tile::kAvx512Vnni ? conv_staged_avx512vnni
+                       : w.tile() == Tile::kAvxVnni  ? conv_staged_avxvnni
+                                                     : conv_staged_avx2_bytes;
+    tiles(g, s, w, rq, out, pool);
   } else {
     stage<int16_t>(g, x, x_signed, x_nhwc, zx, 2, staged, s, pool);
     conv_staged_avx2(g, s, w, rq, out, pool);

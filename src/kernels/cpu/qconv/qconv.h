@@ -51,21 +51,30 @@ struct Requantize {
   }
 };
 
-// The register tiles, best first: AVX-512 VNNI (vpdpbusd on u8 x s8 quads of channels), and AVX2
-// (vpmaddwd on pairs of channels widened to 16 bits: exact, where vpmaddubsw's u8 x s8 pairs
-// would saturate at 16 bits; widening halves the products an instruction, as the u8 x s8
-// route's extra vpmaddwd does). Both take blocks of 16 filters. With 7-bit weights (|w| <= 64,
-// what `kiln quantize --reduce-range` writes) a u8 x s8 pair sum stays within 16 bits, and the
-// AVX2 tile kAvx2Bytes multiplies quads of u8 channels with vpmaddubsw + vpmaddwd exactly (3 ops
-// for 32 products against kAvx2's 4, on a u8 staged copy half the size). Depthwise convs have
-// tiles of their own: kDepthwiseVnni (AVX-512 VNNI: 64 channels a block, four horizontal taps of
-// a channel interleaved into each int32 lane, one vpdpbusd per 16 channels x 4 taps), and
-// kDepthwise (AVX2, every CPU: 16 channels a block, the window's taps in pairs, vpmaddwd).
-enum class Tile { kAvx512Vnni, kAvx2, kAvx2Bytes, kDepthwise, kDepthwiseVnni };
+// The register tiles. Group 1, best first: kAvx512Vnni (vpdpbusd on zmm: u8 x s8 quads of
+// channels), kAvxVnni (vpdpbusd on ymm), kAvx2Bytes on 7-bit weights (|w| <= 64, what `kiln
+// quantize` writes for CPUs without VNNI: quads of u8 channels by vpmaddubsw + vpmaddwd, whose
+// u8 x s8 pair sums stay within 16 bits then; 3 ops for 32 products), kAvx2 on any weights
+// (vpmaddwd on pairs of channels widened to 16 bits, exact, where vpmaddubsw's pairs could
+// saturate; 4 ops for 32 products). All take blocks of 16 filters. Depthwise, best first:
+// kDepthwiseVnni (AVX-512 VNNI: 64 channels a block, four horizontal taps of a channel
+// interleaved into each int32 lane, one vpdpbusd per 16 channels x 4 taps), kDepthwiseAvxVnni
+// and kDepthwiseAvx2Bytes (the same on 32 channels a ymm block, by vpdpbusd, or on 7-bit weights
+// by vpmaddubsw + vpmaddwd), and kDepthwise (AVX2, every CPU: 16 channels a block, the window's
+// taps in pairs widened to 16 bits, vpmaddwd).
+enum class Tile {
+  kAvx512Vnni, kAvxVnni, kAvx2, kAvx2Bytes,
+  kDepthwise, kDepthwiseVnni, kDepthwiseAvxVnni, kDepthwiseAvx2Bytes
+};
 // The best tile this CPU (and KILN_ISA) allows for weights w (s8, `count` of them) of a conv
-// of group 1, and for a depthwise one.
+// of group 1, and of a depthwise one.
 Tile best_tile(const int8_t* w, int64_t count);
-Tile best_depthwise_tile();
+Tile best_depthwise_tile(const int8_t* w, int64_t count);
+// Every tile this CPU (and KILN_ISA) can run, group 1 or depthwise ones (tests and benchmarks
+// try each), and whether a tile needs 7-bit weights.
+std::vector<Tile> available_tiles(bool depthwise);
+bool needs_seven_bit_weights(Tile tile);
+const char* tile_name(Tile tile);  // "avx512_vnni", "avx_vnni", "avx2", "avx2_bytes", "depthwise_..."
 
 // W [filters, channels, kernel_h, kernel_w] (s8) packed for a tile: blocks of 16 filters, each
 // tap by tap, each tap's channels in steps (quads of s8 for VNNI, pairs of s16 for AVX2), a step
@@ -76,12 +85,18 @@ Tile best_depthwise_tile();
 // 8-11, then 4-7 and 12-15). For kDepthwiseVnni, blocks of 64 channels, each a step per kernel
 // row and quad of its taps (kernel_w rounded up to 4s), a step four vectors: vector k's int32
 // lane 4 l + j holds channel 16 l + 4 k + j's four taps (the lanes vpunpck{l,h}{bw,wd} make of
-// four taps' inputs), taps past the kernel zero.
+// four taps' inputs), taps past the kernel zero. kDepthwiseAvxVnni and kDepthwiseAvx2Bytes: the
+// same on blocks of 32 channels, a step four vectors of 32 bytes (lane 4 l + j of vector k:
+// channel 16 l + 4 k + j).
 class PackedWeights {
  public:
   static PackedWeights pack(const int8_t* w, const Geometry& g, Tile tile);
   Tile tile() const { return tile_; }
   int64_t channels_a_step() const { return tile_ == Tile::kAvx2 ? 2 : 4; }
+  bool depthwise() const {
+    return tile_ == Tile::kDepthwise || tile_ == Tile::kDepthwiseVnni || tile_ == Tile::kDepthwiseAvxVnni ||
+           tile_ == Tile::kDepthwiseAvx2Bytes;
+  }
   int64_t steps() const { return steps_; }  // channel steps a tap; tap pairs or row quads (depthwise)
   int64_t taps() const { return taps_; }
   int64_t blocks() const { return blocks_; }
@@ -103,24 +118,31 @@ class PackedWeights {
 void conv(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t zx, const PackedWeights& w,
           const Requantize& rq, void* y, bool y_nhwc, ThreadPool* pool);
 
-// The tiles' drivers over a staged input (qconv_avx512vnni.cc, qconv_avx2.cc): `xp` padded NHWC
-// of `padded_h` x `padded_w` pixels of `cp` channels (whole steps), u8 for VNNI and kAvx2Bytes,
-// int16 for kAvx2; Y channels-last.
+// The tiles' drivers over a staged input (qconv_avx512vnni.cc, qconv_avxvnni.cc, qconv_avx2.cc):
+// `xp` padded NHWC of `padded_h` x `padded_w` pixels of `cp` channels (whole steps), u8 for the
+// VNNI tiles and kAvx2Bytes, int16 for kAvx2; Y channels-last.
 struct Staged {
   const void* xp;
   int64_t padded_h, padded_w, cp;
 };
 void conv_staged_avx512vnni(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq,
                             void* y, ThreadPool* pool);
+void conv_staged_avxvnni(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq, void* y,
+                         ThreadPool* pool);
 void conv_staged_avx2(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq, void* y,
                       ThreadPool* pool);
 void conv_staged_avx2_bytes(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq, void* y,
                             ThreadPool* pool);
-// Depthwise (qconv_depthwise.cc, qconv_depthwise_avx512vnni.cc) reads channels-last u8 X (x_signed: s8) where it is, `stride`
-// bytes a pixel, with zero point zx (X's type).
+// Depthwise (qconv_depthwise.cc, qconv_depthwise_avx512vnni.cc, qconv_avxvnni.cc, qconv_avx2.cc)
+// reads channels-last u8 X (x_signed: s8) where it is, `stride` bytes a pixel, with zero point
+// zx (X's type).
 void conv_depthwise(const Geometry& g, const void* x, bool x_signed, int32_t zx, int64_t stride, const PackedWeights& w,
                     const Requantize& rq, void* y, ThreadPool* pool);
 void conv_depthwise_avx512vnni(const Geometry& g, const void* x, bool x_signed, int32_t zx, int64_t stride,
+                               const PackedWeights& w, const Requantize& rq, void* y, ThreadPool* pool);
+void conv_depthwise_avxvnni(const Geometry& g, const void* x, bool x_signed, int32_t zx, int64_t stride,
+                            const PackedWeights& w, const Requantize& rq, void* y, ThreadPool* pool);
+void conv_depthwise_avx2_bytes(const Geometry& g, const void* x, bool x_signed, int32_t zx, int64_t stride,
                                const PackedWeights& w, const Requantize& rq, void* y, ThreadPool* pool);
 
 }  // namespace kiln::qconv

@@ -1,92 +1,25 @@
-// The 8-bit conv's tile on AVX2 (qconv.h): 6 output pixels x one block of 16 filters (two ymm),
-// 12 accumulators. The staged input holds 16-bit values, so each pair of input channels of each
-// tap is one 4-byte broadcast a pixel; vpmaddwd multiplies it with the pair's 16-bit weights of
-// 8 filters and adds each two products into an int32 lane, exactly (a u8 x s8 vpmaddubsw would
-// saturate its 16-bit pair sums, 255 * 127 * 2 > 32767). The store requantizes (qconv.h).
-#include <immintrin.h>
-
-#include <algorithm>
-#include <cstring>
-
-#include "kernels/cpu/qconv/qconv_driver.h"
+// The 8-bit conv's tiles on AVX2 (qconv_tile_ymm.h's, with AVX2 steps). kAvx2: the staged input
+// holds 16-bit values, so each pair of input channels of each tap is one 4-byte broadcast a
+// pixel; vpmaddwd multiplies it with the pair's 16-bit weights of 8 filters and adds each two
+// products into an int32 lane, exactly (a u8 x s8 vpmaddubsw would saturate its 16-bit pair
+// sums, 255 * 127 * 2 > 32767). kAvx2Bytes, on 7-bit weights (|w| <= 64): quads of u8 channels
+// against quads of s8 weights, vpmaddubsw's pair sums (at most 255 * 64 * 2 = 32640) exact in
+// 16 bits, vpmaddwd against ones adding the two pairs into each filter's int32 lane. The same
+// step on 7-bit weights makes the depthwise tile kDepthwiseAvx2Bytes (qconv_depthwise_quads.h):
+// four taps of a channel a lane, fewer shuffles a product than the 16-bit kDepthwise.
+#include "kernels/cpu/qconv/qconv_depthwise_quads.h"
+#include "kernels/cpu/qconv/qconv_tile_ymm.h"
 
 namespace kiln::qconv {
 namespace {
 
-struct Avx2Tiles {
-  static constexpr int kPixels = 6, kMaxBlocks = 1;
-
-  static void store(const TilePlan& plan, __m256i (&acc)[kPixels][2], int64_t p0, int rows, int64_t m0) {
-    const Requantize& rq = plan.rq;
-    const int64_t filters = plan.g.filters;
-    const __m256 lo = _mm256_set1_ps(static_cast<float>(rq.lo - rq.zero_point));
-    const __m256 hi = _mm256_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
-    const __m256i zp = _mm256_set1_epi32(rq.zero_point);
-    for (int h = 0; h < 2; ++h) {
-      const int64_t m = m0 + h * 8, count = std::min<int64_t>(8, filters - m);
-      if (count <= 0) break;
-      const __m256i mask = first_lanes(count);
-      const __m256i bias = _mm256_maskload_epi32(rq.bias.data() + m, mask);
-      const __m256 scale = _mm256_maskload_ps(rq.scale.data() + m, mask);
-      for (int i = 0; i < rows; ++i) {
-        const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(acc[i][h], bias)), scale);
-        const int64_t at = (p0 + i) * filters + m;
-        if (rq.output == Output::kFloat) {
-          _mm256_maskstore_ps(static_cast<float*>(plan.y) + at, mask, f);
-          continue;
-        }
-        // Clamped in float first (as MLAS does); in range, the packs only narrow.
-        const __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f, lo), hi)), zp);
-        const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
-        const __m128i bytes = rq.output == Output::kS8 ? _mm_packs_epi16(w, w) : _mm_packus_epi16(w, w);
-        store_first_bytes(static_cast<char*>(plan.y) + at, bytes, count, 8);
-      }
-    }
-  }
-
-  // Pixels [p0, p0 + rows) x block b0, the product `Product` (a broadcast step against one weight
-  // vector of 8 filters: their int32 sums).
-  template <typename Product>
-  static void run_with(const TilePlan& plan, int64_t p0, int rows, int64_t b0, Product product) {
-    const char* px[kPixels];
-    windows(plan, p0, rows, px, kPixels);
-    __m256i acc[kPixels][2];
-    for (auto& row : acc) row[0] = row[1] = _mm256_setzero_si256();
-    const int64_t steps = plan.w.steps();
-    const int8_t* w = plan.w.block(b0);
-    for (const int64_t off : plan.tap_offsets) {
-      const char* p[kPixels];
-      for (int i = 0; i < kPixels; ++i) p[i] = px[i] + off;
-      for (int64_t q = 0; q < steps; ++q, w += 64) {
-        const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
-        const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32));
-#pragma GCC unroll 6
-        for (int i = 0; i < kPixels; ++i) {
-          const __m256i a = _mm256_set1_epi32(load_u32(p[i] + q * 4));
-          acc[i][0] = _mm256_add_epi32(acc[i][0], product(a, w0));
-          acc[i][1] = _mm256_add_epi32(acc[i][1], product(a, w1));
-        }
-      }
-    }
-    store(plan, acc, p0, rows, b0 * 16);
-  }
-
-  // 16-bit values: vpmaddwd on a pair of channels.
-  static void run(const TilePlan& plan, int64_t p0, int rows, int64_t b0, int) {
-    run_with(plan, p0, rows, b0, [](__m256i a, __m256i w) { return _mm256_madd_epi16(a, w); });
-  }
+struct PairsOf16Bits {
+  static __m256i add(__m256i acc, __m256i a, __m256i w) { return _mm256_add_epi32(acc, _mm256_madd_epi16(a, w)); }
 };
 
-// 7-bit weights (|w| <= 64): quads of u8 channels against quads of s8 weights, vpmaddubsw's
-// pair sums (at most 255 * 64 * 2 = 32640) exact in 16 bits, vpmaddwd against ones adding the
-// two pairs into each filter's int32 lane.
-struct Avx2ByteTiles {
-  static constexpr int kPixels = Avx2Tiles::kPixels, kMaxBlocks = 1;
-  static void run(const TilePlan& plan, int64_t p0, int rows, int64_t b0, int) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    Avx2Tiles::run_with(plan, p0, rows, b0, [ones](__m256i a, __m256i w) {
-      return _mm256_madd_epi16(_mm256_maddubs_epi16(a, w), ones);
-    });
+struct QuadsOf7BitWeights {
+  static __m256i add(__m256i acc, __m256i a, __m256i w) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, w), _mm256_set1_epi16(1)));
   }
 };
 
@@ -94,12 +27,17 @@ struct Avx2ByteTiles {
 
 void conv_staged_avx2_bytes(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq,
                             void* y, ThreadPool* pool) {
-  drive<Avx2ByteTiles>(g, x, w, rq, y, 1, pool);
+  drive<YmmTiles<QuadsOf7BitWeights>>(g, x, w, rq, y, 1, pool);
 }
 
 void conv_staged_avx2(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq, void* y,
                       ThreadPool* pool) {
-  drive<Avx2Tiles>(g, x, w, rq, y, 2, pool);
+  drive<YmmTiles<PairsOf16Bits>>(g, x, w, rq, y, 2, pool);
+}
+
+void conv_depthwise_avx2_bytes(const Geometry& g, const void* x, bool x_signed, int32_t zx, int64_t stride,
+                               const PackedWeights& w, const Requantize& rq, void* y, ThreadPool* pool) {
+  DepthwiseQuads<QuadsOf7BitWeights>::conv(g, x, x_signed, zx, stride, w, rq, y, pool);
 }
 
 }  // namespace kiln::qconv

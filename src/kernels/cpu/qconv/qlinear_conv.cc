@@ -69,7 +69,8 @@ class QLinearConvKernel : public Kernel {
     qconv::Geometry g;
     g.filters = filters_, g.channels = channels_, g.kernel_h = kernel_h_, g.kernel_w = kernel_w_;
     packed_ = qconv::PackedWeights::pack(
-        w->data<int8_t>(), g, depthwise ? qconv::best_depthwise_tile() : qconv::best_tile(w->data<int8_t>(), w->numel()));
+        w->data<int8_t>(), g, depthwise ? qconv::best_depthwise_tile(w->data<int8_t>(), w->numel())
+                  : qconv::best_tile(w->data<int8_t>(), w->numel()));
     // The zero point's term joins the bias; the scales multiply in QLinearConv's order.
     const int32_t zx = xz ? static_cast<int32_t>(load_as_double(xz->dtype(), xz->raw_data(), 0)) : 0;
     const int32_t zx_u8 = zx + (x_type_ == DType::kInt8 ? 128 : 0);
