@@ -37,7 +37,7 @@ void conv_staged_avx2(const Geometry& g, const Staged& x, const PackedWeights& w
 
 void conv_depthwise_avx2_bytes(const Geometry& g, const void* x, bool x_signed, int32_t zx, int64_t stride,
                                const PackedWeights& w, const Requantize& rq, void* y, ThreadPool* pool) {
-  DepthwiseQuads<QuadsOf7BitWeights>::conv(g, x, x_signed, zx, stride, w, rq, y, pool);
+  DepthwiseQuads<YmmQuads<QuadsOf7BitWeights>>::conv(g, x, x_signed, zx, stride, w, rq, y, pool);
 }
 
 }  // namespace kiln::qconv

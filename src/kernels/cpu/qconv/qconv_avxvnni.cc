@@ -24,7 +24,7 @@ void conv_staged_avxvnni(const Geometry& g, const Staged& x, const PackedWeights
 
 void conv_depthwise_avxvnni(const Geometry& g, const void* x, bool x_signed, int32_t zx, int64_t stride,
                             const PackedWeights& w, const Requantize& rq, void* y, ThreadPool* pool) {
-  DepthwiseQuads<VnniQuads>::conv(g, x, x_signed, zx, stride, w, rq, y, pool);
+  DepthwiseQuads<YmmQuads<VnniQuads>>::conv(g, x, x_signed, zx, stride, w, rq, y, pool);
 }
 
 }  // namespace kiln::qconv

@@ -1,0 +1,115 @@
+// The loops of the 8-bit depthwise tiles over quads of taps (qconv.h: kDepthwiseVnni,
+// kDepthwiseAvxVnni, kDepthwiseAvx2Bytes), each file that instantiates them compiled for its ISA.
+// A depthwise conv multiplies each channel by its own weights, so a u8 x s8 dot product of four
+// (vpdpbusd, or vpmaddubsw + vpmaddwd) must take four taps of one channel a lane: per kernel row,
+// four horizontal taps' channels are interleaved byte by byte into four vectors (vpunpck{l,h}bw,
+// then {l,h}wd: vector k's lane 4 l + j holds channel 16 l + 4 k + j's four taps, l the 128-bit
+// lane), and each meets its packed weights in one step. The loops here read channels-last X
+// where it is, one output pixel x one block of channels at a time; a tap outside X reads X's
+// zero point (its product is in the bias's zx term). A Tile gives
+//   Vec                              its vector type (a block has one channel a byte of it),
+//   Block block_params(rq, channels, b)   block b's first channel, count, bias (Vec bias[4], the
+//                                    sums' start) and scales in the lane order,
+//   window_sums<kKH, kKW, kFlip>(plan, block, weights, at, acc)   a pixel's window into acc,
+//                                    tap (ky, 4 q + t) read at at(ky, q, t),
+//   store(plan, block, acc, pixel)   the sums, requantized (or as floats), to Y's pixel.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "core/thread_pool.h"
+#include "kernels/cpu/qconv/qconv.h"
+
+namespace kiln::qconv {
+
+struct QuadsPlan {
+  const Geometry& g;
+  const uint8_t* x;
+  const uint8_t* x_end;  // one past X's last byte
+  int64_t stride;        // bytes a pixel of X
+  const uint8_t* pad;    // 64 bytes of X's zero point, as X holds it
+  const PackedWeights& w;
+  const Requantize& rq;
+  void* y;
+  bool clamp_high;       // rq.needs_float_clamp()
+};
+
+template <class Tile>
+struct DepthwiseQuads {
+  // One output row (image n, row oy) of block b. Pixels whose window lies inside X (most) read it
+  // at fixed offsets from the window's corner; the others check each tap.
+  template <int kKH, int kKW, bool kFlip>
+  static void row(const QuadsPlan& plan, int64_t n, int64_t oy, int64_t b) {
+    const Geometry& g = plan.g;
+    const typename Tile::Block bp = Tile::block_params(plan.rq, g.filters, b);
+    const int8_t* wb = plan.w.block(b);
+    const int64_t iy0 = oy * g.stride_h - g.pad_top, span_w = (g.kernel_w - 1) * g.dilation_w;
+    const bool rows_inside = iy0 >= 0 && iy0 + (g.kernel_h - 1) * g.dilation_h < g.in_h;
+    const int64_t ox_lo = std::min(g.out_w, (g.pad_left + g.stride_w - 1) / g.stride_w);
+    const int64_t ox_hi = g.in_w - 1 + g.pad_left - span_w < 0
+                              ? 0
+                              : std::min(g.out_w, (g.in_w - 1 + g.pad_left - span_w) / g.stride_w + 1);
+    const int64_t row_bytes = g.in_w * plan.stride;
+    for (int64_t ox = 0; ox < g.out_w; ++ox) {
+      typename Tile::Vec acc[4] = {bp.bias[0], bp.bias[1], bp.bias[2], bp.bias[3]};
+      const int64_t ix0 = ox * g.stride_w - g.pad_left;
+      if (rows_inside && ox >= ox_lo && ox < ox_hi) {
+        const uint8_t* corner = plan.x + ((n * g.in_h + iy0) * g.in_w + ix0) * plan.stride + bp.c0;
+        Tile::template window_sums<kKH, kKW, kFlip>(plan, bp, wb, [&](int64_t ky, int64_t q, int t) {
+          return corner + ky * g.dilation_h * row_bytes + (4 * q + t) * g.dilation_w * plan.stride;
+        }, acc);
+      } else {
+        Tile::template window_sums<kKH, kKW, kFlip>(plan, bp, wb, [&](int64_t ky, int64_t q, int t) {
+          const int64_t iy = iy0 + ky * g.dilation_h, ix = ix0 + (4 * q + t) * g.dilation_w;
+          const bool inside = iy >= 0 && iy < g.in_h && ix >= 0 && ix < g.in_w;
+          return inside ? plan.x + ((n * g.in_h + iy) * g.in_w + ix) * plan.stride + bp.c0 : plan.pad;
+        }, acc);
+      }
+      Tile::store(plan, bp, acc, (n * g.out_h + oy) * g.out_w + ox);
+    }
+  }
+
+  template <int kKH, int kKW>
+  static void rows(const QuadsPlan& plan, bool flip, int64_t i0, int64_t i1) {
+    const int64_t blocks = plan.w.blocks();
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t r = i / blocks, n = r / plan.g.out_h, oy = r % plan.g.out_h, b = i % blocks;
+      if (flip)
+        row<kKH, kKW, true>(plan, n, oy, b);
+      else
+        row<kKH, kKW, false>(plan, n, oy, b);
+    }
+  }
+
+  // conv_depthwise's contract (qconv.h). Threads take (output row, block) items, a row's blocks
+  // in a row: each thread reads its own band of X's rows (by blocks, each thread read all of X:
+  // mobilenet_v2's 96-channel stride-2 layer at 112x112, 1.2 MB of X, ran no faster on two
+  // threads than on one).
+  static void conv(const Geometry& g, const void* x, bool x_signed, int32_t zx, int64_t stride, const PackedWeights& w,
+                   const Requantize& rq, void* y, ThreadPool* pool) {
+    alignas(64) uint8_t pad[64];
+    std::memset(pad, static_cast<uint8_t>(zx), sizeof(pad));
+    const uint8_t* xb = static_cast<const uint8_t*>(x);
+    const QuadsPlan plan{g, xb, xb + ((g.batch * g.in_h * g.in_w - 1) * stride + g.channels), stride, pad, w, rq, y,
+                         rq.needs_float_clamp()};
+    const int64_t items = g.batch * g.out_h * w.blocks();
+    // 3x3 and 5x5 (mobilenets', efficientnets') unrolled at compile time; other windows general.
+    const int64_t square = g.kernel_h == g.kernel_w ? g.kernel_h : 0;
+    auto work = [&](int64_t i0, int64_t i1) {
+      if (square == 3)
+        rows<3, 3>(plan, x_signed, i0, i1);
+      else if (square == 5)
+        rows<5, 5>(plan, x_signed, i0, i1);
+      else
+        rows<0, 0>(plan, x_signed, i0, i1);
+    };
+    if (pool && items > 1)
+      pool->parallel_for(items, 1, work);
+    else
+      work(0, items);
+  }
+};
+
+}  // namespace kiln::qconv
