@@ -196,20 +196,25 @@ PackedWeights PackedWeights::pack(const int8_t* w, const Geometry& g, Tile tile)
   r.block_bytes_ = r.taps_ * r.steps_ * 64;
   r.data_.assign(static_cast<size_t>(r.blocks_ * r.block_bytes()), 0);
   r.sums_.assign(static_cast<size_t>(g.filters), 0);
-  for (int64_t m = 0; m < g.filters; ++m)
+  // The ymm tiles take a block's filters 0-3, 8-11 | 4-7, 12-15 (qconv_tile_ymm.h): groups 1
+  // and 2 of four swap places.
+  const bool ymm = tile != Tile::kAvx512Vnni;
+  for (int64_t m = 0; m < g.filters; ++m) {
+    const int64_t f = m % 16, slot = ymm && (f / 4 == 1 || f / 4 == 2) ? f ^ 12 : f;
     for (int64_t c = 0; c < g.channels; ++c)
       for (int64_t t = 0; t < r.taps_; ++t) {
         const int8_t v = w[(m * g.channels + c) * r.taps_ + t];
         // Step (block, tap, c / per): 16 filters x `per` channels, one value each (s8 or int16).
         const int64_t at = (((m / 16) * r.taps_ + t) * r.steps_ + c / per) * 64;
         if (tile != Tile::kAvx2) {  // quads of s8
-          r.data_[static_cast<size_t>(at + (m % 16) * 4 + c % 4)] = v;
+          r.data_[static_cast<size_t>(at + slot * 4 + c % 4)] = v;
         } else {
           const int16_t wide = v;
-          std::memcpy(&r.data_[static_cast<size_t>(at + ((m % 16) * 2 + c % 2) * 2)], &wide, 2);
+          std::memcpy(&r.data_[static_cast<size_t>(at + (slot * 2 + c % 2) * 2)], &wide, 2);
         }
         r.sums_[static_cast<size_t>(m)] += v;
       }
+  }
   return r;
 }
 

@@ -78,8 +78,9 @@ const char* tile_name(Tile tile);  // "avx512_vnni", "avx_vnni", "avx2", "avx2_b
 
 // W [filters, channels, kernel_h, kernel_w] (s8) packed for a tile: blocks of 16 filters, each
 // tap by tap, each tap's channels in steps (quads of s8 for VNNI, pairs of s16 for AVX2), a step
-// 16 filters x its channels (64 bytes either way); filters and channels past the real ones are
-// zero. Depthwise W [channels, 1, kernel_h, kernel_w]: for kDepthwise, blocks of 16 channels,
+// 16 filters x its channels (64 bytes either way; for the ymm tiles, kAvxVnni, kAvx2Bytes and
+// kAvx2, filters in the order 0-3, 8-11, 4-7, 12-15, so that one pack of the two sums gives
+// them in order); filters and channels past the real ones are zero. Depthwise W [channels, 1, kernel_h, kernel_w]: for kDepthwise, blocks of 16 channels,
 // each a step per pair of taps (the last one's second tap zero), a step the 16 channels' two
 // 16-bit weights interleaved as vpunpck{l,h}wd interleaves two taps' inputs (channels 0-3 and
 // 8-11, then 4-7 and 12-15). For kDepthwiseVnni, blocks of 64 channels, each a step per kernel

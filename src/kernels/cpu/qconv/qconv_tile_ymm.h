@@ -3,6 +3,7 @@
 // channels by one weight vector of 8 filters and adds the products into their int32 sums:
 //   Step::add(acc, a, w) -> acc + the products' sums.
 // 6 output pixels x one block of 16 filters (two ymm), 12 accumulators. The store requantizes.
+// The same code serves kAvx2 (pairs of 16-bit channels), kAvx2Bytes and kAvxVnni (quads of u8).
 // Everything here is a template of Step, so each file's instantiation is its own code.
 #pragma once
 
@@ -19,40 +20,60 @@ template <class Step>
 struct YmmTiles {
   static constexpr int kPixels = 6, kMaxBlocks = 1;
 
+  // A block's 16 filters lie in its weight vectors as PackedWeights packs them for a ymm tile:
+  // filters 0-3 and 8-11 in the first, 4-7 and 12-15 in the second, so that one vpackssdw of the
+  // two sums gives the 16 filters in order (per 128-bit lane: 0-7 | 8-15). load_in_tile_order
+  // reads 16 int32 or float values (past `count`: 0) into that order.
+  static void load_in_tile_order(const int32_t* p, int64_t count, __m256i (&v)[2]) {
+    const __m256i a = _mm256_maskload_epi32(p, first_lanes(count)), b = _mm256_maskload_epi32(p + 8, first_lanes(count - 8));
+    v[0] = _mm256_permute2x128_si256(a, b, 0x20), v[1] = _mm256_permute2x128_si256(a, b, 0x31);
+  }
+
+  // Stores `rows` pixels' sums (the bias in them already) of the block from filter m0. 8-bit
+  // codes as the VNNI tiles store them: the saturating packs narrow and clamp below (a sum too
+  // negative for cvtps' int32 gives INT_MIN, which saturates to the lowest code too), the zero
+  // point is added to the 16-bit values, saturating; the upper clamp stays in float, where a
+  // huge positive sum would otherwise wrap, only where a scale reaches 0.5
+  // (Requantize::needs_float_clamp).
   static void store(const TilePlan& plan, __m256i (&acc)[kPixels][2], int64_t p0, int rows, int64_t m0) {
     const Requantize& rq = plan.rq;
-    const int64_t filters = plan.g.filters;
-    const __m256 lo = _mm256_set1_ps(static_cast<float>(rq.lo - rq.zero_point));
-    const __m256 hi = _mm256_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
-    const __m256i zp = _mm256_set1_epi32(rq.zero_point);
-    for (int h = 0; h < 2; ++h) {
-      const int64_t m = m0 + h * 8, count = std::min<int64_t>(8, filters - m);
-      if (count <= 0) break;
-      const __m256i mask = first_lanes(count);
-      const __m256i bias = _mm256_maskload_epi32(rq.bias.data() + m, mask);
-      const __m256 scale = _mm256_maskload_ps(rq.scale.data() + m, mask);
+    const int64_t filters = plan.g.filters, count = std::min<int64_t>(16, filters - m0);
+    __m256i scale_bits[2];
+    load_in_tile_order(reinterpret_cast<const int32_t*>(rq.scale.data() + m0), count, scale_bits);
+    const __m256 scale[2] = {_mm256_castsi256_ps(scale_bits[0]), _mm256_castsi256_ps(scale_bits[1])};
+    if (rq.output == Output::kFloat) {
       for (int i = 0; i < rows; ++i) {
-        const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(acc[i][h], bias)), scale);
-        const int64_t at = (p0 + i) * filters + m;
-        if (rq.output == Output::kFloat) {
-          _mm256_maskstore_ps(static_cast<float*>(plan.y) + at, mask, f);
-          continue;
-        }
-        // Clamped in float first (as MLAS does); in range, the packs only narrow.
-        const __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f, lo), hi)), zp);
-        const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
-        const __m128i bytes = rq.output == Output::kS8 ? _mm_packs_epi16(w, w) : _mm_packus_epi16(w, w);
-        store_first_bytes(static_cast<char*>(plan.y) + at, bytes, count, 8);
+        const __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[i][0]), scale[0]);
+        const __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[i][1]), scale[1]);
+        float* out = static_cast<float*>(plan.y) + (p0 + i) * filters + m0;
+        _mm256_maskstore_ps(out, first_lanes(count), _mm256_permute2f128_ps(f0, f1, 0x20));
+        _mm256_maskstore_ps(out + 8, first_lanes(count - 8), _mm256_permute2f128_ps(f0, f1, 0x31));
       }
+      return;
+    }
+    const __m256 hi = _mm256_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
+    const __m256i zp = _mm256_set1_epi16(static_cast<int16_t>(rq.zero_point));
+    for (int i = 0; i < rows; ++i) {
+      __m256i q[2];
+      for (int h = 0; h < 2; ++h) {
+        const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[i][h]), scale[h]);
+        q[h] = _mm256_cvtps_epi32(plan.clamp_high ? _mm256_min_ps(f, hi) : f);
+      }
+      const __m256i words = _mm256_adds_epi16(_mm256_packs_epi32(q[0], q[1]), zp);
+      const __m256i bytes = rq.output == Output::kS8 ? _mm256_packs_epi16(words, words) : _mm256_packus_epi16(words, words);
+      const __m128i ordered = _mm256_castsi256_si128(_mm256_permute4x64_epi64(bytes, _MM_SHUFFLE(3, 1, 2, 0)));
+      store_first_bytes(static_cast<char*>(plan.y) + (p0 + i) * filters + m0, ordered, count, 16);
     }
   }
 
-  // Pixels [p0, p0 + rows) x block b0.
+  // Pixels [p0, p0 + rows) x block b0. The sums start from the bias.
   static void run(const TilePlan& plan, int64_t p0, int rows, int64_t b0, int) {
     const char* px[kPixels];
     windows(plan, p0, rows, px, kPixels);
+    __m256i bias[2];
+    load_in_tile_order(plan.rq.bias.data() + b0 * 16, std::min<int64_t>(16, plan.g.filters - b0 * 16), bias);
     __m256i acc[kPixels][2];
-    for (auto& row : acc) row[0] = row[1] = _mm256_setzero_si256();
+    for (auto& row : acc) row[0] = bias[0], row[1] = bias[1];
     const int64_t steps = plan.w.steps();
     const int8_t* w = plan.w.block(b0);
     for (const int64_t off : plan.tap_offsets) {
