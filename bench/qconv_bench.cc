@@ -101,12 +101,16 @@ const bool kRegistered = [] {
   kiln::bench::register_fma_peak();
   for (const Layer& l : kLayers)
     for (const qconv::Tile tile : qconv::available_tiles(l.depthwise))
-      for (int threads : {1, 2})
+      for (int threads : {1, 2}) {
+        qconv::Geometry g;
+        g.channels = l.c, g.kernel_h = g.kernel_w = l.k, g.stride_h = g.stride_w = l.stride;
+        if (!qconv::tile_fits(tile, g)) continue;
         benchmark::RegisterBenchmark(
             (std::string(l.name) + "/" + qconv::tile_name(tile) + "/threads:" + std::to_string(threads)).c_str(),
             BM_QConv, l, tile, threads)
             ->UseRealTime()
             ->MinTime(0.2);
+      }
   return true;
 }();
 

@@ -96,20 +96,22 @@ std::vector<double> expected(const Case& k, const Data& d, bool x_signed, qconv:
 }
 
 void check_direct(const Case& k, qconv::Tile tile, bool x_signed, bool per_filter, qconv::Output out, bool nhwc,
-                  int threads, float y_scale = 0.35f) {
+                  int threads, float y_scale = 0.35f, void (*edit)(Data&) = nullptr) {
   SCOPED_TRACE(::testing::Message() << k.n << "x" << k.c << "x" << k.h << "x" << k.w << " m " << k.m << " k " << k.kh
                                     << "x" << k.kw << " s " << k.sh << "," << k.sw << " d " << k.dh << "," << k.dw
                                     << " pads " << k.pt << k.pl << k.pb << k.pr << (x_signed ? " s8" : " u8")
                                     << " out " << static_cast<int>(out) << (nhwc ? " nhwc" : " nchw")
                                     << " threads " << threads
                                     << " tile " << qconv::tile_name(tile) << " y_scale " << y_scale);
-  const Data d = make_data(k, x_signed, per_filter, static_cast<uint32_t>(k.c * 31 + k.m * 7 + k.h),
+  Data d = make_data(k, x_signed, per_filter, static_cast<uint32_t>(k.c * 31 + k.m * 7 + k.h),
                            qconv::needs_seven_bit_weights(tile), y_scale);
+  if (edit) edit(d);
   qconv::Geometry g;
   g.batch = k.n, g.channels = k.c, g.in_h = k.h, g.in_w = k.w, g.filters = k.m;
   g.out_h = out_dim(k.h, k.kh, k.sh, k.dh, k.pt, k.pb), g.out_w = out_dim(k.w, k.kw, k.sw, k.dw, k.pl, k.pr);
   g.kernel_h = k.kh, g.kernel_w = k.kw, g.stride_h = k.sh, g.stride_w = k.sw, g.dilation_h = k.dh;
   g.dilation_w = k.dw, g.pad_top = k.pt, g.pad_left = k.pl;
+  if (!qconv::tile_fits(tile, g)) return;  // e.g. Winograd's 3x3 stride 1 on another window
   const qconv::PackedWeights packed = qconv::PackedWeights::pack(d.w.data(), g, tile);
   qconv::Requantize rq;
   rq.output = out;
@@ -213,6 +215,37 @@ TEST(QConv, MatchesAPlainLoop) {
         for (const auto out : {qconv::Output::kU8, qconv::Output::kS8, qconv::Output::kFloat})
           for (const bool nhwc : {false, true})
             check_direct(k, tile, x_signed, x_signed == nhwc, out, nhwc, nhwc ? 2 : 1);
+}
+
+// Winograd's 3x3 stride-1 tile (CPUs without VNNI) on more shapes than cases() has: odd outputs
+// (part 2x2 tiles), several chunks of tiles and one, channels not in 16s, batches, threads that
+// split the filters of a chunk; and at its
+// channel bound with every product at its largest (X 255, W -128, zero point 0), where the sum
+// times 4 nears int32's limit, and with signs mixed, where the point sums wrap.
+TEST(QConv, WinogradMatchesAPlainLoop) {
+  const qconv::Tile tile = qconv::Tile::kWinogradAvx2;
+  const std::vector<Case> shapes = {
+      // n  c   h   w   m   kh kw sh sw dh dw pt pl pb pr
+      {2, 20, 9, 11, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
+      {1, 16, 30, 30, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},  // 225 tiles: several chunks
+      {1, 17, 8, 7, 33, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0},    // no padding, 17 channels
+      {1, 40, 4, 4, 24, 3, 3, 1, 1, 1, 1, 2, 1, 0, 2},    // uneven pads
+  };
+  for (const Case& k : shapes)
+    for (const bool x_signed : {false, true})
+      for (const auto out : {qconv::Output::kU8, qconv::Output::kS8, qconv::Output::kFloat})
+        check_direct(k, tile, x_signed, true, out, true, 2);
+  const Case wide{1, qconv::kWinogradMaxChannels, 3, 3, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
+  check_direct(wide, tile, false, true, qconv::Output::kFloat, true, 1, 0.35f, [](Data& d) {
+    std::fill(d.x.begin(), d.x.end(), 255);
+    std::fill(d.w.begin(), d.w.end(), -128);
+    d.zx = 0;
+  });
+  check_direct(wide, tile, false, true, qconv::Output::kFloat, true, 1, 0.35f, [](Data& d) {
+    for (size_t i = 0; i < d.x.size(); ++i) d.x[i] = i % 3 == 0 ? 0 : 255;
+    for (size_t i = 0; i < d.w.size(); ++i) d.w[i] = i % 2 ? 127 : -128;
+    d.zx = 0;
+  });
 }
 
 // The QLinearConv node reaches the same values (the tile where it applies, the reference where

@@ -62,25 +62,33 @@ struct Requantize {
 // and kDepthwiseAvx2Bytes (the same on 32 channels a ymm block, by vpdpbusd, or on 7-bit weights
 // by vpmaddubsw + vpmaddwd), and kDepthwise (AVX2, every CPU: 16 channels a block, the window's
 // taps in pairs widened to 16 bits, vpmaddwd).
+// Without VNNI, a 3x3 stride-1 conv of 8-bit weights takes kWinogradAvx2 (qconv_winograd_avx2.cc):
+// Winograd F(2x2, 3x3) in exact integers, 2.25x fewer products on vpmaddwd.
 enum class Tile {
-  kAvx512Vnni, kAvxVnni, kAvx2, kAvx2Bytes,
+  kAvx512Vnni, kAvxVnni, kAvx2, kAvx2Bytes, kWinogradAvx2,
   kDepthwise, kDepthwiseVnni, kDepthwiseAvxVnni, kDepthwiseAvx2Bytes
 };
 // The best tile this CPU (and KILN_ISA) allows for weights w (s8, `count` of them) of a conv
-// of group 1, and of a depthwise one.
-Tile best_tile(const int8_t* w, int64_t count);
+// of group 1 with geometry g (its kernel, strides, dilations and channels: the rest may be
+// unknown), and of a depthwise one.
+Tile best_tile(const int8_t* w, int64_t count, const Geometry& g);
 Tile best_depthwise_tile(const int8_t* w, int64_t count);
 // Every tile this CPU (and KILN_ISA) can run, group 1 or depthwise ones (tests and benchmarks
-// try each), and whether a tile needs 7-bit weights.
+// try each), whether a tile needs 7-bit weights, and whether it runs geometry g.
 std::vector<Tile> available_tiles(bool depthwise);
 bool needs_seven_bit_weights(Tile tile);
+bool tile_fits(Tile tile, const Geometry& g);
+// kWinogradAvx2's exactness bound: its int32 sums hold 4 x the conv's up to this many channels.
+inline constexpr int64_t kWinogradMaxChannels = 1024;
 const char* tile_name(Tile tile);  // "avx512_vnni", "avx_vnni", "avx2", "avx2_bytes", "depthwise_..."
 
 // W [filters, channels, kernel_h, kernel_w] (s8) packed for a tile: blocks of 16 filters, each
 // tap by tap, each tap's channels in steps (quads of s8 for VNNI, pairs of s16 for AVX2), a step
 // 16 filters x its channels (64 bytes either way; for the ymm tiles, kAvxVnni, kAvx2Bytes and
 // kAvx2, filters in the order 0-3, 8-11, 4-7, 12-15, so that one pack of the two sums gives
-// them in order); filters and channels past the real ones are zero. Depthwise W [channels, 1, kernel_h, kernel_w]: for kDepthwise, blocks of 16 channels,
+// them in order); filters and channels past the real ones are zero. kWinogradAvx2: blocks of 16
+// filters (in the ymm order), each per point of the 4x4 transform its channel pairs (channels
+// padded to 16s), a step 16 filters x 2 int16 of U = G' g G'^T (qconv_winograd_avx2.cc). Depthwise W [channels, 1, kernel_h, kernel_w]: for kDepthwise, blocks of 16 channels,
 // each a step per pair of taps (the last one's second tap zero), a step the 16 channels' two
 // 16-bit weights interleaved as vpunpck{l,h}wd interleaves two taps' inputs (channels 0-3 and
 // 8-11, then 4-7 and 12-15). For kDepthwiseVnni, blocks of 64 channels, each a step per kernel
@@ -107,6 +115,7 @@ class PackedWeights {
   const std::vector<int32_t>& filter_sums() const { return sums_; }
 
  private:
+  static PackedWeights pack_winograd(const int8_t* w, const Geometry& g);
   Tile tile_ = Tile::kAvx2;
   int64_t steps_ = 0, taps_ = 0, blocks_ = 0, block_bytes_ = 0;
   std::vector<int8_t> data_;
@@ -134,6 +143,10 @@ void conv_staged_avx2(const Geometry& g, const Staged& x, const PackedWeights& w
                       ThreadPool* pool);
 void conv_staged_avx2_bytes(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq, void* y,
                             ThreadPool* pool);
+// `x` padded u8 to whole 2x2 tiles of the output (out_h and out_w rounded up to even), channels
+// to 16s.
+void conv_winograd_avx2(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq, void* y,
+                        ThreadPool* pool);
 // Depthwise (qconv_depthwise.cc, qconv_depthwise_avx512vnni.cc, qconv_avxvnni.cc, qconv_avx2.cc)
 // reads channels-last u8 X (x_signed: s8) where it is, `stride` bytes a pixel, with zero point
 // zx (X's type).

@@ -3,8 +3,9 @@
 // channels by one weight vector of 8 filters and adds the products into their int32 sums:
 //   Step::add(acc, a, w) -> acc + the products' sums.
 // 6 output pixels x one block of 16 filters (two ymm), 12 accumulators. The store requantizes.
-// The same code serves kAvx2 (pairs of 16-bit channels), kAvx2Bytes and kAvxVnni (quads of u8).
-// Everything here is a template of Step, so each file's instantiation is its own code.
+// The same code serves kAvx2 (pairs of 16-bit channels), kAvx2Bytes and kAvxVnni (quads of u8);
+// the tile is a template of Step, so each file's instantiation is its own code, and its store
+// (store_ymm_sums, which kWinogradAvx2 shares) uses AVX2 alone.
 #pragma once
 
 #include <immintrin.h>
@@ -16,54 +17,54 @@
 
 namespace kiln::qconv {
 
+// A block's 16 filters lie in the ymm tiles' weight vectors as PackedWeights packs them:
+// filters 0-3 and 8-11 in the first, 4-7 and 12-15 in the second, so that one vpackssdw of the
+// two sums gives the 16 filters in order (per 128-bit lane: 0-7 | 8-15). load_in_tile_order
+// reads 16 int32 (or float bits) values, past `count` 0, into that order.
+inline void load_in_tile_order(const int32_t* p, int64_t count, __m256i (&v)[2]) {
+  const __m256i a = _mm256_maskload_epi32(p, first_lanes(count)), b = _mm256_maskload_epi32(p + 8, first_lanes(count - 8));
+  v[0] = _mm256_permute2x128_si256(a, b, 0x20), v[1] = _mm256_permute2x128_si256(a, b, 0x31);
+}
+
+// One pixel's sums (the bias in them) of `count` filters in the tiles' order, s0 and s1, to
+// `out` (the pixel's first filter in Y). 8-bit codes as the VNNI tiles store them: the
+// saturating packs narrow and clamp below (a sum too negative for cvtps' int32 gives INT_MIN,
+// which saturates to the lowest code too), the zero point is added to the 16-bit values,
+// saturating; the upper clamp stays in float, where a huge positive sum would otherwise wrap,
+// only where a scale reaches 0.5 (clamp_high: Requantize::needs_float_clamp).
+inline void store_ymm_sums(const Requantize& rq, bool clamp_high, const __m256 (&scale)[2], __m256i s0, __m256i s1,
+                           char* out, int64_t count) {
+  const __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(s0), scale[0]);
+  const __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(s1), scale[1]);
+  if (rq.output == Output::kFloat) {
+    float* o = reinterpret_cast<float*>(out);
+    _mm256_maskstore_ps(o, first_lanes(count), _mm256_permute2f128_ps(f0, f1, 0x20));
+    _mm256_maskstore_ps(o + 8, first_lanes(count - 8), _mm256_permute2f128_ps(f0, f1, 0x31));
+    return;
+  }
+  const __m256 hi = _mm256_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
+  const __m256i q0 = _mm256_cvtps_epi32(clamp_high ? _mm256_min_ps(f0, hi) : f0);
+  const __m256i q1 = _mm256_cvtps_epi32(clamp_high ? _mm256_min_ps(f1, hi) : f1);
+  const __m256i words = _mm256_adds_epi16(_mm256_packs_epi32(q0, q1), _mm256_set1_epi16(static_cast<int16_t>(rq.zero_point)));
+  const __m256i bytes = rq.output == Output::kS8 ? _mm256_packs_epi16(words, words) : _mm256_packus_epi16(words, words);
+  store_first_bytes(out, _mm256_castsi256_si128(_mm256_permute4x64_epi64(bytes, _MM_SHUFFLE(3, 1, 2, 0))), count, 16);
+}
+
 template <class Step>
 struct YmmTiles {
   static constexpr int kPixels = 6, kMaxBlocks = 1;
 
-  // A block's 16 filters lie in its weight vectors as PackedWeights packs them for a ymm tile:
-  // filters 0-3 and 8-11 in the first, 4-7 and 12-15 in the second, so that one vpackssdw of the
-  // two sums gives the 16 filters in order (per 128-bit lane: 0-7 | 8-15). load_in_tile_order
-  // reads 16 int32 or float values (past `count`: 0) into that order.
-  static void load_in_tile_order(const int32_t* p, int64_t count, __m256i (&v)[2]) {
-    const __m256i a = _mm256_maskload_epi32(p, first_lanes(count)), b = _mm256_maskload_epi32(p + 8, first_lanes(count - 8));
-    v[0] = _mm256_permute2x128_si256(a, b, 0x20), v[1] = _mm256_permute2x128_si256(a, b, 0x31);
-  }
-
-  // Stores `rows` pixels' sums (the bias in them already) of the block from filter m0. 8-bit
-  // codes as the VNNI tiles store them: the saturating packs narrow and clamp below (a sum too
-  // negative for cvtps' int32 gives INT_MIN, which saturates to the lowest code too), the zero
-  // point is added to the 16-bit values, saturating; the upper clamp stays in float, where a
-  // huge positive sum would otherwise wrap, only where a scale reaches 0.5
-  // (Requantize::needs_float_clamp).
+  // Stores `rows` pixels' sums of the block from filter m0 (store_ymm_sums).
   static void store(const TilePlan& plan, __m256i (&acc)[kPixels][2], int64_t p0, int rows, int64_t m0) {
     const Requantize& rq = plan.rq;
     const int64_t filters = plan.g.filters, count = std::min<int64_t>(16, filters - m0);
+    const size_t elem = rq.output == Output::kFloat ? 4 : 1;
     __m256i scale_bits[2];
     load_in_tile_order(reinterpret_cast<const int32_t*>(rq.scale.data() + m0), count, scale_bits);
     const __m256 scale[2] = {_mm256_castsi256_ps(scale_bits[0]), _mm256_castsi256_ps(scale_bits[1])};
-    if (rq.output == Output::kFloat) {
-      for (int i = 0; i < rows; ++i) {
-        const __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[i][0]), scale[0]);
-        const __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[i][1]), scale[1]);
-        float* out = static_cast<float*>(plan.y) + (p0 + i) * filters + m0;
-        _mm256_maskstore_ps(out, first_lanes(count), _mm256_permute2f128_ps(f0, f1, 0x20));
-        _mm256_maskstore_ps(out + 8, first_lanes(count - 8), _mm256_permute2f128_ps(f0, f1, 0x31));
-      }
-      return;
-    }
-    const __m256 hi = _mm256_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
-    const __m256i zp = _mm256_set1_epi16(static_cast<int16_t>(rq.zero_point));
-    for (int i = 0; i < rows; ++i) {
-      __m256i q[2];
-      for (int h = 0; h < 2; ++h) {
-        const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[i][h]), scale[h]);
-        q[h] = _mm256_cvtps_epi32(plan.clamp_high ? _mm256_min_ps(f, hi) : f);
-      }
-      const __m256i words = _mm256_adds_epi16(_mm256_packs_epi32(q[0], q[1]), zp);
-      const __m256i bytes = rq.output == Output::kS8 ? _mm256_packs_epi16(words, words) : _mm256_packus_epi16(words, words);
-      const __m128i ordered = _mm256_castsi256_si128(_mm256_permute4x64_epi64(bytes, _MM_SHUFFLE(3, 1, 2, 0)));
-      store_first_bytes(static_cast<char*>(plan.y) + (p0 + i) * filters + m0, ordered, count, 16);
-    }
+    for (int i = 0; i < rows; ++i)
+      store_ymm_sums(rq, plan.clamp_high, scale, acc[i][0], acc[i][1],
+                     static_cast<char*>(plan.y) + ((p0 + i) * filters + m0) * elem, count);
   }
 
   // Pixels [p0, p0 + rows) x block b0. The sums start from the bias.

@@ -68,9 +68,11 @@ class QLinearConvKernel : public Kernel {
     kernel_h_ = w->rank() == 4 ? w->dim(2) : 1, kernel_w_ = w->dim(w->rank() - 1);
     qconv::Geometry g;
     g.filters = filters_, g.channels = channels_, g.kernel_h = kernel_h_, g.kernel_w = kernel_w_;
+    if (const std::vector<int64_t> s = node_.attr_ints("strides"); s.size() == 2) g.stride_h = s[0], g.stride_w = s[1];
+    if (const std::vector<int64_t> d = node_.attr_ints("dilations"); d.size() == 2) g.dilation_h = d[0], g.dilation_w = d[1];
     packed_ = qconv::PackedWeights::pack(
         w->data<int8_t>(), g, depthwise ? qconv::best_depthwise_tile(w->data<int8_t>(), w->numel())
-                  : qconv::best_tile(w->data<int8_t>(), w->numel()));
+                  : qconv::best_tile(w->data<int8_t>(), w->numel(), g));
     // The zero point's term joins the bias; the scales multiply in QLinearConv's order.
     const int32_t zx = xz ? static_cast<int32_t>(load_as_double(xz->dtype(), xz->raw_data(), 0)) : 0;
     const int32_t zx_u8 = zx + (x_type_ == DType::kInt8 ? 128 : 0);
@@ -121,6 +123,8 @@ class QLinearConvKernel : public Kernel {
     if (channels_last_) y_shape.push_back(filters_);
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, y_type_, y_shape));
     if (y->numel() == 0) return Status::ok();
+    if (!qconv::tile_fits(packed_.tile(), g))  // the strides and dilations prepare read are the node's
+      return ctx.error("QLinearConv: the packed weights' tile does not take this geometry");
     qconv::conv(g, x.raw_data(), x_type_ == DType::kInt8, channels_last_, x_zero_point_, packed_, rq_, y->raw_data(),
                 channels_last_, ctx.pool);
     uint8_t* codes = static_cast<uint8_t*>(y->raw_data());
