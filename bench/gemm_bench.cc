@@ -87,16 +87,18 @@ void BM_GemmS16(benchmark::State& state, kiln::gemm::S16Kernel kernel, int64_t m
   state.counters["pct_f32_peak"] = 100.0 * gops / kiln::bench::peak_gflops(threads);
 }
 
-// gemm_u8s8 (VNNI CPUs) on a prepacked int8 B, u8 A with per-row zero points, dequantized to
-// floats in its tiles: DynamicQuantMatMul's GEMM. With `cold`, each run takes the next of enough
-// copies of B (64 MiB in all) that it comes from memory, as a model's weights do.
+// gemm_u8s8 on a prepacked int8 B (of 7-bit values on CPUs without VNNI, which take them alone),
+// u8 A with per-row zero points, dequantized to floats in its tiles: DynamicQuantMatMul's GEMM.
+// With `cold`, each run takes the next of enough copies of B (64 MiB in all) that it comes from
+// memory, as a model's weights do.
 void BM_GemmU8S8(benchmark::State& state, int64_t m, int64_t n, int64_t k, int threads, bool cold) {
   std::mt19937 rng(1);
   std::uniform_int_distribution<int> dist(0, 255);
   std::vector<uint8_t> a(m * k);
   std::vector<int8_t> b(k * n);
   for (uint8_t& x : a) x = static_cast<uint8_t>(dist(rng));
-  for (int8_t& x : b) x = static_cast<int8_t>(dist(rng) - 128);
+  const bool seven_bit = !kiln::gemm::u8s8_available(false);
+  for (int8_t& x : b) x = static_cast<int8_t>((dist(rng) - 128) / (seven_bit ? 2 : 1));
   std::vector<int32_t> za(m, 100);
   std::vector<float> as(m, 0.01f), bs(n, 0.02f), y(m * n);
   kiln::gemm::Dequantize dq;
@@ -132,13 +134,16 @@ void register_integer() {
             ->MinTime(0.3)
             ->Unit(benchmark::kMillisecond);
       }
-  if (!kiln::gemm::u8s8_available()) return;
+  const kiln::CpuFeatures& f = kiln::cpu_features();
+  const std::string tile = f.has_avx512_vnni() ? "u8s8_6x64_avx512vnni"
+                           : f.has_avx_vnni()  ? "u8s8_6x16_avxvnni"
+                                               : "u8s8_6x16_avx2_7bit";
   const Shape bert[] = {{"bert_qkvo_128x768x768", 128, 768, 768}, {"bert_fc1_128x3072x768", 128, 3072, 768},
                         {"bert_fc2_128x768x3072", 128, 768, 3072}};
   for (const Shape& s : bert)
     for (int threads : {1, 2})
       for (bool cold : {false, true}) {
-      const std::string name = std::string("u8s8_6x64_avx512vnni/") + s.name + (cold ? "/cold_b" : "") +
+      const std::string name = tile + "/" + s.name + (cold ? "/cold_b" : "") +
                                "/threads:" + std::to_string(threads);
       benchmark::RegisterBenchmark(name.c_str(), BM_GemmU8S8, s.m, s.n, s.k, threads, cold)
           ->UseRealTime()

@@ -47,9 +47,10 @@ struct QuantizeOptions {
   // Weights: one scale per output channel (filter, column), else one for the whole tensor.
   bool per_channel = true;
   // 7-bit weights (|w| <= 63): a u8 x s8 pair sum then stays within 16 bits, so CPUs without VNNI
-  // run the convs on vpmaddubsw (kernels/cpu/qconv's kAvx2Bytes tile, ~1.4x its exact 16-bit
-  // route) at a little accuracy (ONNX Runtime's reduce_range). The CLI and Python turn it on where
-  // the CPU in use lacks VNNI unless told otherwise.
+  // run the convs and MatMuls (static or dynamic) on vpmaddubsw (kernels/cpu/qconv's kAvx2Bytes
+  // tile, gemm_u8s8's AVX2 tile: ~1.3x their exact 16-bit routes) at a little accuracy (ONNX
+  // Runtime's reduce_range). The CLI and Python turn it on where the CPU in use lacks VNNI
+  // unless told otherwise.
   bool reduce_range = false;
   // Activations: uint8 with a zero point (asymmetric), or int8 with zero point 0 (symmetric).
   bool signed_activations = false;

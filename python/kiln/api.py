@@ -212,7 +212,8 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, prec
     nearest the float model's on the held-out samples); ``per_channel`` weight scales; int8 symmetric
     activations with ``signed_activations`` (else uint8 with a zero point); ``keep_float`` names
     nodes left in float. ``weight_bits`` 8, 7 (a u8 x s8 pair sum then fits 16 bits: the AVX2
-    kernels' faster vpmaddubsw route) or "auto" (7 where this CPU lacks VNNI). The accuracy guard: each output must keep a cosine of at least
+    kernels' faster vpmaddubsw route) or "auto" (7 where this CPU lacks VNNI, static quantization
+    only: its accuracy guard measures the cost; dynamic keeps 8). The accuracy guard: each output must keep a cosine of at least
     ``min_cosine`` to the float model's on ``held_out`` (samples as ``calibration_data``; default
     every ``hold_out_every``-th calibration sample, held back from calibrating, when there are at
     least twice that many; else the calibration samples), nodes going back to float, most sensitive first, up to
@@ -241,7 +242,8 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, prec
     samples = _calibration_next(core, calibration_data if calibration_data is not None else [], input_shapes)
     if weight_bits not in ("auto", 4, 7, 8, "4", "7", "8") or (str(weight_bits) == "4" and not weight_only):
         raise InvalidArgument("weight_bits must be 8, 7 or 'auto' (4 with weight_only)")
-    reduce = not weight_only and (str(weight_bits) == "7" or (weight_bits == "auto" and not _kiln.has_vnni()))
+    reduce = not weight_only and (str(weight_bits) == "7" or
+                                  (weight_bits == "auto" and not _kiln.has_vnni() and not dynamic))
     weight_only_bits = (4 if str(weight_bits) == "4" else 8) if weight_only else 0
     report = core.quantize(samples, held_out=held, dynamic=bool(dynamic), portable=bool(portable),
                            reduce_range=reduce, method=method,

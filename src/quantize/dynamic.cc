@@ -25,9 +25,10 @@ namespace {
 using passes::fresh_name;
 using passes::make_node;
 
-// W [K, N] (or, `transposed`, W [N, K] as W^T) as int8 [K, N] with scales per column (or one).
-QuantizedWeight quantize_columns(const Tensor& w, bool transposed, bool per_column) {
-  QuantizedWeight r = quantize_weight(w, transposed ? 0 : 1, per_column, 127.0f);
+// W [K, N] (or, `transposed`, W [N, K] as W^T) as int8 [K, N] with scales per column (or one),
+// within +-63 with `reduce_range` (gemm_u8s8's vpmaddubsw route on CPUs without VNNI).
+QuantizedWeight quantize_columns(const Tensor& w, bool transposed, bool per_column, bool reduce_range) {
+  QuantizedWeight r = quantize_weight(w, transposed ? 0 : 1, per_column, reduce_range ? 63.0f : 127.0f);
   if (!transposed) return r;
   const int64_t n = w.dim(0), k = w.dim(1);
   Tensor t = Tensor::make(DType::kInt8, {k, n}).value();
@@ -79,7 +80,7 @@ Status write_dynamic(ir::Model& model, const passes::ValueTypes& types, const Qu
       nodes.push_back(n);
       continue;
     }
-    QuantizedWeight qw = quantize_columns(*w, gemm && n.attr_int("transB", 0) != 0, options.per_channel);
+    QuantizedWeight qw = quantize_columns(*w, gemm && n.attr_int("transB", 0) != 0, options.per_channel, options.reduce_range);
     Tensor wq = std::move(qw.q), ws = std::move(qw.scale), wz = std::move(qw.zero_point);
     const std::string base = n.inputs[1];
     const std::string wq_name = fresh_name(g, base + "_quantized"), ws_name = fresh_name(g, base + "_scale");

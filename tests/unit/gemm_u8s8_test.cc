@@ -2,7 +2,9 @@
 // (the four sign pairs), scalar and per-row / per-column zero points, the extreme values, odd
 // shapes (partial row tiles and 32-column panels, depths that are no multiple of 4, the deepest
 // 8192), leading dimensions wider than the matrices, 1 and 2 threads; and the same sums dequantized
-// to floats in the tiles, and with a GELU applied there. Only on VNNI CPUs.
+// to floats in the tiles, and with a GELU applied there. B of any 8-bit values on VNNI CPUs
+// (AVX-512 VNNI or AVX-VNNI, at the ISA level KILN_ISA leaves), B of 7-bit values (what AVX2's
+// vpmaddubsw tile takes) everywhere.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,10 +22,12 @@ struct Shape3 {
   int64_t m, n, k;
 };
 
-void check(const Shape3& s, bool a_signed, bool b_signed, bool per_row, bool extremes, int threads) {
+void check(const Shape3& s, bool a_signed, bool b_signed, bool per_row, bool extremes, int threads,
+           bool seven_bit_b = false) {
   SCOPED_TRACE(::testing::Message() << s.m << "x" << s.n << "x" << s.k << " A " << (a_signed ? "s8" : "u8")
-                                    << " B " << (b_signed ? "s8" : "u8") << (per_row ? " per-row zp" : "")
-                                    << (extremes ? " extremes" : "") << " threads " << threads);
+                                    << " B " << (b_signed ? "s8" : "u8") << (seven_bit_b ? " 7-bit" : "")
+                                    << (per_row ? " per-row zp" : "") << (extremes ? " extremes" : "")
+                                    << " threads " << threads);
   std::mt19937 rng(static_cast<uint32_t>(s.m * 131 + s.n * 7 + s.k + a_signed * 3 + b_signed * 5));
   std::uniform_int_distribution<int> byte(0, 255);
   auto value = [&](bool is_signed) {
@@ -33,7 +37,10 @@ void check(const Shape3& s, bool a_signed, bool b_signed, bool per_row, bool ext
   const int64_t lda = s.k + 3, ldb = s.n + 5, ldc = s.n + 2;
   std::vector<int> a(static_cast<size_t>(s.m * lda)), b(static_cast<size_t>(s.k * ldb));
   for (int& v : a) v = value(a_signed);
-  for (int& v : b) v = value(b_signed);
+  for (int& v : b) {
+    v = value(b_signed);
+    if (seven_bit_b) v = (b_signed ? 0 : 128) + (v - (b_signed ? 0 : 128)) / 2;  // bs within [-64, 64]
+  }
   std::vector<int32_t> za(per_row ? s.m : 1), zb(per_row ? s.n : 1);
   for (int32_t& z : za) z = value(a_signed);
   for (int32_t& z : zb) z = value(b_signed);
@@ -41,6 +48,7 @@ void check(const Shape3& s, bool a_signed, bool b_signed, bool per_row, bool ext
   std::vector<int32_t> c(static_cast<size_t>(s.m * ldc), 12345);
   ThreadPool pool(threads);
   const gemm::PackedU8S8 packed = gemm::PackedU8S8::pack(b8.data(), b_signed, ldb, s.k, s.n, zb);
+  if (seven_bit_b) ASSERT_TRUE(packed.seven_bit());
   gemm::gemm_u8s8(s.m, a8.data(), a_signed, lda, za, packed, c.data(), ldc, threads > 1 ? &pool : nullptr);
   for (int64_t i = 0; i < s.m; ++i)
     for (int64_t j = 0; j < s.n; ++j) {
@@ -87,10 +95,12 @@ void check(const Shape3& s, bool a_signed, bool b_signed, bool per_row, bool ext
 // codes dynamic_quantize_row_u8 (8 lanes) gives, so the same floats as quantizing first and
 // multiplying those codes: rows of zeros, of positives only, with a NaN, odd depths, partial tiles.
 TEST(GemmU8S8, DynamicRowsMatchQuantizingFirst) {
-  if (!gemm::u8s8_available()) GTEST_SKIP() << "no AVX-512 VNNI at this ISA level (the CPU, or KILN_ISA below it)";
   for (const Shape3& s : {Shape3{1, 3, 1}, Shape3{7, 70, 37}, Shape3{13, 64, 768}, Shape3{128, 40, 768}})
+    for (const bool seven_bit_b : {false, true})
     for (int threads : {1, 2}) {
-      SCOPED_TRACE(::testing::Message() << s.m << "x" << s.n << "x" << s.k << " threads " << threads);
+      if (!gemm::u8s8_available(seven_bit_b)) continue;  // 8-bit B without VNNI
+      SCOPED_TRACE(::testing::Message() << s.m << "x" << s.n << "x" << s.k << " threads " << threads
+                                        << (seven_bit_b ? " 7-bit B" : ""));
       std::mt19937 rng(static_cast<uint32_t>(s.m + s.n + s.k));
       std::normal_distribution<float> normal(0.0f, 3.0f);
       std::vector<float> a(static_cast<size_t>(s.m * s.k));
@@ -102,6 +112,8 @@ TEST(GemmU8S8, DynamicRowsMatchQuantizingFirst) {
       if (s.m > 2) a[static_cast<size_t>(2 * s.k)] = NAN;
       std::vector<int8_t> b(static_cast<size_t>(s.k * s.n));
       for (int8_t& v : b) v = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+      if (seven_bit_b)
+        for (int8_t& v : b) v = static_cast<int8_t>(v / 2);
       std::vector<float> bs(static_cast<size_t>(s.n)), bias(static_cast<size_t>(s.n));
       for (int64_t j = 0; j < s.n; ++j) bs[static_cast<size_t>(j)] = 0.001f * static_cast<float>(j + 1), bias[static_cast<size_t>(j)] = 0.5f;
       const gemm::PackedU8S8 packed = gemm::PackedU8S8::pack(b.data(), true, s.n, s.k, s.n, {0});
@@ -123,16 +135,18 @@ TEST(GemmU8S8, DynamicRowsMatchQuantizingFirst) {
 }
 
 TEST(GemmU8S8, MatchesPlainLoopExactly) {
-  if (!gemm::u8s8_available()) GTEST_SKIP() << "no AVX-512 VNNI at this ISA level (the CPU, or KILN_ISA below it)";
-  for (const Shape3& s : {Shape3{1, 1, 1}, Shape3{6, 32, 4}, Shape3{7, 33, 5}, Shape3{20, 70, 1023},
-                          Shape3{13, 100, 130}, Shape3{2, 5, 8192}, Shape3{128, 40, 768}})
+  for (const bool seven_bit_b : {false, true}) {
+    if (!gemm::u8s8_available(seven_bit_b)) continue;  // 8-bit B without VNNI
+    for (const Shape3& s : {Shape3{1, 1, 1}, Shape3{6, 32, 4}, Shape3{7, 33, 5}, Shape3{20, 70, 1023},
+                            Shape3{13, 100, 130}, Shape3{2, 5, 8192}, Shape3{128, 40, 768}})
+      for (bool a_signed : {false, true})
+        for (bool b_signed : {false, true})
+          for (bool per_row : {false, true})
+            for (int threads : {1, 2}) check(s, a_signed, b_signed, per_row, false, threads, seven_bit_b);
+    // Extreme differences at the deepest K: the sums near their limits.
     for (bool a_signed : {false, true})
-      for (bool b_signed : {false, true})
-        for (bool per_row : {false, true})
-          for (int threads : {1, 2}) check(s, a_signed, b_signed, per_row, false, threads);
-  // +-255 differences at the deepest K: the sums near their limits.
-  for (bool a_signed : {false, true})
-    for (bool b_signed : {false, true}) check({3, 40, 8192}, a_signed, b_signed, true, true, 2);
+      for (bool b_signed : {false, true}) check({3, 40, 8192}, a_signed, b_signed, true, true, 2, seven_bit_b);
+  }
 }
 
 }  // namespace

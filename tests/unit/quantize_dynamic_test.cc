@@ -124,6 +124,31 @@ TEST(Quantize, DynamicQuantMatMulPerRow) {
   EXPECT_GT(cosine(test::run_model(b.m, {x})[0].tensor, y), 0.999f);
 }
 
+// reduce_range with dynamic quantization: 7-bit weights (each column's largest |w| at 63), which
+// gemm_u8s8 runs on vpmaddubsw on CPUs without VNNI (and vpdpbusd with it), and the outputs stay
+// close to the float model's.
+TEST(Quantize, DynamicReduceRangeWritesSevenBitWeights) {
+  test::Builder b(13);
+  b.input("x", {5, 48});
+  b.weight("w", {48, 20});
+  b.add("MatMul", {"x", "w"}, {"y"});
+  b.output("y");
+  Model model(std::make_shared<ir::Model>(b.m));
+  QuantizeOptions o;
+  o.dynamic = true;
+  o.reduce_range = true;
+  ASSERT_TRUE(model.quantize({}, o).is_ok());
+  const ir::Node& n = model.ir().graph.nodes[0];
+  const Tensor& wq = model.ir().graph.initializers.at(n.inputs[1]);
+  for (int64_t j = 0; j < 20; ++j) {
+    int most = 0;
+    for (int64_t k = 0; k < 48; ++k) most = std::max(most, std::abs(static_cast<int>(wq.data<int8_t>()[k * 20 + j])));
+    EXPECT_EQ(most, 63) << "column " << j;
+  }
+  const Tensor x = b.random({5, 48});
+  EXPECT_GT(cosine(test::run_model(b.m, {x})[0].tensor, test::run_model(model.ir(), {x})[0].tensor), 0.999f);
+}
+
 // y = Relu(x·w + bias) + z, x [20, 64], w [64, 40]: a MatMul with all of an epilogue.
 test::Builder biased_relu_residual_matmul() {
   test::Builder b(13);

@@ -1,8 +1,12 @@
-// The 8-bit GEMM of MatMulInteger on AVX-512 VNNI CPUs: vpdpbusd multiplies 4 pairs of u8 x s8
-// values and adds them into one int32 lane, exactly (the non-saturating form), 64 products per
-// instruction against gemm_s16's 32 (vpdpwssd), on B kept in 8 bits (half gemm_s16's bytes).
-// The zero points and the other signs become exact compensation terms: with A's values moved
-// to u8 (au = a, or a + 128 when signed) and B's to s8 (bs = b, or b - 128 when unsigned),
+// The 8-bit GEMM of MatMulInteger and the dynamically quantized MatMuls, on u8 x s8 quads: on
+// AVX-512 VNNI and AVX-VNNI CPUs vpdpbusd multiplies 4 pairs of u8 x s8 values and adds them into
+// one int32 lane, exactly (the non-saturating form), 64 (zmm) or 32 (ymm) products an
+// instruction; on AVX2 alone, for B of 7-bit values (|bs| <= 64, what `kiln quantize` writes
+// for such CPUs), vpmaddubsw's u8 x s8 pair sums stay within 16 bits and vpmaddwd against ones
+// adds the pairs into the int32 lane, exactly (3 instructions for 32 products, where gemm_s16's
+// vpmaddwd on widened values takes 4, on B twice the bytes). The zero points and the other
+// signs become exact compensation terms: with A's values moved to u8 (au = a, or a + 128 when
+// signed) and B's to s8 (bs = b, or b - 128 when unsigned),
 //   sum_k (a - za)(b - zb) = sum_k au bs + beta_j sum_k au - alpha_i sum_k bs - K alpha_i beta_j
 // where alpha_i = za_i (+ 128 for a signed A) and beta_j = -zb_j (+ 128 for an unsigned B).
 #pragma once
@@ -19,8 +23,11 @@ class ThreadPool;
 
 namespace kiln::gemm {
 
-// Whether this CPU runs gemm_u8s8 (AVX-512 with VNNI).
-inline bool u8s8_available() { return cpu_features().has_avx512_vnni(); }
+// Whether this CPU runs gemm_u8s8 on a B of any s8 values (AVX-512 VNNI or AVX-VNNI), or of
+// 7-bit ones (b_seven_bit: AVX2 too).
+inline bool u8s8_available(bool b_seven_bit = false) {
+  return cpu_features().has_avx512_vnni() || cpu_features().has_avx_vnni() || b_seven_bit;
+}
 
 // Sums of up to this many products: sum_k au bs stays well inside int32, and so does the
 // result; deeper ones take gemm_s16.
@@ -41,8 +48,10 @@ class PackedU8S8 {
   int64_t quads() const { return (k_ + 3) / 4; }
   const std::vector<int32_t>& column_sums() const { return column_sums_; }  // sum_k bs, per column
   const std::vector<int32_t>& beta() const { return beta_; }                // per column
+  bool seven_bit() const { return seven_bit_; }  // every bs within [-64, 64]
 
  private:
+  bool seven_bit_ = true;
   int64_t k_ = 0, n_ = 0;
   std::vector<int8_t> data_;
   std::vector<int32_t> column_sums_, beta_;
@@ -63,7 +72,7 @@ struct Dequantize {
 
 // C[m x n] = (A - za)(B - zb): A [m x k] (int8 when a_signed, else uint8) with leading
 // dimension lda, za one zero point or one per row (za.size() == m), C int32 with ldc.
-// u8s8_available() must hold. `pool` may be null.
+// u8s8_available(b.seven_bit()) must hold. `pool` may be null.
 void gemm_u8s8(int64_t m, const void* a, bool a_signed, int64_t lda, const std::vector<int32_t>& za,
                const PackedU8S8& b, int32_t* c, int64_t ldc, ThreadPool* pool);
 // The same, each tile dequantized as it leaves the registers: y [m x n] float with leading

@@ -1,18 +1,16 @@
-// gemm_u8s8 (gemm_u8s8.h): a register tile of 6 rows x 64 columns (24 zmm accumulators), each k
-// quad one broadcast of A's 4 bytes per row, four loads of B's packed quad and 24 vpdpbusd. A is
-// first copied (or, for DynamicQuantMatMul, quantized) into u8 rows padded to whole quads, with
-// their row sums; a B panel (k / 4 x 256 bytes, 192 KiB at K = 3072) stays in L2 while the row
-// tiles sweep it; threads take panels (gemm DESIGN.md has the measurements). The finished tile gets its compensation terms in int32 vectors and leaves as int32
-// sums or, dequantized, as floats. This file alone is compiled with -mavx512vnni (CMakeLists.txt);
-// it is reached only when u8s8_available().
+// gemm_u8s8's AVX-512 VNNI kernels (gemm_u8s8_kernels.h): a register tile of 6 rows x 64 columns
+// (24 zmm accumulators), each k quad one broadcast of A's 4 bytes per row, four loads of B's
+// packed quad and 24 vpdpbusd; a B panel (k / 4 x 256 bytes, 192 KiB at K = 3072) stays in L2
+// while the row tiles sweep it (gemm DESIGN.md has the measurements). The finished tile gets its
+// compensation terms in int32 vectors and leaves as int32 sums or, dequantized, as floats. A's
+// rows are copied (or quantized) 64 bytes a step. This file alone is compiled with
+// -mavx512vnni (CMakeLists.txt); it is reached only on CPUs with AVX-512 VNNI.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
-#include <functional>
 
-#include "core/thread_pool.h"
-#include "kernels/cpu/gemm/gemm_u8s8.h"
+#include "kernels/cpu/gemm/gemm_u8s8_kernels.h"
 #include "kernels/ref/quantize.h"
 
 // GCC 12 warns of the masked loads' undefined pass-through lanes (maskz zeroes them).
@@ -21,19 +19,10 @@
 namespace kiln::gemm {
 namespace {
 
-constexpr int64_t kMr = 6, kNr = PackedU8S8::kPanelColumns, kBlocks = kNr / 16;
+using u8s8::Call;
+using u8s8::Prefetch;
+constexpr int64_t kMr = u8s8::kRows, kNr = PackedU8S8::kPanelColumns, kBlocks = kNr / 16;
 
-struct Call {
-  const uint8_t* a;  // u8 rows of `quads` int32 words
-  int64_t quads;
-  const int32_t* alpha;     // per row
-  const int32_t* row_term;  // sum_k au - k alpha, per row (mod 2^32)
-  const PackedU8S8* b;
-  int32_t* c;  // int32 sums, or
-  float* y;    // floats, with dq
-  int64_t ldc;
-  const Dequantize* dq;
-};
 
 __mmask16 lanes(int64_t n) { return n >= 16 ? 0xffff : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1); }
 
@@ -97,12 +86,6 @@ void finish(const Call& call, const int32_t (&tile_sums)[kMr][kNr], int64_t i0, 
     apply_epilogue(*call.dq->epilogue, call.y + i0 * call.ldc + j0, call.ldc, i0, j0, rows, cols);
 }
 
-// A part of the next B panel for a tile to bring into L2 while it computes: `lines` cache lines
-// from `at`, `step` of them a k quad.
-struct Prefetch {
-  const int8_t* at = nullptr;
-  int64_t lines = 0, step = 1;
-};
 
 // Rows [i0, i0 + rows) of panel p (cols of its 64 columns). The tile always runs 6 rows (A has
 // zero rows past m), so that its loop has no row count to branch on. Every loop over the
@@ -195,128 +178,8 @@ void quantize_rows(const float* a, int64_t lda, int64_t k, int64_t stride, int64
   }
 }
 
-// A's rows for the tiles: u8 rows of whole quads (kMr zero rows past m), alpha and sum_k au -
-// k alpha per row; buffers that grow once per calling thread.
-struct RowsU8 {
-  uint8_t* data;
-  int32_t* row_term;
-  int32_t* alpha;
-};
-RowsU8 rows_for(int64_t m, int64_t stride) {
-  thread_local std::vector<uint8_t> au;
-  thread_local std::vector<int32_t> row_term, alpha;
-  au.resize(static_cast<size_t>((m + kMr) * stride));
-  std::memset(au.data() + m * stride, 0, static_cast<size_t>(kMr * stride));  // a tile's rows past m
-  row_term.resize(static_cast<size_t>(m));
-  alpha.resize(static_cast<size_t>(m));
-  // Pointers, not the thread_local names: in a worker those would name the worker's own buffers.
-  return {au.data(), row_term.data(), alpha.data()};
-}
-
-// Whether a product of this size is worth the threads.
-bool threaded(ThreadPool* pool, int64_t m, int64_t n, int64_t k) { return pool && m * n * k >= (int64_t{1} << 18); }
-// fill(i0, i1) over A's rows: each fills its u8 rows and their sums (in row_term).
-void over_rows(ThreadPool* pool, int64_t m, int64_t n, int64_t k, const std::function<void(int64_t, int64_t)>& fill) {
-  if (threaded(pool, m, n, k) && m > 1 && m * k >= (int64_t{1} << 16))
-    pool->parallel_for(m, 1, fill);
-  else
-    fill(0, m);
-}
-
-// The tiles over B's panels, A's rows ready (row_term holding the row sums, alpha set).
-void run_tiles(int64_t m, const RowsU8& rows, const PackedU8S8& b, int32_t* c, float* y, const Dequantize* dq,
-               int64_t ldc, ThreadPool* pool) {
-  const int64_t k = b.k(), n = b.n();
-  for (int64_t i = 0; i < m; ++i)
-    rows.row_term[i] = static_cast<int32_t>(static_cast<uint32_t>(rows.row_term[i]) -
-                                            static_cast<uint32_t>(k) * static_cast<uint32_t>(rows.alpha[i]));
-  const Call call{rows.data, b.quads(), rows.alpha, rows.row_term, &b, c, y, ldc, dq};
-  const int64_t panels = (n + kNr - 1) / kNr;
-  // The weights come from memory (a model's B is seldom still in cache), ~20 % slower than from
-  // L2 when the first row tile waits for each panel (bench/gemm_bench.cc's cold_b cases). So the
-  // row tiles of a panel share out the next panel's lines and prefetch them as they go.
-  const int64_t tiles = (m + kMr - 1) / kMr, panel_lines = b.quads() * kNr * 4 / 64;
-  const int64_t tile_lines = (panel_lines + tiles - 1) / tiles;
-  const int64_t step = (tile_lines + b.quads() - 1) / b.quads();
-  auto run = [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p)
-      for (int64_t t = 0; t < tiles; ++t) {
-        Prefetch next;
-        if (p + 1 < p1) {
-          const int64_t first = std::min(panel_lines, t * tile_lines);
-          next = {b.panel(p + 1) + first * 64, std::min(tile_lines, panel_lines - first), step};
-        }
-        tile(call, t * kMr, std::min(kMr, m - t * kMr), p, std::min(kNr, n - p * kNr), next);
-      }
-  };
-  if (threaded(pool, m, n, k) && panels > 1)
-    pool->parallel_for(panels, 1, run);
-  else
-    run(0, panels);
-}
-
-void run_gemm(int64_t m, const void* a, bool a_signed, int64_t lda, const std::vector<int32_t>& za,
-              const PackedU8S8& b, int32_t* c, float* y, const Dequantize* dq, int64_t ldc, ThreadPool* pool) {
-  const int64_t k = b.k(), n = b.n(), stride = b.quads() * 4;
-  if (m <= 0 || n <= 0) return;
-  const RowsU8 rows = rows_for(m, stride);
-  over_rows(pool, m, n, k, [&](int64_t i0, int64_t i1) {
-    copy_rows(a, a_signed, lda, k, stride, i0, i1, rows.data, rows.row_term);
-  });
-  for (int64_t i = 0; i < m; ++i)
-    rows.alpha[i] = (za.size() == 1 ? za[0] : za[static_cast<size_t>(i)]) + (a_signed ? 128 : 0);
-  run_tiles(m, rows, b, c, y, dq, ldc, pool);
-}
-
 }  // namespace
 
-PackedU8S8 PackedU8S8::pack(const void* b, bool b_signed, int64_t ldb, int64_t k, int64_t n,
-                            const std::vector<int32_t>& zb) {
-  PackedU8S8 r;
-  r.k_ = k, r.n_ = n;
-  const int64_t panels = (n + kNr - 1) / kNr, quads = r.quads();
-  r.data_.assign(static_cast<size_t>(panels * quads * kNr * 4), 0);
-  r.column_sums_.assign(static_cast<size_t>(panels * kNr), 0);
-  r.beta_.assign(static_cast<size_t>(panels * kNr), 0);
-  for (int64_t j = 0; j < n; ++j) {
-    const int32_t z = zb.size() == 1 ? zb[0] : zb[static_cast<size_t>(j)];
-    r.beta_[static_cast<size_t>(j)] = (b_signed ? 0 : 128) - z;
-    int8_t* panel = r.data_.data() + (j / kNr) * quads * kNr * 4 + (j % kNr) * 4;
-    int32_t sum = 0;
-    for (int64_t q = 0; q < k; ++q) {
-      const int32_t v = b_signed ? static_cast<const int8_t*>(b)[q * ldb + j]
-                                 : static_cast<const uint8_t*>(b)[q * ldb + j] - 128;
-      panel[(q / 4) * kNr * 4 + q % 4] = static_cast<int8_t>(v);
-      sum += v;
-    }
-    r.column_sums_[static_cast<size_t>(j)] = sum;
-  }
-  return r;
-}
-
-void gemm_u8s8(int64_t m, const void* a, bool a_signed, int64_t lda, const std::vector<int32_t>& za,
-               const PackedU8S8& b, int32_t* c, int64_t ldc, ThreadPool* pool) {
-  run_gemm(m, a, a_signed, lda, za, b, c, nullptr, nullptr, ldc, pool);
-}
-
-void gemm_u8s8(int64_t m, const void* a, bool a_signed, int64_t lda, const std::vector<int32_t>& za,
-               const PackedU8S8& b, const Dequantize& dq, float* y, int64_t ldy, ThreadPool* pool) {
-  run_gemm(m, a, a_signed, lda, za, b, nullptr, y, &dq, ldy, pool);
-}
-
-void gemm_u8s8_dynamic(int64_t m, const float* a, int64_t lda, const PackedU8S8& b, Dequantize dq, float* y,
-                       int64_t ldy, ThreadPool* pool) {
-  const int64_t k = b.k(), n = b.n(), stride = b.quads() * 4;
-  if (m <= 0 || n <= 0) return;
-  const RowsU8 rows = rows_for(m, stride);
-  thread_local std::vector<float> scale_buffer;
-  scale_buffer.resize(static_cast<size_t>(m));
-  float* scales = scale_buffer.data();
-  over_rows(pool, m, n, k, [&](int64_t i0, int64_t i1) {
-    quantize_rows(a, lda, k, stride, i0, i1, rows.data, rows.row_term, rows.alpha, scales);
-  });
-  dq.a_scale = scales, dq.a_per_row = true;
-  run_tiles(m, rows, b, nullptr, y, &dq, ldy, pool);
-}
+u8s8::Kernels u8s8::avx512vnni_kernels() { return {tile, copy_rows, quantize_rows}; }
 
 }  // namespace kiln::gemm

@@ -1,5 +1,5 @@
 // An 8-bit B [k x n] minus its zero points, packed once for the integer GEMM this CPU runs best
-// (gemm_u8s8 on VNNI CPUs for k <= kMaxU8S8Depth, else gemm_s16), its products with 8-bit rows of
+// (gemm_u8s8 for k <= kMaxU8S8Depth on VNNI CPUs, or on AVX2 for 7-bit B; else gemm_s16), its products with 8-bit rows of
 // A, and the rows' dequantization: what MatMulInteger, MatMulIntegerToFloat and
 // DynamicQuantMatMul share.
 #pragma once

@@ -1,0 +1,95 @@
+// gemm_u8s8's ymm tile (gemm_u8s8_kernels.h), which gemm_u8s8_avxvnni.cc and gemm_u8s8.cc
+// instantiate, each compiled for its ISA, with the step that multiplies a broadcast quad of A's
+// u8 values by B's quads of 8 columns and adds the products into their int32 sums:
+//   Step::add(acc, a, b) -> acc + the four products of every lane.
+// A 64-column panel goes as four sub-tiles of 6 rows x 16 columns (12 ymm accumulators, two B
+// vectors and the broadcast in the 16 registers), A's rows read again from L1 for each; the
+// panel's sums then get their compensation terms and leave as int32 or dequantized floats
+// (fma(float(sum), a_scale * b_scale, bias), as the zmm tile's), the epilogue applied to the
+// panel's rows while they are in L1. Everything here is a template of Step, so each file's
+// instantiation is its own code.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/gemm/gemm_u8s8_kernels.h"
+
+namespace kiln::gemm::u8s8 {
+
+template <class Step>
+struct YmmTile {
+  static constexpr int64_t kNr = PackedU8S8::kPanelColumns;
+
+  // The first n (clamped to 0..8) of 8 int32 lanes, as a maskload/maskstore mask.
+  static __m256i lanes(int64_t n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(std::clamp<int64_t>(n, 0, 8))),
+                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+
+  static void finish(const Call& call, const int32_t (&sums)[kRows][kNr], int64_t i0, int64_t rows, int64_t p,
+                     int64_t cols) {
+    const int64_t j0 = p * kNr;
+    const int32_t* beta = call.b->beta().data() + j0;  // both padded to whole panels
+    const int32_t* column_sums = call.b->column_sums().data() + j0;
+    const Dequantize* dq = call.dq;
+    for (int64_t i = 0; i < rows; ++i) {
+      const __m256i alpha = _mm256_set1_epi32(call.alpha[i0 + i]), term = _mm256_set1_epi32(call.row_term[i0 + i]);
+      const __m256 a_scale = _mm256_set1_ps(dq ? dq->a_scale[dq->a_per_row ? i0 + i : 0] : 0.0f);
+      for (int64_t j = 0; j < cols; j += 8) {
+        const __m256i mask = lanes(cols - j);
+        const __m256i t = _mm256_load_si256(reinterpret_cast<const __m256i*>(sums[i] + j));
+        const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(beta + j));
+        const __m256i s = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(column_sums + j));
+        const __m256i v = _mm256_sub_epi32(_mm256_add_epi32(t, _mm256_mullo_epi32(b, term)), _mm256_mullo_epi32(alpha, s));
+        const int64_t at = (i0 + i) * call.ldc + j0 + j;
+        if (!dq) {
+          _mm256_maskstore_epi32(call.c + at, mask, v);
+          continue;
+        }
+        const __m256 b_scale = dq->b_per_column ? _mm256_maskload_ps(dq->b_scale + j0 + j, mask) : _mm256_set1_ps(dq->b_scale[0]);
+        const __m256 bias = dq->bias ? _mm256_maskload_ps(dq->bias + j0 + j, mask) : _mm256_setzero_ps();
+        _mm256_maskstore_ps(call.y + at, mask, _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(a_scale, b_scale), bias));
+      }
+    }
+    if (dq && dq->epilogue) apply_epilogue(*dq->epilogue, call.y + i0 * call.ldc + j0, call.ldc, i0, j0, rows, cols);
+  }
+
+  // Every loop over the accumulators is unrolled and they leave through a store to memory, so
+  // that GCC keeps them in registers (gemm_u8s8_avx512vnni.cc's tile says why).
+  static void tile(const Call& call, int64_t i0, int64_t rows, int64_t p, int64_t cols, Prefetch next) {
+    alignas(32) int32_t sums[kRows][kNr];
+    const uint8_t* a[kRows];
+    for (int i = 0; i < kRows; ++i) a[i] = call.a + (i0 + i) * call.quads * 4;
+    for (int64_t h = 0; h < (cols + 15) / 16; ++h) {
+      __m256i acc[kRows][2];
+#pragma GCC unroll 6
+      for (int i = 0; i < kRows; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_si256();
+      const int8_t* bp = call.b->panel(p) + 64 * h;
+      for (int64_t q = 0; q < call.quads; ++q, bp += kNr * 4) {
+        for (int64_t l = 0; h == 0 && l < next.step && next.lines > 0; ++l, --next.lines, next.at += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(next.at), _MM_HINT_T1);
+        const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp));
+        const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp + 32));
+#pragma GCC unroll 6
+        for (int i = 0; i < kRows; ++i) {
+          int32_t word;
+          std::memcpy(&word, a[i] + q * 4, 4);
+          const __m256i av = _mm256_set1_epi32(word);
+          acc[i][0] = Step::add(acc[i][0], av, b0);
+          acc[i][1] = Step::add(acc[i][1], av, b1);
+        }
+      }
+#pragma GCC unroll 6
+      for (int i = 0; i < kRows; ++i) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(sums[i] + 16 * h), acc[i][0]);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(sums[i] + 16 * h + 8), acc[i][1]);
+      }
+    }
+    finish(call, sums, i0, rows, p, cols);
+  }
+};
+
+}  // namespace kiln::gemm::u8s8
