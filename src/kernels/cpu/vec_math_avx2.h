@@ -134,7 +134,8 @@ inline float hmax_avx2(__m256 v) {
   return _mm_cvtss_f32(m);
 }
 
-// The first n (< 8) lanes all-ones: for masked loads and stores of a row's tail.
+// The first n lanes all-ones (all 8 for n >= 8, none for n <= 0): for masked loads and stores of
+// a row's tail.
 inline __m256i tail_mask_avx2(int n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }

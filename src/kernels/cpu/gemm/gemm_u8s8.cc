@@ -11,24 +11,13 @@
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/gemm/gemm_u8s8_ymm.h"
+#include "kernels/cpu/vec_math_avx2.h"
+#include "kernels/cpu/ymm_dot_steps.h"
 #include "kernels/ref/quantize.h"
 
 namespace kiln::gemm {
 namespace u8s8 {
 namespace {
-
-// 7-bit B (|bs| <= 64): vpmaddubsw's pair sums, at most 255 * 64 * 2 = 32640, stay in 16 bits.
-struct QuadsOf7BitValues {
-  static __m256i add(__m256i acc, __m256i a, __m256i b) {
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1)));
-  }
-};
-
-// The first n (clamped to 0..8) of 8 int32 lanes.
-__m256i lanes(int64_t n) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(std::clamp<int64_t>(n, 0, 8))),
-                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
 
 int32_t sum_of_bytes(__m256i v) {  // the 32 bytes' sum
   const __m256i s = _mm256_sad_epu8(v, _mm256_setzero_si256());
@@ -74,7 +63,7 @@ void quantize_rows(const float* a, int64_t lda, int64_t k, int64_t stride, int64
     const float* x = a + i * lda;
     __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();  // a masked tail reads zeros: in range
     for (int64_t q = 0; q < k; q += 8) {
-      const __m256 v = _mm256_maskload_ps(x + q, lanes(k - q));
+      const __m256 v = _mm256_maskload_ps(x + q, vec::tail_mask_avx2(static_cast<int>(k - q)));
       lo = _mm256_min_ps(v, lo);  // NaN lanes keep the running value, as range_with_zero
       hi = _mm256_max_ps(v, hi);
     }
@@ -90,7 +79,7 @@ void quantize_rows(const float* a, int64_t lda, int64_t k, int64_t stride, int64
     __m256i sum = _mm256_setzero_si256();
     uint8_t* out = au + i * stride;
     for (int64_t q = 0; q < stride; q += 8) {
-      const __m256i valid = lanes(k - q);
+      const __m256i valid = vec::tail_mask_avx2(static_cast<int>(k - q));
       const __m256 r = _mm256_round_ps(_mm256_mul_ps(_mm256_maskload_ps(x + q, valid), inv),
                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       const __m256i codes = _mm256_and_si256(
@@ -111,7 +100,7 @@ void quantize_rows(const float* a, int64_t lda, int64_t k, int64_t stride, int64
 
 }  // namespace
 
-Kernels avx2_bytes_kernels() { return {YmmTile<QuadsOf7BitValues>::tile, copy_rows, quantize_rows}; }
+Kernels avx2_bytes_kernels() { return {YmmTile<ymm::QuadsOf7BitValues>::tile, copy_rows, quantize_rows}; }
 
 }  // namespace u8s8
 

@@ -1,13 +1,11 @@
 // gemm_u8s8's ymm tile (gemm_u8s8_kernels.h), which gemm_u8s8_avxvnni.cc and gemm_u8s8.cc
-// instantiate, each compiled for its ISA, with the step that multiplies a broadcast quad of A's
-// u8 values by B's quads of 8 columns and adds the products into their int32 sums:
-//   Step::add(acc, a, b) -> acc + the four products of every lane.
+// instantiate, each compiled for its ISA, with a step of ymm_dot_steps.h multiplying a broadcast
+// quad of A's u8 values by B's quads of 8 columns into their int32 sums.
 // A 64-column panel goes as four sub-tiles of 6 rows x 16 columns (12 ymm accumulators, two B
 // vectors and the broadcast in the 16 registers), A's rows read again from L1 for each; the
 // panel's sums then get their compensation terms and leave as int32 or dequantized floats
 // (fma(float(sum), a_scale * b_scale, bias), as the zmm tile's), the epilogue applied to the
-// panel's rows while they are in L1. Everything here is a template of Step, so each file's
-// instantiation is its own code.
+// panel's rows while they are in L1.
 #pragma once
 
 #include <immintrin.h>
@@ -16,6 +14,7 @@
 #include <cstring>
 
 #include "kernels/cpu/gemm/gemm_u8s8_kernels.h"
+#include "kernels/cpu/vec_math_avx2.h"
 
 namespace kiln::gemm::u8s8 {
 
@@ -23,23 +22,24 @@ template <class Step>
 struct YmmTile {
   static constexpr int64_t kNr = PackedU8S8::kPanelColumns;
 
-  // The first n (clamped to 0..8) of 8 int32 lanes, as a maskload/maskstore mask.
-  static __m256i lanes(int64_t n) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(std::clamp<int64_t>(n, 0, 8))),
-                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  }
-
   static void finish(const Call& call, const int32_t (&sums)[kRows][kNr], int64_t i0, int64_t rows, int64_t p,
                      int64_t cols) {
     const int64_t j0 = p * kNr;
     const int32_t* beta = call.b->beta().data() + j0;  // both padded to whole panels
     const int32_t* column_sums = call.b->column_sums().data() + j0;
     const Dequantize* dq = call.dq;
+    // The panel's column scales and biases, once for its rows (as the zmm tile's finish).
+    __m256 b_scale[kNr / 8], bias[kNr / 8];
+    for (int64_t j = 0; dq && j < cols; j += 8) {
+      const __m256i mask = vec::tail_mask_avx2(static_cast<int>(cols - j));
+      b_scale[j / 8] = dq->b_per_column ? _mm256_maskload_ps(dq->b_scale + j0 + j, mask) : _mm256_set1_ps(dq->b_scale[0]);
+      bias[j / 8] = dq->bias ? _mm256_maskload_ps(dq->bias + j0 + j, mask) : _mm256_setzero_ps();
+    }
     for (int64_t i = 0; i < rows; ++i) {
       const __m256i alpha = _mm256_set1_epi32(call.alpha[i0 + i]), term = _mm256_set1_epi32(call.row_term[i0 + i]);
       const __m256 a_scale = _mm256_set1_ps(dq ? dq->a_scale[dq->a_per_row ? i0 + i : 0] : 0.0f);
       for (int64_t j = 0; j < cols; j += 8) {
-        const __m256i mask = lanes(cols - j);
+        const __m256i mask = vec::tail_mask_avx2(static_cast<int>(cols - j));
         const __m256i t = _mm256_load_si256(reinterpret_cast<const __m256i*>(sums[i] + j));
         const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(beta + j));
         const __m256i s = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(column_sums + j));
@@ -49,9 +49,8 @@ struct YmmTile {
           _mm256_maskstore_epi32(call.c + at, mask, v);
           continue;
         }
-        const __m256 b_scale = dq->b_per_column ? _mm256_maskload_ps(dq->b_scale + j0 + j, mask) : _mm256_set1_ps(dq->b_scale[0]);
-        const __m256 bias = dq->bias ? _mm256_maskload_ps(dq->bias + j0 + j, mask) : _mm256_setzero_ps();
-        _mm256_maskstore_ps(call.y + at, mask, _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(a_scale, b_scale), bias));
+        _mm256_maskstore_ps(call.y + at, mask,
+                            _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(a_scale, b_scale[j / 8]), bias[j / 8]));
       }
     }
     if (dq && dq->epilogue) apply_epilogue(*dq->epilogue, call.y + i0 * call.ldc + j0, call.ldc, i0, j0, rows, cols);

@@ -9,35 +9,23 @@
 // four taps of a channel a lane, fewer shuffles a product than the 16-bit kDepthwise.
 #include "kernels/cpu/qconv/qconv_depthwise_quads.h"
 #include "kernels/cpu/qconv/qconv_tile_ymm.h"
+#include "kernels/cpu/ymm_dot_steps.h"
 
 namespace kiln::qconv {
-namespace {
-
-struct PairsOf16Bits {
-  static __m256i add(__m256i acc, __m256i a, __m256i w) { return _mm256_add_epi32(acc, _mm256_madd_epi16(a, w)); }
-};
-
-struct QuadsOf7BitWeights {
-  static __m256i add(__m256i acc, __m256i a, __m256i w) {
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, w), _mm256_set1_epi16(1)));
-  }
-};
-
-}  // namespace
 
 void conv_staged_avx2_bytes(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq,
                             void* y, ThreadPool* pool) {
-  drive<YmmTiles<QuadsOf7BitWeights>>(g, x, w, rq, y, 1, pool);
+  drive<YmmTiles<ymm::QuadsOf7BitValues>>(g, x, w, rq, y, 1, pool);
 }
 
 void conv_staged_avx2(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq, void* y,
                       ThreadPool* pool) {
-  drive<YmmTiles<PairsOf16Bits>>(g, x, w, rq, y, 2, pool);
+  drive<YmmTiles<ymm::PairsOf16Bits>>(g, x, w, rq, y, 2, pool);
 }
 
 void conv_depthwise_avx2_bytes(const Geometry& g, const void* x, bool x_signed, int32_t zx, int64_t stride,
                                const PackedWeights& w, const Requantize& rq, void* y, ThreadPool* pool) {
-  DepthwiseQuads<YmmQuads<QuadsOf7BitWeights>>::conv(g, x, x_signed, zx, stride, w, rq, y, pool);
+  DepthwiseQuads<YmmQuads<ymm::QuadsOf7BitValues>>::conv(g, x, x_signed, zx, stride, w, rq, y, pool);
 }
 
 }  // namespace kiln::qconv

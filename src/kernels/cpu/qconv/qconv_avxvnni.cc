@@ -7,24 +7,18 @@
 // best_depthwise_tile() says so.
 #include "kernels/cpu/qconv/qconv_depthwise_quads.h"
 #include "kernels/cpu/qconv/qconv_tile_ymm.h"
+#include "kernels/cpu/ymm_dot_steps.h"
 
 namespace kiln::qconv {
-namespace {
-
-struct VnniQuads {
-  static __m256i add(__m256i acc, __m256i a, __m256i w) { return _mm256_dpbusd_avx_epi32(acc, a, w); }
-};
-
-}  // namespace
 
 void conv_staged_avxvnni(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq, void* y,
                          ThreadPool* pool) {
-  drive<YmmTiles<VnniQuads>>(g, x, w, rq, y, 1, pool);
+  drive<YmmTiles<ymm::VnniQuads>>(g, x, w, rq, y, 1, pool);
 }
 
 void conv_depthwise_avxvnni(const Geometry& g, const void* x, bool x_signed, int32_t zx, int64_t stride,
                             const PackedWeights& w, const Requantize& rq, void* y, ThreadPool* pool) {
-  DepthwiseQuads<YmmQuads<VnniQuads>>::conv(g, x, x_signed, zx, stride, w, rq, y, pool);
+  DepthwiseQuads<YmmQuads<ymm::VnniQuads>>::conv(g, x, x_signed, zx, stride, w, rq, y, pool);
 }
 
 }  // namespace kiln::qconv

@@ -1,13 +1,11 @@
 // The 8-bit depthwise conv's ymm tile over quads of taps (qconv.h, kDepthwiseAvxVnni and
 // kDepthwiseAvx2Bytes) for qconv_depthwise_driver.h's loops, which qconv_avxvnni.cc and
-// qconv_avx2.cc instantiate, each compiled for its ISA, with the step that multiplies four taps
-// of a channel (one int32 lane of u8 inputs) by their four s8 weights and adds the products
-// into the channel's int32 sum:
-//   Step::add(acc, inputs, weights) -> acc + the four products of every lane.
+// qconv_avx2.cc instantiate, each compiled for its ISA, with a step of ymm_dot_steps.h
+// multiplying four taps of a channel (one int32 lane of u8 inputs) by their four s8 weights into
+// the channel's int32 sum.
 // kDepthwiseVnni's layout (qconv_depthwise_avx512vnni.cc) on 32 channels a block. A block past
 // a pixel's channels reads the next pixel's bytes into lanes it never stores, and copies a tap
-// only where 32 bytes would pass X's end. Everything here is a template of Step, so each file's
-// instantiation is its own code.
+// only where 32 bytes would pass X's end.
 #pragma once
 
 #include <immintrin.h>
@@ -17,6 +15,7 @@
 #include <cstring>
 
 #include "kernels/cpu/qconv/qconv_depthwise_driver.h"
+#include "kernels/cpu/vec_math_avx2.h"
 
 namespace kiln::qconv {
 
@@ -37,12 +36,6 @@ struct YmmQuads {
     v[0] = a, v[1] = b, v[2] = c, v[3] = d;
   }
 
-  // The first n (clamped to 0..8) of 8 int32 lanes, as a maskload/maskstore mask.
-  static __m256i lanes(int64_t n) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(std::clamp<int64_t>(n, 0, 8))),
-                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  }
-
   struct Block {
     __m256i bias[4];
     __m256 scale[4];
@@ -54,7 +47,7 @@ struct YmmQuads {
     p.c0 = b * 32, p.count = std::min<int64_t>(32, channels - p.c0);
     __m256 bias[4];
     for (int v = 0; v < 4; ++v) {
-      const __m256i m = lanes(p.count - 8 * v);
+      const __m256i m = vec::tail_mask_avx2(static_cast<int>(p.count - 8 * v));
       bias[v] = _mm256_castsi256_ps(_mm256_maskload_epi32(rq.bias.data() + p.c0 + 8 * v, m));
       p.scale[v] = _mm256_maskload_ps(rq.scale.data() + p.c0 + 8 * v, m);
     }
@@ -74,7 +67,7 @@ struct YmmQuads {
     if (rq.output == Output::kFloat) {
       from_tile_order(f);
       for (int v = 0; v < 4; ++v)
-        _mm256_maskstore_ps(static_cast<float*>(plan.y) + at + 8 * v, lanes(bp.count - 8 * v), f[v]);
+        _mm256_maskstore_ps(static_cast<float*>(plan.y) + at + 8 * v, vec::tail_mask_avx2(static_cast<int>(bp.count - 8 * v)), f[v]);
       return;
     }
     // As kDepthwiseVnni's store: the saturating packs clamp below (a sum too negative for cvtps'

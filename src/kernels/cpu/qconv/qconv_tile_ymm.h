@@ -1,11 +1,9 @@
 // The 8-bit conv's ymm tile (qconv.h), which qconv_avx2.cc and qconv_avxvnni.cc instantiate,
-// each compiled for its ISA, with the step that multiplies one broadcast step of a pixel's input
-// channels by one weight vector of 8 filters and adds the products into their int32 sums:
-//   Step::add(acc, a, w) -> acc + the products' sums.
+// each compiled for its ISA, with a step of ymm_dot_steps.h multiplying one broadcast step of a
+// pixel's input channels by one weight vector of 8 filters into their int32 sums.
 // 6 output pixels x one block of 16 filters (two ymm), 12 accumulators. The store requantizes.
 // The same code serves kAvx2 (pairs of 16-bit channels), kAvx2Bytes and kAvxVnni (quads of u8);
-// the tile is a template of Step, so each file's instantiation is its own code, and its store
-// (store_ymm_sums, which kWinogradAvx2 shares) uses AVX2 alone.
+// its store (store_ymm_sums, which kWinogradAvx2 shares) uses AVX2 alone.
 #pragma once
 
 #include <immintrin.h>
@@ -50,6 +48,24 @@ inline void store_ymm_sums(const Requantize& rq, bool clamp_high, const __m256 (
   store_first_bytes(out, _mm256_castsi256_si128(_mm256_permute4x64_epi64(bytes, _MM_SHUFFLE(3, 1, 2, 0))), count, 16);
 }
 
+// The tiles' inner loop: `steps` steps, each one 4-byte broadcast of every row's input (p[i] + 4
+// a step) against two weight vectors of 16 filters (64 bytes from w, which it advances), the
+// products added into acc by Step. Inlined, so that acc stays in registers.
+template <class Step, int kRows>
+__attribute__((always_inline)) inline void add_steps(const char* const (&p)[kRows], int64_t steps, const int8_t*& w,
+                                                     __m256i (&acc)[kRows][2]) {
+  for (int64_t q = 0; q < steps; ++q, w += 64) {
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32));
+#pragma GCC unroll 6
+    for (int i = 0; i < kRows; ++i) {
+      const __m256i a = _mm256_set1_epi32(load_u32(p[i] + q * 4));
+      acc[i][0] = Step::add(acc[i][0], a, w0);
+      acc[i][1] = Step::add(acc[i][1], a, w1);
+    }
+  }
+}
+
 template <class Step>
 struct YmmTiles {
   static constexpr int kPixels = 6, kMaxBlocks = 1;
@@ -80,16 +96,7 @@ struct YmmTiles {
     for (const int64_t off : plan.tap_offsets) {
       const char* p[kPixels];
       for (int i = 0; i < kPixels; ++i) p[i] = px[i] + off;
-      for (int64_t q = 0; q < steps; ++q, w += 64) {
-        const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
-        const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32));
-#pragma GCC unroll 6
-        for (int i = 0; i < kPixels; ++i) {
-          const __m256i a = _mm256_set1_epi32(load_u32(p[i] + q * 4));
-          acc[i][0] = Step::add(acc[i][0], a, w0);
-          acc[i][1] = Step::add(acc[i][1], a, w1);
-        }
-      }
+      add_steps<Step>(p, steps, w, acc);
     }
     store(plan, acc, p0, rows, b0 * 16);
   }

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kernels/cpu/qconv/qconv_tile_ymm.h"
+#include "kernels/cpu/ymm_dot_steps.h"
 
 namespace kiln::qconv {
 namespace {
@@ -70,7 +71,7 @@ void input_transform(const Plan& plan, int64_t t0, int64_t count, int16_t* v) {
 }
 
 // The GEMMs of block b over the chunk's `count` tiles: m [point][tile][16] int32, filters in
-// the ymm tiles' order. A register tile is kRows tiles x 16 filters.
+// the ymm tiles' order. A register tile is kRows tiles x 16 filters, on the ymm tiles' add_steps.
 constexpr int kRows = 6;
 
 void point_products(const Plan& plan, const int16_t* v, int64_t count, int64_t b, int32_t* m) {
@@ -85,16 +86,7 @@ void point_products(const Plan& plan, const int16_t* v, int64_t count, int64_t b
       __m256i acc[kRows][2];
       for (auto& r : acc) r[0] = r[1] = _mm256_setzero_si256();
       const int8_t* w = wb;
-      for (int64_t q = 0; q < pairs; ++q, w += 64) {
-        const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
-        const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32));
-#pragma GCC unroll 6
-        for (int i = 0; i < kRows; ++i) {
-          const __m256i a = _mm256_set1_epi32(load_u32(p[i] + q * 4));
-          acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(a, w0));
-          acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(a, w1));
-        }
-      }
+      add_steps<ymm::PairsOf16Bits>(p, pairs, w, acc);
       // Every row, whole (the chunk has room; rows past `count` are never read): a row count
       // known only at run time would index the accumulators, and GCC then kept them in memory.
 #pragma GCC unroll 6
