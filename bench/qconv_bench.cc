@@ -3,7 +3,10 @@
 // this CPU has (KILN_ISA caps them; 7-bit weights for the tiles that need them), 1 and 2 threads. Reports GOP/s of the fastest run
 // (multiply-adds inside the input only, x2) and, where the CPU has AVX512-VNNI, % of its int8
 // peak: vpdpbusd does 4x the multiply-adds of an FMA in the same slot, so 4x the FMA peak.
-// `count` is the number of such layers in the model, for weighing a change by its share.
+// `count` is the number of such layers in the model, for weighing a change by its share. The
+// layers a block's residual add follows run again with the add (`+add`): in the tile's store
+// (`fused`, Requantize::add) and as the separate QLinearAdd's rows over the conv's output
+// (`apart`); GOP/s count the conv's multiply-adds alone.
 //   kiln_bench_qconv [--benchmark_filter=resnet_3x3]
 #include <benchmark/benchmark.h>
 
@@ -26,30 +29,33 @@ struct Layer {
   const char* name;
   int64_t c, m, hw, k, stride, count;
   bool depthwise = false;
+  bool residual = false;  // a block's residual add follows it
 };
+
+enum class Add { kNone, kFused, kApart };
 
 const Layer kLayers[] = {
     {"resnet_stem_7x7s2_3to64_224", 3, 64, 224, 7, 2, 1},
-    {"resnet_1x1_64to256_56", 64, 256, 56, 1, 1, 4},
+    {"resnet_1x1_64to256_56", 64, 256, 56, 1, 1, 4, false, true},
     {"resnet_3x3_64_56", 64, 64, 56, 3, 1, 3},
     {"resnet_1x1_256to64_56", 256, 64, 56, 1, 1, 2},
     {"resnet_3x3s2_128_56", 128, 128, 56, 3, 2, 1},
     {"resnet_3x3_128_28", 128, 128, 28, 3, 1, 3},
-    {"resnet_1x1_128to512_28", 128, 512, 28, 1, 1, 4},
+    {"resnet_1x1_128to512_28", 128, 512, 28, 1, 1, 4, false, true},
     {"resnet_1x1_512to128_28", 512, 128, 28, 1, 1, 3},
     {"resnet_3x3s2_256_28", 256, 256, 28, 3, 2, 1},
     {"resnet_3x3_256_14", 256, 256, 14, 3, 1, 5},
-    {"resnet_1x1_256to1024_14", 256, 1024, 14, 1, 1, 6},
+    {"resnet_1x1_256to1024_14", 256, 1024, 14, 1, 1, 6, false, true},
     {"resnet_1x1_1024to256_14", 1024, 256, 14, 1, 1, 5},
     {"resnet_3x3s2_512_14", 512, 512, 14, 3, 2, 1},
     {"resnet_3x3_512_7", 512, 512, 7, 3, 1, 2},
-    {"resnet_1x1_512to2048_7", 512, 2048, 7, 1, 1, 4},
+    {"resnet_1x1_512to2048_7", 512, 2048, 7, 1, 1, 4, false, true},
     {"resnet_1x1_2048to512_7", 2048, 512, 7, 1, 1, 2},
     {"mobilenet_stem_3x3s2_3to32_224", 3, 32, 224, 3, 2, 1},
     {"mobilenet_1x1_16to96_112", 16, 96, 112, 1, 1, 1},
     {"mobilenet_1x1_24to144_56", 24, 144, 56, 1, 1, 2},
-    {"mobilenet_1x1_144to24_56", 144, 24, 56, 1, 1, 2},
-    {"mobilenet_1x1_192to32_28", 192, 32, 28, 1, 1, 3},
+    {"mobilenet_1x1_144to24_56", 144, 24, 56, 1, 1, 2, false, true},
+    {"mobilenet_1x1_192to32_28", 192, 32, 28, 1, 1, 3, false, true},
     {"mobilenet_1x1_320to1280_7", 320, 1280, 7, 1, 1, 1},
     {"mobilenet_dw3x3_32_112", 32, 32, 112, 3, 1, 1, true},
     {"mobilenet_dw3x3s2_96_112", 96, 96, 112, 3, 2, 1, true},
@@ -59,7 +65,7 @@ const Layer kLayers[] = {
     {"mobilenet_dw3x3_960_7", 960, 960, 7, 3, 1, 2, true},
 };
 
-void BM_QConv(benchmark::State& state, Layer l, qconv::Tile tile, int threads) {
+void BM_QConv(benchmark::State& state, Layer l, qconv::Tile tile, int threads, Add add) {
   qconv::Geometry g;
   g.batch = 1, g.channels = l.c, g.in_h = g.in_w = l.hw, g.filters = l.m;
   g.kernel_h = g.kernel_w = l.k, g.stride_h = g.stride_w = l.stride, g.pad_top = g.pad_left = l.k / 2;
@@ -77,9 +83,17 @@ void BM_QConv(benchmark::State& state, Layer l, qconv::Tile tile, int threads) {
   rq.bias.assign(static_cast<size_t>(l.m), -1000);
   rq.scale.assign(static_cast<size_t>(l.m), 1e-4f);
   rq.zero_point = 3;
-  std::vector<uint8_t> y(static_cast<size_t>(g.out_h * g.out_w * l.m));
+  std::vector<uint8_t> y(static_cast<size_t>(g.out_h * g.out_w * l.m)), residual(y.size());
+  for (auto& v : residual) v = static_cast<uint8_t>(byte(rng));
+  const kiln::QLinearBinaryParams params{0.1f, 0.12f, 0.15f, 3, 120, 110, 0, 255, false};
+  if (add == Add::kFused) rq.add = {params, kiln::qlinear_binary_reciprocal_is_exact(params, false)};
   static kiln::ThreadPool* const pools[3] = {nullptr, new kiln::ThreadPool(1), new kiln::ThreadPool(2)};
-  auto run = [&] { qconv::conv(g, x.data(), false, true, 128, packed, rq, y.data(), true, pools[threads]); };
+  auto run = [&] {
+    qconv::conv(g, x.data(), false, true, 128, packed, rq, y.data(), true, pools[threads], residual.data());
+    if (add == Add::kApart)
+      kiln::qlinear_binary_same_shape(params, false, y.data(), residual.data(), y.data(),
+                                      static_cast<int64_t>(y.size()), pools[threads]);
+  };
   run();  // warm up the staging buffer, caches and threads
   const kiln::bench::RunTimes t = kiln::bench::time_runs(state, run);
   auto inside = [&](int64_t out, int64_t size) {
@@ -105,11 +119,15 @@ const bool kRegistered = [] {
         qconv::Geometry g;
         g.channels = l.c, g.kernel_h = g.kernel_w = l.k, g.stride_h = g.stride_w = l.stride;
         if (!qconv::tile_fits(tile, g)) continue;
-        benchmark::RegisterBenchmark(
-            (std::string(l.name) + "/" + qconv::tile_name(tile) + "/threads:" + std::to_string(threads)).c_str(),
-            BM_QConv, l, tile, threads)
-            ->UseRealTime()
-            ->MinTime(0.2);
+        for (const Add add : {Add::kNone, Add::kFused, Add::kApart}) {
+          if (add != Add::kNone && (!l.residual || threads != 2)) continue;
+          const std::string how = add == Add::kNone ? "" : add == Add::kFused ? "+add/fused" : "+add/apart";
+          const std::string name = std::string(l.name) + how + "/" + qconv::tile_name(tile);
+          benchmark::RegisterBenchmark((name + "/threads:" + std::to_string(threads)).c_str(), BM_QConv, l, tile,
+                                       threads, add)
+              ->UseRealTime()
+              ->MinTime(0.2);
+        }
       }
   return true;
 }();

@@ -95,8 +95,17 @@ std::vector<double> expected(const Case& k, const Data& d, bool x_signed, qconv:
   return y;
 }
 
+// QLinearAdd's c of codes a and b, the plain way: a float division (qlinear_binary.h).
+double added(const QLinearBinaryParams& p, double a, double b) {
+  const float fa = (static_cast<float>(a) - p.az) * p.as, fb = (static_cast<float>(b) - p.bz) * p.bs;
+  return std::min(p.hi, std::max(p.lo, std::nearbyint((fa + fb) / p.cs) + p.cz));
+}
+
+// With `add` (8-bit Y, channels-last), the conv's codes go through a residual add (qconv.h,
+// Requantize::add) of random codes R.
 void check_direct(const Case& k, qconv::Tile tile, bool x_signed, bool per_filter, qconv::Output out, bool nhwc,
-                  int threads, float y_scale = 0.35f, void (*edit)(Data&) = nullptr) {
+                  int threads, float y_scale = 0.35f, void (*edit)(Data&) = nullptr,
+                  const qconv::Requantize::ResidualAdd* add = nullptr) {
   SCOPED_TRACE(::testing::Message() << k.n << "x" << k.c << "x" << k.h << "x" << k.w << " m " << k.m << " k " << k.kh
                                     << "x" << k.kw << " s " << k.sh << "," << k.sw << " d " << k.dh << "," << k.dw
                                     << " pads " << k.pt << k.pl << k.pb << k.pr << (x_signed ? " s8" : " u8")
@@ -135,7 +144,12 @@ void check_direct(const Case& k, qconv::Tile tile, bool x_signed, bool per_filte
   std::vector<uint8_t> yq(static_cast<size_t>(count), 0xAB);
   ThreadPool pool(threads);
   void* y = out == qconv::Output::kFloat ? static_cast<void*>(yf.data()) : static_cast<void*>(yq.data());
-  qconv::conv(g, x.data(), x_signed, nhwc, d.zx, packed, rq, y, nhwc, threads > 1 ? &pool : nullptr);
+  std::vector<uint8_t> residual(static_cast<size_t>(count));
+  std::mt19937 rng(static_cast<uint32_t>(count));
+  for (auto& v : residual) v = static_cast<uint8_t>(rng() % 256);
+  if (add) rq.add = *add;
+  qconv::conv(g, x.data(), x_signed, nhwc, d.zx, packed, rq, y, nhwc, threads > 1 ? &pool : nullptr,
+              add ? residual.data() : nullptr);
   const std::vector<double> want = expected(k, d, x_signed, out);
   for (int64_t n = 0; n < k.n; ++n)
     for (int64_t m = 0; m < k.m; ++m)
@@ -147,6 +161,10 @@ void check_direct(const Case& k, qconv::Tile tile, bool x_signed, bool per_filte
                                                         : yq[at];
         if (out == qconv::Output::kFloat)
           ASSERT_EQ(static_cast<float>(got), static_cast<float>(want[nchw])) << "n " << n << " m " << m << " p " << p;
+        else if (add)
+          ASSERT_EQ(got, added(add->p, want[nchw],
+                               out == qconv::Output::kS8 ? static_cast<int8_t>(residual[at]) : residual[at]))
+              << "n " << n << " m " << m << " p " << p << " conv's code " << want[nchw];
         else
           ASSERT_EQ(got, want[nchw]) << "n " << n << " m " << m << " p " << p;
       }
@@ -248,6 +266,34 @@ TEST(QConv, WinogradMatchesAPlainLoop) {
   });
 }
 
+// A residual add in the store (Requantize::add), on every group-1 tile, u8 and s8, the two
+// operands' scales far apart and close (the add's sums past C's range either way), zero points
+// off the middle, C scales whose reciprocal gives the division's codes and one whose does not
+// (0.3: the store divides the lanes near a half); tiles of pixels, blocks and groups of blocks
+// in part.
+TEST(QConv, ResidualAddInTheStoreMatchesConvThenQLinearAdd) {
+  std::vector<qconv::Tile> tiles = qconv::available_tiles(false);
+  if (std::find(tiles.begin(), tiles.end(), qconv::Tile::kWinogradAvx2) == tiles.end())
+    tiles.push_back(qconv::Tile::kWinogradAvx2);  // AVX2 alone: every x86-64 CPU kiln runs on
+  const std::vector<QLinearBinaryParams> adds = {
+      {0.35f, 0.02f, 0.3f, 100, 7, 90, 0, 0, false},
+      {0.35f, 0.6f, 0.5f, 3, 200, 0, 0, 0, false},
+      {0.35f, 0.35f, 0.125f, 128, 128, 128, 0, 0, false},
+  };
+  for (const qconv::Tile tile : tiles)
+    for (const Case& k : {cases()[1], cases()[2], Case{1, 32, 9, 7, 100, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}})
+      for (const QLinearBinaryParams& add : adds)
+        for (const auto out : {qconv::Output::kU8, qconv::Output::kS8}) {
+          const bool s8 = out == qconv::Output::kS8;
+          QLinearBinaryParams p = add;
+          p.lo = s8 ? -128.0f : 0.0f, p.hi = s8 ? 127.0f : 255.0f;
+          if (s8) p.az -= 128, p.bz -= 128, p.cz -= 128;
+          const qconv::Requantize::ResidualAdd residual{p, qlinear_binary_reciprocal_is_exact(p, s8)};
+          EXPECT_EQ(residual.reciprocal_exact, p.cs != 0.3f);
+          check_direct(k, tile, false, true, out, true, 2, 0.35f, nullptr, &residual);
+        }
+}
+
 // The QLinearConv node reaches the same values (the tile where it applies, the reference where
 // it does not: group 2 here), u8 and s8 X, with its optional inputs given or omitted.
 TEST(QConv, QLinearConvNodeMatchesAPlainLoop) {
@@ -309,6 +355,72 @@ TEST(QConv, QLinearConvNodeMatchesAPlainLoop) {
             ASSERT_EQ(y.data<uint8_t>()[(n * k.m + m) * oh * ow + p], v) << n << " " << m << " " << p;
           }
     }
+}
+
+// ai.kiln.QLinearConv with QLinearAdd's inputs (qlinear-conv-residual) gives the codes of the
+// conv and the add apart, u8 and s8: with the add in the tile's store (a channels-last conv of
+// group 1, a C scale whose reciprocal gives the division's codes), and with the add's rows after
+// the conv (a C scale whose reciprocal does not, an NCHW conv, a depthwise one). The conv's
+// output is the add's A or its B.
+TEST(QConv, ConvWithResidualNodeMatchesConvThenQLinearAdd) {
+  float inexact = 0;  // a C scale whose reciprocal misses the division's code for some pair
+  for (int i = 0; i < 1000 && inexact == 0; ++i) {
+    const QLinearBinaryParams p{0.35f, 0.2f, 0.3f + 0.00123f * static_cast<float>(i), 100, 7, 90, 0, 255, false};
+    if (!qlinear_binary_reciprocal_is_exact(p, false)) inexact = p.cs;
+  }
+  ASSERT_NE(inexact, 0.0f);
+  for (const bool x_signed : {false, true})
+    for (const float cs : {0.25f, inexact})
+      for (const bool last : {true, false})
+        for (const int64_t group : {1, 24})
+          for (const bool conv_is_a : {true, false}) {
+            SCOPED_TRACE(::testing::Message() << (x_signed ? "s8" : "u8") << " cs " << cs << (last ? " nhwc" : " nchw")
+                                              << " group " << group << (conv_is_a ? " conv A" : " conv B"));
+            const Case k{2, 24, 7, 9, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
+            const DType t = x_signed ? DType::kInt8 : DType::kUInt8;
+            const double shift = x_signed ? -128 : 0;
+            test::Builder b(13);
+            const Shape xs = last ? Shape{k.n, k.h, k.w, k.c} : Shape{k.n, k.c, k.h, k.w};
+            const Shape ys = last ? Shape{k.n, k.h, k.w, k.m} : Shape{k.n, k.m, k.h, k.w};
+            b.m.graph.inputs.push_back(ir::ValueInfo{"x", ir::TypeInfo::tensor(t, xs), ""});
+            b.m.graph.inputs.push_back(ir::ValueInfo{"r", ir::TypeInfo::tensor(t, ys), ""});
+            Tensor w = Tensor::make(DType::kInt8, {k.m, k.c / group, k.kh, k.kw}).value();
+            std::mt19937 rng(11);
+            for (int64_t i = 0; i < w.numel(); ++i) w.data<int8_t>()[i] = static_cast<int8_t>(rng() % 256);
+            auto& init = b.m.graph.initializers;
+            init["w"] = w, init["ws"] = test::scalar_of(DType::kFloat32, 0.004);
+            init["xs"] = test::scalar_of(DType::kFloat32, 0.02), init["xz"] = test::scalar_of(t, 120 + shift);
+            init["ys"] = test::scalar_of(DType::kFloat32, 0.35), init["yz"] = test::scalar_of(t, 100 + shift);
+            init["rs"] = test::scalar_of(DType::kFloat32, 0.2), init["rz"] = test::scalar_of(t, 7 + shift);
+            init["cs"] = test::scalar_of(DType::kFloat32, cs), init["cz"] = test::scalar_of(t, 90 + shift);
+            const std::vector<ir::Attribute> attrs = {test::attr_i("group", group), test::attr_i("channels_last", last),
+                                                      test::attr_ints("pads", {1, 1, 1, 1})};
+            const std::vector<std::string> conv_in = {"x", "xs", "xz", "w", "ws", "", "ys", "yz", ""};
+            test::Builder apart = b, fused = b;
+            apart.add("QLinearConv", conv_in, {"y"}, attrs).domain = "com.microsoft";
+            std::vector<std::string> add_in = {"y", "ys", "yz", "r", "rs", "rz", "cs", "cz"};
+            if (!conv_is_a) std::rotate(add_in.begin(), add_in.begin() + 3, add_in.begin() + 6);  // r, y
+            apart.add("QLinearAdd", add_in, {"c"}).domain = "com.microsoft";
+            std::vector<std::string> fused_in = conv_in;
+            for (const char* v : {"", "ys", "yz", "r", "rs", "rz", "cs", "cz"}) fused_in.push_back(v);
+            fused.add("QLinearConv", fused_in, {"c"}, attrs).domain = "ai.kiln";
+            for (ir::Model* m : {&apart.m, &fused.m}) {
+              m->opsets["com.microsoft"] = 1, m->opsets["ai.kiln"] = 1;
+              m->graph.outputs.push_back(ir::ValueInfo{"c", ir::TypeInfo::tensor(t), ""});
+            }
+            Tensor x = Tensor::make(t, xs).value(), r = Tensor::make(t, ys).value();
+            for (int64_t i = 0; i < x.numel(); ++i) x.data<uint8_t>()[i] = static_cast<uint8_t>(rng() % 256);
+            for (int64_t i = 0; i < r.numel(); ++i) r.data<uint8_t>()[i] = static_cast<uint8_t>(rng() % 256);
+            SessionOptions plain;
+            plain.optimize_level = 0;
+            const std::vector<Value> want = test::run_model(apart.m, {x, r}, plain);
+            const std::vector<Value> got = test::run_model(fused.m, {x, r}, plain);
+            ASSERT_EQ(want.size(), 1u);
+            ASSERT_EQ(got.size(), 1u);
+            ASSERT_EQ(got[0].tensor.shape(), want[0].tensor.shape());
+            for (int64_t i = 0; i < want[0].tensor.numel(); ++i)
+              ASSERT_EQ(got[0].tensor.data<uint8_t>()[i], want[0].tensor.data<uint8_t>()[i]) << "at " << i;
+          }
 }
 
 // The 8-bit ops name what is wrong with bad inputs instead of crashing: types, shapes, per-axis
@@ -395,6 +507,25 @@ TEST(QConv, EightBitOpsRejectBadInputs) {
     b.m.graph.outputs.push_back(ir::ValueInfo{"y", ir::TypeInfo::tensor(DType::kUInt8), ""});
     const std::string e = run_error(b, {bytes_of(DType::kUInt8, {1, 6, 6, 5})});
     EXPECT_NE(e.find("channels-last QLinearConv"), std::string::npos) << e;
+  }
+  {  // ai.kiln.QLinearConv with a residual of another shape, and of another type
+    test::Builder b(13);
+    b.m.opsets["ai.kiln"] = 1;
+    b.m.graph.inputs.push_back(ir::ValueInfo{"x", ir::TypeInfo::tensor(DType::kUInt8), ""});
+    b.m.graph.inputs.push_back(ir::ValueInfo{"r", ir::TypeInfo::tensor(DType::kUInt8), ""});
+    auto& init = b.m.graph.initializers;
+    init["xs"] = scalar(DType::kFloat32, 0.1), init["xz"] = scalar(DType::kUInt8, 3);
+    init["w"] = Tensor::make(DType::kInt8, {8, 4, 3, 3}).value(), init["ws"] = scalar(DType::kFloat32, 0.01);
+    init["ys"] = scalar(DType::kFloat32, 0.2), init["yz"] = scalar(DType::kUInt8, 0);
+    b.add("QLinearConv", {"x", "xs", "xz", "w", "ws", "", "ys", "yz", "", "", "ys", "yz", "r", "ys", "yz", "ys", "yz"},
+          {"y"}, {test::attr_i("channels_last", 1), test::attr_ints("pads", {1, 1, 1, 1})})
+        .domain = "ai.kiln";
+    b.m.graph.outputs.push_back(ir::ValueInfo{"y", ir::TypeInfo::tensor(DType::kUInt8), ""});
+    std::string e = run_error(b, {bytes_of(DType::kUInt8, {1, 6, 6, 4}), bytes_of(DType::kUInt8, {1, 6, 6, 4})});
+    EXPECT_NE(e.find("the residual B (input 12) must be uint8 [1,6,6,8]"), std::string::npos) << e;
+    b.m.graph.inputs[1].type = ir::TypeInfo::tensor(DType::kInt8);
+    e = run_error(b, {bytes_of(DType::kUInt8, {1, 6, 6, 4}), bytes_of(DType::kInt8, {1, 6, 6, 8})});
+    EXPECT_NE(e.find("input 12"), std::string::npos) << e;
   }
   {  // MatMulIntegerToFloat with a b_scale of the wrong length
     test::Builder b(13);

@@ -237,6 +237,44 @@ TEST(QdqFusion, SqueezeExcitationStaysChannelsLast) {
   test::expect_same_outputs(apart, o3, feeds, 0.0f);
 }
 
+// A bottleneck block's residual add in QDQ form, the add's operands either way round, its input
+// the first conv's output (channels-last, as in resnet50): at -O3 the add joins the last conv
+// (qlinear-conv-residual), its codes those of the conv and the add apart.
+TEST(QdqFusion, ResidualAddJoinsItsConvAtO3) {
+  for (const bool conv_first : {true, false}) {
+    SCOPED_TRACE(conv_first ? "Add(conv, residual)" : "Add(residual, conv)");
+    test::Builder b(13);
+    b.input("x", {1, 8, 7, 7});
+    qdq(b, "x", "xq", "xd", 0.05f, 128);
+    conv1x1(b, "xd", "a", 8, 8, 1);
+    qdq(b, "a", "aq", "ad", 0.1f, 120);
+    conv1x1(b, "ad", "c", 8, 16, 2);
+    b.add("Relu", {"c"}, {"cr"});
+    qdq(b, "cr", "cq", "cd", 0.1f, 0);
+    conv1x1(b, "cd", "e", 16, 8, 3);
+    qdq(b, "e", "eq", "ed", 0.2f, 130);
+    b.add("Add", conv_first ? std::vector<std::string>{"ed", "ad"} : std::vector<std::string>{"ad", "ed"}, {"s"});
+    qdq(b, "s", "yq", "y", 0.25f, 125);
+    b.output("y");
+    ir::Model o3 = b.m, apart = b.m, plain = b.m;
+    OptimizeOptions no_residual, none;
+    no_residual.disabled = {"qlinear-conv-residual"};
+    none.level = 0;
+    ASSERT_TRUE(optimize(o3, OptimizeOptions{}).is_ok());
+    ASSERT_TRUE(optimize(apart, no_residual).is_ok());
+    ASSERT_TRUE(optimize(plain, none).is_ok());
+    const auto h = test::qualified_histogram(o3);
+    EXPECT_EQ(h.at("ai.kiln.QLinearConv"), 1);
+    EXPECT_EQ(h.at("com.microsoft.QLinearConv"), 2);
+    EXPECT_EQ(h.count("com.microsoft.QLinearAdd"), 0u);
+    EXPECT_EQ(test::qualified_histogram(apart).at("com.microsoft.QLinearAdd"), 1);
+    test::Builder inputs;
+    const std::vector<Tensor> feeds = {inputs.random({1, 8, 7, 7}, -6, 6)};
+    test::expect_same_outputs(apart, o3, feeds, 0.0f);
+    test::expect_same_outputs(plain, o3, feeds, 0.2501f);  // float ops on the QDQ form: one step of y
+  }
+}
+
 // An efficientnet's SiLU in QDQ form, x * sigmoid(x) with every tensor quantized, and a
 // squeeze-excitation's broadcast Mul: QLinearSigmoid and QLinearMul, then the SiLU one table. The
 // sigmoid's table computes it in double, the float op in float: the outputs agree to one step of

@@ -113,6 +113,21 @@ bool reciprocal_is_exact_cached(const Params& p) {
   return exact;
 }
 
+// A row of either type, on AVX-512 where the CPU has it.
+void any_row(const Params& p, bool is_signed, bool reciprocal, const void* a, int64_t sa, const void* b, int64_t sb,
+             void* c, int64_t n) {
+  static const bool avx512 = cpu_features().has_avx512();  // the level is fixed once kernels run
+  if (avx512) return qlinear_binary_row_avx512(p, is_signed, reciprocal, a, sa, b, sb, c, n);
+  using S = int8_t;
+  using U = uint8_t;
+  if (is_signed)
+    (reciprocal ? row<S, true> : row<S, false>)(p, static_cast<const S*>(a), sa, static_cast<const S*>(b), sb,
+                                                static_cast<S*>(c), n);
+  else
+    (reciprocal ? row<U, true> : row<U, false>)(p, static_cast<const U*>(a), sa, static_cast<const U*>(b), sb,
+                                                static_cast<U*>(c), n);
+}
+
 // Whether `x` holds one value per channel of channels-last c ([1 or N, 1, ..., 1, C] against
 // c's [N, ..., C]): a squeeze-excitation's scale of an NHWC activation.
 bool per_channel_of(const Shape& x, const Shape& c) {
@@ -170,14 +185,10 @@ void run_typed(KernelContext& ctx, const Params& p, const Tensor& a, const Tenso
                                   });
   }
   const bool reciprocal = reciprocal_is_exact_cached<T>(p);
-  static const bool avx512 = cpu_features().has_avx512();  // the level is fixed once kernels run
   auto run = [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const Row& w = rows[static_cast<size_t>(r)];
-      if (avx512)
-        qlinear_binary_row_avx512(p, std::is_signed_v<T>, reciprocal, w.a, w.sa, w.b, w.sb, cd + w.first, w.len);
-      else
-        (reciprocal ? row<T, true> : row<T, false>)(p, w.a, w.sa, w.b, w.sb, cd + w.first, w.len);
+      any_row(p, std::is_signed_v<T>, reciprocal, w.a, w.sa, w.b, w.sb, cd + w.first, w.len);
     }
   };
   const int64_t n = static_cast<int64_t>(rows.size());
@@ -223,6 +234,28 @@ Status qlinear_add(KernelContext& ctx) { return qlinear_binary(ctx, false); }
 Status qlinear_mul(KernelContext& ctx) { return qlinear_binary(ctx, true); }
 
 }  // namespace
+
+bool qlinear_binary_reciprocal_is_exact(const QLinearBinaryParams& p, bool is_signed) {
+  return is_signed ? reciprocal_is_exact_cached<int8_t>(p) : reciprocal_is_exact_cached<uint8_t>(p);
+}
+
+void qlinear_binary_same_shape(const QLinearBinaryParams& p, bool is_signed, const void* a, const void* b, void* c,
+                               int64_t n, ThreadPool* pool) {
+  constexpr int64_t kChunk = 1 << 14;
+  const bool reciprocal = qlinear_binary_reciprocal_is_exact(p, is_signed);
+  auto run = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t first = r * kChunk;
+      any_row(p, is_signed, reciprocal, static_cast<const char*>(a) + first, 1, static_cast<const char*>(b) + first, 1,
+              static_cast<char*>(c) + first, std::min(kChunk, n - first));
+    }
+  };
+  const int64_t rows = (n + kChunk - 1) / kChunk;
+  if (pool && rows > 1)
+    pool->parallel_for(rows, 1, run);
+  else
+    run(0, rows);
+}
 
 // A, A's scale, B, B's scale, C's scale.
 const std::vector<DtypeConstraint> kQLinearBinaryTypes = {

@@ -7,6 +7,8 @@
 
 namespace kiln {
 
+class ThreadPool;
+
 struct QLinearBinaryParams {
   float as, bs, cs;
   float az, bz, cz, lo, hi;
@@ -17,5 +19,13 @@ struct QLinearBinaryParams {
 // repeated), 16 lanes at a time (AVX-512; its own translation unit).
 void qlinear_binary_row_avx512(const QLinearBinaryParams& p, bool is_signed, bool reciprocal, const void* a,
                                int64_t sa, const void* b, int64_t sb, void* c, int64_t n);
+
+// Whether multiplying by 1 / cs gives the division's c for every pair of codes (all 65536 tried
+// once per parameter set, then remembered).
+bool qlinear_binary_reciprocal_is_exact(const QLinearBinaryParams& p, bool is_signed);
+
+// c[0, n) of a and b of one shape, the rows over `pool` (may be null); c may be a or b.
+void qlinear_binary_same_shape(const QLinearBinaryParams& p, bool is_signed, const void* a, const void* b, void* c,
+                               int64_t n, ThreadPool* pool);
 
 }  // namespace kiln

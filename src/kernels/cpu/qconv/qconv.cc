@@ -266,7 +266,8 @@ PackedWeights PackedWeights::pack_winograd(const int8_t* w, const Geometry& g) {
 }
 
 void conv(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t zx, const PackedWeights& w,
-          const Requantize& rq, void* y, bool y_nhwc, ThreadPool* pool) {
+          const Requantize& rq, void* y, bool y_nhwc, ThreadPool* pool, const void* residual) {
+  if (!rq.add) residual = nullptr;
   thread_local std::vector<char> staged, nhwc_out;
   const size_t elem = rq.output == Output::kFloat ? 4 : 1;
   void* out = y;
@@ -292,16 +293,16 @@ void conv(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t 
     Geometry whole = g;  // staged to whole 2x2 tiles
     whole.out_h = round_up(g.out_h, 2), whole.out_w = round_up(g.out_w, 2);
     stage<uint8_t>(whole, x, x_signed, x_nhwc, zx, 16, staged, s, pool);
-    conv_winograd_avx2(g, s, w, rq, out, pool);
+    conv_winograd_avx2(g, s, w, rq, out, residual, pool);
   } else if (w.tile() != Tile::kAvx2) {  // quads of u8 channels
     if (!readable_in_place(g, x_signed, x_nhwc)) stage<uint8_t>(g, x, x_signed, x_nhwc, zx, 4, staged, s, pool);
     const auto tiles = w.tile() == Tile::kAvx512Vnni ? conv_staged_avx512vnni
                        : w.tile() == Tile::kAvxVnni  ? conv_staged_avxvnni
                                                      : conv_staged_avx2_bytes;
-    tiles(g, s, w, rq, out, pool);
+    tiles(g, s, w, rq, out, residual, pool);
   } else {
     stage<int16_t>(g, x, x_signed, x_nhwc, zx, 2, staged, s, pool);
-    conv_staged_avx2(g, s, w, rq, out, pool);
+    conv_staged_avx2(g, s, w, rq, out, residual, pool);
   }
   if (!y_nhwc) to_nchw(g, out, elem, y);
 }

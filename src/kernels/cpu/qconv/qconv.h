@@ -17,7 +17,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <vector>
+
+#include "kernels/cpu/qlinear_binary.h"
 
 namespace kiln {
 class ThreadPool;
@@ -43,6 +46,18 @@ struct Requantize {
   std::vector<int32_t> bias;  // per output channel, minus zx * sum w (zx + 128 for s8 X)
   std::vector<float> scale;   // per output channel
   int32_t zero_point = 0, lo = 0, hi = 255;
+  // A residual add fused into the store (ai.kiln.QLinearConv's inputs 10 to 16): the conv's code
+  // a and the code b at the same place of a residual R (Y's type and layout) give QLinearAdd's
+  //   c = saturate(round_half_even(((a - az) as + (b - bz) bs) / cs) + cz),
+  // its float steps in its order, the division as its rows do it (qlinear_binary.cc): times
+  // 1 / cs, divided only where a lane lands within 2^-11 of a half, and not even checked where
+  // the reciprocal gives the division's c for every pair of codes. Only with 8-bit Y,
+  // channels-last, and a tile of group 1; the depthwise tiles have none.
+  struct ResidualAdd {
+    QLinearBinaryParams p;
+    bool reciprocal_exact = false;  // qlinear_binary_reciprocal_is_exact(p)
+  };
+  std::optional<ResidualAdd> add;
 
   // Whether a scaled sum can pass int32 (a scale of 0.5 or more), so that the VNNI stores must
   // clamp it in float before converting; below, the saturating packs clamp it.
@@ -124,29 +139,30 @@ class PackedWeights {
 
 // Y = conv(X, W) requantized. X is u8 (x_signed: s8) with zero point zx (X's type), NCHW or channels-last
 // (x_nhwc); Y is written NCHW or channels-last (y_nhwc) as `rq` says (u8, s8 or float). `w` is
-// packed for best_tile(). `pool` may be null.
+// packed for best_tile(). With rq.add, `residual` is R (channels-last, Y's type; y_nhwc). `pool`
+// may be null.
 void conv(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t zx, const PackedWeights& w,
-          const Requantize& rq, void* y, bool y_nhwc, ThreadPool* pool);
+          const Requantize& rq, void* y, bool y_nhwc, ThreadPool* pool, const void* residual = nullptr);
 
 // The tiles' drivers over a staged input (qconv_avx512vnni.cc, qconv_avxvnni.cc, qconv_avx2.cc):
 // `xp` padded NHWC of `padded_h` x `padded_w` pixels of `cp` channels (whole steps), u8 for the
-// VNNI tiles and kAvx2Bytes, int16 for kAvx2; Y channels-last.
+// VNNI tiles and kAvx2Bytes, int16 for kAvx2; Y channels-last, and R with rq.add.
 struct Staged {
   const void* xp;
   int64_t padded_h, padded_w, cp;
 };
 void conv_staged_avx512vnni(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq,
-                            void* y, ThreadPool* pool);
-void conv_staged_avxvnni(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq, void* y,
-                         ThreadPool* pool);
-void conv_staged_avx2(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq, void* y,
-                      ThreadPool* pool);
-void conv_staged_avx2_bytes(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq, void* y,
-                            ThreadPool* pool);
+                            void* y, const void* residual, ThreadPool* pool);
+void conv_staged_avxvnni(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq,
+                         void* y, const void* residual, ThreadPool* pool);
+void conv_staged_avx2(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq,
+                      void* y, const void* residual, ThreadPool* pool);
+void conv_staged_avx2_bytes(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq,
+                            void* y, const void* residual, ThreadPool* pool);
 // `x` padded u8 to whole 2x2 tiles of the output (out_h and out_w rounded up to even), channels
 // to 16s.
-void conv_winograd_avx2(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq, void* y,
-                        ThreadPool* pool);
+void conv_winograd_avx2(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq,
+                        void* y, const void* residual, ThreadPool* pool);
 // Depthwise (qconv_depthwise.cc, qconv_depthwise_avx512vnni.cc, qconv_avxvnni.cc, qconv_avx2.cc)
 // reads channels-last u8 X (x_signed: s8) where it is, `stride` bytes a pixel, with zero point
 // zx (X's type).

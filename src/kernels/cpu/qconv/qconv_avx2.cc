@@ -14,13 +14,13 @@
 namespace kiln::qconv {
 
 void conv_staged_avx2_bytes(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq,
-                            void* y, ThreadPool* pool) {
-  drive<YmmTiles<ymm::QuadsOf7BitValues>>(g, x, w, rq, y, 1, pool);
+                            void* y, const void* residual, ThreadPool* pool) {
+  drive<YmmTiles<ymm::QuadsOf7BitValues>>(g, x, w, rq, y, residual, 1, pool);
 }
 
-void conv_staged_avx2(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq, void* y,
-                      ThreadPool* pool) {
-  drive<YmmTiles<ymm::PairsOf16Bits>>(g, x, w, rq, y, 2, pool);
+void conv_staged_avx2(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq,
+                      void* y, const void* residual, ThreadPool* pool) {
+  drive<YmmTiles<ymm::PairsOf16Bits>>(g, x, w, rq, y, residual, 2, pool);
 }
 
 void conv_depthwise_avx2_bytes(const Geometry& g, const void* x, bool x_signed, int32_t zx, int64_t stride,

@@ -9,14 +9,51 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "kernels/cpu/qconv/qconv_driver.h"
 
-// GCC 12 warns of the masked loads' undefined pass-through lanes (maskz zeroes them).
+// GCC 12 warns of the masked loads' undefined pass-through lanes (maskz zeroes them), and of the
+// unmasked intrinsics' undefined pass-through operands.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 namespace kiln::qconv {
 namespace {
+
+// Requantize::add on 16 lanes, as qconv_tile_ymm.h's ResidualAdd does on 8: the conv's codes
+// less its zero point, q (not yet clamped), and the residual's codes b give c - cz, clamped in
+// float to one step past C's codes, which the packs finish. Its constants are broadcast once a
+// store (the stores through char pointers would make the compiler reload them for every vector).
+struct ResidualAdd {
+  __m512i a_lo, a_zero, a_hi;
+  __m512 az, as, bz, bs, c_reciprocal, cs, v_lo, v_hi;
+  bool reciprocal_exact;
+
+  explicit ResidualAdd(const Requantize& rq) {
+    const QLinearBinaryParams& p = rq.add->p;
+    a_lo = _mm512_set1_epi32(rq.lo - rq.zero_point), a_zero = _mm512_set1_epi32(rq.zero_point);
+    a_hi = _mm512_set1_epi32(rq.hi);
+    az = _mm512_set1_ps(p.az), as = _mm512_set1_ps(p.as), bz = _mm512_set1_ps(p.bz), bs = _mm512_set1_ps(p.bs);
+    c_reciprocal = _mm512_set1_ps(1.0f / p.cs), cs = _mm512_set1_ps(p.cs);
+    v_lo = _mm512_set1_ps(p.lo - p.cz - 1), v_hi = _mm512_set1_ps(p.hi - p.cz + 1);
+    reciprocal_exact = rq.add->reciprocal_exact;
+  }
+
+  __m512i operator()(__m512i q, __m512i b) const {
+    const __m512i a = _mm512_min_epi32(_mm512_add_epi32(_mm512_max_epi32(q, a_lo), a_zero), a_hi);
+    const __m512 fa = _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(a), az), as);
+    const __m512 fb = _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(b), bz), bs);
+    const __m512 sum = _mm512_add_ps(fa, fb);
+    __m512 v = _mm512_mul_ps(sum, c_reciprocal);
+    if (!reciprocal_exact) {  // the division where the product may round the other way
+      const __m512 off = _mm512_sub_ps(v, _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      if (_mm512_cmp_ps_mask(_mm512_abs_ps(off), _mm512_set1_ps(0.5f - 0x1p-11f), _CMP_GE_OQ))
+        v = _mm512_div_ps(sum, cs);
+    }
+    return _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(v, v_lo), v_hi));
+  }
+};
 
 struct VnniTiles {
   static constexpr int kPixels = 6, kMaxBlocks = 4;
@@ -27,21 +64,29 @@ struct VnniTiles {
   // lowest code too); the zero point is added to the 16-bit values, saturating, which clamps the
   // same as adding it to the int32 ones first. The upper clamp stays in float, where a huge
   // positive sum would otherwise wrap: needed only where a scale reaches 0.5 (Requantize::needs_float_clamp).
+  // With rq.add, the codes stored are the residual add's (add_residual).
   template <int B, bool kClampHigh>
   static void store_packed(const TilePlan& plan, __m512i (&acc)[kPixels][B], int64_t p0, int rows, int64_t m0) {
     const Requantize& rq = plan.rq;
     const int64_t filters = plan.g.filters, count = std::min<int64_t>(B * 16, filters - m0);
     const __m512 hi = _mm512_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
-    const __m512i zp = _mm512_set1_epi16(static_cast<int16_t>(rq.zero_point));
+    const char* residual = static_cast<const char*>(plan.residual);
+    const std::optional<ResidualAdd> add = residual ? std::optional<ResidualAdd>(ResidualAdd(rq)) : std::nullopt;
+    const bool s8 = rq.output == Output::kS8;
+    const int32_t zero_point = residual ? static_cast<int32_t>(rq.add->p.cz) : rq.zero_point;
+    const __m512i zp = _mm512_set1_epi16(static_cast<int16_t>(zero_point));
     __m512 scale[B];
+    __mmask16 lanes_of[B];
     for (int b = 0; b < B; ++b) {
       const int64_t lanes = std::clamp<int64_t>(count - b * 16, 0, 16);
-      scale[b] = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << lanes) - 1), rq.scale.data() + m0 + b * 16);
+      lanes_of[b] = static_cast<__mmask16>((1u << lanes) - 1);
+      scale[b] = _mm512_maskz_loadu_ps(lanes_of[b], rq.scale.data() + m0 + b * 16);
     }
     const __mmask64 store_mask = count >= 64 ? ~__mmask64{0} : (__mmask64{1} << count) - 1;
     // Dword d of the packed vector holds block d % 4's channels 4 (d / 4) .. 4 (d / 4) + 3.
     const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     for (int i = 0; i < rows; ++i) {
+      const int64_t at = (p0 + i) * filters + m0;
       __m512i q[4];
       for (int b = 0; b < 4; ++b) {
         if (b >= B) {
@@ -50,11 +95,15 @@ struct VnniTiles {
         }
         const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][b]), scale[b]);
         q[b] = _mm512_cvtps_epi32(kClampHigh ? _mm512_min_ps(f, hi) : f);
+        if (residual) {
+          const __m128i r = _mm_maskz_loadu_epi8(lanes_of[b], residual + at + b * 16);
+          q[b] = (*add)(q[b], s8 ? _mm512_cvtepi8_epi32(r) : _mm512_cvtepu8_epi32(r));
+        }
       }
       const __m512i w01 = _mm512_adds_epi16(_mm512_packs_epi32(q[0], q[1]), zp);
       const __m512i w23 = _mm512_adds_epi16(_mm512_packs_epi32(q[2], q[3]), zp);
-      const __m512i bytes = rq.output == Output::kS8 ? _mm512_packs_epi16(w01, w23) : _mm512_packus_epi16(w01, w23);
-      _mm512_mask_storeu_epi8(static_cast<int8_t*>(plan.y) + (p0 + i) * filters + m0, store_mask,
+      const __m512i bytes = s8 ? _mm512_packs_epi16(w01, w23) : _mm512_packus_epi16(w01, w23);
+      _mm512_mask_storeu_epi8(static_cast<int8_t*>(plan.y) + at, store_mask,
                               _mm512_permutexvar_epi32(order, bytes));
     }
   }
@@ -92,6 +141,9 @@ struct VnniTiles {
       const __m512i bias = _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << lanes) - 1), plan.rq.bias.data() + m);
       for (auto& row : acc) row[b] = bias;
     }
+    if (plan.residual)  // the store's residual codes, on their way while the sums run
+      for (int i = 0; i < rows; ++i)
+        _mm_prefetch(static_cast<const char*>(plan.residual) + (p0 + i) * plan.g.filters + b0 * 16, _MM_HINT_T0);
     const int64_t quads = plan.w.steps(), wstride = plan.w.block_bytes();
     const int8_t* w = plan.w.block(b0);
     for (const int64_t off : plan.tap_offsets) {
@@ -123,8 +175,8 @@ struct VnniTiles {
 }  // namespace
 
 void conv_staged_avx512vnni(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq,
-                            void* y, ThreadPool* pool) {
-  drive<VnniTiles>(g, x, w, rq, y, 1, pool);
+                            void* y, const void* residual, ThreadPool* pool) {
+  drive<VnniTiles>(g, x, w, rq, y, residual, 1, pool);
 }
 
 }  // namespace kiln::qconv

@@ -11,9 +11,9 @@
 
 namespace kiln::qconv {
 
-void conv_staged_avxvnni(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq, void* y,
-                         ThreadPool* pool) {
-  drive<YmmTiles<ymm::VnniQuads>>(g, x, w, rq, y, 1, pool);
+void conv_staged_avxvnni(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq,
+                         void* y, const void* residual, ThreadPool* pool) {
+  drive<YmmTiles<ymm::VnniQuads>>(g, x, w, rq, y, residual, 1, pool);
 }
 
 void conv_depthwise_avxvnni(const Geometry& g, const void* x, bool x_signed, int32_t zx, int64_t stride,

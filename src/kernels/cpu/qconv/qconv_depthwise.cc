@@ -148,7 +148,7 @@ void depthwise_row(const Geometry& g, const uint8_t* x, int64_t stride, uint8_t 
 void conv_depthwise(const Geometry& g, const void* x, bool x_signed, int32_t zx, int64_t stride, const PackedWeights& w,
                     const Requantize& rq, void* y, ThreadPool* pool) {
   const Staged staged{x, g.in_h, g.in_w, g.channels};
-  TilePlan plan{g, staged, w, rq, y, 1, {}};
+  TilePlan plan{g, staged, w, rq, y, nullptr, 1, {}};  // no residual: the depthwise tiles have none
   for (int64_t ky = 0; ky < g.kernel_h; ++ky)  // from a window's corner, inside X
     for (int64_t kx = 0; kx < g.kernel_w; ++kx)
       plan.tap_offsets.push_back((ky * g.dilation_h * g.in_w + kx * g.dilation_w) * stride);

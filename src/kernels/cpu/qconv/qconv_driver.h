@@ -35,13 +35,8 @@ inline __m256i first_lanes(int64_t n) {
 // The first `count` (at most 16) bytes of `bytes` to `out`: a whole store when it fits, else
 // through a buffer (AVX2 has no byte-masked store).
 inline void store_first_bytes(char* out, __m128i bytes, int64_t count, int64_t whole) {
-  if (count == whole) {
-    if (whole == 16)
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out), bytes);
-    else
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(out), bytes);
-    return;
-  }
+  if (count == whole && whole == 16) return _mm_storeu_si128(reinterpret_cast<__m128i*>(out), bytes);
+  if (count == 8) return _mm_storel_epi64(reinterpret_cast<__m128i*>(out), bytes);  // a block of 24 filters' last
   alignas(16) char tmp[16];
   _mm_store_si128(reinterpret_cast<__m128i*>(tmp), bytes);
   std::memcpy(out, tmp, static_cast<size_t>(count));
@@ -53,6 +48,7 @@ struct TilePlan {
   const PackedWeights& w;
   const Requantize& rq;
   void* y;
+  const void* residual;              // R, with rq.add (Y's layout)
   int64_t element;                   // bytes of a staged value
   std::vector<int64_t> tap_offsets;  // bytes from a window's corner to each tap's pixel
   bool clamp_high = true;  // rq.needs_float_clamp()
@@ -89,11 +85,11 @@ inline void windows(const TilePlan& plan, int64_t p0, int rows, const char** px,
 
 // Runs Tiles::tile<B>(plan, p0, rows, b0) over every pixel and block, B up to Tiles::kMaxBlocks.
 template <class Tiles>
-void drive(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq, void* y, int64_t element,
-           ThreadPool* pool) {
+void drive(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq, void* y,
+           const void* residual, int64_t element, ThreadPool* pool) {
   constexpr int kPixels = Tiles::kPixels, kMaxBlocks = Tiles::kMaxBlocks;
   constexpr int64_t kTilesAnItem = 8;
-  TilePlan plan{g, x, w, rq, y, element, {}};
+  TilePlan plan{g, x, w, rq, y, residual, element, {}};
   plan.pixel_is_window = g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 && g.stride_w == 1 &&
                          x.padded_h == g.out_h && x.padded_w == g.out_w;
   plan.clamp_high = rq.needs_float_clamp();

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "kernels/cpu/qconv/qconv_driver.h"
 
@@ -24,14 +25,71 @@ inline void load_in_tile_order(const int32_t* p, int64_t count, __m256i (&v)[2])
   v[0] = _mm256_permute2x128_si256(a, b, 0x20), v[1] = _mm256_permute2x128_si256(a, b, 0x31);
 }
 
+// The first `count` (at most 16) bytes at p, the rest 0; no read past them.
+inline __m128i load_first_bytes(const char* p, int64_t count) {
+  if (count == 16) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if (count == 8) return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  alignas(16) char tmp[16] = {};
+  std::memcpy(tmp, p, static_cast<size_t>(count));
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(tmp));
+}
+
+// Requantize::add on 8 lanes: the conv's codes less its zero point, q (int32, not yet clamped),
+// and the residual's codes b give c - cz, which the store's packs finish as they finish a code
+// (cz added, saturating; C's range clamped). v is clamped in float first, to one step past C's
+// codes either way, so that cvtps rounds it as nearbyint does and never overflows. Its
+// constants are broadcast once a store (the stores through char pointers would make the
+// compiler reload them for every vector).
+struct ResidualAdd {
+  __m256i a_lo, a_zero, a_hi;
+  __m256 az, as, bz, bs, c_reciprocal, cs, v_lo, v_hi;
+  int32_t cz;
+  bool reciprocal_exact, s8;
+
+  explicit ResidualAdd(const Requantize& rq) {
+    const QLinearBinaryParams& p = rq.add->p;
+    a_lo = _mm256_set1_epi32(rq.lo - rq.zero_point), a_zero = _mm256_set1_epi32(rq.zero_point);
+    a_hi = _mm256_set1_epi32(rq.hi);
+    az = _mm256_set1_ps(p.az), as = _mm256_set1_ps(p.as), bz = _mm256_set1_ps(p.bz), bs = _mm256_set1_ps(p.bs);
+    c_reciprocal = _mm256_set1_ps(1.0f / p.cs), cs = _mm256_set1_ps(p.cs);
+    v_lo = _mm256_set1_ps(p.lo - p.cz - 1), v_hi = _mm256_set1_ps(p.hi - p.cz + 1);
+    cz = static_cast<int32_t>(p.cz);
+    reciprocal_exact = rq.add->reciprocal_exact, s8 = rq.output == Output::kS8;
+  }
+
+  __m256i operator()(__m256i q, __m256i b) const {
+    const __m256i a = _mm256_min_epi32(_mm256_add_epi32(_mm256_max_epi32(q, a_lo), a_zero), a_hi);
+    const __m256 fa = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(a), az), as);
+    const __m256 fb = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(b), bz), bs);
+    const __m256 sum = _mm256_add_ps(fa, fb);
+    __m256 v = _mm256_mul_ps(sum, c_reciprocal);
+    if (!reciprocal_exact) {  // the division where the product may round the other way
+      const __m256 off = _mm256_sub_ps(v, _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      const __m256 near_half =
+          _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), off), _mm256_set1_ps(0.5f - 0x1p-11f), _CMP_GE_OQ);
+      if (_mm256_movemask_ps(near_half)) v = _mm256_div_ps(sum, cs);
+    }
+    return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, v_lo), v_hi));
+  }
+
+  // The 16 codes at `residual` (`count` of them) widened, in the ymm tiles' order.
+  void load(const char* residual, int64_t count, __m256i (&b)[2]) const {
+    const __m128i bytes = load_first_bytes(residual, count), high = _mm_srli_si128(bytes, 8);
+    const __m256i b_0_7 = s8 ? _mm256_cvtepi8_epi32(bytes) : _mm256_cvtepu8_epi32(bytes);
+    const __m256i b_8_15 = s8 ? _mm256_cvtepi8_epi32(high) : _mm256_cvtepu8_epi32(high);
+    b[0] = _mm256_permute2x128_si256(b_0_7, b_8_15, 0x20), b[1] = _mm256_permute2x128_si256(b_0_7, b_8_15, 0x31);
+  }
+};
+
 // One pixel's sums (the bias in them) of `count` filters in the tiles' order, s0 and s1, to
 // `out` (the pixel's first filter in Y). 8-bit codes as the VNNI tiles store them: the
 // saturating packs narrow and clamp below (a sum too negative for cvtps' int32 gives INT_MIN,
 // which saturates to the lowest code too), the zero point is added to the 16-bit values,
 // saturating; the upper clamp stays in float, where a huge positive sum would otherwise wrap,
-// only where a scale reaches 0.5 (clamp_high: Requantize::needs_float_clamp).
+// only where a scale reaches 0.5 (clamp_high: Requantize::needs_float_clamp). With `add`
+// (rq.add's), `residual` is the pixel's first filter in R, and the codes stored are the add's.
 inline void store_ymm_sums(const Requantize& rq, bool clamp_high, const __m256 (&scale)[2], __m256i s0, __m256i s1,
-                           char* out, int64_t count) {
+                           char* out, int64_t count, const ResidualAdd* add = nullptr, const char* residual = nullptr) {
   const __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(s0), scale[0]);
   const __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(s1), scale[1]);
   if (rq.output == Output::kFloat) {
@@ -41,9 +99,15 @@ inline void store_ymm_sums(const Requantize& rq, bool clamp_high, const __m256 (
     return;
   }
   const __m256 hi = _mm256_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
-  const __m256i q0 = _mm256_cvtps_epi32(clamp_high ? _mm256_min_ps(f0, hi) : f0);
-  const __m256i q1 = _mm256_cvtps_epi32(clamp_high ? _mm256_min_ps(f1, hi) : f1);
-  const __m256i words = _mm256_adds_epi16(_mm256_packs_epi32(q0, q1), _mm256_set1_epi16(static_cast<int16_t>(rq.zero_point)));
+  __m256i q0 = _mm256_cvtps_epi32(clamp_high ? _mm256_min_ps(f0, hi) : f0);
+  __m256i q1 = _mm256_cvtps_epi32(clamp_high ? _mm256_min_ps(f1, hi) : f1);
+  if (add) {
+    __m256i b[2];
+    add->load(residual, count, b);
+    q0 = (*add)(q0, b[0]), q1 = (*add)(q1, b[1]);
+  }
+  const int16_t zero_point = static_cast<int16_t>(add ? add->cz : rq.zero_point);
+  const __m256i words = _mm256_adds_epi16(_mm256_packs_epi32(q0, q1), _mm256_set1_epi16(zero_point));
   const __m256i bytes = rq.output == Output::kS8 ? _mm256_packs_epi16(words, words) : _mm256_packus_epi16(words, words);
   store_first_bytes(out, _mm256_castsi256_si128(_mm256_permute4x64_epi64(bytes, _MM_SHUFFLE(3, 1, 2, 0))), count, 16);
 }
@@ -78,9 +142,13 @@ struct YmmTiles {
     __m256i scale_bits[2];
     load_in_tile_order(reinterpret_cast<const int32_t*>(rq.scale.data() + m0), count, scale_bits);
     const __m256 scale[2] = {_mm256_castsi256_ps(scale_bits[0]), _mm256_castsi256_ps(scale_bits[1])};
-    for (int i = 0; i < rows; ++i)
-      store_ymm_sums(rq, plan.clamp_high, scale, acc[i][0], acc[i][1],
-                     static_cast<char*>(plan.y) + ((p0 + i) * filters + m0) * elem, count);
+    const char* residual = static_cast<const char*>(plan.residual);
+    const std::optional<ResidualAdd> add = residual ? std::optional<ResidualAdd>(ResidualAdd(rq)) : std::nullopt;
+    for (int i = 0; i < rows; ++i) {
+      const int64_t at = (p0 + i) * filters + m0;
+      store_ymm_sums(rq, plan.clamp_high, scale, acc[i][0], acc[i][1], static_cast<char*>(plan.y) + at * elem, count,
+                     add ? &*add : nullptr, add ? residual + at : nullptr);
+    }
   }
 
   // Pixels [p0, p0 + rows) x block b0. The sums start from the bias.
@@ -91,6 +159,9 @@ struct YmmTiles {
     load_in_tile_order(plan.rq.bias.data() + b0 * 16, std::min<int64_t>(16, plan.g.filters - b0 * 16), bias);
     __m256i acc[kPixels][2];
     for (auto& row : acc) row[0] = bias[0], row[1] = bias[1];
+    if (plan.residual)  // the store's residual codes, on their way while the sums run
+      for (int i = 0; i < rows; ++i)
+        _mm_prefetch(static_cast<const char*>(plan.residual) + (p0 + i) * plan.g.filters + b0 * 16, _MM_HINT_T0);
     const int64_t steps = plan.w.steps();
     const int8_t* w = plan.w.block(b0);
     for (const int64_t off : plan.tap_offsets) {

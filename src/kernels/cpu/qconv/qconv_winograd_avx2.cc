@@ -21,6 +21,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "kernels/cpu/qconv/qconv_tile_ymm.h"
@@ -37,6 +38,7 @@ struct Plan {
   const PackedWeights& w;
   const Requantize& rq;
   void* y;
+  const void* residual;  // R, with rq.add (Y's layout)
   bool clamp_high;
   int64_t tiles_h, tiles_w, chunk;  // tiles a row, a column; tiles a chunk
 };
@@ -108,6 +110,8 @@ void output_transform(const Plan& plan, const int32_t* m, int64_t t0, int64_t co
   load_in_tile_order(reinterpret_cast<const int32_t*>(plan.rq.scale.data() + m0), filters, scale_bits);
   const __m256 scale[2] = {_mm256_castsi256_ps(scale_bits[0]), _mm256_castsi256_ps(scale_bits[1])};
   const size_t elem = plan.rq.output == Output::kFloat ? 4 : 1;
+  const char* residual = static_cast<const char*>(plan.residual);
+  const std::optional<ResidualAdd> add = residual ? std::optional<ResidualAdd>(ResidualAdd(plan.rq)) : std::nullopt;
   for (int64_t i = 0; i < count; ++i) {
     const int64_t t = t0 + i, n = t / per_image, ty = (t % per_image) / plan.tiles_w, tx = t % plan.tiles_w;
     __m256i y[2][2][2];  // [row][column][half]
@@ -132,8 +136,9 @@ void output_transform(const Plan& plan, const int32_t* m, int64_t t0, int64_t co
       for (int k = 0; k < 2; ++k) {
         const int64_t oy = 2 * ty + r, ox = 2 * tx + k;
         if (oy >= g.out_h || ox >= g.out_w) continue;
-        char* out = static_cast<char*>(plan.y) + (((n * g.out_h + oy) * g.out_w + ox) * g.filters + m0) * elem;
-        store_ymm_sums(plan.rq, plan.clamp_high, scale, y[r][k][0], y[r][k][1], out, filters);
+        const int64_t at = ((n * g.out_h + oy) * g.out_w + ox) * g.filters + m0;
+        store_ymm_sums(plan.rq, plan.clamp_high, scale, y[r][k][0], y[r][k][1], static_cast<char*>(plan.y) + at * elem,
+                       filters, add ? &*add : nullptr, add ? residual + at : nullptr);
       }
   }
 }
@@ -141,8 +146,8 @@ void output_transform(const Plan& plan, const int32_t* m, int64_t t0, int64_t co
 }  // namespace
 
 void conv_winograd_avx2(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq, void* y,
-                        ThreadPool* pool) {
-  Plan plan{g, x, w, rq, y, rq.needs_float_clamp(), (g.out_h + 1) / 2, (g.out_w + 1) / 2, 0};
+                        const void* residual, ThreadPool* pool) {
+  Plan plan{g, x, w, rq, y, residual, rq.needs_float_clamp(), (g.out_h + 1) / 2, (g.out_w + 1) / 2, 0};
   const int64_t tiles = g.batch * plan.tiles_h * plan.tiles_w;
   // V of a chunk within ~192 KiB (of L2), 6 to 60 tiles in whole register tiles; or all of a
   // small image's tiles in one chunk within twice that, so that U (16/9 the weights, in 16 bits)

@@ -4,17 +4,23 @@
 // (kernels/ref/conv.cc). ai.kiln.QLinearConv is the same with a table (input 9) its codes go
 // through (qlinear-conv-lookup), looked up once the tile has written the output, while it is in
 // cache. (Looked up by each tile's store, 64 bytes a call into the VBMI kernel, it cost more
-// than the separate op.)
+// than the separate op.) Or, with inputs 10 to 16 (QLinearAdd's A_scale, A_zero_point, B,
+// B_scale, B_zero_point, C_scale, C_zero_point: qlinear-conv-residual), the conv's codes are
+// QLinearAdd's A and Y is its C: the tile's store adds B (qconv.h, Requantize::add) where the
+// tile is of group 1 and channels-last; else QLinearAdd's rows run over the codes once the conv
+// has written them.
 #include <memory>
 
 #include "kernels/cpu/lookup_table.h"
 #include "kernels/cpu/qconv/qconv.h"
+#include "kernels/cpu/qlinear_binary.h"
 #include "kernels/cpu/qconv/qlinear_conv.h"
 #include "kernels/fast_path.h"
 #include "kernels/kernel_util.h"
 #include "kernels/ref/elementwise_util.h"
 #include "kernels/ref/conv.h"
 #include "kernels/ref/conv_util.h"
+#include "kernels/ref/quantize.h"
 
 namespace kiln {
 namespace {
@@ -52,7 +58,8 @@ class QLinearConvKernel : public Kernel {
       : node_(node), channels_last_(!node.domain.empty() && node.attr_int("channels_last", 0) != 0) {}
 
   Status prepare(const std::vector<const Tensor*>& c, std::vector<bool>&) override {
-    if (node_.domain == "ai.kiln") {  // the table: a constant of Y's type (qlinear-conv-lookup)
+    residual_ = node_.domain == "ai.kiln" && node_.inputs.size() > 12 && !node_.inputs[12].empty();
+    if (node_.domain == "ai.kiln" && !residual_) {  // the table: a constant of Y's type (qlinear-conv-lookup)
       const Tensor* t = c.size() > 9 ? c[9] : nullptr;
       if (!t || t->numel() != 256 || !dtype_is_8bit_integer(t->dtype())) return Status::ok();
       table_.assign(static_cast<const uint8_t*>(t->raw_data()), static_cast<const uint8_t*>(t->raw_data()) + 256);
@@ -77,7 +84,24 @@ class QLinearConvKernel : public Kernel {
     const int32_t zx = xz ? static_cast<int32_t>(load_as_double(xz->dtype(), xz->raw_data(), 0)) : 0;
     const int32_t zx_u8 = zx + (x_type_ == DType::kInt8 ? 128 : 0);
     x_zero_point_ = zx;
-    if (node_.domain == "ai.kiln" && (table_.empty() || table_type_ != y_type_)) return Status::ok();
+    if (node_.domain == "ai.kiln" && !residual_ && (table_.empty() || table_type_ != y_type_)) return Status::ok();
+    if (residual_) {  // QLinearAdd's scales and zero points: constants (else the node is not ready)
+      const size_t scales[] = {10, 13, 15}, zeros[] = {11, 14, 16};
+      float* scale_of[] = {&add_.as, &add_.bs, &add_.cs};
+      float* zero_of[] = {&add_.az, &add_.bz, &add_.cz};
+      for (int k = 0; k < 3; ++k) {
+        const Tensor* z = zeros[k] < c.size() ? c[zeros[k]] : nullptr;
+        if (!z && zeros[k] < node_.inputs.size() && !node_.inputs[zeros[k]].empty()) return Status::ok();
+        auto scale = per_tensor_parameter(scales[k] < c.size() ? c[scales[k]] : nullptr, scales[k], true, y_type_);
+        auto zero = per_tensor_parameter(z, zeros[k], false, y_type_);
+        if (!scale || !zero) return Status::ok();
+        *scale_of[k] = *scale, *zero_of[k] = *zero;
+      }
+      add_.lo = y_type_ == DType::kInt8 ? -128.0f : 0.0f, add_.hi = y_type_ == DType::kInt8 ? 127.0f : 255.0f;
+      add_.multiply = false;
+      if (!depthwise && channels_last_)
+        rq_.add = {add_, qlinear_binary_reciprocal_is_exact(add_, y_type_ == DType::kInt8)};
+    }
     rq_.output = y_type_ == DType::kInt8 ? qconv::Output::kS8 : qconv::Output::kU8;
     rq_.zero_point = yz ? static_cast<int32_t>(load_as_double(yz->dtype(), yz->raw_data(), 0)) : 0;
     rq_.lo = y_type_ == DType::kInt8 ? -128 : 0, rq_.hi = y_type_ == DType::kInt8 ? 127 : 255;
@@ -98,8 +122,9 @@ class QLinearConvKernel : public Kernel {
     const int64_t c_axis = channels_last_ ? x.rank() - 1 : 1;
     const bool fits = ready_ && x.dtype() == x_type_ && x.rank() == w_rank_ && x.dim(c_axis) == channels_;
     if (!fits && (channels_last_ || node_.domain == "ai.kiln"))
-      return ctx.error(std::string(node_.domain == "ai.kiln" ? "ai.kiln.QLinearConv (a table of Y's type, constant)"
-                                                            : "channels-last QLinearConv") +
+      return ctx.error(std::string(node_.domain != "ai.kiln" ? "channels-last QLinearConv"
+                                   : residual_ ? "ai.kiln.QLinearConv (QLinearAdd's scales and zero points constant)"
+                                               : "ai.kiln.QLinearConv (a table of Y's type, constant)") +
                        " needs constant s8 weights with zero points 0, group 1 or depthwise, "
                        "scalar scales and zero points, and X of their type with " + std::to_string(channels_) +
                        " channels; got X " + shape_str(x.shape()) + " " + dtype_name(x.dtype()));
@@ -121,12 +146,20 @@ class QLinearConvKernel : public Kernel {
     if (!channels_last_) y_shape.push_back(filters_);
     y_shape.insert(y_shape.end(), geo->out.begin(), geo->out.end());
     if (channels_last_) y_shape.push_back(filters_);
+    const Tensor* residual = residual_ ? &ctx.input(12) : nullptr;
+    if (residual && (residual->dtype() != y_type_ || residual->shape() != y_shape))
+      return ctx.error("the residual B (input 12) must be " + std::string(dtype_name(y_type_)) + " " +
+                       shape_str(y_shape) + " as Y is, got " + dtype_name(residual->dtype()) + " " +
+                       shape_str(residual->shape()));
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, y_type_, y_shape));
     if (y->numel() == 0) return Status::ok();
     if (!qconv::tile_fits(packed_.tile(), g))  // the strides and dilations prepare read are the node's
       return ctx.error("QLinearConv: the packed weights' tile does not take this geometry");
     qconv::conv(g, x.raw_data(), x_type_ == DType::kInt8, channels_last_, x_zero_point_, packed_, rq_, y->raw_data(),
-                channels_last_, ctx.pool);
+                channels_last_, ctx.pool, rq_.add ? residual->raw_data() : nullptr);
+    if (residual && !rq_.add)  // the add the store does not do, over the codes while in cache
+      qlinear_binary_same_shape(add_, y_type_ == DType::kInt8, y->raw_data(), residual->raw_data(), y->raw_data(),
+                                y->numel(), ctx.pool);
     uint8_t* codes = static_cast<uint8_t*>(y->raw_data());
     if (!table_.empty())
       ew::run_range(ctx, y->numel(), [&](int64_t b, int64_t e) { look_up_bytes(table_.data(), codes + b, codes + b, e - b); });
@@ -143,6 +176,8 @@ class QLinearConvKernel : public Kernel {
   qconv::PackedWeights packed_;
   qconv::Requantize rq_;
   std::vector<uint8_t> table_;  // ai.kiln.QLinearConv's
+  bool residual_ = false;       // ai.kiln.QLinearConv's inputs 10 to 16, QLinearAdd's parameters in add_
+  QLinearBinaryParams add_{};
   DType table_type_ = DType::kUInt8;
 };
 
