@@ -32,7 +32,8 @@ bool takes_8bit(const KernelDef& d) {
 const std::map<std::string, std::string> kOracles = {
     {"QLinearConv", "QConv.QLinearConvNodeMatchesAPlainLoop"},
     {"com.microsoft.QLinearConv", "QConv.QLinearConvNodeMatchesAPlainLoop"},
-    {"ai.kiln.QLinearConv", "QdqFusion.SqueezeExcitationStaysChannelsLast"},  // = QLinearConv + its table
+    // = QLinearConv + its table; its residual add form: QConv.ConvWithResidualNodeMatchesConvThenQLinearAdd
+    {"ai.kiln.QLinearConv", "QdqFusion.SqueezeExcitationStaysChannelsLast"},
     {"com.microsoft.QLinearAdd", "Int8Oracle.QLinearAddAndMulMatchTheirFormula"},
     {"com.microsoft.QLinearMul", "Int8Oracle.QLinearAddAndMulMatchTheirFormula"},
     {"com.microsoft.QLinearSigmoid", "Int8Oracle.QLinearSigmoidMatchesItsFormula"},

@@ -13,8 +13,8 @@
 
 #include "kernels/cpu/lookup_table.h"
 #include "kernels/cpu/qconv/qconv.h"
-#include "kernels/cpu/qlinear_binary.h"
 #include "kernels/cpu/qconv/qlinear_conv.h"
+#include "kernels/cpu/qlinear_binary.h"
 #include "kernels/fast_path.h"
 #include "kernels/kernel_util.h"
 #include "kernels/ref/elementwise_util.h"
