@@ -294,6 +294,51 @@ TEST(QConv, ResidualAddInTheStoreMatchesConvThenQLinearAdd) {
         }
 }
 
+// Where Winograd's U outgrows the caches (256 channels and filters: 2 MiB), a run of few 2x2
+// tiles takes the direct tile and one of many Winograd (qconv.h, winograd_pays); one node, one
+// session, both runs bit for bit the plain loop. (On VNNI CPUs both runs take the VNNI tile; the
+// KILN_ISA=avx2 stage of scripts/run_tests.sh runs both routes.)
+TEST(QConv, QLinearConvNodeRunsWinogradWhereItPays) {
+  qconv::Geometry few, many;
+  few.channels = many.channels = few.filters = many.filters = 256, few.batch = many.batch = 1;
+  few.out_h = few.out_w = 5, many.out_h = many.out_w = 16;
+  EXPECT_GT(qconv::winograd_u_bytes(few), qconv::kWinogradCachedBytes);
+  EXPECT_FALSE(qconv::winograd_pays(few));
+  EXPECT_TRUE(qconv::winograd_pays(many));
+  test::Builder b(13);
+  b.m.graph.inputs.push_back(ir::ValueInfo{"x", ir::TypeInfo::tensor(DType::kUInt8), ""});
+  const Case shape{1, 256, 0, 0, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
+  Data d = make_data(Case{1, 256, 1, 1, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}, false, true, 17);
+  Tensor w = Tensor::make(DType::kInt8, {256, 256, 3, 3}).value(), ws = Tensor::make(DType::kFloat32, {256}).value();
+  Tensor bias = Tensor::make(DType::kInt32, {256}).value();
+  std::copy(d.w.begin(), d.w.end(), w.data<int8_t>());
+  std::copy(d.w_scale.begin(), d.w_scale.end(), ws.data<float>());
+  std::copy(d.bias.begin(), d.bias.end(), bias.data<int32_t>());
+  auto& init = b.m.graph.initializers;
+  init["xs"] = test::scalar_of(DType::kFloat32, d.x_scale), init["xz"] = test::scalar_of(DType::kUInt8, d.zx);
+  init["w"] = w, init["ws"] = ws, init["ys"] = test::scalar_of(DType::kFloat32, d.y_scale);
+  init["yz"] = test::scalar_of(DType::kUInt8, d.zy), init["b"] = bias;
+  b.add("QLinearConv", {"x", "xs", "xz", "w", "ws", "", "ys", "yz", "b"}, {"y"}, {test::attr_ints("pads", {1, 1, 1, 1})});
+  b.m.graph.outputs.push_back(ir::ValueInfo{"y", ir::TypeInfo::tensor(DType::kUInt8), ""});
+  auto session = Session::create(std::make_shared<const ir::Model>(b.m), SessionOptions{});
+  ASSERT_TRUE(session.is_ok()) << session.status().message();
+  for (const int64_t side : {5, 16}) {
+    Case k = shape;
+    k.h = k.w = side;
+    std::mt19937 rng(static_cast<uint32_t>(side));
+    d.x.resize(static_cast<size_t>(256 * side * side));
+    for (auto& v : d.x) v = static_cast<uint8_t>(rng() % 256);
+    Tensor x = Tensor::make(DType::kUInt8, {1, 256, side, side}).value();
+    std::copy(d.x.begin(), d.x.end(), x.data<uint8_t>());
+    auto out = (*session)->run({Value::of(x)});
+    ASSERT_TRUE(out.is_ok()) << out.status().message();
+    const Tensor& y = (*out)[0].tensor;
+    const std::vector<double> want = expected(k, d, false, qconv::Output::kU8);
+    ASSERT_EQ(y.numel(), static_cast<int64_t>(want.size()));
+    for (int64_t i = 0; i < y.numel(); ++i) ASSERT_EQ(y.data<uint8_t>()[i], want[static_cast<size_t>(i)]) << side << ": " << i;
+  }
+}
+
 // The QLinearConv node reaches the same values (the tile where it applies, the reference where
 // it does not: group 2 here), u8 and s8 X, with its optional inputs given or omitted.
 TEST(QConv, QLinearConvNodeMatchesAPlainLoop) {

@@ -115,17 +115,24 @@ bool seven_bit(const int8_t* w, int64_t count) {
 }  // namespace
 
 Tile best_tile(const int8_t* w, int64_t count, const Geometry& g) {
-  if (cpu_features().has_avx512_vnni()) return Tile::kAvx512Vnni;
-  if (cpu_features().has_avx_vnni()) return Tile::kAvxVnni;
-  if (seven_bit(w, count)) return Tile::kAvx2Bytes;
-  // 8-bit weights: Winograd's 2.25x fewer products beat kAvx2's, not kAvx2Bytes' (resnet50 in the
-  // model, AVX2: 7-bit 30.1-30.5 ms without it, 30.3-32.6 with; ORT's QDQ 40.9-47 without, 37.6-38.8
-  // with; Intel Xeon model 207 posing as AVX2-only). KILN_DISABLE_WINOGRAD=1 turns it off, as it
-  // does BlockedConv's.
+  if (cpu_features().has_avx512_vnni() || cpu_features().has_avx_vnni()) return best_direct_tile(w, count);
   const char* off = std::getenv("KILN_DISABLE_WINOGRAD");
   if ((off == nullptr || *off == '\0' || std::string_view(off) == "0") && tile_fits(Tile::kWinogradAvx2, g))
     return Tile::kWinogradAvx2;
-  return Tile::kAvx2;
+  return best_direct_tile(w, count);
+}
+
+Tile best_direct_tile(const int8_t* w, int64_t count) {
+  if (cpu_features().has_avx512_vnni()) return Tile::kAvx512Vnni;
+  if (cpu_features().has_avx_vnni()) return Tile::kAvxVnni;
+  return seven_bit(w, count) ? Tile::kAvx2Bytes : Tile::kAvx2;
+}
+
+int64_t winograd_u_bytes(const Geometry& g) { return 16 * round_up(g.channels, 16) * round_up(g.filters, 16) * 2; }
+
+bool winograd_pays(const Geometry& g) {
+  const int64_t u = winograd_u_bytes(g), tiles = g.batch * ((g.out_h + 1) / 2) * ((g.out_w + 1) / 2);
+  return u <= kWinogradCachedBytes || u <= tiles * kWinogradBytesPerTile;
 }
 
 bool tile_fits(Tile tile, const Geometry& g) {

@@ -77,8 +77,8 @@ struct Requantize {
 // and kDepthwiseAvx2Bytes (the same on 32 channels a ymm block, by vpdpbusd, or on 7-bit weights
 // by vpmaddubsw + vpmaddwd), and kDepthwise (AVX2, every CPU: 16 channels a block, the window's
 // taps in pairs widened to 16 bits, vpmaddwd).
-// Without VNNI, a 3x3 stride-1 conv of 8-bit weights takes kWinogradAvx2 (qconv_winograd_avx2.cc):
-// Winograd F(2x2, 3x3) in exact integers, 2.25x fewer products on vpmaddwd.
+// Without VNNI, a 3x3 stride-1 conv takes kWinogradAvx2 (qconv_winograd_avx2.cc) on the runs it
+// pays on (winograd_pays): Winograd F(2x2, 3x3) in exact integers, 2.25x fewer products on vpmaddwd.
 enum class Tile {
   kAvx512Vnni, kAvxVnni, kAvx2, kAvx2Bytes, kWinogradAvx2,
   kDepthwise, kDepthwiseVnni, kDepthwiseAvxVnni, kDepthwiseAvx2Bytes
@@ -88,6 +88,20 @@ enum class Tile {
 // unknown), and of a depthwise one.
 Tile best_tile(const int8_t* w, int64_t count, const Geometry& g);
 Tile best_depthwise_tile(const int8_t* w, int64_t count);
+// The best tile of group 1 but Winograd: where kWinogradAvx2 does not pay on a run.
+Tile best_direct_tile(const int8_t* w, int64_t count);
+// kWinogradAvx2's U (16 points x channels x filters of int16, 3.6x the weights' bytes) stays in
+// L2 up to kWinogradCachedBytes. Past that it streams from memory every run, which pays only
+// over enough 2x2 tiles: at most kWinogradBytesPerTile of U a tile of the run (batch x output).
+// Measured in int8 resnet50 on AVX2 (Intel Xeon model 207 posing as AVX2-only, 1 thread),
+// Winograd against the direct kAvx2Bytes tile, all four of its 3x3 layers 0.23 GFLOP: 64 at 56x56
+// (U 0.2 KB a tile) 1.12-1.22 ms against 1.47-1.56, 128 at 28x28 (2.7 KB) 1.09-1.17 against
+// 1.40-1.50, 256 at 14x14 (43 KB) 1.31-1.33 against 1.43-1.48, 512 at 7x7 (512 KB) 2.35-2.42
+// against 1.76-1.80. Where U may stream, the kernel keeps the direct tile's weights too and
+// takes them on the runs where winograd_pays(g) (its batch and output size) is false.
+inline constexpr int64_t kWinogradCachedBytes = 1 << 20, kWinogradBytesPerTile = 64 << 10;
+int64_t winograd_u_bytes(const Geometry& g);
+bool winograd_pays(const Geometry& g);
 // Every tile this CPU (and KILN_ISA) can run, group 1 or depthwise ones (tests and benchmarks
 // try each), whether a tile needs 7-bit weights, and whether it runs geometry g.
 std::vector<Tile> available_tiles(bool depthwise);

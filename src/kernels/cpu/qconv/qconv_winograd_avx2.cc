@@ -9,9 +9,9 @@
 // products). Sums wrap in int32 lanes; the result is exact while the true sum, times 4, fits
 // int32, which holds for channels <= kWinogradMaxChannels (4 * 1024 * 9 * 255 * 128 < 2^31).
 // On VNNI CPUs vpdpbusd does 64 products an instruction on 8-bit values and the direct tiles
-// are faster, and on 7-bit weights so is kAvx2Bytes in a model (its weights are 3.6x fewer
-// bytes than U, which small images with many channels stream from memory): best_tile picks this
-// tile for 8-bit weights without VNNI.
+// are faster. Without VNNI, best_tile picks this tile for any weights, 7-bit ones too (it beats
+// kAvx2Bytes' 32 products in 3 ops), except on the runs where U (3.6x the weights' bytes) would
+// stream from memory for few tiles, a small image of many channels (qconv.h, winograd_pays).
 //
 // A run stages X padded to whole tiles (qconv.cc), then takes chunks of tiles (sized so their V,
 // 16 points x tiles x channels of int16, stays in L2): the input transform writes V point by
@@ -150,10 +150,12 @@ void conv_winograd_avx2(const Geometry& g, const Staged& x, const PackedWeights&
   Plan plan{g, x, w, rq, y, residual, rq.needs_float_clamp(), (g.out_h + 1) / 2, (g.out_w + 1) / 2, 0};
   const int64_t tiles = g.batch * plan.tiles_h * plan.tiles_w;
   // V of a chunk within ~192 KiB (of L2), 6 to 60 tiles in whole register tiles; or all of a
-  // small image's tiles in one chunk within twice that, so that U (16/9 the weights, in 16 bits)
-  // streams once a run: a 7x7 output of 512 channels in chunks of 12 tiles read its 8 MB U twice.
+  // small image's tiles in one chunk within 1 MiB, so that U (16/9 the weights, in 16 bits)
+  // streams once a run, not once a chunk: a 7x7 output of 512 channels in chunks of 12 tiles
+  // read its 8 MB U twice, a 14x14 one of 256 in chunks of 24 its 2 MB three times (0.86 ms on 2
+  // threads against the direct tile's 0.72-0.78; Intel Xeon model 207 posing as AVX2-only).
   const int64_t v_bytes = kPoints * x.cp * 2, all = (tiles + kRows - 1) / kRows * kRows;
-  plan.chunk = all * v_bytes <= (384 << 10) ? all : std::clamp<int64_t>((192 << 10) / v_bytes / kRows * kRows, kRows, 60);
+  plan.chunk = all * v_bytes <= (1 << 20) ? all : std::clamp<int64_t>((192 << 10) / v_bytes / kRows * kRows, kRows, 60);
   const int64_t chunks = (tiles + plan.chunk - 1) / plan.chunk, blocks = w.blocks();
   const int64_t threads = pool ? pool->threads() : 1;
   // Few chunks (a small image): the blocks of filters are split among the threads too, each

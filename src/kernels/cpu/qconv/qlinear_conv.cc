@@ -10,6 +10,7 @@
 // tile is of group 1 and channels-last; else QLinearAdd's rows run over the codes once the conv
 // has written them.
 #include <memory>
+#include <optional>
 
 #include "kernels/cpu/lookup_table.h"
 #include "kernels/cpu/qconv/qconv.h"
@@ -80,6 +81,8 @@ class QLinearConvKernel : public Kernel {
     packed_ = qconv::PackedWeights::pack(
         w->data<int8_t>(), g, depthwise ? qconv::best_depthwise_tile(w->data<int8_t>(), w->numel())
                   : qconv::best_tile(w->data<int8_t>(), w->numel(), g));
+    if (packed_.tile() == qconv::Tile::kWinogradAvx2 && qconv::winograd_u_bytes(g) > qconv::kWinogradCachedBytes)
+      direct_ = qconv::PackedWeights::pack(w->data<int8_t>(), g, qconv::best_direct_tile(w->data<int8_t>(), w->numel()));
     // The zero point's term joins the bias; the scales multiply in QLinearConv's order.
     const int32_t zx = xz ? static_cast<int32_t>(load_as_double(xz->dtype(), xz->raw_data(), 0)) : 0;
     const int32_t zx_u8 = zx + (x_type_ == DType::kInt8 ? 128 : 0);
@@ -153,9 +156,10 @@ class QLinearConvKernel : public Kernel {
                        shape_str(residual->shape()));
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, y_type_, y_shape));
     if (y->numel() == 0) return Status::ok();
-    if (!qconv::tile_fits(packed_.tile(), g))  // the strides and dilations prepare read are the node's
+    const qconv::PackedWeights& packed = direct_ && !qconv::winograd_pays(g) ? *direct_ : packed_;
+    if (!qconv::tile_fits(packed.tile(), g))  // the strides and dilations prepare read are the node's
       return ctx.error("QLinearConv: the packed weights' tile does not take this geometry");
-    qconv::conv(g, x.raw_data(), x_type_ == DType::kInt8, channels_last_, x_zero_point_, packed_, rq_, y->raw_data(),
+    qconv::conv(g, x.raw_data(), x_type_ == DType::kInt8, channels_last_, x_zero_point_, packed, rq_, y->raw_data(),
                 channels_last_, ctx.pool, rq_.add ? residual->raw_data() : nullptr);
     if (residual && !rq_.add)  // the add the store does not do, over the codes while in cache
       qlinear_binary_same_shape(add_, y_type_ == DType::kInt8, y->raw_data(), residual->raw_data(), y->raw_data(),
@@ -174,6 +178,7 @@ class QLinearConvKernel : public Kernel {
   int64_t filters_ = 0, channels_ = 0, kernel_h_ = 1, kernel_w_ = 1, w_rank_ = 0;
   int32_t x_zero_point_ = 0;
   qconv::PackedWeights packed_;
+  std::optional<qconv::PackedWeights> direct_;  // for the runs Winograd does not pay on (qconv.h)
   qconv::Requantize rq_;
   std::vector<uint8_t> table_;  // ai.kiln.QLinearConv's
   bool residual_ = false;       // ai.kiln.QLinearConv's inputs 10 to 16, QLinearAdd's parameters in add_
