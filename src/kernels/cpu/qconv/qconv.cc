@@ -181,20 +181,28 @@ PackedWeights PackedWeights::pack(const int8_t* w, const Geometry& g, Tile tile)
   r.tile_ = tile;
   if (tile == Tile::kDepthwiseVnni || tile == Tile::kDepthwiseAvxVnni || tile == Tile::kDepthwiseAvx2Bytes) {
     const int64_t width = tile == Tile::kDepthwiseVnni ? 64 : 32;  // channels a block: a zmm or a ymm of bytes
-    const int64_t quads = (g.kernel_w + 3) / 4;
-    r.taps_ = g.kernel_h * g.kernel_w, r.steps_ = g.kernel_h * quads, r.blocks_ = (g.channels + width - 1) / width;
-    r.block_bytes_ = r.steps_ * 4 * width;
-    r.data_.assign(static_cast<size_t>(r.blocks_ * r.block_bytes_), 0);
+    r.taps_ = g.kernel_h * g.kernel_w, r.blocks_ = (g.channels + width - 1) / width;
     r.sums_.assign(static_cast<size_t>(g.channels), 0);
-    for (int64_t c = 0; c < g.channels; ++c)
-      for (int64_t ky = 0; ky < g.kernel_h; ++ky)
-        for (int64_t kx = 0; kx < g.kernel_w; ++kx) {
-          const int8_t v = w[(c * g.kernel_h + ky) * g.kernel_w + kx];
-          const int64_t i = c % width, l = i / 16, k = (i % 16) / 4, j = i % 4;  // vector k, lane 4 l + j
-          const int64_t step = ky * quads + kx / 4;
-          r.data_[static_cast<size_t>((c / width) * r.block_bytes_ + (step * 4 + k) * width + (4 * l + j) * 4 + kx % 4)] = v;
-          r.sums_[static_cast<size_t>(c)] += v;
-        }
+    for (int64_t i = 0; i < g.channels * r.taps_; ++i) r.sums_[static_cast<size_t>(i / r.taps_)] += w[i];
+    // `pixels` (1 or 2) pixels a row of quads of columns: pixel p's tap kx at column kx + p.
+    auto pack_quads = [&](int pixels, std::vector<int8_t>& data) {
+      const int64_t quads = (g.kernel_w + pixels - 1 + 3) / 4, block_bytes = g.kernel_h * quads * pixels * 4 * width;
+      data.assign(static_cast<size_t>(r.blocks_ * block_bytes), 0);
+      for (int64_t c = 0; c < g.channels; ++c)
+        for (int64_t ky = 0; ky < g.kernel_h; ++ky)
+          for (int p = 0; p < pixels; ++p)
+            for (int64_t kx = 0; kx < g.kernel_w; ++kx) {
+              const int64_t i = c % width, l = i / 16, k = (i % 16) / 4, j = i % 4;  // vector k, lane 4 l + j
+              const int64_t column = kx + p, step = ky * quads + column / 4;
+              const int64_t at = (c / width) * block_bytes + ((step * pixels + p) * 4 + k) * width + (4 * l + j) * 4;
+              data[static_cast<size_t>(at + column % 4)] = w[(c * g.kernel_h + ky) * g.kernel_w + kx];
+            }
+      return block_bytes;
+    };
+    r.block_bytes_ = pack_quads(1, r.data_);
+    r.steps_ = r.block_bytes_ / (4 * width);
+    // Pairs where they take no more quads a row than one pixel (kernel widths but 4 and 8).
+    if (g.kernel_w % 4 != 0) r.pair_block_bytes_ = pack_quads(2, r.pair_data_);
     return r;
   }
   if (tile == Tile::kDepthwise) {

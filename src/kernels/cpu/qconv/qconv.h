@@ -125,7 +125,7 @@ const char* tile_name(Tile tile);  // "avx512_vnni", "avx_vnni", "avx2", "avx2_b
 // lane 4 l + j holds channel 16 l + 4 k + j's four taps (the lanes vpunpck{l,h}{bw,wd} make of
 // four taps' inputs), taps past the kernel zero. kDepthwiseAvxVnni and kDepthwiseAvx2Bytes: the
 // same on blocks of 32 channels, a step four vectors of 32 bytes (lane 4 l + j of vector k:
-// channel 16 l + 4 k + j).
+// channel 16 l + 4 k + j). These three also pack pairs of pixels (pair_block).
 class PackedWeights {
  public:
   static PackedWeights pack(const int8_t* w, const Geometry& g, Tile tile);
@@ -140,6 +140,12 @@ class PackedWeights {
   int64_t blocks() const { return blocks_; }
   int64_t block_bytes() const { return block_bytes_; }
   const int8_t* block(int64_t b) const { return data_.data() + b * block_bytes(); }
+  // The depthwise quads tiles' weights for two horizontally adjacent pixels of a stride-1 row
+  // (pair_block: null where none): per kernel row and quad of columns, the first pixel's four
+  // vectors (tap kx at column kx), then the second's (tap kx at column kx + 1).
+  const int8_t* pair_block(int64_t b) const {
+    return pair_data_.empty() ? nullptr : pair_data_.data() + b * pair_block_bytes_;
+  }
   // sum of W over a filter's window, per filter (the zero point's term).
   const std::vector<int32_t>& filter_sums() const { return sums_; }
 
@@ -147,7 +153,8 @@ class PackedWeights {
   static PackedWeights pack_winograd(const int8_t* w, const Geometry& g);
   Tile tile_ = Tile::kAvx2;
   int64_t steps_ = 0, taps_ = 0, blocks_ = 0, block_bytes_ = 0;
-  std::vector<int8_t> data_;
+  std::vector<int8_t> data_, pair_data_;
+  int64_t pair_block_bytes_ = 0;
   std::vector<int32_t> sums_;
 };
 

@@ -5,7 +5,8 @@
 // kernel a zero vector) are interleaved byte by byte into four vectors (vpunpck{l,h}bw, then
 // vpunpck{l,h}wd: vector k's lane 4 l + j is channel 16 l + 4 k + j's four taps), and each
 // meets its packed weights in one vpdpbusd. A 3x3 window is then 12 vpdpbusd and 24 shuffles
-// for 64 channels, where the AVX2 tile (qconv_depthwise.cc) widens every tap to 16 bits. The
+// for 64 channels, where the AVX2 tile (qconv_depthwise.cc) widens every tap to 16 bits; on a
+// stride-1 row two pixels share each quad of columns, 12 shuffles a pixel (the driver). The
 // sums start from the bias; the store's saturating packs of the four vectors give the channels
 // back in order. The loops over pixels and blocks are qconv_depthwise_driver.h's.
 #include <immintrin.h>
@@ -86,17 +87,20 @@ struct ZmmQuads {
     _mm512_mask_storeu_epi8(static_cast<int8_t*>(plan.y) + at, bp.mask, bytes);
   }
 
-  // The window's sums of one pixel: kernel row by row, four taps a quad, tap (ky, 4 q + t) read at
-  // at(ky, q, t) (null: past the kernel, a zero vector). kKH, kKW: the kernel when known at
-  // compile time (3x3), else 0.
-  template <int kKH, int kKW, bool kFlip, typename At>
-  static void window_sums(const QuadsPlan& plan, const Block& bp, const int8_t* wq, At at, __m512i (&acc)[4]) {
-    const int64_t kh = kKH ? kKH : plan.g.kernel_h, kw = kKW ? kKW : plan.g.kernel_w, quads = (kw + 3) / 4;
+  // The window's sums of kPixels pixels (1, or 2 horizontally adjacent ones of a stride-1 row,
+  // from the same quads: PackedWeights::pair_block): kernel row by row, four columns a quad,
+  // column (ky, 4 q + t) read at at(ky, q, t). kKH, kKW: the kernel when known at compile time
+  // (3x3, 5x5), else 0.
+  template <int kKH, int kKW, bool kFlip, int kPixels, typename At>
+  static void window_sums(const QuadsPlan& plan, const Block& bp, const int8_t* wq, At at,
+                          __m512i (&acc)[kPixels][4]) {
+    const int64_t kh = kKH ? kKH : plan.g.kernel_h, columns = (kKW ? kKW : plan.g.kernel_w) + kPixels - 1;
+    const int64_t quads = (columns + 3) / 4;
     for (int64_t ky = 0; ky < kh; ++ky)
-      for (int64_t q = 0; q < quads; ++q, wq += 256) {
+      for (int64_t q = 0; q < quads; ++q) {
         __m512i tap[4];
         for (int t = 0; t < 4; ++t) {
-          if (4 * q + t >= kw) {
+          if (4 * q + t >= columns) {
             tap[t] = _mm512_setzero_si512();  // its weights are zero
             continue;
           }
@@ -107,7 +111,8 @@ struct ZmmQuads {
         const __m512i cd_lo = _mm512_unpacklo_epi8(tap[2], tap[3]), cd_hi = _mm512_unpackhi_epi8(tap[2], tap[3]);
         const __m512i e[4] = {_mm512_unpacklo_epi16(ab_lo, cd_lo), _mm512_unpackhi_epi16(ab_lo, cd_lo),
                               _mm512_unpacklo_epi16(ab_hi, cd_hi), _mm512_unpackhi_epi16(ab_hi, cd_hi)};
-        for (int k = 0; k < 4; ++k) acc[k] = _mm512_dpbusd_epi32(acc[k], e[k], _mm512_loadu_si512(wq + 64 * k));
+        for (int p = 0; p < kPixels; ++p, wq += 256)
+          for (int k = 0; k < 4; ++k) acc[p][k] = _mm512_dpbusd_epi32(acc[p][k], e[k], _mm512_loadu_si512(wq + 64 * k));
       }
   }
 };

@@ -10,8 +10,9 @@
 //   Vec                              its vector type (a block has one channel a byte of it),
 //   Block block_params(rq, channels, b)   block b's first channel, count, bias (Vec bias[4], the
 //                                    sums' start) and scales in the lane order,
-//   window_sums<kKH, kKW, kFlip>(plan, block, weights, at, acc)   a pixel's window into acc,
-//                                    tap (ky, 4 q + t) read at at(ky, q, t),
+//   window_sums<kKH, kKW, kFlip, kPixels>(plan, block, weights, at, acc)   the windows of
+//                                    kPixels (1 or 2) horizontally adjacent pixels into acc[p],
+//                                    column (ky, 4 q + t) read at at(ky, q, t),
 //   store(plan, block, acc, pixel)   the sums, requantized (or as floats), to Y's pixel.
 #pragma once
 
@@ -52,22 +53,38 @@ struct DepthwiseQuads {
                               ? 0
                               : std::min(g.out_w, (g.in_w - 1 + g.pad_left - span_w) / g.stride_w + 1);
     const int64_t row_bytes = g.in_w * plan.stride;
-    for (int64_t ox = 0; ox < g.out_w; ++ox) {
-      typename Tile::Vec acc[4] = {bp.bias[0], bp.bias[1], bp.bias[2], bp.bias[3]};
+    // Two pixels at once where both windows lie inside X, on a stride-1 row: the four columns a
+    // quad interleaved once serve both (the second's weights one column on), half the loads and
+    // shuffles of a 3x3 window.
+    const int8_t* pairs = g.stride_w == 1 && g.dilation_w == 1 && rows_inside ? plan.w.pair_block(b) : nullptr;
+    // The taps of a window inside X, at fixed offsets from its corner.
+    auto inside = [&](int64_t ix0) {
+      const uint8_t* corner = plan.x + ((n * g.in_h + iy0) * g.in_w + ix0) * plan.stride + bp.c0;
+      const int64_t down = g.dilation_h * row_bytes, right = g.dilation_w * plan.stride;
+      return [corner, down, right](int64_t ky, int64_t q, int t) { return corner + ky * down + (4 * q + t) * right; };
+    };
+    for (int64_t ox = 0; ox < g.out_w;) {
       const int64_t ix0 = ox * g.stride_w - g.pad_left;
+      if (pairs && ox >= ox_lo && ox + 1 < ox_hi) {
+        typename Tile::Vec acc[2][4] = {{bp.bias[0], bp.bias[1], bp.bias[2], bp.bias[3]},
+                                        {bp.bias[0], bp.bias[1], bp.bias[2], bp.bias[3]}};
+        Tile::template window_sums<kKH, kKW, kFlip, 2>(plan, bp, pairs, inside(ix0), acc);
+        for (int p = 0; p < 2; ++p) Tile::store(plan, bp, acc[p], (n * g.out_h + oy) * g.out_w + ox + p);
+        ox += 2;
+        continue;
+      }
+      typename Tile::Vec acc[1][4] = {{bp.bias[0], bp.bias[1], bp.bias[2], bp.bias[3]}};
       if (rows_inside && ox >= ox_lo && ox < ox_hi) {
-        const uint8_t* corner = plan.x + ((n * g.in_h + iy0) * g.in_w + ix0) * plan.stride + bp.c0;
-        Tile::template window_sums<kKH, kKW, kFlip>(plan, bp, wb, [&](int64_t ky, int64_t q, int t) {
-          return corner + ky * g.dilation_h * row_bytes + (4 * q + t) * g.dilation_w * plan.stride;
-        }, acc);
+        Tile::template window_sums<kKH, kKW, kFlip, 1>(plan, bp, wb, inside(ix0), acc);
       } else {
-        Tile::template window_sums<kKH, kKW, kFlip>(plan, bp, wb, [&](int64_t ky, int64_t q, int t) {
+        Tile::template window_sums<kKH, kKW, kFlip, 1>(plan, bp, wb, [&](int64_t ky, int64_t q, int t) {
           const int64_t iy = iy0 + ky * g.dilation_h, ix = ix0 + (4 * q + t) * g.dilation_w;
-          const bool inside = iy >= 0 && iy < g.in_h && ix >= 0 && ix < g.in_w;
-          return inside ? plan.x + ((n * g.in_h + iy) * g.in_w + ix) * plan.stride + bp.c0 : plan.pad;
+          const bool in_x = iy >= 0 && iy < g.in_h && ix >= 0 && ix < g.in_w;
+          return in_x ? plan.x + ((n * g.in_h + iy) * g.in_w + ix) * plan.stride + bp.c0 : plan.pad;
         }, acc);
       }
-      Tile::store(plan, bp, acc, (n * g.out_h + oy) * g.out_w + ox);
+      Tile::store(plan, bp, acc[0], (n * g.out_h + oy) * g.out_w + ox);
+      ++ox;
     }
   }
 

@@ -106,22 +106,27 @@ struct YmmQuads {
     return kFlip ? _mm256_xor_si256(v, _mm256_set1_epi8(static_cast<char>(0x80))) : v;
   }
 
-  // The window's sums of one pixel: kernel row by row, four taps a quad, tap (ky, 4 q + t) read
-  // at at(ky, q, t). kKH, kKW: the kernel when known at compile time (3x3, 5x5), else 0.
-  template <int kKH, int kKW, bool kFlip, typename At>
-  static void window_sums(const QuadsPlan& plan, const Block&, const int8_t* wq, At at, __m256i (&acc)[4]) {
-    const int64_t kh = kKH ? kKH : plan.g.kernel_h, kw = kKW ? kKW : plan.g.kernel_w, quads = (kw + 3) / 4;
+  // The window's sums of kPixels pixels (1, or 2 horizontally adjacent ones of a stride-1 row,
+  // from the same quads: PackedWeights::pair_block): kernel row by row, four columns a quad,
+  // column (ky, 4 q + t) read at at(ky, q, t). kKH, kKW: the kernel when known at compile time
+  // (3x3, 5x5), else 0.
+  template <int kKH, int kKW, bool kFlip, int kPixels, typename At>
+  static void window_sums(const QuadsPlan& plan, const Block&, const int8_t* wq, At at,
+                          __m256i (&acc)[kPixels][4]) {
+    const int64_t kh = kKH ? kKH : plan.g.kernel_h, columns = (kKW ? kKW : plan.g.kernel_w) + kPixels - 1;
+    const int64_t quads = (columns + 3) / 4;
     for (int64_t ky = 0; ky < kh; ++ky)
-      for (int64_t q = 0; q < quads; ++q, wq += 128) {
+      for (int64_t q = 0; q < quads; ++q) {
         __m256i tap[4];
         for (int t = 0; t < 4; ++t)
-          tap[t] = 4 * q + t < kw ? load_tap<kFlip>(plan, at(ky, q, t)) : _mm256_setzero_si256();  // zero weights
+          tap[t] = 4 * q + t < columns ? load_tap<kFlip>(plan, at(ky, q, t)) : _mm256_setzero_si256();  // zero weights
         const __m256i ab_lo = _mm256_unpacklo_epi8(tap[0], tap[1]), ab_hi = _mm256_unpackhi_epi8(tap[0], tap[1]);
         const __m256i cd_lo = _mm256_unpacklo_epi8(tap[2], tap[3]), cd_hi = _mm256_unpackhi_epi8(tap[2], tap[3]);
         const __m256i e[4] = {_mm256_unpacklo_epi16(ab_lo, cd_lo), _mm256_unpackhi_epi16(ab_lo, cd_lo),
                               _mm256_unpacklo_epi16(ab_hi, cd_hi), _mm256_unpackhi_epi16(ab_hi, cd_hi)};
-        for (int k = 0; k < 4; ++k)
-          acc[k] = Step::add(acc[k], e[k], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + 32 * k)));
+        for (int p = 0; p < kPixels; ++p, wq += 128)
+          for (int k = 0; k < 4; ++k)
+            acc[p][k] = Step::add(acc[p][k], e[k], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + 32 * k)));
       }
   }
 };
