@@ -83,6 +83,8 @@ inline void windows(const TilePlan& plan, int64_t p0, int rows, const char** px,
   }
 }
 
+inline constexpr int64_t kRunMajorWeightBytes = 256 << 10;
+
 // Runs Tiles::tile<B>(plan, p0, rows, b0) over every pixel and block, B up to Tiles::kMaxBlocks.
 template <class Tiles>
 void drive(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq, void* y,
@@ -100,11 +102,18 @@ void drive(const Geometry& g, const Staged& x, const PackedWeights& w, const Req
   const int64_t tiles = (pixels + kPixels - 1) / kPixels;
   const int64_t runs = (tiles + kTilesAnItem - 1) / kTilesAnItem;
   const int64_t groups = (w.blocks() + kMaxBlocks - 1) / kMaxBlocks;
+  // Items go group by group, so that a group's weights stay in cache while the pixels stream by;
+  // but where all the weights fit in L2 with room (a 1x1 conv of few channels), run by run, so
+  // that a run's output pixels, written a group's few bytes at a time, stay in L1 until whole
+  // (mobilenet_v2's 16 -> 96 at 112x112 on the ymm tiles: 6 sweeps of 16 bytes a pixel, each
+  // fetching every line of its 1.2 MB output again).
+  const bool run_major = w.blocks() * w.block_bytes() <= kRunMajorWeightBytes;
   auto work = [&](int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t b0 = (item / runs) * kMaxBlocks, blocks = std::min<int64_t>(kMaxBlocks, w.blocks() - b0);
-      const int64_t t_end = std::min(tiles, (item % runs + 1) * kTilesAnItem);
-      for (int64_t t = (item % runs) * kTilesAnItem; t < t_end; ++t) {
+      const int64_t group = run_major ? item % groups : item / runs, run = run_major ? item / groups : item % runs;
+      const int64_t b0 = group * kMaxBlocks, blocks = std::min<int64_t>(kMaxBlocks, w.blocks() - b0);
+      const int64_t t_end = std::min(tiles, (run + 1) * kTilesAnItem);
+      for (int64_t t = run * kTilesAnItem; t < t_end; ++t) {
         const int64_t p0 = t * kPixels;
         const int rows = static_cast<int>(std::min<int64_t>(kPixels, pixels - p0));
         Tiles::run(plan, p0, rows, b0, static_cast<int>(blocks));
