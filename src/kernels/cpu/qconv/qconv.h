@@ -97,8 +97,8 @@ Tile best_direct_tile(const int8_t* w, int64_t count);
 // Winograd against the direct kAvx2Bytes tile, all four of its 3x3 layers 0.23 GFLOP: 64 at 56x56
 // (U 0.2 KB a tile) 1.12-1.22 ms against 1.47-1.56, 128 at 28x28 (2.7 KB) 1.09-1.17 against
 // 1.40-1.50, 256 at 14x14 (43 KB) 1.31-1.33 against 1.43-1.48, 512 at 7x7 (512 KB) 2.35-2.42
-// against 1.76-1.80. Where U may stream, the kernel keeps the direct tile's weights too and
-// takes them on the runs where winograd_pays(g) (its batch and output size) is false.
+// against 1.76-1.80. Where U may stream, the kernel packs the direct tile's weights, and U only
+// for the runs where winograd_pays(g) (its batch and output size).
 inline constexpr int64_t kWinogradCachedBytes = 1 << 20, kWinogradBytesPerTile = 64 << 10;
 int64_t winograd_u_bytes(const Geometry& g);
 bool winograd_pays(const Geometry& g);

@@ -78,11 +78,15 @@ class QLinearConvKernel : public Kernel {
     g.filters = filters_, g.channels = channels_, g.kernel_h = kernel_h_, g.kernel_w = kernel_w_;
     if (const std::vector<int64_t> s = node_.attr_ints("strides"); s.size() == 2) g.stride_h = s[0], g.stride_w = s[1];
     if (const std::vector<int64_t> d = node_.attr_ints("dilations"); d.size() == 2) g.dilation_h = d[0], g.dilation_w = d[1];
-    packed_ = qconv::PackedWeights::pack(
-        w->data<int8_t>(), g, depthwise ? qconv::best_depthwise_tile(w->data<int8_t>(), w->numel())
-                  : qconv::best_tile(w->data<int8_t>(), w->numel(), g));
-    if (packed_.tile() == qconv::Tile::kWinogradAvx2 && qconv::winograd_u_bytes(g) > qconv::kWinogradCachedBytes)
-      direct_ = qconv::PackedWeights::pack(w->data<int8_t>(), g, qconv::best_direct_tile(w->data<int8_t>(), w->numel()));
+    const int8_t* wd = w->data<int8_t>();
+    qconv::Tile tile = depthwise ? qconv::best_depthwise_tile(wd, w->numel()) : qconv::best_tile(wd, w->numel(), g);
+    if (tile == qconv::Tile::kWinogradAvx2 && qconv::winograd_u_bytes(g) > qconv::kWinogradCachedBytes) {
+      // U may stream from memory: the direct tile's weights, and W for U on a run Winograd pays on.
+      tile = qconv::best_direct_tile(wd, w->numel());
+      winograd_source_.assign(wd, wd + w->numel());
+      winograd_geometry_ = g;
+    }
+    packed_ = qconv::PackedWeights::pack(wd, g, tile);
     // The zero point's term joins the bias; the scales multiply in QLinearConv's order.
     const int32_t zx = xz ? static_cast<int32_t>(load_as_double(xz->dtype(), xz->raw_data(), 0)) : 0;
     const int32_t zx_u8 = zx + (x_type_ == DType::kInt8 ? 128 : 0);
@@ -156,7 +160,9 @@ class QLinearConvKernel : public Kernel {
                        shape_str(residual->shape()));
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, y_type_, y_shape));
     if (y->numel() == 0) return Status::ok();
-    const qconv::PackedWeights& packed = direct_ && !qconv::winograd_pays(g) ? *direct_ : packed_;
+    if (!winograd_source_.empty() && qconv::winograd_pays(g) && !winograd_)  // (run() is not reentrant)
+      winograd_ = qconv::PackedWeights::pack(winograd_source_.data(), winograd_geometry_, qconv::Tile::kWinogradAvx2);
+    const qconv::PackedWeights& packed = winograd_ && qconv::winograd_pays(g) ? *winograd_ : packed_;
     if (!qconv::tile_fits(packed.tile(), g))  // the strides and dilations prepare read are the node's
       return ctx.error("QLinearConv: the packed weights' tile does not take this geometry");
     qconv::conv(g, x.raw_data(), x_type_ == DType::kInt8, channels_last_, x_zero_point_, packed, rq_, y->raw_data(),
@@ -178,7 +184,11 @@ class QLinearConvKernel : public Kernel {
   int64_t filters_ = 0, channels_ = 0, kernel_h_ = 1, kernel_w_ = 1, w_rank_ = 0;
   int32_t x_zero_point_ = 0;
   qconv::PackedWeights packed_;
-  std::optional<qconv::PackedWeights> direct_;  // for the runs Winograd does not pay on (qconv.h)
+  // Where Winograd's U outgrows the caches (qconv.h, winograd_pays), packed_ is the direct tile's,
+  // and U is packed from a copy of W at the first run of enough tiles to pay for it.
+  std::vector<int8_t> winograd_source_;
+  qconv::Geometry winograd_geometry_;
+  std::optional<qconv::PackedWeights> winograd_;
   qconv::Requantize rq_;
   std::vector<uint8_t> table_;  // ai.kiln.QLinearConv's
   bool residual_ = false;       // ai.kiln.QLinearConv's inputs 10 to 16, QLinearAdd's parameters in add_
