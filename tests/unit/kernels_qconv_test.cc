@@ -102,10 +102,10 @@ double added(const QLinearBinaryParams& p, double a, double b) {
 }
 
 // With `add` (8-bit Y, channels-last), the conv's codes go through a residual add (qconv.h,
-// Requantize::add) of random codes R.
+// Requantize::add) of random codes R; with `table` (8-bit Y), through a table of 256 codes.
 void check_direct(const Case& k, qconv::Tile tile, bool x_signed, bool per_filter, qconv::Output out, bool nhwc,
                   int threads, float y_scale = 0.35f, void (*edit)(Data&) = nullptr,
-                  const qconv::Requantize::ResidualAdd* add = nullptr) {
+                  const qconv::Requantize::ResidualAdd* add = nullptr, const std::vector<int32_t>* table = nullptr) {
   SCOPED_TRACE(::testing::Message() << k.n << "x" << k.c << "x" << k.h << "x" << k.w << " m " << k.m << " k " << k.kh
                                     << "x" << k.kw << " s " << k.sh << "," << k.sw << " d " << k.dh << "," << k.dw
                                     << " pads " << k.pt << k.pl << k.pb << k.pr << (x_signed ? " s8" : " u8")
@@ -148,6 +148,7 @@ void check_direct(const Case& k, qconv::Tile tile, bool x_signed, bool per_filte
   std::mt19937 rng(static_cast<uint32_t>(count));
   for (auto& v : residual) v = static_cast<uint8_t>(rng() % 256);
   if (add) rq.add = *add;
+  if (table) rq.table = *table;
   qconv::conv(g, x.data(), x_signed, nhwc, d.zx, packed, rq, y, nhwc, threads > 1 ? &pool : nullptr,
               add ? residual.data() : nullptr);
   const std::vector<double> want = expected(k, d, x_signed, out);
@@ -161,6 +162,8 @@ void check_direct(const Case& k, qconv::Tile tile, bool x_signed, bool per_filte
                                                         : yq[at];
         if (out == qconv::Output::kFloat)
           ASSERT_EQ(static_cast<float>(got), static_cast<float>(want[nchw])) << "n " << n << " m " << m << " p " << p;
+        else if (table)
+          ASSERT_EQ(got, (*table)[static_cast<size_t>(want[nchw] - rq.lo)]) << "n " << n << " m " << m << " p " << p;
         else if (add)
           ASSERT_EQ(got, added(add->p, want[nchw],
                                out == qconv::Output::kS8 ? static_cast<int8_t>(residual[at]) : residual[at]))
@@ -337,6 +340,23 @@ TEST(QConv, QLinearConvNodeRunsWinogradWhereItPays) {
     ASSERT_EQ(y.numel(), static_cast<int64_t>(want.size()));
     for (int64_t i = 0; i < y.numel(); ++i) ASSERT_EQ(y.data<uint8_t>()[i], want[static_cast<size_t>(i)]) << side << ": " << i;
   }
+}
+
+// A table in the store (Requantize::table, where the CPU lacks VBMI's byte lookup), on every
+// group-1 tile, u8 and s8, codes across the whole range (large scales too).
+TEST(QConv, TableInTheStoreMatchesConvThenTable) {
+  std::vector<qconv::Tile> tiles = qconv::available_tiles(false);
+  if (std::find(tiles.begin(), tiles.end(), qconv::Tile::kWinogradAvx2) == tiles.end())
+    tiles.push_back(qconv::Tile::kWinogradAvx2);
+  std::mt19937 rng(5);
+  for (const qconv::Tile tile : tiles)
+    for (const auto out : {qconv::Output::kU8, qconv::Output::kS8}) {
+      std::vector<int32_t> table(256);
+      for (auto& v : table) v = static_cast<int32_t>(rng() % 256) - (out == qconv::Output::kS8 ? 128 : 0);
+      for (const Case& k : {cases()[1], cases()[2], Case{1, 32, 9, 7, 100, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}})
+        for (const float y_scale : {0.35f, 1e-3f})
+          check_direct(k, tile, false, true, out, true, 2, y_scale, nullptr, nullptr, &table);
+    }
 }
 
 // The QLinearConv node reaches the same values (the tile where it applies, the reference where

@@ -87,7 +87,8 @@ struct ResidualAdd {
 // which saturates to the lowest code too), the zero point is added to the 16-bit values,
 // saturating; the upper clamp stays in float, where a huge positive sum would otherwise wrap,
 // only where a scale reaches 0.5 (clamp_high: Requantize::needs_float_clamp). With `add`
-// (rq.add's), `residual` is the pixel's first filter in R, and the codes stored are the add's.
+// (rq.add's), `residual` is the pixel's first filter in R, and the codes stored are the add's;
+// with rq.table, the table's.
 inline void store_ymm_sums(const Requantize& rq, bool clamp_high, const __m256 (&scale)[2], __m256i s0, __m256i s1,
                            char* out, int64_t count, const ResidualAdd* add = nullptr, const char* residual = nullptr) {
   const __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(s0), scale[0]);
@@ -101,12 +102,20 @@ inline void store_ymm_sums(const Requantize& rq, bool clamp_high, const __m256 (
   const __m256 hi = _mm256_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
   __m256i q0 = _mm256_cvtps_epi32(clamp_high ? _mm256_min_ps(f0, hi) : f0);
   __m256i q1 = _mm256_cvtps_epi32(clamp_high ? _mm256_min_ps(f1, hi) : f1);
+  int16_t zero_point = static_cast<int16_t>(add ? add->cz : rq.zero_point);
   if (add) {
     __m256i b[2];
     add->load(residual, count, b);
     q0 = (*add)(q0, b[0]), q1 = (*add)(q1, b[1]);
+  } else if (!rq.table.empty()) {  // the codes, clamped, index the table; its values are Y's codes
+    const __m256i lo = _mm256_set1_epi32(rq.lo - rq.zero_point), hi = _mm256_set1_epi32(rq.hi - rq.zero_point);
+    const __m256i shift = _mm256_set1_epi32(rq.zero_point - rq.lo);
+    auto look_up = [&](__m256i q) {
+      const __m256i i = _mm256_add_epi32(_mm256_min_epi32(_mm256_max_epi32(q, lo), hi), shift);
+      return _mm256_i32gather_epi32(rq.table.data(), i, 4);
+    };
+    q0 = look_up(q0), q1 = look_up(q1), zero_point = 0;
   }
-  const int16_t zero_point = static_cast<int16_t>(add ? add->cz : rq.zero_point);
   const __m256i words = _mm256_adds_epi16(_mm256_packs_epi32(q0, q1), _mm256_set1_epi16(zero_point));
   const __m256i bytes = rq.output == Output::kS8 ? _mm256_packs_epi16(words, words) : _mm256_packus_epi16(words, words);
   store_first_bytes(out, _mm256_castsi256_si128(_mm256_permute4x64_epi64(bytes, _MM_SHUFFLE(3, 1, 2, 0))), count, 16);
