@@ -60,7 +60,8 @@ struct Requantize {
   std::optional<ResidualAdd> add;
   // A table the codes go through in the store (ai.kiln.QLinearConv's, on CPUs without AVX-512
   // VBMI, whose separate byte lookup is one instruction for 64 codes): Y = table[code - lo], the
-  // table's 256 codes as int32 values of Y's type, gathered by code. Not with `add`.
+  // table's 256 codes as int32 values of Y's type, gathered by code (every tile's store). Not
+  // with `add`.
   std::vector<int32_t> table;
 
   // Whether a scaled sum can pass int32 (a scale of 0.5 or more), so that the VNNI stores must

@@ -73,10 +73,8 @@ struct VnniTiles {
     const char* residual = static_cast<const char*>(plan.residual);
     const std::optional<ResidualAdd> add = residual ? std::optional<ResidualAdd>(ResidualAdd(rq)) : std::nullopt;
     const bool s8 = rq.output == Output::kS8;
-    const int32_t* table = rq.table.empty() ? nullptr : rq.table.data();
+    const bool table = !rq.table.empty();
     const int32_t zero_point = table ? 0 : residual ? static_cast<int32_t>(rq.add->p.cz) : rq.zero_point;
-    const __m512i code_lo = _mm512_set1_epi32(rq.lo - rq.zero_point), code_hi = _mm512_set1_epi32(rq.hi - rq.zero_point);
-    const __m512i shift = _mm512_set1_epi32(rq.zero_point - rq.lo);
     const __m512i zp = _mm512_set1_epi16(static_cast<int16_t>(zero_point));
     __m512 scale[B];
     __mmask16 lanes_of[B];
@@ -98,9 +96,8 @@ struct VnniTiles {
         }
         const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][b]), scale[b]);
         q[b] = _mm512_cvtps_epi32(kClampHigh ? _mm512_min_ps(f, hi) : f);
-        if (table) {  // the codes, clamped, index the table; its values are Y's codes
-          const __m512i at = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(q[b], code_lo), code_hi), shift);
-          q[b] = _mm512_i32gather_epi32(at, table, 4);
+        if (table) {
+          q[b] = table_codes(rq, q[b]);
         } else if (residual) {
           const __m128i r = _mm_maskz_loadu_epi8(lanes_of[b], residual + at + b * 16);
           q[b] = (*add)(q[b], s8 ? _mm512_cvtepi8_epi32(r) : _mm512_cvtepu8_epi32(r));

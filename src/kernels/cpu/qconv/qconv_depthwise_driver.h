@@ -22,6 +22,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/qconv/qconv.h"
+#include "kernels/cpu/qconv/qconv_driver.h"  // table_codes
 
 namespace kiln::qconv {
 

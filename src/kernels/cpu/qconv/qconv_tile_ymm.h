@@ -107,14 +107,8 @@ inline void store_ymm_sums(const Requantize& rq, bool clamp_high, const __m256 (
     __m256i b[2];
     add->load(residual, count, b);
     q0 = (*add)(q0, b[0]), q1 = (*add)(q1, b[1]);
-  } else if (!rq.table.empty()) {  // the codes, clamped, index the table; its values are Y's codes
-    const __m256i lo = _mm256_set1_epi32(rq.lo - rq.zero_point), hi = _mm256_set1_epi32(rq.hi - rq.zero_point);
-    const __m256i shift = _mm256_set1_epi32(rq.zero_point - rq.lo);
-    auto look_up = [&](__m256i q) {
-      const __m256i i = _mm256_add_epi32(_mm256_min_epi32(_mm256_max_epi32(q, lo), hi), shift);
-      return _mm256_i32gather_epi32(rq.table.data(), i, 4);
-    };
-    q0 = look_up(q0), q1 = look_up(q1), zero_point = 0;
+  } else if (!rq.table.empty()) {
+    q0 = table_codes(rq, q0), q1 = table_codes(rq, q1), zero_point = 0;
   }
   const __m256i words = _mm256_adds_epi16(_mm256_packs_epi32(q0, q1), _mm256_set1_epi16(zero_point));
   const __m256i bytes = rq.output == Output::kS8 ? _mm256_packs_epi16(words, words) : _mm256_packus_epi16(words, words);

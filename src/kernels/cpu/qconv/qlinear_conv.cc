@@ -112,9 +112,8 @@ class QLinearConvKernel : public Kernel {
     }
     rq_.output = y_type_ == DType::kInt8 ? qconv::Output::kS8 : qconv::Output::kU8;
     // The table in the store, gathered by code, where no VBMI does 64 codes an instruction after
-    // it (a byte at a time, efficientnet_b0's 49 tables were ~10% of it on AVX2); the depthwise
-    // tiles have none.
-    table_in_store_ = !table_.empty() && !depthwise && !cpu_features().has_avx512_vbmi();
+    // it (a byte at a time, efficientnet_b0's 49 tables were ~10% of it on AVX2).
+    table_in_store_ = !table_.empty() && !cpu_features().has_avx512_vbmi();
     rq_.zero_point = yz ? static_cast<int32_t>(load_as_double(yz->dtype(), yz->raw_data(), 0)) : 0;
     rq_.lo = y_type_ == DType::kInt8 ? -128 : 0, rq_.hi = y_type_ == DType::kInt8 ? 127 : 255;
     rq_.bias.resize(static_cast<size_t>(filters_));
