@@ -91,8 +91,8 @@ void check(const Shape3& s, bool a_signed, bool b_signed, bool per_row, bool ext
     for (int64_t j = 0; j <= s.n; ++j) ASSERT_EQ(yg[i * ldc + j], y[i * ldc + j]) << "GELU element " << i << ", " << j;
 }
 
-// DynamicQuantMatMul's product: float rows quantized into the tiles' layout on 16 lanes give the
-// codes dynamic_quantize_row_u8 (8 lanes) gives, so the same floats as quantizing first and
+// DynamicQuantMatMul's product: float rows quantized into the tiles' layout (padded rows, their
+// sums and zero points in the compensation) give the same floats as quantizing first and
 // multiplying those codes: rows of zeros, of positives only, with a NaN, odd depths, partial tiles.
 TEST(GemmU8S8, DynamicRowsMatchQuantizingFirst) {
   for (const Shape3& s : {Shape3{1, 3, 1}, Shape3{7, 70, 37}, Shape3{13, 64, 768}, Shape3{128, 40, 768}})

@@ -1,7 +1,7 @@
 // gemm_u8s8's driver (gemm_u8s8.h): B's packing, A's rows copied (or, for DynamicQuantMatMul,
 // quantized) into u8 rows padded to whole quads with their sums, and the tiles over B's panels,
 // threads taking panels; the ISA's kernels (gemm_u8s8_kernels.h) do the arithmetic. Here too the
-// AVX2 kernels: A's rows 32 bytes (or 8 floats) a step, and gemm_u8s8_ymm.h's tile with
+// AVX2 kernels: A's rows 32 bytes a step, and gemm_u8s8_ymm.h's tile with
 // vpmaddubsw + vpmaddwd, for B of 7-bit values on CPUs without VNNI.
 #include <immintrin.h>
 
@@ -55,52 +55,9 @@ void copy_rows(const void* a, bool a_signed, int64_t lda, int64_t k, int64_t str
   }
 }
 
-// As the AVX-512 kernel's: each row's range with zero, scale and zero point, then codes =
-// saturate(round(x * (1 / scale)) + zero point), zero past k, and their sum.
-void quantize_rows(const float* a, int64_t lda, int64_t k, int64_t stride, int64_t i0, int64_t i1, uint8_t* au,
-                   int32_t* sums, int32_t* zero_points, float* scales) {
-  for (int64_t i = i0; i < i1; ++i) {
-    const float* x = a + i * lda;
-    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();  // a masked tail reads zeros: in range
-    for (int64_t q = 0; q < k; q += 8) {
-      const __m256 v = _mm256_maskload_ps(x + q, vec::tail_mask_avx2(static_cast<int>(k - q)));
-      lo = _mm256_min_ps(v, lo);  // NaN lanes keep the running value, as range_with_zero
-      hi = _mm256_max_ps(v, hi);
-    }
-    alignas(32) float l[8], h[8];
-    _mm256_store_ps(l, lo);
-    _mm256_store_ps(h, hi);
-    float scale = 0, zp = 0;
-    dynamic_u8_params(*std::min_element(l, l + 8), *std::max_element(h, h + 8), &scale, &zp);
-    scales[i] = scale;
-    zero_points[i] = static_cast<int32_t>(zp);
-    const __m256 inv = _mm256_set1_ps(1.0f / scale), z = _mm256_set1_ps(zp);
-    const __m256 code_lo = _mm256_setzero_ps(), code_hi = _mm256_set1_ps(255.0f);
-    __m256i sum = _mm256_setzero_si256();
-    uint8_t* out = au + i * stride;
-    for (int64_t q = 0; q < stride; q += 8) {
-      const __m256i valid = vec::tail_mask_avx2(static_cast<int>(k - q));
-      const __m256 r = _mm256_round_ps(_mm256_mul_ps(_mm256_maskload_ps(x + q, valid), inv),
-                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      const __m256i codes = _mm256_and_si256(
-          _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_add_ps(r, z), code_lo), code_hi)), valid);
-      sum = _mm256_add_epi32(sum, codes);
-      const __m128i words = _mm_packus_epi32(_mm256_castsi256_si128(codes), _mm256_extracti128_si256(codes, 1));
-      const __m128i bytes = _mm_packus_epi16(words, words);
-      if (stride - q >= 8)
-        _mm_storel_epi64(reinterpret_cast<__m128i*>(out + q), bytes);
-      else
-        std::memcpy(out + q, &bytes, static_cast<size_t>(stride - q));
-    }
-    alignas(32) int32_t s[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(s), sum);
-    sums[i] = s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
-  }
-}
-
 }  // namespace
 
-Kernels avx2_bytes_kernels() { return {YmmTile<ymm::QuadsOf7BitValues>::tile, copy_rows, quantize_rows}; }
+Kernels avx2_bytes_kernels() { return {YmmTile<ymm::QuadsOf7BitValues>::tile, copy_rows}; }
 
 }  // namespace u8s8
 
@@ -227,6 +184,27 @@ void gemm_u8s8(int64_t m, const void* a, bool a_signed, int64_t lda, const std::
   run_gemm(m, a, a_signed, lda, za, b, nullptr, y, &dq, ldy, pool);
 }
 
+namespace {
+
+// DynamicQuantMatMul's rule itself (dynamic_quantize_row_u8) on A's rows [i0, i1), into u8 rows
+// of `stride` (zero past k), with each row's sum, zero point and scale: every ISA's tiles take
+// these rows (the rows' k values are little work beside their k x n products).
+void quantize_rows(const float* a, int64_t lda, int64_t k, int64_t stride, int64_t i0, int64_t i1, uint8_t* au,
+                   int32_t* sums, int32_t* zero_points, float* scales) {
+  for (int64_t i = i0; i < i1; ++i) {
+    uint8_t* out = au + i * stride;
+    dynamic_quantize_row_u8(a + i * lda, k, out, &scales[i], &zero_points[i]);
+    std::memset(out + k, 0, static_cast<size_t>(stride - k));
+    int32_t sum = 0;
+    int64_t q = 0;
+    for (; q + 32 <= stride; q += 32) sum += u8s8::sum_of_bytes(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(out + q)));
+    for (; q < stride; ++q) sum += out[q];
+    sums[i] = sum;
+  }
+}
+
+}  // namespace
+
 void gemm_u8s8_dynamic(int64_t m, const float* a, int64_t lda, const PackedU8S8& b, Dequantize dq, float* y,
                        int64_t ldy, ThreadPool* pool) {
   const int64_t k = b.k(), n = b.n(), stride = b.quads() * 4;
@@ -237,7 +215,7 @@ void gemm_u8s8_dynamic(int64_t m, const float* a, int64_t lda, const PackedU8S8&
   scale_buffer.resize(static_cast<size_t>(m));
   float* scales = scale_buffer.data();
   over_rows(pool, m, n, k, [&](int64_t i0, int64_t i1) {
-    ks.quantize_rows(a, lda, k, stride, i0, i1, rows.data, rows.row_term, rows.alpha, scales);
+    quantize_rows(a, lda, k, stride, i0, i1, rows.data, rows.row_term, rows.alpha, scales);
   });
   dq.a_scale = scales, dq.a_per_row = true;
   run_tiles(ks, m, rows, b, nullptr, y, &dq, ldy, pool);

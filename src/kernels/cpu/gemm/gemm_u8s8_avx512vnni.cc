@@ -3,7 +3,7 @@
 // packed quad and 24 vpdpbusd; a B panel (k / 4 x 256 bytes, 192 KiB at K = 3072) stays in L2
 // while the row tiles sweep it (gemm DESIGN.md has the measurements). The finished tile gets its
 // compensation terms in int32 vectors and leaves as int32 sums or, dequantized, as floats. A's
-// rows are copied (or quantized) 64 bytes a step. This file alone is compiled with
+// rows are copied 64 bytes a step. This file alone is compiled with
 // -mavx512vnni (CMakeLists.txt); it is reached only on CPUs with AVX-512 VNNI.
 #include <immintrin.h>
 
@@ -11,7 +11,6 @@
 #include <cstring>
 
 #include "kernels/cpu/gemm/gemm_u8s8_kernels.h"
-#include "kernels/ref/quantize.h"
 
 // GCC 12 warns of the masked loads' undefined pass-through lanes (maskz zeroes them).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -144,42 +143,8 @@ void copy_rows(const void* a, bool a_signed, int64_t lda, int64_t k, int64_t str
   }
 }
 
-// DynamicQuantMatMul's rule (dynamic_quantize_row_u8) on A's rows [i0, i1), 16 lanes at a time,
-// straight into the tile's u8 rows: each row's range with zero, scale and zero point, then
-// codes = saturate(round(x * (1 / scale)) + zero point) (zero past k) and their sum.
-void quantize_rows(const float* a, int64_t lda, int64_t k, int64_t stride, int64_t i0, int64_t i1, uint8_t* au,
-                   int32_t* sums, int32_t* zero_points, float* scales) {
-  for (int64_t i = i0; i < i1; ++i) {
-    const float* x = a + i * lda;
-    __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();  // a masked tail reads zeros: in range
-    for (int64_t q = 0; q < k; q += 16) {
-      const __m512 v = _mm512_maskz_loadu_ps(lanes(k - q), x + q);
-      lo = _mm512_min_ps(v, lo);  // NaN lanes keep the running value, as range_with_zero
-      hi = _mm512_max_ps(v, hi);
-    }
-    float scale = 0, zp = 0;
-    dynamic_u8_params(_mm512_reduce_min_ps(lo), _mm512_reduce_max_ps(hi), &scale, &zp);
-    scales[i] = scale;
-    zero_points[i] = static_cast<int32_t>(zp);
-    const __m512 inv = _mm512_set1_ps(1.0f / scale), z = _mm512_set1_ps(zp);
-    const __m512 code_lo = _mm512_setzero_ps(), code_hi = _mm512_set1_ps(255.0f);
-    __m512i sum = _mm512_setzero_si512();
-    uint8_t* out = au + i * stride;
-    for (int64_t q = 0; q < stride; q += 16) {
-      const __mmask16 valid = lanes(k - q);
-      const __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(valid, x + q), inv),
-                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      const __m512i codes =
-          _mm512_maskz_cvtps_epi32(valid, _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(r, z), code_lo), code_hi));
-      sum = _mm512_add_epi32(sum, codes);
-      _mm_mask_storeu_epi8(out + q, lanes(stride - q), _mm512_cvtusepi32_epi8(codes));
-    }
-    sums[i] = _mm512_reduce_add_epi32(sum);
-  }
-}
-
 }  // namespace
 
-u8s8::Kernels u8s8::avx512vnni_kernels() { return {tile, copy_rows, quantize_rows}; }
+u8s8::Kernels u8s8::avx512vnni_kernels() { return {tile, copy_rows}; }
 
 }  // namespace kiln::gemm

@@ -40,10 +40,6 @@ struct Kernels {
   // row's sum.
   void (*copy_rows)(const void* a, bool a_signed, int64_t lda, int64_t k, int64_t stride, int64_t i0, int64_t i1,
                     uint8_t* au, int32_t* sums);
-  // DynamicQuantMatMul's rule (dynamic_quantize_row_u8) on float rows [i0, i1) into u8 rows of
-  // `stride` (zero past k), their sums, zero points and scales.
-  void (*quantize_rows)(const float* a, int64_t lda, int64_t k, int64_t stride, int64_t i0, int64_t i1, uint8_t* au,
-                        int32_t* sums, int32_t* zero_points, float* scales);
 };
 
 Kernels avx512vnni_kernels();  // gemm_u8s8_avx512vnni.cc
