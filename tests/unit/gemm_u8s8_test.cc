@@ -48,7 +48,9 @@ void check(const Shape3& s, bool a_signed, bool b_signed, bool per_row, bool ext
   std::vector<int32_t> c(static_cast<size_t>(s.m * ldc), 12345);
   ThreadPool pool(threads);
   const gemm::PackedU8S8 packed = gemm::PackedU8S8::pack(b8.data(), b_signed, ldb, s.k, s.n, zb);
-  if (seven_bit_b) ASSERT_TRUE(packed.seven_bit());
+  if (seven_bit_b) {
+    ASSERT_TRUE(packed.seven_bit());
+  }
   gemm::gemm_u8s8(s.m, a8.data(), a_signed, lda, za, packed, c.data(), ldc, threads > 1 ? &pool : nullptr);
   for (int64_t i = 0; i < s.m; ++i)
     for (int64_t j = 0; j < s.n; ++j) {
