@@ -170,9 +170,10 @@ class QLinearConvKernel : public Kernel {
                        shape_str(residual->shape()));
     KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, y_type_, y_shape));
     if (y->numel() == 0) return Status::ok();
-    if (!winograd_source_.empty() && qconv::winograd_pays(g) && !winograd_)  // (run() is not reentrant)
+    const bool winograd = !winograd_source_.empty() && qconv::winograd_pays(g);
+    if (winograd && !winograd_)  // (run() is not reentrant)
       winograd_ = qconv::PackedWeights::pack(winograd_source_.data(), winograd_geometry_, qconv::Tile::kWinogradAvx2);
-    const qconv::PackedWeights& packed = winograd_ && qconv::winograd_pays(g) ? *winograd_ : packed_;
+    const qconv::PackedWeights& packed = winograd ? *winograd_ : packed_;
     if (!qconv::tile_fits(packed.tile(), g))  // the strides and dilations prepare read are the node's
       return ctx.error("QLinearConv: the packed weights' tile does not take this geometry");
     qconv::conv(g, x.raw_data(), x_type_ == DType::kInt8, channels_last_, x_zero_point_, packed, rq_, y->raw_data(),
