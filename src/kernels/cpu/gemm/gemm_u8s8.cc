@@ -1,8 +1,8 @@
 // gemm_u8s8's driver (gemm_u8s8.h): B's packing, A's rows copied (or, for DynamicQuantMatMul,
-// quantized) into u8 rows padded to whole quads with their sums, and the tiles over B's panels,
-// threads taking panels; the ISA's kernels (gemm_u8s8_kernels.h) do the arithmetic. Here too the
-// AVX2 kernels: A's rows 32 bytes a step, and gemm_u8s8_ymm.h's tile with
-// vpmaddubsw + vpmaddwd, for B of 7-bit values on CPUs without VNNI.
+// quantized) into u8 rows padded to whole quads with their sums, for every ISA's tiles, and the
+// tiles over B's panels, threads taking panels; the ISA's tile (gemm_u8s8_kernels.h) does the
+// arithmetic. Here too the AVX2 tile: gemm_u8s8_ymm.h's with vpmaddubsw + vpmaddwd, for B of
+// 7-bit values on CPUs without VNNI.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -25,6 +25,17 @@ int32_t sum_of_bytes(__m256i v) {  // the 32 bytes' sum
   return static_cast<int32_t>(_mm_cvtsi128_si64(t) + _mm_extract_epi64(t, 1));
 }
 
+}  // namespace
+
+Kernels avx2_bytes_kernels() { return {YmmTile<ymm::QuadsOf7BitValues>::tile}; }
+
+}  // namespace u8s8
+
+namespace {
+
+// A's rows [i0, i1) as u8 (a signed A moved up by 128), zero past k up to `stride`, and each
+// row's sum, 32 bytes a step, for every ISA's tiles (a pass over m x k bytes beside their
+// m x k x n products).
 void copy_rows(const void* a, bool a_signed, int64_t lda, int64_t k, int64_t stride, int64_t i0, int64_t i1,
                uint8_t* au, int32_t* sums) {
   const __m256i flip = _mm256_set1_epi8(a_signed ? static_cast<char>(0x80) : 0);
@@ -34,15 +45,21 @@ void copy_rows(const void* a, bool a_signed, int64_t lda, int64_t k, int64_t str
     int32_t sum = 0;
     for (int64_t q = 0; q < stride; q += 32) {
       const int64_t valid = std::clamp<int64_t>(k - q, 0, 32), n = std::min<int64_t>(32, stride - q);
-      alignas(32) uint8_t part[32] = {};
-      std::memcpy(part, in + q, static_cast<size_t>(valid));
-      __m256i v = _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(part)), flip);
+      __m256i v;
+      if (valid == 32) {
+        v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + q));
+      } else {  // no read past the row
+        alignas(32) uint8_t part[32] = {};
+        std::memcpy(part, in + q, static_cast<size_t>(valid));
+        v = _mm256_load_si256(reinterpret_cast<const __m256i*>(part));
+      }
+      v = _mm256_xor_si256(v, flip);
       if (valid < 32) {  // zero past k (the flip made them 0x80)
         alignas(32) uint8_t keep[32] = {};
         std::memset(keep, 0xff, static_cast<size_t>(valid));
         v = _mm256_and_si256(v, _mm256_load_si256(reinterpret_cast<const __m256i*>(keep)));
       }
-      sum += sum_of_bytes(v);
+      sum += u8s8::sum_of_bytes(v);
       if (n == 32) {
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + q), v);
       } else {
@@ -55,13 +72,23 @@ void copy_rows(const void* a, bool a_signed, int64_t lda, int64_t k, int64_t str
   }
 }
 
-}  // namespace
+// DynamicQuantMatMul's rule itself (dynamic_quantize_row_u8) on A's rows [i0, i1), into u8 rows
+// of `stride` (zero past k), with each row's sum, zero point and scale: every ISA's tiles take
+// these rows (the rows' k values are little work beside their k x n products).
+void quantize_rows(const float* a, int64_t lda, int64_t k, int64_t stride, int64_t i0, int64_t i1, uint8_t* au,
+                   int32_t* sums, int32_t* zero_points, float* scales) {
+  for (int64_t i = i0; i < i1; ++i) {
+    uint8_t* out = au + i * stride;
+    dynamic_quantize_row_u8(a + i * lda, k, out, &scales[i], &zero_points[i]);
+    std::memset(out + k, 0, static_cast<size_t>(stride - k));
+    int32_t sum = 0;
+    int64_t q = 0;
+    for (; q + 32 <= stride; q += 32) sum += u8s8::sum_of_bytes(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(out + q)));
+    for (; q < stride; ++q) sum += out[q];
+    sums[i] = sum;
+  }
+}
 
-Kernels avx2_bytes_kernels() { return {YmmTile<ymm::QuadsOf7BitValues>::tile, copy_rows}; }
-
-}  // namespace u8s8
-
-namespace {
 
 constexpr int64_t kMr = u8s8::kRows, kNr = PackedU8S8::kPanelColumns;
 
@@ -140,7 +167,7 @@ void run_gemm(int64_t m, const void* a, bool a_signed, int64_t lda, const std::v
   const u8s8::Kernels ks = kernels();
   const RowsU8 rows = rows_for(m, stride);
   over_rows(pool, m, n, k, [&](int64_t i0, int64_t i1) {
-    ks.copy_rows(a, a_signed, lda, k, stride, i0, i1, rows.data, rows.row_term);
+    copy_rows(a, a_signed, lda, k, stride, i0, i1, rows.data, rows.row_term);
   });
   for (int64_t i = 0; i < m; ++i)
     rows.alpha[i] = (za.size() == 1 ? za[0] : za[static_cast<size_t>(i)]) + (a_signed ? 128 : 0);
@@ -184,26 +211,6 @@ void gemm_u8s8(int64_t m, const void* a, bool a_signed, int64_t lda, const std::
   run_gemm(m, a, a_signed, lda, za, b, nullptr, y, &dq, ldy, pool);
 }
 
-namespace {
-
-// DynamicQuantMatMul's rule itself (dynamic_quantize_row_u8) on A's rows [i0, i1), into u8 rows
-// of `stride` (zero past k), with each row's sum, zero point and scale: every ISA's tiles take
-// these rows (the rows' k values are little work beside their k x n products).
-void quantize_rows(const float* a, int64_t lda, int64_t k, int64_t stride, int64_t i0, int64_t i1, uint8_t* au,
-                   int32_t* sums, int32_t* zero_points, float* scales) {
-  for (int64_t i = i0; i < i1; ++i) {
-    uint8_t* out = au + i * stride;
-    dynamic_quantize_row_u8(a + i * lda, k, out, &scales[i], &zero_points[i]);
-    std::memset(out + k, 0, static_cast<size_t>(stride - k));
-    int32_t sum = 0;
-    int64_t q = 0;
-    for (; q + 32 <= stride; q += 32) sum += u8s8::sum_of_bytes(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(out + q)));
-    for (; q < stride; ++q) sum += out[q];
-    sums[i] = sum;
-  }
-}
-
-}  // namespace
 
 void gemm_u8s8_dynamic(int64_t m, const float* a, int64_t lda, const PackedU8S8& b, Dequantize dq, float* y,
                        int64_t ldy, ThreadPool* pool) {

@@ -2,9 +2,9 @@
 // (24 zmm accumulators), each k quad one broadcast of A's 4 bytes per row, four loads of B's
 // packed quad and 24 vpdpbusd; a B panel (k / 4 x 256 bytes, 192 KiB at K = 3072) stays in L2
 // while the row tiles sweep it (gemm DESIGN.md has the measurements). The finished tile gets its
-// compensation terms in int32 vectors and leaves as int32 sums or, dequantized, as floats. A's
-// rows are copied 64 bytes a step. This file alone is compiled with
-// -mavx512vnni (CMakeLists.txt); it is reached only on CPUs with AVX-512 VNNI.
+// compensation terms in int32 vectors and leaves as int32 sums or, dequantized, as floats. This
+// file alone is compiled with -mavx512vnni (CMakeLists.txt); it is reached only on CPUs with
+// AVX-512 VNNI.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -123,28 +123,8 @@ void tile(const Call& call, int64_t i0, int64_t rows, int64_t p, int64_t cols, P
   finish(call, sums, i0, rows, p, cols);
 }
 
-// A's rows [i0, i1) as u8 (a signed A moved up by 128), zero past k up to whole quads, and each
-// row's sum, 64 bytes a step.
-void copy_rows(const void* a, bool a_signed, int64_t lda, int64_t k, int64_t stride, int64_t i0, int64_t i1,
-               uint8_t* au, int32_t* sums) {
-  const __m512i flip = _mm512_set1_epi8(a_signed ? static_cast<char>(0x80) : 0);
-  for (int64_t i = i0; i < i1; ++i) {
-    const uint8_t* in = static_cast<const uint8_t*>(a) + i * lda;
-    uint8_t* out = au + i * stride;
-    __m512i sum = _mm512_setzero_si512();
-    for (int64_t q = 0; q < stride; q += 64) {
-      const int64_t n = std::min<int64_t>(64, stride - q), valid = std::clamp<int64_t>(k - q, 0, 64);
-      const __mmask64 keep = valid >= 64 ? ~__mmask64{0} : (__mmask64{1} << valid) - 1;
-      const __m512i v = _mm512_maskz_mov_epi8(keep, _mm512_xor_si512(_mm512_maskz_loadu_epi8(keep, in + q), flip));
-      _mm512_mask_storeu_epi8(out + q, n >= 64 ? ~__mmask64{0} : (__mmask64{1} << n) - 1, v);
-      sum = _mm512_add_epi64(sum, _mm512_sad_epu8(v, _mm512_setzero_si512()));
-    }
-    sums[i] = static_cast<int32_t>(_mm512_reduce_add_epi64(sum));
-  }
-}
-
 }  // namespace
 
-u8s8::Kernels u8s8::avx512vnni_kernels() { return {tile, copy_rows}; }
+u8s8::Kernels u8s8::avx512vnni_kernels() { return {tile}; }
 
 }  // namespace kiln::gemm

@@ -36,10 +36,6 @@ struct Kernels {
   // Rows [i0, i0 + rows) of panel p (cols of its 64 columns), finished: compensated, and stored
   // as int32 sums or dequantized floats (with dq's epilogue).
   void (*tile)(const Call& call, int64_t i0, int64_t rows, int64_t p, int64_t cols, Prefetch next);
-  // A's rows [i0, i1) as u8 (a signed A moved up by 128), zero past k up to `stride`, and each
-  // row's sum.
-  void (*copy_rows)(const void* a, bool a_signed, int64_t lda, int64_t k, int64_t stride, int64_t i0, int64_t i1,
-                    uint8_t* au, int32_t* sums);
 };
 
 Kernels avx512vnni_kernels();  // gemm_u8s8_avx512vnni.cc
