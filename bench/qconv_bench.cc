@@ -63,6 +63,9 @@ const Layer kLayers[] = {
     {"mobilenet_dw3x3_192_28", 192, 192, 28, 3, 1, 2, true},
     {"mobilenet_dw3x3_576_14", 576, 576, 14, 3, 1, 2, true},
     {"mobilenet_dw3x3_960_7", 960, 960, 7, 3, 1, 2, true},
+    {"efficientnet_dw5x5s2_144_56", 144, 144, 56, 5, 2, 1, true},
+    {"efficientnet_dw5x5_240_28", 240, 240, 28, 5, 1, 2, true},
+    {"efficientnet_dw5x5_672_14", 672, 672, 14, 5, 1, 2, true},
 };
 
 void BM_QConv(benchmark::State& state, Layer l, qconv::Tile tile, int threads, Add add) {

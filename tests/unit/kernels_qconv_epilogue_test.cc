@@ -23,8 +23,9 @@ using namespace qconv_test;
 // A residual add in the store (Requantize::add), on every group-1 tile, u8 and s8, the two
 // operands' scales far apart and close (the add's sums past C's range either way), zero points
 // off the middle, C scales whose reciprocal gives the division's codes and one whose does not
-// (0.3: the store divides the lanes near a half); tiles of pixels, blocks and groups of blocks
-// in part.
+// (0.3: the store divides the lanes near a half), and one so small (2^-24) that the sums divided
+// pass int32 (the store clamps them in float); A's zero point the conv's and not; tiles of pixels,
+// blocks and groups of blocks in part.
 TEST(QConv, ResidualAddInTheStoreMatchesConvThenQLinearAdd) {
   std::vector<qconv::Tile> tiles = qconv::available_tiles(false);
   if (std::find(tiles.begin(), tiles.end(), qconv::Tile::kWinogradAvx2) == tiles.end())
@@ -33,7 +34,9 @@ TEST(QConv, ResidualAddInTheStoreMatchesConvThenQLinearAdd) {
       {0.35f, 0.02f, 0.3f, 100, 7, 90, 0, 0, false},
       {0.35f, 0.6f, 0.5f, 3, 200, 0, 0, 0, false},
       {0.35f, 0.35f, 0.125f, 128, 128, 128, 0, 0, false},
+      {0.35f, 0.6f, 0x1p-24f, 100, 7, 90, 0, 0, false},
   };
+  auto conv_zero_point_100 = [](Data& d) { d.zy = 100; };  // the first add's az
   for (const qconv::Tile tile : tiles)
     for (const Case& k : {cases()[1], cases()[2], Case{1, 32, 9, 7, 100, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}})
       for (const QLinearBinaryParams& add : adds)
@@ -45,6 +48,7 @@ TEST(QConv, ResidualAddInTheStoreMatchesConvThenQLinearAdd) {
           const qconv::Requantize::ResidualAdd residual{p, qlinear_binary_reciprocal_is_exact(p, s8)};
           EXPECT_EQ(residual.reciprocal_exact, p.cs != 0.3f);
           check_direct(k, tile, false, true, out, true, 2, 0.35f, nullptr, &residual);
+          if (add.az == 100) check_direct(k, tile, false, true, out, true, 2, 0.35f, conv_zero_point_100, &residual);
         }
 }
 

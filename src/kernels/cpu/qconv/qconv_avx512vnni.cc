@@ -23,27 +23,37 @@ namespace {
 
 // Requantize::add on 16 lanes, as qconv_tile_ymm.h's ResidualAdd does on 8: the conv's codes
 // less its zero point, q (not yet clamped), and the residual's codes b give c - cz, clamped in
-// float to one step past C's codes, which the packs finish. Its constants are broadcast once a
-// store (the stores through char pointers would make the compiler reload them for every vector).
+// float to one step past C's codes where it could pass int32, which the packs finish. Its
+// constants are broadcast once a store (the stores through char pointers would make the
+// compiler reload them for every vector).
 struct ResidualAdd {
-  __m512i a_lo, a_zero, a_hi;
-  __m512 az, as, bz, bs, c_reciprocal, cs, v_lo, v_hi;
+  __m512i a_lo, a_shift, a_hi, bz;
+  __m512 as, bs, c_reciprocal, cs, v_lo, v_hi;
+  bool shift, clamp_v;
   bool reciprocal_exact;
 
   explicit ResidualAdd(const Requantize& rq) {
     const QLinearBinaryParams& p = rq.add->p;
-    a_lo = _mm512_set1_epi32(rq.lo - rq.zero_point), a_zero = _mm512_set1_epi32(rq.zero_point);
-    a_hi = _mm512_set1_epi32(rq.hi);
-    az = _mm512_set1_ps(p.az), as = _mm512_set1_ps(p.as), bz = _mm512_set1_ps(p.bz), bs = _mm512_set1_ps(p.bs);
+    // a - az in int32 (a = q + zero point, clamped to the codes), then as a float: exact, as
+    // float(a) - az is for integer codes; likewise b - bz.
+    const int32_t az = static_cast<int32_t>(p.az);
+    a_lo = _mm512_set1_epi32(rq.lo - rq.zero_point), a_shift = _mm512_set1_epi32(rq.zero_point - az);
+    a_hi = _mm512_set1_epi32(rq.hi - az), bz = _mm512_set1_epi32(static_cast<int32_t>(p.bz));
+    shift = rq.zero_point != az;
+    as = _mm512_set1_ps(p.as), bs = _mm512_set1_ps(p.bs);
     c_reciprocal = _mm512_set1_ps(1.0f / p.cs), cs = _mm512_set1_ps(p.cs);
     v_lo = _mm512_set1_ps(p.lo - p.cz - 1), v_hi = _mm512_set1_ps(p.hi - p.cz + 1);
+    // The clamp of v matters only where cvtps could overflow; below 2^30 the store's saturating
+    // packs clamp it the same (|a - az|, |b - bz| <= 255).
+    clamp_v = !(255.0 * (std::fabs(p.as) + std::fabs(p.bs)) / std::fabs(p.cs) < 0x1p30);
     reciprocal_exact = rq.add->reciprocal_exact;
   }
 
   __m512i operator()(__m512i q, __m512i b) const {
-    const __m512i a = _mm512_min_epi32(_mm512_add_epi32(_mm512_max_epi32(q, a_lo), a_zero), a_hi);
-    const __m512 fa = _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(a), az), as);
-    const __m512 fb = _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(b), bz), bs);
+    __m512i a = _mm512_max_epi32(q, a_lo);
+    if (shift) a = _mm512_add_epi32(a, a_shift);
+    const __m512 fa = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_min_epi32(a, a_hi)), as);
+    const __m512 fb = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(b, bz)), bs);
     const __m512 sum = _mm512_add_ps(fa, fb);
     __m512 v = _mm512_mul_ps(sum, c_reciprocal);
     if (!reciprocal_exact) {  // the division where the product may round the other way
@@ -51,7 +61,7 @@ struct ResidualAdd {
       if (_mm512_cmp_ps_mask(_mm512_abs_ps(off), _mm512_set1_ps(0.5f - 0x1p-11f), _CMP_GE_OQ))
         v = _mm512_div_ps(sum, cs);
     }
-    return _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(v, v_lo), v_hi));
+    return _mm512_cvtps_epi32(clamp_v ? _mm512_min_ps(_mm512_max_ps(v, v_lo), v_hi) : v);
   }
 };
 

@@ -36,31 +36,40 @@ inline __m128i load_first_bytes(const char* p, int64_t count) {
 
 // Requantize::add on 8 lanes: the conv's codes less its zero point, q (int32, not yet clamped),
 // and the residual's codes b give c - cz, which the store's packs finish as they finish a code
-// (cz added, saturating; C's range clamped). v is clamped in float first, to one step past C's
-// codes either way, so that cvtps rounds it as nearbyint does and never overflows. Its
-// constants are broadcast once a store (the stores through char pointers would make the
-// compiler reload them for every vector).
+// (cz added, saturating; C's range clamped). Where v could pass int32 (clamp_v), it is clamped in
+// float first, to one step past C's codes either way, so that cvtps rounds it as nearbyint does
+// and never overflows. Its constants are broadcast once a store (the stores through char
+// pointers would make the compiler reload them for every vector).
 struct ResidualAdd {
-  __m256i a_lo, a_zero, a_hi;
-  __m256 az, as, bz, bs, c_reciprocal, cs, v_lo, v_hi;
+  __m256i a_lo, a_shift, a_hi, bz;
+  __m256 as, bs, c_reciprocal, cs, v_lo, v_hi;
+  bool shift, clamp_v;
   int32_t cz;
   bool reciprocal_exact, s8;
 
   explicit ResidualAdd(const Requantize& rq) {
     const QLinearBinaryParams& p = rq.add->p;
-    a_lo = _mm256_set1_epi32(rq.lo - rq.zero_point), a_zero = _mm256_set1_epi32(rq.zero_point);
-    a_hi = _mm256_set1_epi32(rq.hi);
-    az = _mm256_set1_ps(p.az), as = _mm256_set1_ps(p.as), bz = _mm256_set1_ps(p.bz), bs = _mm256_set1_ps(p.bs);
+    // a - az in int32 (a = q + zero point, clamped to the codes), then as a float: exact, as
+    // float(a) - az is for integer codes; likewise b - bz.
+    const int32_t az = static_cast<int32_t>(p.az);
+    a_lo = _mm256_set1_epi32(rq.lo - rq.zero_point), a_shift = _mm256_set1_epi32(rq.zero_point - az);
+    a_hi = _mm256_set1_epi32(rq.hi - az), bz = _mm256_set1_epi32(static_cast<int32_t>(p.bz));
+    shift = rq.zero_point != az;
+    as = _mm256_set1_ps(p.as), bs = _mm256_set1_ps(p.bs);
     c_reciprocal = _mm256_set1_ps(1.0f / p.cs), cs = _mm256_set1_ps(p.cs);
     v_lo = _mm256_set1_ps(p.lo - p.cz - 1), v_hi = _mm256_set1_ps(p.hi - p.cz + 1);
+    // The clamp of v matters only where cvtps could overflow; below 2^30 the store's saturating
+    // packs clamp it the same (|a - az|, |b - bz| <= 255).
+    clamp_v = !(255.0 * (std::fabs(p.as) + std::fabs(p.bs)) / std::fabs(p.cs) < 0x1p30);
     cz = static_cast<int32_t>(p.cz);
     reciprocal_exact = rq.add->reciprocal_exact, s8 = rq.output == Output::kS8;
   }
 
   __m256i operator()(__m256i q, __m256i b) const {
-    const __m256i a = _mm256_min_epi32(_mm256_add_epi32(_mm256_max_epi32(q, a_lo), a_zero), a_hi);
-    const __m256 fa = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(a), az), as);
-    const __m256 fb = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(b), bz), bs);
+    __m256i a = _mm256_max_epi32(q, a_lo);
+    if (shift) a = _mm256_add_epi32(a, a_shift);
+    const __m256 fa = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_min_epi32(a, a_hi)), as);
+    const __m256 fb = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(b, bz)), bs);
     const __m256 sum = _mm256_add_ps(fa, fb);
     __m256 v = _mm256_mul_ps(sum, c_reciprocal);
     if (!reciprocal_exact) {  // the division where the product may round the other way
@@ -69,7 +78,7 @@ struct ResidualAdd {
           _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), off), _mm256_set1_ps(0.5f - 0x1p-11f), _CMP_GE_OQ);
       if (_mm256_movemask_ps(near_half)) v = _mm256_div_ps(sum, cs);
     }
-    return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, v_lo), v_hi));
+    return _mm256_cvtps_epi32(clamp_v ? _mm256_min_ps(_mm256_max_ps(v, v_lo), v_hi) : v);
   }
 
   // The 16 codes at `residual` (`count` of them) widened, in the ymm tiles' order.
