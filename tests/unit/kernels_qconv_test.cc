@@ -318,6 +318,25 @@ TEST(QConv, EightBitOpsRejectBadInputs) {
     e = run_error(b, {bytes_of(DType::kUInt8, {1, 6, 6, 4}), bytes_of(DType::kInt8, {1, 6, 6, 8})});
     EXPECT_NE(e.find("input 12"), std::string::npos) << e;
   }
+  {  // ai.kiln.QLinearConv's float X (NCHW, quantized by the node) of 5 channels for weights of 4,
+     // and of 4 channels but float64
+    test::Builder b(13);
+    b.m.opsets["ai.kiln"] = 1;
+    b.m.graph.inputs.push_back(ir::ValueInfo{"x", ir::TypeInfo::tensor(DType::kFloat32), ""});
+    auto& init = b.m.graph.initializers;
+    init["xs"] = scalar(DType::kFloat32, 0.1), init["xz"] = scalar(DType::kUInt8, 3);
+    init["w"] = Tensor::make(DType::kInt8, {8, 4, 3, 3}).value(), init["ws"] = scalar(DType::kFloat32, 0.01);
+    init["ys"] = scalar(DType::kFloat32, 0.2), init["yz"] = scalar(DType::kUInt8, 0);
+    b.add("QLinearConv", {"x", "xs", "xz", "w", "ws", "", "ys", "yz"}, {"y"},
+          {test::attr_i("channels_last", 1), test::attr_ints("pads", {1, 1, 1, 1})})
+        .domain = "ai.kiln";
+    b.m.graph.outputs.push_back(ir::ValueInfo{"y", ir::TypeInfo::tensor(DType::kUInt8), ""});
+    std::string e = run_error(b, {bytes_of(DType::kFloat32, {1, 5, 6, 6})});
+    EXPECT_NE(e.find("or float32 NCHW) with 4 channels; got X [1,5,6,6] float32"), std::string::npos) << e;
+    b.m.graph.inputs[0].type = ir::TypeInfo::tensor(DType::kFloat64);
+    e = run_error(b, {bytes_of(DType::kFloat64, {1, 4, 6, 6})});
+    EXPECT_NE(e.find("float64"), std::string::npos) << e;
+  }
   {  // MatMulIntegerToFloat with a b_scale of the wrong length
     test::Builder b(13);
     b.m.opsets["com.microsoft"] = 1;

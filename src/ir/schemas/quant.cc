@@ -1,11 +1,13 @@
 // Schemas of the 8-bit ops beyond ONNX's: kiln's DynamicQuantMatMul (MatMul's shapes, float32),
 // and the com.microsoft (ONNX Runtime contrib) ones kiln reads and writes:
 // QLinearConv (ONNX's inputs; channels_last makes X and Y [N, H, W, C]; kiln's form has a table
-// of Y's codes as input 9) and NhwcMaxPool (MaxPool
+// of Y's codes as input 9, or a residual add's inputs, and may take a float32 NCHW X) and NhwcMaxPool (MaxPool
 // on channels-last 8-bit X), whose shapes come from the standard op's schema run on the NCHW
 // view; QLinearAdd and QLinearMul (A and B broadcast, C of A's type); QLinearGlobalAveragePool
 // (one pixel of X's channels, either layout); MatMulIntegerToFloat
 // (MatMulInteger's shapes, float32; kiln's form with an epilogue too).
+#include <optional>
+
 #include "ir/schemas/common.h"
 
 namespace kiln::ir::schemas::quant {
@@ -26,8 +28,10 @@ Dims channels_last(const Dims& d) {
   return r;
 }
 
-// The standard op `op`'s inference on X's NCHW view, its result made channels-last again.
-Outputs infer_channels_last(InferContext& ctx, const char* op, bool last) {
+// The standard op `op`'s inference on X's NCHW view, its result made channels-last again (X
+// NCHW already where x_last is false; X of type x_type where given).
+Outputs infer_channels_last(InferContext& ctx, const char* op, bool last, bool x_last,
+                            std::optional<DType> x_type = std::nullopt) {
   const OpSchema* base = OpSchemaRegistry::global().find("", op);
   if (!base || !base->infer) return ctx.error(std::string("the schema of ") + op + " is missing");
   InferContext inner(ctx.node, 21);
@@ -35,9 +39,10 @@ Outputs infer_channels_last(InferContext& ctx, const char* op, bool last) {
   inner.constants = ctx.constants;
   inner.values = ctx.values;
   const TypeInfo& x = ctx.input(0);
-  if (last && ranked(x)) {
+  if (x_type && !inner.inputs.empty()) inner.inputs[0].dtype = *x_type;
+  if (x_last && ranked(x)) {
     if (x.shape.size() < 3) return ctx.error("X must be [N, spatial..., C], got " + dims_str(x.shape));
-    inner.inputs[0] = tensor_type(x.dtype, channels_first(x.shape));
+    inner.inputs[0] = tensor_type(x_type ? *x_type : x.dtype, channels_first(x.shape));
   }
   KILN_ASSIGN_OR_RETURN(std::vector<TypeInfo> outs, base->infer(inner));
   if (outs.empty()) return ctx.error(std::string(op) + " inferred no output");
@@ -47,9 +52,18 @@ Outputs infer_channels_last(InferContext& ctx, const char* op, bool last) {
 }
 
 Outputs infer_qlinear_conv(InferContext& ctx) {
-  return infer_channels_last(ctx, "QLinearConv", ctx.node.attr_int("channels_last", 0) != 0);
+  const bool last = ctx.node.attr_int("channels_last", 0) != 0;
+  return infer_channels_last(ctx, "QLinearConv", last, last);
 }
-Outputs infer_nhwc_max_pool(InferContext& ctx) { return infer_channels_last(ctx, "MaxPool", true); }
+// ai.kiln's: com.microsoft's, but a float32 X is NCHW whatever channels_last says, quantized to
+// x_zero_point's type (u8 where absent) by the node.
+Outputs infer_kiln_qlinear_conv(InferContext& ctx) {
+  const bool last = ctx.node.attr_int("channels_last", 0) != 0;
+  if (ctx.input(0).dtype != DType::kFloat32) return infer_channels_last(ctx, "QLinearConv", last, last);
+  const DType codes = ctx.inputs.size() > 2 && ctx.input(2).dtype != DType::kUndefined ? ctx.input(2).dtype : DType::kUInt8;
+  return infer_channels_last(ctx, "QLinearConv", last, false, codes);
+}
+Outputs infer_nhwc_max_pool(InferContext& ctx) { return infer_channels_last(ctx, "MaxPool", true, true); }
 
 Outputs infer_qlinear_binary(InferContext& ctx) {
   const TypeInfo &a = ctx.input(0), &b = ctx.input(3);
@@ -111,7 +125,7 @@ Cost cost_matmul(const InferContext& ctx, const std::vector<TypeInfo>& outs) { r
 }  // namespace
 
 KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_qlinear_conv, .cost = cost_conv}), "QLinearConv");
-KILN_REGISTER_OP_SCHEMA("ai.kiln", (OpSchema{.infer = infer_qlinear_conv, .cost = cost_conv}), "QLinearConv");
+KILN_REGISTER_OP_SCHEMA("ai.kiln", (OpSchema{.infer = infer_kiln_qlinear_conv, .cost = cost_conv}), "QLinearConv");
 KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_nhwc_max_pool, .cost = cost_pool}), "NhwcMaxPool");
 KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_qlinear_binary}), "QLinearAdd", "QLinearMul");
 KILN_REGISTER_OP_SCHEMA("com.microsoft", (OpSchema{.infer = infer_same_as_x}), "QLinearSigmoid");

@@ -459,6 +459,10 @@ Result<float> per_tensor_parameter(const Tensor* t, size_t i, bool scale, DType 
   return static_cast<float>(load_as_double(t->dtype(), t->raw_data(), 0));
 }
 
+void quantize_row_8bit(const float* x, int64_t n, float scale, int32_t zero_point, bool to_int8, void* y) {
+  (to_int8 ? quantize_8bit<true> : quantize_8bit<false>)(x, n, scale, static_cast<float>(zero_point), y);
+}
+
 void dynamic_quantize_row_u8(const float* x, int64_t n, uint8_t* y, float* scale, int32_t* zero_point) {
   float mn = 0.0f, mx = 0.0f, zp = 0.0f;
   range_with_zero(x, n, &mn, &mx);

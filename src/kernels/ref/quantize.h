@@ -24,6 +24,11 @@ inline void dynamic_u8_params(float mn, float mx, float* scale, float* zero_poin
 // (absent: 0). Its value, or an error naming the input.
 Result<float> per_tensor_parameter(const Tensor* t, size_t i, bool scale, DType type);
 
+// QuantizeLinear's per-tensor rule on x[0, n): y = saturate(round_half_even(x / scale) +
+// zero_point), u8 or (to_int8) s8, NaN to the lowest code; the vector loops of its kernel, so the
+// same codes bit for bit (the 8-bit conv quantizes a float X with it while staging).
+void quantize_row_8bit(const float* x, int64_t n, float scale, int32_t zero_point, bool to_int8, void* y);
+
 // DynamicQuantMatMul's rule for one row x[0, n) (docs/ops.md): the u8 scale and zero point of
 // its range with 0 included (NaN skipped), as DynamicQuantizeLinear's, and
 // y = saturate(round_half_even(x * (1 / scale)) + zero_point), 32 at a time.

@@ -11,6 +11,7 @@
 
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
+#include "kernels/ref/quantize.h"
 
 namespace kiln::qconv {
 namespace {
@@ -40,12 +41,43 @@ void stage_pixels(T* to, const uint8_t* from, int64_t count, int64_t channels, i
     for (int64_t c = 0; c < cp; ++c) to[i * cp + c] = c < channels ? static_cast<T>(from[i * channels + c] ^ flip) : fill;
 }
 
+// A row of float NCHW X (channel planes `plane` floats apart) staged: each channel's row
+// quantized by QuantizeLinear's rule (scale, zx; s8 codes where x_signed, then xor flip), then
+// interleaved into `cp` values a pixel, `fill` past the channels. An image's 1 to 4 channels go
+// 16 pixels a step into u8 quads; other layouts a value at a time.
+template <typename T>
+void stage_quantized_row(T* pixels, const float* x, int64_t plane, int64_t in_w, int64_t channels, int64_t cp,
+                         float scale, int32_t zx, bool x_signed, uint8_t flip, T fill) {
+  thread_local std::vector<uint8_t> codes;
+  codes.resize(static_cast<size_t>(channels * in_w));
+  for (int64_t c = 0; c < channels; ++c) quantize_row_8bit(x + c * plane, in_w, scale, zx, x_signed, &codes[c * in_w]);
+  int64_t ix = 0;
+  if (sizeof(T) == 1 && cp == 4) {
+    const __m128i pad = _mm_set1_epi8(static_cast<char>(fill)), flips = _mm_set1_epi8(static_cast<char>(flip));
+    for (; ix + 16 <= in_w; ix += 16) {
+      __m128i v[4];
+      for (int64_t c = 0; c < 4; ++c)
+        v[c] = c < channels ? _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(&codes[c * in_w + ix])), flips)
+                            : pad;
+      const __m128i ab_lo = _mm_unpacklo_epi8(v[0], v[1]), ab_hi = _mm_unpackhi_epi8(v[0], v[1]);
+      const __m128i cd_lo = _mm_unpacklo_epi8(v[2], v[3]), cd_hi = _mm_unpackhi_epi8(v[2], v[3]);
+      __m128i* out = reinterpret_cast<__m128i*>(pixels + ix * 4);
+      _mm_storeu_si128(out, _mm_unpacklo_epi16(ab_lo, cd_lo));
+      _mm_storeu_si128(out + 1, _mm_unpackhi_epi16(ab_lo, cd_lo));
+      _mm_storeu_si128(out + 2, _mm_unpacklo_epi16(ab_hi, cd_hi));
+      _mm_storeu_si128(out + 3, _mm_unpackhi_epi16(ab_hi, cd_hi));
+    }
+  }
+  for (; ix < in_w; ++ix)
+    for (int64_t c = 0; c < cp; ++c) pixels[ix * cp + c] = c < channels ? static_cast<T>(codes[c * in_w + ix] ^ flip) : fill;
+}
+
 // Stages X into a padded channels-last buffer of T (u8 for VNNI, int16 for AVX2) with whole
-// steps of `step` channels (qconv.h): zx everywhere the input is not. Rows of the buffer go to
-// the threads, each written once.
+// steps of `step` channels (qconv.h): zx everywhere the input is not. With quantize_scale, X is
+// float32 NCHW, quantized while staged. Rows of the buffer go to the threads, each written once.
 template <typename T>
 void stage(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t zx, int64_t step,
-           std::vector<char>& buf, Staged& s, ThreadPool* pool) {
+           std::vector<char>& buf, Staged& s, ThreadPool* pool, const float* quantize_scale = nullptr) {
   s.cp = round_up(g.channels, step);
   s.padded_h = std::max(g.in_h + g.pad_top, (g.out_h - 1) * g.stride_h + (g.kernel_h - 1) * g.dilation_h + 1);
   s.padded_w = std::max(g.in_w + g.pad_left, (g.out_w - 1) * g.stride_w + (g.kernel_w - 1) * g.dilation_w + 1);
@@ -68,7 +100,10 @@ void stage(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t
       std::fill(row, row + pad_left * cp, fill);
       std::fill(row + (pad_left + in_w) * cp, row + row_values, fill);
       T* pixels = row + pad_left * cp;
-      if (x_nhwc && sizeof(T) == 1 && !flip && cp == channels) {
+      if (quantize_scale) {
+        stage_quantized_row(pixels, static_cast<const float*>(x) + (n * channels * in_h + iy) * in_w, in_h * in_w, in_w,
+                            channels, cp, *quantize_scale, zx, x_signed, flip, fill);
+      } else if (x_nhwc && sizeof(T) == 1 && !flip && cp == channels) {
         std::memcpy(pixels, in + (n * in_h + iy) * in_w * channels, static_cast<size_t>(in_w * channels));
       } else if (x_nhwc) {
         stage_pixels(pixels, in + (n * in_h + iy) * in_w * channels, in_w, channels, cp, flip, fill);
@@ -281,7 +316,9 @@ PackedWeights PackedWeights::pack_winograd(const int8_t* w, const Geometry& g) {
 }
 
 void conv(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t zx, const PackedWeights& w,
-          const Requantize& rq, void* y, bool y_nhwc, ThreadPool* pool, const void* residual) {
+          const Requantize& rq, void* y, bool y_nhwc, ThreadPool* pool, const void* residual,
+          const float* quantize_scale) {
+  if (quantize_scale) x_nhwc = false;
   if (!rq.add) residual = nullptr;
   thread_local std::vector<char> staged, nhwc_out;
   const size_t elem = rq.output == Output::kFloat ? 4 : 1;
@@ -299,7 +336,7 @@ void conv(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t 
     if (x_nhwc) {
       depthwise(g, x, x_signed, zx, g.channels, w, rq, out, pool);
     } else {  // channels-last first: a padded copy, read as unpadded (its borders hold zx)
-      stage<uint8_t>(g, x, x_signed, false, zx, 16, staged, s, pool);
+      stage<uint8_t>(g, x, x_signed, false, zx, 16, staged, s, pool, quantize_scale);
       Geometry padded = g;
       padded.in_h = s.padded_h, padded.in_w = s.padded_w, padded.pad_top = padded.pad_left = 0;
       depthwise(padded, s.xp, false, static_cast<uint8_t>(zx) ^ (x_signed ? 0x80 : 0), s.cp, w, rq, out, pool);
@@ -307,16 +344,17 @@ void conv(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t 
   } else if (w.tile() == Tile::kWinogradAvx2) {
     Geometry whole = g;  // staged to whole 2x2 tiles
     whole.out_h = round_up(g.out_h, 2), whole.out_w = round_up(g.out_w, 2);
-    stage<uint8_t>(whole, x, x_signed, x_nhwc, zx, 16, staged, s, pool);
+    stage<uint8_t>(whole, x, x_signed, x_nhwc, zx, 16, staged, s, pool, quantize_scale);
     conv_winograd_avx2(g, s, w, rq, out, residual, pool);
   } else if (w.tile() != Tile::kAvx2) {  // quads of u8 channels
-    if (!readable_in_place(g, x_signed, x_nhwc)) stage<uint8_t>(g, x, x_signed, x_nhwc, zx, 4, staged, s, pool);
+    if (quantize_scale || !readable_in_place(g, x_signed, x_nhwc))
+      stage<uint8_t>(g, x, x_signed, x_nhwc, zx, 4, staged, s, pool, quantize_scale);
     const auto tiles = w.tile() == Tile::kAvx512Vnni ? conv_staged_avx512vnni
                        : w.tile() == Tile::kAvxVnni  ? conv_staged_avxvnni
                                                      : conv_staged_avx2_bytes;
     tiles(g, s, w, rq, out, residual, pool);
   } else {
-    stage<int16_t>(g, x, x_signed, x_nhwc, zx, 2, staged, s, pool);
+    stage<int16_t>(g, x, x_signed, x_nhwc, zx, 2, staged, s, pool, quantize_scale);
     conv_staged_avx2(g, s, w, rq, out, residual, pool);
   }
   if (!y_nhwc) to_nchw(g, out, elem, y);

@@ -165,10 +165,12 @@ class PackedWeights {
 
 // Y = conv(X, W) requantized. X is u8 (x_signed: s8) with zero point zx (X's type), NCHW or channels-last
 // (x_nhwc); Y is written NCHW or channels-last (y_nhwc) as `rq` says (u8, s8 or float). `w` is
-// packed for best_tile(). With rq.add, `residual` is R (channels-last, Y's type; y_nhwc). `pool`
-// may be null.
+// packed for best_tile(). With rq.add, `residual` is R (channels-last, Y's type; y_nhwc). With
+// quantize_scale, X is float32 NCHW, quantized while staged as QuantizeLinear(X, *quantize_scale,
+// zx) would (x_nhwc is ignored). `pool` may be null.
 void conv(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t zx, const PackedWeights& w,
-          const Requantize& rq, void* y, bool y_nhwc, ThreadPool* pool, const void* residual = nullptr);
+          const Requantize& rq, void* y, bool y_nhwc, ThreadPool* pool, const void* residual = nullptr,
+          const float* quantize_scale = nullptr);
 
 // The tiles' drivers over a staged input (qconv_avx512vnni.cc, qconv_avxvnni.cc, qconv_avx2.cc):
 // `xp` padded NHWC of `padded_h` x `padded_w` pixels of `cp` channels (whole steps), u8 for the

@@ -8,7 +8,9 @@
 // B_scale, B_zero_point, C_scale, C_zero_point: qlinear-conv-residual), the conv's codes are
 // QLinearAdd's A and Y is its C: the tile's store adds B (qconv.h, Requantize::add) where the
 // tile is of group 1 and channels-last; else QLinearAdd's rows run over the codes once the conv
-// has written them.
+// has written them. And ai.kiln's X may be float32, NCHW whatever channels_last says of Y: the
+// conv's staging quantizes it as QuantizeLinear(X, x_scale, x_zero_point) would (qconv.h), the
+// QuantizeLinear and Transpose before an image model's first conv in one pass over X.
 #include <memory>
 #include <optional>
 
@@ -61,7 +63,8 @@ class QLinearConvKernel : public Kernel {
 
   Status prepare(const std::vector<const Tensor*>& c, std::vector<bool>&) override {
     residual_ = node_.domain == "ai.kiln" && node_.inputs.size() > 12 && !node_.inputs[12].empty();
-    if (node_.domain == "ai.kiln" && !residual_) {  // the table: a constant of Y's type (qlinear-conv-lookup)
+    const bool has_table = node_.domain == "ai.kiln" && node_.inputs.size() > 9 && !node_.inputs[9].empty();
+    if (has_table) {  // the table: a constant of Y's type (qlinear-conv-lookup)
       const Tensor* t = c.size() > 9 ? c[9] : nullptr;
       if (!t || t->numel() != 256 || !dtype_is_8bit_integer(t->dtype())) return Status::ok();
       table_.assign(static_cast<const uint8_t*>(t->raw_data()), static_cast<const uint8_t*>(t->raw_data()) + 256);
@@ -92,7 +95,7 @@ class QLinearConvKernel : public Kernel {
     const int32_t zx = xz ? static_cast<int32_t>(load_as_double(xz->dtype(), xz->raw_data(), 0)) : 0;
     const int32_t zx_u8 = zx + (x_type_ == DType::kInt8 ? 128 : 0);
     x_zero_point_ = zx;
-    if (node_.domain == "ai.kiln" && !residual_ && (table_.empty() || table_type_ != y_type_)) return Status::ok();
+    if (has_table && table_type_ != y_type_) return Status::ok();
     if (residual_) {  // QLinearAdd's scales and zero points: constants (else the node is not ready)
       const size_t scales[] = {10, 13, 15}, zeros[] = {11, 14, 16};
       float* scale_of[] = {&add_.as, &add_.bs, &add_.cs};
@@ -119,6 +122,7 @@ class QLinearConvKernel : public Kernel {
     rq_.bias.resize(static_cast<size_t>(filters_));
     rq_.scale.resize(static_cast<size_t>(filters_));
     const float x_scale = xs->data<float>()[0], y_scale = ys->data<float>()[0];
+    x_scale_ = x_scale;
     for (int64_t m = 0; m < filters_; ++m) {
       const size_t i = static_cast<size_t>(m);
       rq_.bias[i] = (b ? b->data<int32_t>()[m] : 0) - zx_u8 * packed_.filter_sums()[i];
@@ -136,17 +140,22 @@ class QLinearConvKernel : public Kernel {
 
   Status run(KernelContext& ctx) override {
     const Tensor& x = ctx.input(0);
-    const int64_t c_axis = channels_last_ ? x.rank() - 1 : 1;
-    const bool fits = ready_ && x.dtype() == x_type_ && x.rank() == w_rank_ && x.dim(c_axis) == channels_;
+    // ai.kiln's float32 X (qlinear-conv-quantize-input): NCHW, quantized as the tile stages it.
+    const bool quantize_x = node_.domain == "ai.kiln" && x.dtype() == DType::kFloat32;
+    const bool x_last = channels_last_ && !quantize_x;
+    const int64_t c_axis = x_last ? x.rank() - 1 : 1;
+    const bool fits =
+        ready_ && (x.dtype() == x_type_ || quantize_x) && x.rank() == w_rank_ && x.dim(c_axis) == channels_;
     if (!fits && (channels_last_ || node_.domain == "ai.kiln"))
       return ctx.error(std::string(node_.domain != "ai.kiln" ? "channels-last QLinearConv"
                                    : residual_ ? "ai.kiln.QLinearConv (QLinearAdd's scales and zero points constant)"
-                                               : "ai.kiln.QLinearConv (a table of Y's type, constant)") +
+                                               : "ai.kiln.QLinearConv (any table of Y's type, constant)") +
                        " needs constant s8 weights with zero points 0, group 1 or depthwise, "
-                       "scalar scales and zero points, and X of their type with " + std::to_string(channels_) +
-                       " channels; got X " + shape_str(x.shape()) + " " + dtype_name(x.dtype()));
+                       "scalar scales and zero points, and X of their type (ai.kiln's: or float32 NCHW) with " +
+                       std::to_string(channels_) + " channels; got X " + shape_str(x.shape()) + " " +
+                       dtype_name(x.dtype()));
     if (!fits) return qlinear_conv_reference(ctx);
-    const int64_t s0 = channels_last_ ? 1 : 2;  // the first spatial axis
+    const int64_t s0 = x_last ? 1 : 2;  // the first spatial axis
     const Shape in = w_rank_ == 4 ? Shape{x.dim(s0), x.dim(s0 + 1)} : Shape{x.dim(s0)};
     const Shape kernel = w_rank_ == 4 ? Shape{kernel_h_, kernel_w_} : Shape{kernel_w_};
     auto geo = conv_util::read_geometry(ctx.node, in, kernel);
@@ -176,8 +185,8 @@ class QLinearConvKernel : public Kernel {
     const qconv::PackedWeights& packed = winograd ? *winograd_ : packed_;
     if (!qconv::tile_fits(packed.tile(), g))  // the strides and dilations prepare read are the node's
       return ctx.error("QLinearConv: the packed weights' tile does not take this geometry");
-    qconv::conv(g, x.raw_data(), x_type_ == DType::kInt8, channels_last_, x_zero_point_, packed, rq_, y->raw_data(),
-                channels_last_, ctx.pool, rq_.add ? residual->raw_data() : nullptr);
+    qconv::conv(g, x.raw_data(), x_type_ == DType::kInt8, x_last, x_zero_point_, packed, rq_, y->raw_data(),
+                channels_last_, ctx.pool, rq_.add ? residual->raw_data() : nullptr, quantize_x ? &x_scale_ : nullptr);
     if (residual && !rq_.add)  // the add the store does not do, over the codes while in cache
       qlinear_binary_same_shape(add_, y_type_ == DType::kInt8, y->raw_data(), residual->raw_data(), y->raw_data(),
                                 y->numel(), ctx.pool);
@@ -194,6 +203,7 @@ class QLinearConvKernel : public Kernel {
   DType x_type_ = DType::kUInt8, y_type_ = DType::kUInt8;
   int64_t filters_ = 0, channels_ = 0, kernel_h_ = 1, kernel_w_ = 1, w_rank_ = 0;
   int32_t x_zero_point_ = 0;
+  float x_scale_ = 0;  // a float X's quantization (ai.kiln's)
   qconv::PackedWeights packed_;
   // Where Winograd's U outgrows the caches (qconv.h, winograd_pays), packed_ is the direct tile's,
   // and U is packed from a copy of W at the first run of enough tiles to pay for it.
@@ -216,7 +226,10 @@ const std::vector<DtypeConstraint> kQLinearConvTypes = {
     {0, {DType::kUInt8, DType::kInt8}}, {1, {DType::kFloat32}}, {3, {DType::kUInt8, DType::kInt8}}, {4, {DType::kFloat32}}, {6, {DType::kFloat32}}, {8, {DType::kInt32}}};
 const KernelRegistrar kQLinearConv("", "QLinearConv", "ref", make_kernel, kQLinearConvTypes);
 const KernelRegistrar kMsQLinearConv("com.microsoft", "QLinearConv", "ref", make_kernel, kQLinearConvTypes);
-const KernelRegistrar kKilnQLinearConv("ai.kiln", "QLinearConv", "ref", make_kernel, kQLinearConvTypes);
+// ai.kiln's X may be float32 too (NCHW, quantized while staged).
+const std::vector<DtypeConstraint> kKilnQLinearConvTypes = {
+    {0, {DType::kUInt8, DType::kInt8, DType::kFloat32}}, {1, {DType::kFloat32}}, {3, {DType::kUInt8, DType::kInt8}}, {4, {DType::kFloat32}}, {6, {DType::kFloat32}}, {8, {DType::kInt32}}};
+const KernelRegistrar kKilnQLinearConv("ai.kiln", "QLinearConv", "ref", make_kernel, kKilnQLinearConvTypes);
 
 // The tile's nodes (prepare may still find a zero point or scale it cannot take).
 bool tiled(const FastPathQuery& q) { return qlinear_conv_tileable(q.node, q.constants); }
