@@ -134,10 +134,16 @@ void check_binary(bool multiply, const Shape& b_shape, float cs_given = 0, bool 
   SessionOptions plain;
   plain.optimize_level = 0;
   const Tensor c = test::run_model(g.m, {a, b}, plain)[0].tensor;
-  ASSERT_EQ(c.shape(), a_shape);
+  Shape c_shape(std::max(a_shape.size(), b_shape.size()), 1);  // numpy's broadcast, aligned right
+  for (size_t k = 0; k < c_shape.size(); ++k) {
+    const size_t from_end = c_shape.size() - 1 - k;
+    for (const Shape* x : {static_cast<const Shape*>(&a_shape), &b_shape})
+      if (from_end < x->size()) c_shape[k] = std::max(c_shape[k], (*x)[x->size() - 1 - from_end]);
+  }
+  ASSERT_EQ(c.shape(), c_shape);
   for (int64_t i = 0; i < c.numel(); ++i) {
-    const int64_t j = broadcast_index(i, a_shape, b_shape);
-    const T want = formula<T>(multiply, a.data<T>()[i], as, az, b.data<T>()[j], bs, bz, cs, cz);
+    const int64_t ja = broadcast_index(i, c_shape, a_shape), jb = broadcast_index(i, c_shape, b_shape);
+    const T want = formula<T>(multiply, a.data<T>()[ja], as, az, b.data<T>()[jb], bs, bz, cs, cz);
     ASSERT_EQ(c.data<T>()[i], want) << "element " << i;
   }
 }
@@ -149,12 +155,17 @@ TEST(Int8Oracle, QLinearAddAndMulMatchTheirFormula) {
       check_binary<int8_t>(multiply, b_shape);
     }
     // One value per channel of channels-last A (a squeeze-excitation's scale), per image or one
-    // for all: rows of whole pixels with B repeated along them.
-    for (const Shape& b_shape : {Shape{2, 1, 1, 37}, Shape{1, 1, 1, 37}, Shape{2, 1, 1, 3}}) {
-      const Shape a_shape = {2, 5, 7, b_shape.back()};
-      check_binary<uint8_t>(multiply, b_shape, 0, false, a_shape);
-      check_binary<int8_t>(multiply, b_shape, 0, false, a_shape);
-    }
+    // for all: rows of whole pixels with B repeated along them, dequantized once; and the same
+    // with A the per-channel operand. Output scales that put c past 16 bits (the narrowing
+    // saturates) and past 2^30 (the rows clamp in float).
+    for (const float cs : {0.0f, 1e-4f, 1e-9f})
+      for (const Shape& b_shape : {Shape{2, 1, 1, 37}, Shape{1, 1, 1, 37}, Shape{2, 1, 1, 3}}) {
+        const Shape a_shape = {2, 5, 7, b_shape.back()};
+        check_binary<uint8_t>(multiply, b_shape, cs, false, a_shape);
+        check_binary<int8_t>(multiply, b_shape, cs, false, a_shape);
+        check_binary<uint8_t>(multiply, a_shape, cs, false, b_shape);
+        check_binary<int8_t>(multiply, a_shape, cs, false, b_shape);
+      }
   }
 }
 

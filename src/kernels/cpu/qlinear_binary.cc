@@ -31,9 +31,10 @@ namespace {
 
 using Params = QLinearBinaryParams;
 
+// The scalar tail's c of code a and B's dequantized value fb = (b - bz) * bs.
 template <typename T, bool kReciprocal>
-float apply(const Params& p, T a, T b) {
-  const float fa = (static_cast<float>(a) - p.az) * p.as, fb = (static_cast<float>(b) - p.bz) * p.bs;
+float apply(const Params& p, T a, float fb) {
+  const float fa = (static_cast<float>(a) - p.az) * p.as;
   const float sum = p.multiply ? fa * fb : fa + fb;
   const float v = kReciprocal ? sum * (1.0f / p.cs) : sum / p.cs;
   return std::min(p.hi, std::max(p.lo, std::nearbyint(v) + p.cz));
@@ -46,36 +47,48 @@ __m256 load8(const T* x) {
 }
 
 // c[0, n) of a and b, each read at step 1 (a row) or 0 (one value repeated: a broadcast
-// operand, such as a squeeze-excitation's per-channel scale), 8 at a time.
-template <typename T, bool kReciprocal>
-void row(const Params& p, const T* a, int64_t sa, const T* b, int64_t sb, T* c, int64_t n) {
+// operand), 8 at a time. kBFloats: b is B already dequantized, (b - bz) * bs as floats at step
+// 1 (a squeeze-excitation's per-channel scale along a row of pixels, dequantized once).
+template <typename T, bool kReciprocal, bool kBFloats>
+void row(const Params& p, const T* a, int64_t sa, const void* b, int64_t sb, T* c, int64_t n) {
   const __m256 as = _mm256_set1_ps(p.as), bs = _mm256_set1_ps(p.bs), cs = _mm256_set1_ps(p.cs);
   const __m256 rcs = _mm256_set1_ps(1.0f / p.cs);
   const __m256 az = _mm256_set1_ps(p.az), bz = _mm256_set1_ps(p.bz), cz = _mm256_set1_ps(p.cz);
   const __m256 lo = _mm256_set1_ps(p.lo), hi = _mm256_set1_ps(p.hi);
+  const __m256i cz_int = _mm256_set1_epi32(static_cast<int32_t>(p.cz));
   const __m256 near_half = _mm256_set1_ps(0.5f - 0x1p-11f);
+  const bool in_int32 = qlinear_binary_fits_int32(p);
+  const T* b_codes = static_cast<const T*>(b);
+  const float* b_floats = static_cast<const float*>(b);
   auto dequantized = [](const T* x, int64_t step, int64_t i, __m256 z, __m256 s) {
     const __m256 v = step ? load8(x + i) : _mm256_set1_ps(static_cast<float>(x[0]));
     return _mm256_mul_ps(_mm256_sub_ps(v, z), s);
   };
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 fa = dequantized(a, sa, i, az, as), fb = dequantized(b, sb, i, bz, bs);
+    const __m256 fa = dequantized(a, sa, i, az, as);
+    const __m256 fb = kBFloats ? _mm256_loadu_ps(b_floats + i) : dequantized(b_codes, sb, i, bz, bs);
     const __m256 sum = p.multiply ? _mm256_mul_ps(fa, fb) : _mm256_add_ps(fa, fb);
     // The division only where the multiply might round the other way (the comment above).
-    const __m256 v = _mm256_mul_ps(sum, rcs);
-    __m256 r = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    if (!kReciprocal &&
-        _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_sub_ps(v, r)), near_half, _CMP_GE_OQ)))
-      r = _mm256_round_ps(_mm256_div_ps(sum, cs), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    r = _mm256_add_ps(r, cz);
-    const __m256i q = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi));
-    // In range already: the packs only narrow (per 128-bit lane: dwords 0..3 then 4..7).
+    __m256 v = _mm256_mul_ps(sum, rcs);
+    if (!kReciprocal) {
+      const __m256 r = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      if (_mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_sub_ps(v, r)), near_half, _CMP_GE_OQ)))
+        v = _mm256_div_ps(sum, cs);
+    }
+    // cvtps rounds half to even, as nearbyint. Where v fits int32 the packs' saturation clamps
+    // it (after cz, added in int32); else it is clamped in float first.
+    const __m256i q = in_int32 ? _mm256_add_epi32(_mm256_cvtps_epi32(v), cz_int)
+                               : _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(
+                                     _mm256_add_ps(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), cz), lo), hi));
     const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
     const __m128i bytes = std::is_signed_v<T> ? _mm_packs_epi16(w, w) : _mm_packus_epi16(w, w);
     _mm_storel_epi64(reinterpret_cast<__m128i*>(c + i), bytes);
   }
-  for (; i < n; ++i) c[i] = static_cast<T>(apply<T, kReciprocal>(p, a[sa * i], b[sb * i]));
+  for (; i < n; ++i) {
+    const float fb = kBFloats ? b_floats[i] : (static_cast<float>(b_codes[sb * i]) - p.bz) * p.bs;
+    c[i] = static_cast<T>(apply<T, kReciprocal>(p, a[sa * i], fb));
+  }
 }
 
 // Whether the reciprocal gives every pair of codes the division's c: both rows over all 65536.
@@ -83,8 +96,8 @@ template <typename T>
 bool reciprocal_is_exact(const Params& p) {
   std::vector<T> a(65536), b(65536), by_division(65536), by_reciprocal(65536);
   for (int i = 0; i < 65536; ++i) a[i] = static_cast<T>(i >> 8), b[i] = static_cast<T>(i & 255);
-  row<T, false>(p, a.data(), 1, b.data(), 1, by_division.data(), 65536);
-  row<T, true>(p, a.data(), 1, b.data(), 1, by_reciprocal.data(), 65536);
+  row<T, false, false>(p, a.data(), 1, b.data(), 1, by_division.data(), 65536);
+  row<T, true, false>(p, a.data(), 1, b.data(), 1, by_reciprocal.data(), 65536);
   return by_division == by_reciprocal;
 }
 
@@ -113,19 +126,22 @@ bool reciprocal_is_exact_cached(const Params& p) {
   return exact;
 }
 
-// A row of either type, on AVX-512 where the CPU has it.
-void any_row(const Params& p, bool is_signed, bool reciprocal, const void* a, int64_t sa, const void* b, int64_t sb,
-             void* c, int64_t n) {
-  static const bool avx512 = cpu_features().has_avx512();  // the level is fixed once kernels run
-  if (avx512) return qlinear_binary_row_avx512(p, is_signed, reciprocal, a, sa, b, sb, c, n);
-  using S = int8_t;
-  using U = uint8_t;
-  if (is_signed)
-    (reciprocal ? row<S, true> : row<S, false>)(p, static_cast<const S*>(a), sa, static_cast<const S*>(b), sb,
-                                                static_cast<S*>(c), n);
+// A row of either type (b as codes, or as floats: row's kBFloats), on AVX-512 where the CPU has it.
+template <typename T>
+void typed_row(const Params& p, bool reciprocal, bool b_floats, const void* a, int64_t sa, const void* b, int64_t sb,
+               void* c, int64_t n) {
+  const T* x = static_cast<const T*>(a);
+  T* z = static_cast<T*>(c);
+  if (b_floats)
+    (reciprocal ? row<T, true, true> : row<T, false, true>)(p, x, sa, b, sb, z, n);
   else
-    (reciprocal ? row<U, true> : row<U, false>)(p, static_cast<const U*>(a), sa, static_cast<const U*>(b), sb,
-                                                static_cast<U*>(c), n);
+    (reciprocal ? row<T, true, false> : row<T, false, false>)(p, x, sa, b, sb, z, n);
+}
+void any_row(const Params& p, bool is_signed, bool reciprocal, const void* a, int64_t sa, const void* b, int64_t sb,
+             void* c, int64_t n, bool b_floats = false) {
+  static const bool avx512 = cpu_features().has_avx512();  // the level is fixed once kernels run
+  if (avx512) return qlinear_binary_row_avx512(p, is_signed, reciprocal, b_floats, a, sa, b, sb, c, n);
+  (is_signed ? typed_row<int8_t> : typed_row<uint8_t>)(p, reciprocal, b_floats, a, sa, b, sb, c, n);
 }
 
 // Whether `x` holds one value per channel of channels-last c ([1 or N, 1, ..., 1, C] against
@@ -148,35 +164,40 @@ void run_typed(KernelContext& ctx, const Params& p, const Tensor& a, const Tenso
     int64_t first;
     const T* a;
     int64_t sa;
-    const T* b;
+    const void* b;  // codes, or floats where b_floats
     int64_t sb, len;
   };
   thread_local std::vector<Row> row_buffer;  // grows once per calling thread
-  thread_local std::vector<T> repeated;      // a per-channel operand along a row of pixels
+  thread_local std::vector<float> repeated;  // a per-channel operand, dequantized, along a row of pixels
   std::vector<Row>& rows = row_buffer;
   rows.clear();
   const bool a_per_channel = per_channel_of(a.shape(), c.shape()) && b.shape() == c.shape();
   const bool b_per_channel = per_channel_of(b.shape(), c.shape()) && a.shape() == c.shape();
+  Params q = p;
+  bool b_floats = false;
   if (a.shape() == b.shape()) {
     for (int64_t i = 0; i < c.numel(); i += kChunk) rows.push_back({i, ad + i, 1, bd + i, 1, std::min(kChunk, c.numel() - i)});
   } else if ((a_per_channel || b_per_channel) && c.numel() > 0) {
-    // The per-channel operand repeated over a row of whole pixels (>= 256 values), once per
-    // image it differs in: the rows are long, where one row a pixel made 12544 rows of 32
-    // channels at 112x112 (efficientnet_b0's first squeeze-excitation).
+    // The per-channel operand as B (the float add and multiply commute), dequantized once and
+    // repeated over a row of whole pixels (>= 256 values), once per image it differs in: the
+    // rows are long, where one row a pixel made 12544 rows of 32 channels at 112x112
+    // (efficientnet_b0's first squeeze-excitation).
     const Tensor& pc = a_per_channel ? a : b;
+    const T* full = a_per_channel ? bd : ad;
+    if (a_per_channel) std::swap(q.as, q.bs), std::swap(q.az, q.bz);
     const int64_t channels = c.shape().back(), images = c.dim(0), plane = c.numel() / images;
     const int64_t len = channels * std::min(plane / channels, (255 + channels) / channels);
     const int64_t copies = pc.dim(0);
     repeated.resize(static_cast<size_t>(copies * len));
     for (int64_t n = 0; n < copies; ++n)
-      for (int64_t i = 0; i < len; ++i) repeated[static_cast<size_t>(n * len + i)] = pc.data<T>()[n * channels + i % channels];
+      for (int64_t i = 0; i < len; ++i)
+        repeated[static_cast<size_t>(n * len + i)] = (static_cast<float>(pc.data<T>()[n * channels + i % channels]) - q.bz) * q.bs;
     for (int64_t n = 0; n < images; ++n)
       for (int64_t off = 0; off < plane; off += len) {
         const int64_t first = n * plane + off;
-        const T* rep = repeated.data() + (copies > 1 ? n * len : 0);
-        rows.push_back(a_per_channel ? Row{first, rep, 1, bd + first, 1, std::min(len, plane - off)}
-                                     : Row{first, ad + first, 1, rep, 1, std::min(len, plane - off)});
+        rows.push_back(Row{first, full + first, 1, repeated.data() + (copies > 1 ? n * len : 0), 1, std::min(len, plane - off)});
       }
+    b_floats = true;
   } else {
     ew::for_each_broadcast_row<2>(c.shape(), {&a.shape(), &b.shape()},
                                   [&](int64_t first, const std::array<int64_t, 2>& base, int64_t len,
@@ -184,11 +205,11 @@ void run_typed(KernelContext& ctx, const Params& p, const Tensor& a, const Tenso
                                     rows.push_back({first, ad + base[0], step[0], bd + base[1], step[1], len});
                                   });
   }
-  const bool reciprocal = reciprocal_is_exact_cached<T>(p);
+  const bool reciprocal = reciprocal_is_exact_cached<T>(q);
   auto run = [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const Row& w = rows[static_cast<size_t>(r)];
-      any_row(p, std::is_signed_v<T>, reciprocal, w.a, w.sa, w.b, w.sb, cd + w.first, w.len);
+      any_row(q, std::is_signed_v<T>, reciprocal, w.a, w.sa, w.b, w.sb, cd + w.first, w.len, b_floats);
     }
   };
   const int64_t n = static_cast<int64_t>(rows.size());

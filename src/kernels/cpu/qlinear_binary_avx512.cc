@@ -13,13 +13,17 @@
 namespace kiln {
 namespace {
 
-template <typename T, bool kReciprocal>
-void row(const QLinearBinaryParams& p, const T* a, int64_t sa, const T* b, int64_t sb, T* c, int64_t n) {
+template <typename T, bool kReciprocal, bool kBFloats>
+void row(const QLinearBinaryParams& p, const T* a, int64_t sa, const void* b, int64_t sb, T* c, int64_t n) {
   const __m512 as = _mm512_set1_ps(p.as), bs = _mm512_set1_ps(p.bs), cs = _mm512_set1_ps(p.cs);
   const __m512 rcs = _mm512_set1_ps(1.0f / p.cs);
   const __m512 az = _mm512_set1_ps(p.az), bz = _mm512_set1_ps(p.bz), cz = _mm512_set1_ps(p.cz);
   const __m512 lo = _mm512_set1_ps(p.lo), hi = _mm512_set1_ps(p.hi);
+  const __m512i cz_int = _mm512_set1_epi32(static_cast<int32_t>(p.cz));
   const __m512 near_half = _mm512_set1_ps(0.5f - 0x1p-11f);
+  const bool in_int32 = qlinear_binary_fits_int32(p);
+  const T* b_codes = static_cast<const T*>(b);
+  const float* b_floats = static_cast<const float*>(b);
   auto dequantized = [](const T* x, int64_t step, int64_t i, __mmask16 m, __m512 z, __m512 s) {
     __m512 v;
     if (step) {
@@ -32,34 +36,45 @@ void row(const QLinearBinaryParams& p, const T* a, int64_t sa, const T* b, int64
   };
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = n - i >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (n - i)) - 1);
-    const __m512 fa = dequantized(a, sa, i, m, az, as), fb = dequantized(b, sb, i, m, bz, bs);
+    const __m512 fa = dequantized(a, sa, i, m, az, as);
+    const __m512 fb = kBFloats ? _mm512_maskz_loadu_ps(m, b_floats + i) : dequantized(b_codes, sb, i, m, bz, bs);
     const __m512 sum = p.multiply ? _mm512_mul_ps(fa, fb) : _mm512_add_ps(fa, fb);
     // The division only where the multiply might round the other way (qlinear_binary.cc).
-    const __m512 v = _mm512_mul_ps(sum, rcs);
-    __m512 r = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    if (!kReciprocal && _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, r)), near_half, _CMP_GE_OQ))
-      r = _mm512_roundscale_ps(_mm512_div_ps(sum, cs), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    r = _mm512_add_ps(r, cz);
-    // In range already: the narrowing only drops the upper bytes.
-    const __m512i q = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(r, lo), hi));
-    _mm_mask_storeu_epi8(c + i, m, _mm512_cvtepi32_epi8(q));
+    __m512 v = _mm512_mul_ps(sum, rcs);
+    if (!kReciprocal) {
+      const __m512 r = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      if (_mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, r)), near_half, _CMP_GE_OQ)) v = _mm512_div_ps(sum, cs);
+    }
+    // As the AVX2 row: cvtps rounds half to even; the saturating narrowing clamps where v fits
+    // int32 (u8 from the values at least 0), else the clamp is in float.
+    __m128i bytes;
+    if (in_int32) {
+      const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(v), cz_int);
+      bytes = std::is_signed_v<T> ? _mm512_cvtsepi32_epi8(q) : _mm512_cvtusepi32_epi8(_mm512_max_epi32(q, _mm512_setzero_si512()));
+    } else {
+      const __m512 r = _mm512_add_ps(_mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), cz);
+      bytes = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(r, lo), hi)));  // in range: narrows
+    }
+    _mm_mask_storeu_epi8(c + i, m, bytes);
   }
+}
+
+template <typename T>
+void typed_row(const QLinearBinaryParams& p, bool reciprocal, bool b_floats, const void* a, int64_t sa, const void* b,
+               int64_t sb, void* c, int64_t n) {
+  const T* x = static_cast<const T*>(a);
+  T* z = static_cast<T*>(c);
+  if (b_floats)
+    (reciprocal ? row<T, true, true> : row<T, false, true>)(p, x, sa, b, sb, z, n);
+  else
+    (reciprocal ? row<T, true, false> : row<T, false, false>)(p, x, sa, b, sb, z, n);
 }
 
 }  // namespace
 
-void qlinear_binary_row_avx512(const QLinearBinaryParams& p, bool is_signed, bool reciprocal, const void* a,
-                               int64_t sa, const void* b, int64_t sb, void* c, int64_t n) {
-  if (is_signed) {
-    const auto* x = static_cast<const int8_t*>(a);
-    const auto* y = static_cast<const int8_t*>(b);
-    auto* z = static_cast<int8_t*>(c);
-    return reciprocal ? row<int8_t, true>(p, x, sa, y, sb, z, n) : row<int8_t, false>(p, x, sa, y, sb, z, n);
-  }
-  const auto* x = static_cast<const uint8_t*>(a);
-  const auto* y = static_cast<const uint8_t*>(b);
-  auto* z = static_cast<uint8_t*>(c);
-  reciprocal ? row<uint8_t, true>(p, x, sa, y, sb, z, n) : row<uint8_t, false>(p, x, sa, y, sb, z, n);
+void qlinear_binary_row_avx512(const QLinearBinaryParams& p, bool is_signed, bool reciprocal, bool b_floats,
+                               const void* a, int64_t sa, const void* b, int64_t sb, void* c, int64_t n) {
+  (is_signed ? typed_row<int8_t> : typed_row<uint8_t>)(p, reciprocal, b_floats, a, sa, b, sb, c, n);
 }
 
 }  // namespace kiln
