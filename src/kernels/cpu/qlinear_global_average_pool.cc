@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <type_traits>
 #include <vector>
@@ -26,15 +27,22 @@ constexpr int64_t kInt32Run = int64_t{1} << 23;
 // sums[c] += the codes of pixels [p0, p1) of channels-last image x (C channels). The pixels go in
 // rows of k (about 512 codes or more, so that a row is long where C is small), and 32 columns of the
 // rows at a time down 256 rows in 16-bit lanes (255 * 257 fits), which then widen into int32
-// ones; a row's k pixels of each channel fold at the end. (Adding each code into int32 lanes in
-// memory cost a store per 8 codes: bound by the stores.) s8 codes are moved to u8 (x + 128).
+// lanes (a row's worth, per thread); a row's k pixels of each channel fold at the end. (Adding
+// each code into int32 lanes in memory cost a store per 8 codes: bound by the stores.) s8 codes
+// are moved to u8 (x + 128).
 template <typename T>
 void add_pixels(const T* x, int64_t channels, int64_t p0, int64_t p1, int64_t* sums) {
+  if (p1 - p0 > kInt32Run) {  // an int32 lane holds the codes of kInt32Run pixels
+    add_pixels(x, channels, p0, p0 + kInt32Run, sums);
+    return add_pixels(x, channels, p0 + kInt32Run, p1, sums);
+  }
   // k a multiple of 32 / gcd(C, 32), so that the rows are whole vectors.
   const int64_t whole = 32 / std::gcd<int64_t>(channels, 32);
   const int64_t k = whole * std::max<int64_t>(1, 512 / (whole * channels)), len = k * channels, rows = (p1 - p0) / k;
   const __m256i flip = _mm256_set1_epi8(std::is_signed_v<T> ? static_cast<char>(0x80) : 0);
-  std::vector<int64_t> lanes(static_cast<size_t>(len), 0);
+  thread_local std::vector<int32_t> lane_buffer;
+  lane_buffer.assign(static_cast<size_t>(len), 0);
+  int32_t* lanes = lane_buffer.data();
   const uint8_t* base = reinterpret_cast<const uint8_t*>(x) + p0 * channels;
   int64_t j = 0;
   for (; j + 32 <= len; j += 32)
@@ -45,19 +53,21 @@ void add_pixels(const T* x, int64_t channels, int64_t p0, int64_t p1, int64_t* s
         lo = _mm256_add_epi16(lo, _mm256_cvtepu8_epi16(_mm256_castsi256_si128(v)));
         hi = _mm256_add_epi16(hi, _mm256_cvtepu8_epi16(_mm256_extracti128_si256(v, 1)));
       }
-      alignas(32) uint16_t part[32];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(part), lo);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(part + 16), hi);
-      for (int t = 0; t < 32; ++t) lanes[static_cast<size_t>(j + t)] += part[t];
+      const __m256i words[4] = {_mm256_cvtepu16_epi32(_mm256_castsi256_si128(lo)), _mm256_cvtepu16_epi32(_mm256_extracti128_si256(lo, 1)),
+                                _mm256_cvtepu16_epi32(_mm256_castsi256_si128(hi)), _mm256_cvtepu16_epi32(_mm256_extracti128_si256(hi, 1))};
+      for (int q = 0; q < 4; ++q) {
+        __m256i* at = reinterpret_cast<__m256i*>(lanes + j + 8 * q);
+        _mm256_storeu_si256(at, _mm256_add_epi32(_mm256_loadu_si256(at), words[q]));
+      }
     }
   for (; j < len; ++j)  // columns short of 32
-    for (int64_t r = 0; r < rows; ++r) lanes[static_cast<size_t>(j)] += base[r * len + j] ^ (std::is_signed_v<T> ? 0x80 : 0);
+    for (int64_t r = 0; r < rows; ++r) lanes[j] += base[r * len + j] ^ (std::is_signed_v<T> ? 0x80 : 0);
   for (int64_t p = p0 + rows * k; p < p1; ++p)  // pixels short of a row
-    for (int64_t c = 0; c < channels; ++c) lanes[static_cast<size_t>(c)] += static_cast<uint8_t>(reinterpret_cast<const uint8_t*>(x)[p * channels + c] ^ (std::is_signed_v<T> ? 0x80 : 0));
+    for (int64_t c = 0; c < channels; ++c) lanes[c] += static_cast<uint8_t>(reinterpret_cast<const uint8_t*>(x)[p * channels + c] ^ (std::is_signed_v<T> ? 0x80 : 0));
   const int64_t moved = std::is_signed_v<T> ? 128 * (p1 - p0) : 0;  // back from u8
   for (int64_t c = 0; c < channels; ++c) sums[c] -= moved;
   for (int64_t i = 0; i < k; ++i)
-    for (int64_t c = 0; c < channels; ++c) sums[c] += lanes[static_cast<size_t>(i * channels + c)];
+    for (int64_t c = 0; c < channels; ++c) sums[c] += lanes[i * channels + c];
 }
 
 // The sum of n codes from x, through int32 runs.
@@ -75,10 +85,10 @@ int64_t add_codes(const T* __restrict x, int64_t n) {
 template <typename T>
 void pool(const T* x, int64_t batch, int64_t channels, int64_t image, bool channels_last, float xz, float multiplier,
           float yz, float lo, float hi, T* y, ThreadPool* threads) {
-  // Large images go over the threads: channels-last ones in bands of pixels (each band's sums
-  // apart, added after), NCHW ones by channels.
+  // Large images go over the threads: channels-last ones in a band of pixels a thread (each
+  // band's sums apart, added after: more bands only add their fixed costs), NCHW ones by channels.
   const bool split = threads && channels * image >= (int64_t{1} << 16);
-  const int64_t bands = split && channels_last ? std::min<int64_t>(image, 8) : 1;
+  const int64_t bands = split && channels_last ? std::min<int64_t>(image, threads->threads()) : 1;
   std::vector<int64_t> sums(static_cast<size_t>(bands * channels));
   for (int64_t b = 0; b < batch; ++b) {
     const T* xb = x + b * channels * image;
@@ -96,10 +106,31 @@ void pool(const T* x, int64_t batch, int64_t channels, int64_t image, bool chann
       threads->parallel_for(items, 1, work);
     else
       work(0, items);
-    for (int64_t c = 0; c < channels; ++c) {
-      int64_t total = 0;
-      for (int64_t i = 0; i < bands; ++i) total += sums[static_cast<size_t>(i * channels + c)];
-      const float v = static_cast<float>(static_cast<double>(total) - static_cast<double>(image) * xz);
+    // The codes, 4 channels a step where every sum fits int32 (the images of fewer than 2^23
+    // pixels), the scalar steps' operations in their order; the rest one at a time.
+    auto total = [&](int64_t c) {
+      int64_t t = 0;
+      for (int64_t i = 0; i < bands; ++i) t += sums[static_cast<size_t>(i * channels + c)];
+      return t;
+    };
+    int64_t c = 0;
+    if (image < kInt32Run) {
+      const __m256d shift = _mm256_set1_pd(static_cast<double>(image) * xz);
+      const __m128 m = _mm_set1_ps(multiplier), z = _mm_set1_ps(yz), low = _mm_set1_ps(lo), high = _mm_set1_ps(hi);
+      for (; c + 4 <= channels; c += 4) {
+        const __m128i t = _mm_setr_epi32(static_cast<int32_t>(total(c)), static_cast<int32_t>(total(c + 1)),
+                                         static_cast<int32_t>(total(c + 2)), static_cast<int32_t>(total(c + 3)));
+        const __m128 v = _mm256_cvtpd_ps(_mm256_sub_pd(_mm256_cvtepi32_pd(t), shift));
+        const __m128 r = _mm_add_ps(_mm_round_ps(_mm_mul_ps(v, m), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), z);
+        const __m128i q = _mm_cvtps_epi32(_mm_min_ps(_mm_max_ps(r, low), high));  // in range: the packs narrow
+        const __m128i w = _mm_packs_epi32(q, q);
+        const __m128i bytes = std::is_signed_v<T> ? _mm_packs_epi16(w, w) : _mm_packus_epi16(w, w);
+        const int32_t four = _mm_cvtsi128_si32(bytes);
+        std::memcpy(y + b * channels + c, &four, 4);
+      }
+    }
+    for (; c < channels; ++c) {
+      const float v = static_cast<float>(static_cast<double>(total(c)) - static_cast<double>(image) * xz);
       y[b * channels + c] = static_cast<T>(std::min(hi, std::max(lo, std::nearbyint(v * multiplier) + yz)));
     }
   }
