@@ -107,48 +107,56 @@ TEST(QdqFusion, ChainStaysChannelsLastAtO3) {
 // (qlinear-conv-quantize-input): ai.kiln.QLinearConv takes the float image and quantizes it as it
 // stages it, the very codes of the two ops. 1, 3 and 4 channels (one quad a pixel), a width past
 // whole steps of 16 pixels, u8 and s8 codes, weights within 7 bits and not (so that AVX2 stages
-// u8 and int16), NaN, infinities and values far past the range; 5 channels stay as they were.
+// u8 and int16), a depthwise first conv (staged in 16s), NaN, infinities and values far past the
+// range; 5 channels stay as they were.
 TEST(QdqFusion, ImageQuantizeJoinsTheFirstConvAtO3) {
   for (const int64_t c : {1, 3, 4, 5})
-    for (const bool s8 : {false, true})
-      for (const int w_max : {64, 127}) {
-        SCOPED_TRACE(::testing::Message() << c << " channels" << (s8 ? " s8" : " u8") << " |w| <= " << w_max);
-        test::Builder b(13);
-        b.input("x", {2, c, 11, 19});
-        auto& init = b.m.graph.initializers;
-        init["xs"] = scalar_of(DType::kFloat32, 0.05), init["xz"] = scalar_of(s8 ? DType::kInt8 : DType::kUInt8, s8 ? -3 : 125);
-        b.add("QuantizeLinear", {"x", "xs", "xz"}, {"xq"});
-        b.add("DequantizeLinear", {"xq", "xs", "xz"}, {"xd"});
-        std::mt19937 rng(7);
-        std::uniform_int_distribution<int> wv(-w_max, w_max), bias(-900, 900);
-        Tensor w = Tensor::make(DType::kInt8, {8, c, 3, 3}).value();
-        for (int64_t i = 0; i < w.numel(); ++i) w.data<int8_t>()[i] = static_cast<int8_t>(wv(rng));
-        Tensor bq = Tensor::make(DType::kInt32, {8}).value();
-        for (int64_t i = 0; i < 8; ++i) bq.data<int32_t>()[i] = bias(rng);
-        dequantized_constant(b, "w", w, scalar_of(DType::kFloat32, 1.0 / 64), scalar_of(DType::kInt8, 0), 0);
-        dequantized_constant(b, "b", bq, scalar_of(DType::kFloat32, 0.05 / 64), scalar_of(DType::kInt32, 0), 0);
-        b.add("Conv", {"xd", "w", "b"}, {"c"}, {test::attr_ints("pads", {1, 1, 1, 1}), test::attr_ints("strides", {2, 2})});
-        b.add("Relu", {"c"}, {"r"});
-        qdq(b, "r", "rq", "y", 0.25f, 0);
-        b.output("y");
-        ir::Model o3 = b.m, apart = b.m;
-        OptimizeOptions without;
-        without.disabled = {"qlinear-conv-quantize-input"};
-        ASSERT_TRUE(optimize(o3, OptimizeOptions{}).is_ok());
-        ASSERT_TRUE(optimize(apart, without).is_ok());
-        const auto h = test::qualified_histogram(o3);
-        EXPECT_EQ(h.count("QuantizeLinear"), c <= 4 ? 0u : 1u);
-        EXPECT_EQ(h.count("ai.kiln.QLinearConv"), c <= 4 ? 1u : 0u);
-        if (c <= 4) {
-          EXPECT_EQ(o3.graph.nodes.front().inputs[0], "x");
+    for (const bool depthwise : {false, true})
+      for (const bool s8 : {false, true})
+        for (const int w_max : {64, 127}) {
+          if (depthwise && c == 1) continue;  // one channel: group 1
+          SCOPED_TRACE(::testing::Message() << c << " channels" << (depthwise ? " depthwise" : "")
+                                            << (s8 ? " s8" : " u8") << " |w| <= " << w_max);
+          const int64_t m = depthwise ? c : 8;
+          test::Builder b(13);
+          b.input("x", {2, c, 11, 19});
+          auto& init = b.m.graph.initializers;
+          init["xs"] = scalar_of(DType::kFloat32, 0.05);
+          init["xz"] = scalar_of(s8 ? DType::kInt8 : DType::kUInt8, s8 ? -3 : 125);
+          b.add("QuantizeLinear", {"x", "xs", "xz"}, {"xq"});
+          b.add("DequantizeLinear", {"xq", "xs", "xz"}, {"xd"});
+          std::mt19937 rng(7);
+          std::uniform_int_distribution<int> wv(-w_max, w_max), bias(-900, 900);
+          Tensor w = Tensor::make(DType::kInt8, {m, depthwise ? 1 : c, 3, 3}).value();
+          for (int64_t i = 0; i < w.numel(); ++i) w.data<int8_t>()[i] = static_cast<int8_t>(wv(rng));
+          Tensor bq = Tensor::make(DType::kInt32, {m}).value();
+          for (int64_t i = 0; i < m; ++i) bq.data<int32_t>()[i] = bias(rng);
+          dequantized_constant(b, "w", w, scalar_of(DType::kFloat32, 1.0 / 64), scalar_of(DType::kInt8, 0), 0);
+          dequantized_constant(b, "b", bq, scalar_of(DType::kFloat32, 0.05 / 64), scalar_of(DType::kInt32, 0), 0);
+          b.add("Conv", {"xd", "w", "b"}, {"c"},
+                {test::attr_ints("pads", {1, 1, 1, 1}), test::attr_ints("strides", {2, 2}),
+                 test::attr_i("group", depthwise ? c : 1)});
+          b.add("Relu", {"c"}, {"r"});
+          qdq(b, "r", "rq", "y", 0.25f, 0);
+          b.output("y");
+          ir::Model o3 = b.m, apart = b.m;
+          OptimizeOptions without;
+          without.disabled = {"qlinear-conv-quantize-input"};
+          ASSERT_TRUE(optimize(o3, OptimizeOptions{}).is_ok());
+          ASSERT_TRUE(optimize(apart, without).is_ok());
+          const auto h = test::qualified_histogram(o3);
+          EXPECT_EQ(h.count("QuantizeLinear"), c <= 4 ? 0u : 1u);
+          EXPECT_EQ(h.count("ai.kiln.QLinearConv"), c <= 4 ? 1u : 0u);
+          if (c <= 4) {
+            EXPECT_EQ(o3.graph.nodes.front().inputs[0], "x");
+          }
+          test::Builder inputs;
+          Tensor x = inputs.random({2, c, 11, 19}, -8, 8);
+          float* xd = x.data<float>();
+          xd[0] = std::nanf(""), xd[1] = INFINITY, xd[2] = -INFINITY, xd[3] = 1e30f, xd[4] = -1e30f;
+          xd[5] = 0.025f, xd[6] = -0.075f;  // halves of the scale
+          test::expect_same_outputs(apart, o3, {x}, 0.0f);
         }
-        test::Builder inputs;
-        Tensor x = inputs.random({2, c, 11, 19}, -8, 8);
-        float* xd = x.data<float>();
-        xd[0] = std::nanf(""), xd[1] = INFINITY, xd[2] = -INFINITY, xd[3] = 1e30f, xd[4] = -1e30f;
-        xd[5] = 0.025f, xd[6] = -0.075f;  // halves of the scale
-        test::expect_same_outputs(apart, o3, {x}, 0.0f);
-      }
 }
 
 // An elementwise op of one 8-bit value and one-value constants is a table of its codes:

@@ -60,7 +60,7 @@ Outputs infer_qlinear_conv(InferContext& ctx) {
 Outputs infer_kiln_qlinear_conv(InferContext& ctx) {
   const bool last = ctx.node.attr_int("channels_last", 0) != 0;
   if (ctx.input(0).dtype != DType::kFloat32) return infer_channels_last(ctx, "QLinearConv", last, last);
-  const DType codes = ctx.inputs.size() > 2 && ctx.input(2).dtype != DType::kUndefined ? ctx.input(2).dtype : DType::kUInt8;
+  const DType codes = ctx.input(2).dtype != DType::kUndefined ? ctx.input(2).dtype : DType::kUInt8;
   return infer_channels_last(ctx, "QLinearConv", last, false, codes);
 }
 Outputs infer_nhwc_max_pool(InferContext& ctx) { return infer_channels_last(ctx, "MaxPool", true, true); }

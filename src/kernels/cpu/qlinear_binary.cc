@@ -73,14 +73,18 @@ void row(const Params& p, const T* a, int64_t sa, const void* b, int64_t sb, T* 
     __m256 v = _mm256_mul_ps(sum, rcs);
     if (!kReciprocal) {
       const __m256 r = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      if (_mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_sub_ps(v, r)), near_half, _CMP_GE_OQ)))
-        v = _mm256_div_ps(sum, cs);
+      const __m256 off = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_sub_ps(v, r));
+      if (_mm256_movemask_ps(_mm256_cmp_ps(off, near_half, _CMP_GE_OQ))) v = _mm256_div_ps(sum, cs);
     }
     // cvtps rounds half to even, as nearbyint. Where v fits int32 the packs' saturation clamps
     // it (after cz, added in int32); else it is clamped in float first.
-    const __m256i q = in_int32 ? _mm256_add_epi32(_mm256_cvtps_epi32(v), cz_int)
-                               : _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(
-                                     _mm256_add_ps(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), cz), lo), hi));
+    __m256i q;
+    if (in_int32) {
+      q = _mm256_add_epi32(_mm256_cvtps_epi32(v), cz_int);
+    } else {
+      const __m256 r = _mm256_add_ps(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), cz);
+      q = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi));
+    }
     const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
     const __m128i bytes = std::is_signed_v<T> ? _mm_packs_epi16(w, w) : _mm_packus_epi16(w, w);
     _mm_storel_epi64(reinterpret_cast<__m128i*>(c + i), bytes);
@@ -191,11 +195,13 @@ void run_typed(KernelContext& ctx, const Params& p, const Tensor& a, const Tenso
     repeated.resize(static_cast<size_t>(copies * len));
     for (int64_t n = 0; n < copies; ++n)
       for (int64_t i = 0; i < len; ++i)
-        repeated[static_cast<size_t>(n * len + i)] = (static_cast<float>(pc.data<T>()[n * channels + i % channels]) - q.bz) * q.bs;
+        repeated[static_cast<size_t>(n * len + i)] =
+            (static_cast<float>(pc.data<T>()[n * channels + i % channels]) - q.bz) * q.bs;
     for (int64_t n = 0; n < images; ++n)
       for (int64_t off = 0; off < plane; off += len) {
         const int64_t first = n * plane + off;
-        rows.push_back(Row{first, full + first, 1, repeated.data() + (copies > 1 ? n * len : 0), 1, std::min(len, plane - off)});
+        const float* rep = repeated.data() + (copies > 1 ? n * len : 0);
+        rows.push_back(Row{first, full + first, 1, rep, 1, std::min(len, plane - off)});
       }
     b_floats = true;
   } else {

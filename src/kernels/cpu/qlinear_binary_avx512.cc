@@ -50,7 +50,8 @@ void row(const QLinearBinaryParams& p, const T* a, int64_t sa, const void* b, in
     __m128i bytes;
     if (in_int32) {
       const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(v), cz_int);
-      bytes = std::is_signed_v<T> ? _mm512_cvtsepi32_epi8(q) : _mm512_cvtusepi32_epi8(_mm512_max_epi32(q, _mm512_setzero_si512()));
+      bytes = std::is_signed_v<T> ? _mm512_cvtsepi32_epi8(q)
+                                  : _mm512_cvtusepi32_epi8(_mm512_max_epi32(q, _mm512_setzero_si512()));
     } else {
       const __m512 r = _mm512_add_ps(_mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), cz);
       bytes = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(r, lo), hi)));  // in range: narrows

@@ -53,8 +53,9 @@ void add_pixels(const T* x, int64_t channels, int64_t p0, int64_t p1, int64_t* s
         lo = _mm256_add_epi16(lo, _mm256_cvtepu8_epi16(_mm256_castsi256_si128(v)));
         hi = _mm256_add_epi16(hi, _mm256_cvtepu8_epi16(_mm256_extracti128_si256(v, 1)));
       }
-      const __m256i words[4] = {_mm256_cvtepu16_epi32(_mm256_castsi256_si128(lo)), _mm256_cvtepu16_epi32(_mm256_extracti128_si256(lo, 1)),
-                                _mm256_cvtepu16_epi32(_mm256_castsi256_si128(hi)), _mm256_cvtepu16_epi32(_mm256_extracti128_si256(hi, 1))};
+      const __m256i words[4] = {
+          _mm256_cvtepu16_epi32(_mm256_castsi256_si128(lo)), _mm256_cvtepu16_epi32(_mm256_extracti128_si256(lo, 1)),
+          _mm256_cvtepu16_epi32(_mm256_castsi256_si128(hi)), _mm256_cvtepu16_epi32(_mm256_extracti128_si256(hi, 1))};
       for (int q = 0; q < 4; ++q) {
         __m256i* at = reinterpret_cast<__m256i*>(lanes + j + 8 * q);
         _mm256_storeu_si256(at, _mm256_add_epi32(_mm256_loadu_si256(at), words[q]));
@@ -63,7 +64,8 @@ void add_pixels(const T* x, int64_t channels, int64_t p0, int64_t p1, int64_t* s
   for (; j < len; ++j)  // columns short of 32
     for (int64_t r = 0; r < rows; ++r) lanes[j] += base[r * len + j] ^ (std::is_signed_v<T> ? 0x80 : 0);
   for (int64_t p = p0 + rows * k; p < p1; ++p)  // pixels short of a row
-    for (int64_t c = 0; c < channels; ++c) lanes[c] += static_cast<uint8_t>(reinterpret_cast<const uint8_t*>(x)[p * channels + c] ^ (std::is_signed_v<T> ? 0x80 : 0));
+    for (int64_t c = 0; c < channels; ++c)
+      lanes[c] += static_cast<uint8_t>(base[(p - p0) * channels + c] ^ (std::is_signed_v<T> ? 0x80 : 0));
   const int64_t moved = std::is_signed_v<T> ? 128 * (p1 - p0) : 0;  // back from u8
   for (int64_t c = 0; c < channels; ++c) sums[c] -= moved;
   for (int64_t i = 0; i < k; ++i)

@@ -56,9 +56,10 @@ void stage_quantized_row(T* pixels, const float* x, int64_t plane, int64_t in_w,
     const __m128i pad = _mm_set1_epi8(static_cast<char>(fill)), flips = _mm_set1_epi8(static_cast<char>(flip));
     for (; ix + 16 <= in_w; ix += 16) {
       __m128i v[4];
-      for (int64_t c = 0; c < 4; ++c)
-        v[c] = c < channels ? _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(&codes[c * in_w + ix])), flips)
-                            : pad;
+      for (int64_t c = 0; c < 4; ++c) {
+        const __m128i* row = reinterpret_cast<const __m128i*>(&codes[c * in_w + ix]);
+        v[c] = c < channels ? _mm_xor_si128(_mm_loadu_si128(row), flips) : pad;
+      }
       const __m128i ab_lo = _mm_unpacklo_epi8(v[0], v[1]), ab_hi = _mm_unpackhi_epi8(v[0], v[1]);
       const __m128i cd_lo = _mm_unpacklo_epi8(v[2], v[3]), cd_hi = _mm_unpackhi_epi8(v[2], v[3]);
       __m128i* out = reinterpret_cast<__m128i*>(pixels + ix * 4);
@@ -69,7 +70,8 @@ void stage_quantized_row(T* pixels, const float* x, int64_t plane, int64_t in_w,
     }
   }
   for (; ix < in_w; ++ix)
-    for (int64_t c = 0; c < cp; ++c) pixels[ix * cp + c] = c < channels ? static_cast<T>(codes[c * in_w + ix] ^ flip) : fill;
+    for (int64_t c = 0; c < cp; ++c)
+      pixels[ix * cp + c] = c < channels ? static_cast<T>(codes[c * in_w + ix] ^ flip) : fill;
 }
 
 // Stages X into a padded channels-last buffer of T (u8 for VNNI, int16 for AVX2) with whole

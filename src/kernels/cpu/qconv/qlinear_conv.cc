@@ -228,7 +228,8 @@ const KernelRegistrar kQLinearConv("", "QLinearConv", "ref", make_kernel, kQLine
 const KernelRegistrar kMsQLinearConv("com.microsoft", "QLinearConv", "ref", make_kernel, kQLinearConvTypes);
 // ai.kiln's X may be float32 too (NCHW, quantized while staged).
 const std::vector<DtypeConstraint> kKilnQLinearConvTypes = {
-    {0, {DType::kUInt8, DType::kInt8, DType::kFloat32}}, {1, {DType::kFloat32}}, {3, {DType::kUInt8, DType::kInt8}}, {4, {DType::kFloat32}}, {6, {DType::kFloat32}}, {8, {DType::kInt32}}};
+    {0, {DType::kUInt8, DType::kInt8, DType::kFloat32}}, {1, {DType::kFloat32}}, {3, {DType::kUInt8, DType::kInt8}},
+    {4, {DType::kFloat32}}, {6, {DType::kFloat32}}, {8, {DType::kInt32}}};
 const KernelRegistrar kKilnQLinearConv("ai.kiln", "QLinearConv", "ref", make_kernel, kKilnQLinearConvTypes);
 
 // The tile's nodes (prepare may still find a zero point or scale it cannot take).
