@@ -39,7 +39,7 @@ const std::map<std::string, std::string> kOracles = {
     {"com.microsoft.QLinearSigmoid", "Int8Oracle.QLinearSigmoidMatchesItsFormula"},
     {"com.microsoft.QLinearGlobalAveragePool", "Int8Oracle.QLinearGlobalAveragePoolMatchesItsFormula"},
     {"ai.kiln.QLinearLookup", "QdqFusion.SiluAndBroadcastMulBecomeEightBit"},
-    {"com.microsoft.NhwcMaxPool", "QdqFusion.ChainStaysChannelsLastAtO3"},
+    {"com.microsoft.NhwcMaxPool", "Int8Oracle.NhwcMaxPoolMatchesAPlainLoop"},
     {"MatMulInteger", "MatMulInteger.ColumnBlocksMatchPlainLoop"},
     {"com.microsoft.MatMulIntegerToFloat", "DynamicQuantMatMul.ChainBecomesMatMulIntegerToFloat"},
     {"ai.kiln.MatMulIntegerToFloat", "Quantize.MatMulIntegerToFloatTakesTheEpilogue"},  // = the op above + its epilogue
@@ -302,6 +302,59 @@ TEST(Int8Oracle, QLinearGlobalAveragePoolMatchesItsFormula) {
           const float want = std::clamp(std::nearbyint(v) + yz, is_signed ? -128.0f : 0.0f, is_signed ? 127.0f : 255.0f);
           ASSERT_EQ(load_as_double(t, y.raw_data(), b * channels + c), want) << "image " << b << " channel " << c;
         }
+    }
+}
+
+// NhwcMaxPool against the window's max in a plain loop: u8 and s8 codes over the whole range,
+// channels in whole 32-byte steps and past them (37, 64, 3), 3x3 stride 2 with pads (resnet's),
+// 2x2 dilated, and ceil_mode's last windows partly past X.
+TEST(Int8Oracle, NhwcMaxPoolMatchesAPlainLoop) {
+  struct Case {
+    int64_t c, h, w, k, stride, pad, dilation, ceil;
+  };
+  for (const Case& k : {Case{37, 9, 11, 3, 2, 1, 1, 0}, Case{64, 8, 8, 3, 2, 1, 1, 1}, Case{3, 7, 6, 2, 1, 0, 2, 0},
+                        Case{37, 4, 5, 2, 3, 1, 1, 1}})
+    for (DType t : {DType::kUInt8, DType::kInt8}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(t) << " C " << k.c << " " << k.h << "x" << k.w << " k " << k.k
+                                        << " s " << k.stride << " pad " << k.pad << " d " << k.dilation << " ceil "
+                                        << k.ceil);
+      const Shape shape = {2, k.h, k.w, k.c};
+      Tensor x = Tensor::make(t, shape).value();
+      std::mt19937 rng(static_cast<uint32_t>(k.c * 7 + k.h));
+      for (int64_t i = 0; i < x.numel(); ++i) static_cast<uint8_t*>(x.raw_data())[i] = static_cast<uint8_t>(rng());
+      test::Builder g(13);
+      g.m.opsets["com.microsoft"] = 1;
+      g.m.graph.inputs.push_back(ir::ValueInfo{"x", ir::TypeInfo::tensor(t, shape), ""});
+      g.add("NhwcMaxPool", {"x"}, {"y"},
+            {test::attr_ints("kernel_shape", {k.k, k.k}), test::attr_ints("strides", {k.stride, k.stride}),
+             test::attr_ints("pads", {k.pad, k.pad, k.pad, k.pad}), test::attr_ints("dilations", {k.dilation, k.dilation}),
+             test::attr_i("ceil_mode", k.ceil)})
+          .domain = "com.microsoft";
+      g.m.graph.outputs.push_back(ir::ValueInfo{"y", ir::TypeInfo::tensor(t), ""});
+      const Tensor y = test::run_model(g.m, {x})[0].tensor;
+      const int64_t span = (k.k - 1) * k.dilation + 1;
+      auto out_dim = [&](int64_t in) {
+        const int64_t room = in + 2 * k.pad - span;
+        int64_t o = (k.ceil ? (room + k.stride - 1) / k.stride : room / k.stride) + 1;
+        if (k.ceil && (o - 1) * k.stride >= in + k.pad) --o;  // a last window starting in the end padding
+        return o;
+      };
+      const int64_t oh = out_dim(k.h), ow = out_dim(k.w);
+      ASSERT_EQ(y.shape(), (Shape{2, oh, ow, k.c}));
+      for (int64_t n = 0; n < 2; ++n)
+        for (int64_t oy = 0; oy < oh; ++oy)
+          for (int64_t ox = 0; ox < ow; ++ox)
+            for (int64_t c = 0; c < k.c; ++c) {
+              double want = t == DType::kInt8 ? -128 : 0;
+              for (int64_t ky = 0; ky < k.k; ++ky)
+                for (int64_t kx = 0; kx < k.k; ++kx) {
+                  const int64_t iy = oy * k.stride - k.pad + ky * k.dilation, ix = ox * k.stride - k.pad + kx * k.dilation;
+                  if (iy >= 0 && iy < k.h && ix >= 0 && ix < k.w)
+                    want = std::max(want, load_as_double(t, x.raw_data(), ((n * k.h + iy) * k.w + ix) * k.c + c));
+                }
+              ASSERT_EQ(load_as_double(t, y.raw_data(), ((n * oh + oy) * ow + ox) * k.c + c), want)
+                  << "image " << n << " pixel " << oy << "," << ox << " channel " << c;
+            }
     }
 }
 

@@ -1,10 +1,14 @@
 // com.microsoft.NhwcMaxPool: MaxPool over channels-last 8-bit X [N, H, W, C] (ONNX Runtime's
 // contrib op, which qlinear-nhwc writes between 8-bit convs): each output pixel is the lane-wise
 // max of the window's input pixels that lie inside X (padding never wins a max), every pixel a
-// contiguous run of C bytes the compiler vectorizes. 2-D windows with MaxPool's attributes
+// contiguous run of C bytes, 32 a step held in a register across the window's taps. 2-D windows with MaxPool's attributes
 // (strides, pads, dilations, ceil_mode, auto_pad).
+#include <immintrin.h>
+
 #include <algorithm>
 #include <limits>
+#include <type_traits>
+#include <vector>
 
 #include "core/thread_pool.h"
 #include "kernels/fast_path.h"
@@ -14,25 +18,50 @@
 namespace kiln {
 namespace {
 
+// out[0, c) = the lane-wise max of the `count` input pixels at in[k] (count >= 1), 32 bytes a
+// step in registers and stored once (s8 codes compare as signed bytes, u8 as unsigned).
+template <typename T>
+void max_of(const T* const* in, int64_t count, int64_t c, T* out) {
+  int64_t i = 0;
+  for (; i + 32 <= c; i += 32) {
+    __m256i m = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in[0] + i));
+    for (int64_t k = 1; k < count; ++k) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in[k] + i));
+      m = std::is_signed_v<T> ? _mm256_max_epi8(m, v) : _mm256_max_epu8(m, v);
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), m);
+  }
+  for (; i < c; ++i) {
+    T m = in[0][i];
+    for (int64_t k = 1; k < count; ++k) m = std::max(m, in[k][i]);
+    out[i] = m;
+  }
+}
+
 template <typename T>
 void pool_rows(const T* x, T* y, const conv_util::Geometry& g, int64_t channels, int64_t r0, int64_t r1) {
   const int64_t ih = g.in[0], iw = g.in[1], oh = g.out[0], ow = g.out[1];
+  thread_local std::vector<const T*> taps;
+  taps.resize(static_cast<size_t>(g.kernel[0] * g.kernel[1]));
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t n = r / oh, oy = r % oh;
     int64_t ky0, ky1;
     conv_util::indices_inside(g.kernel[0], ih, g.dilations[0], oy * g.strides[0] - g.pads[0], &ky0, &ky1);
     for (int64_t ox = 0; ox < ow; ++ox) {
       T* out = y + ((n * oh + oy) * ow + ox) * channels;
-      std::fill(out, out + channels, std::numeric_limits<T>::lowest());
       int64_t kx0, kx1;
       conv_util::indices_inside(g.kernel[1], iw, g.dilations[1], ox * g.strides[1] - g.pads[1], &kx0, &kx1);
+      int64_t count = 0;
       for (int64_t ky = ky0; ky < ky1; ++ky)
         for (int64_t kx = kx0; kx < kx1; ++kx) {
           const int64_t iy = oy * g.strides[0] - g.pads[0] + ky * g.dilations[0];
           const int64_t ix = ox * g.strides[1] - g.pads[1] + kx * g.dilations[1];
-          const T* in = x + ((n * ih + iy) * iw + ix) * channels;
-          for (int64_t c = 0; c < channels; ++c) out[c] = std::max(out[c], in[c]);
+          taps[static_cast<size_t>(count++)] = x + ((n * ih + iy) * iw + ix) * channels;
         }
+      if (count == 0)  // a window wholly in the padding: the lowest code, as MaxPool's reference
+        std::fill(out, out + channels, std::numeric_limits<T>::lowest());
+      else
+        max_of(taps.data(), count, channels, out);
     }
   }
 }
