@@ -1,8 +1,8 @@
 // com.microsoft.NhwcMaxPool: MaxPool over channels-last 8-bit X [N, H, W, C] (ONNX Runtime's
 // contrib op, which qlinear-nhwc writes between 8-bit convs): each output pixel is the lane-wise
 // max of the window's input pixels that lie inside X (padding never wins a max), every pixel a
-// contiguous run of C bytes, 32 a step held in a register across the window's taps. 2-D windows with MaxPool's attributes
-// (strides, pads, dilations, ceil_mode, auto_pad).
+// contiguous run of C bytes, 32 a step held in a register across the window's taps. 2-D windows
+// with MaxPool's attributes (strides, pads, dilations, ceil_mode, auto_pad).
 #include <immintrin.h>
 
 #include <algorithm>

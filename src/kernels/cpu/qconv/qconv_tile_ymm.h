@@ -59,8 +59,8 @@ struct ResidualAdd {
     c_reciprocal = _mm256_set1_ps(1.0f / p.cs), cs = _mm256_set1_ps(p.cs);
     v_lo = _mm256_set1_ps(p.lo - p.cz - 1), v_hi = _mm256_set1_ps(p.hi - p.cz + 1);
     // The clamp of v matters only where cvtps could overflow; below 2^30 the store's saturating
-    // packs clamp it the same (|a - az|, |b - bz| <= 255).
-    clamp_v = !(255.0 * (std::fabs(p.as) + std::fabs(p.bs)) / std::fabs(p.cs) < 0x1p30);
+    // packs clamp it the same (QLinearAdd's rows take the same bound).
+    clamp_v = !qlinear_binary_fits_int32(p);
     cz = static_cast<int32_t>(p.cz);
     reciprocal_exact = rq.add->reciprocal_exact, s8 = rq.output == Output::kS8;
   }
