@@ -93,6 +93,12 @@ struct QuantizeOptions {
   // budget means), when there are at least 2 * hold_out_every samples; 0: the guard measures on
   // the calibration samples.
   int hold_out_every = 4;
+  // The speed check: each 8-bit Conv/MatMul/Gemm is timed on its own against the float node, on
+  // the values it sees in the first held-out sample, and goes back to float where float wins with
+  // its conversions to and from 8 bits paid (kept_float says so, with the times); the model with
+  // those nodes in float is then timed against the one without, and kept only if faster. Not with
+  // `portable` (its runtime is another engine's).
+  bool check_speed = true;
 };
 
 // One calibration sample: a tensor per model input, in the order of the model's inputs; nullopt
@@ -110,6 +116,15 @@ struct TensorError {
   // tokens) of each feature's cosine over the samples, so that small features count as much as
   // large ones; else the cosine. What calibration method auto compares.
   double feature_cosine = 1;
+};
+
+// One candidate node timed on its own by the speed check (QuantizeOptions::check_speed), in us:
+// its 8-bit kernel (`int8_ops`: the ops it became), the QuantizeLinear, DequantizeLinear and layout
+// conversions at its edges, and the float node with its reorders.
+struct NodeSpeed {
+  std::string node;  // its name, else its first output's
+  std::string int8_ops;
+  double int8_us = 0, conversion_us = 0, float_us = 0;
 };
 
 // What quantize() did.
@@ -140,6 +155,8 @@ struct QuantizeReport {
   // sample) of the model with every candidate in 8 bits and of the model written: what the
   // fallbacks cost.
   double latency_all_8bit_ms = 0, latency_ms = 0;
+  // The speed check's timings, each candidate node's (check_speed).
+  std::vector<NodeSpeed> speeds;
 };
 
 }  // namespace kiln

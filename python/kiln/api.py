@@ -198,7 +198,7 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, prec
              percentile=99.999,
              per_channel=True, signed_activations=False, keep_float=(), min_cosine=0.99, max_fallbacks=16,
              weight_bits="auto", portable=False, input_shapes=None, example_inputs=None, dynamic_batch=True,
-             hold_out_every=4, min_top1=0.0, metric=None, min_metric=0.0):
+             hold_out_every=4, min_top1=0.0, metric=None, min_metric=0.0, check_speed=True):
     """Static post-training quantization, as ``kiln quantize``: returns a kiln.Model whose convs,
     matrix products and the ops between them run in 8 bits.
 
@@ -220,7 +220,9 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, prec
     ``max_fallbacks``; ``min_cosine=0`` turns it off. ``min_top1``: also the fraction of rows
     (each output's last axis) whose argmax stays the float model's; ``metric(float_outputs,
     quantized_outputs)`` (lists over the held-out samples of lists of output arrays) returning a
-    number that must reach ``min_metric``: the guard holds those budgets the same way. ``report["quantization"]`` has each quantized
+    number that must reach ``min_metric``: the guard holds those budgets the same way. Before the
+    guard, ``check_speed`` times each 8-bit node on its own against float and keeps in float those
+    faster there, conversions paid (where the model is then faster as a whole). ``report["quantization"]`` has each quantized
     tensor's SQNR and cosine ("layers"), the outputs', and what stayed float and why. The result is
     optimized into kiln's fused 8-bit form unless ``portable``, which keeps the standard QDQ model
     ONNX Runtime, TensorRT and OpenVINO load.
@@ -252,7 +254,7 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, prec
                            min_cosine=float(min_cosine), max_fallbacks=int(max_fallbacks),
                            precision=str(precision), weight_only_bits=weight_only_bits, block_size=int(block_size),
                            hold_out_every=int(hold_out_every), min_top1=float(min_top1), metric=metric,
-                           min_metric=float(min_metric))
+                           min_metric=float(min_metric), check_speed=bool(check_speed))
     if not portable and not weights16:
         core.optimize()
     return Model(core, {"quantization": report})

@@ -390,8 +390,9 @@ PYBIND11_MODULE(_kiln, m) {
                           const std::vector<std::string>& keep_float, double min_cosine, int max_fallbacks,
                           bool dynamic, bool portable, bool reduce_range, const std::string& precision,
                           int weight_only_bits, int64_t block_size, int hold_out_every, double min_top1,
-                          const py::object& metric, double min_metric) {
+                          const py::object& metric, double min_metric, bool check_speed) {
         QuantizeOptions o;
+        o.check_speed = check_speed;
         o.hold_out_every = hold_out_every;
         o.min_top1 = min_top1;
         o.min_metric = min_metric;
@@ -475,11 +476,16 @@ PYBIND11_MODULE(_kiln, m) {
                                 py::arg("feature_cosine") = e.feature_cosine));
           return out;
         };
+        py::list speeds;
+        for (const NodeSpeed& n : r.speeds)
+          speeds.append(py::dict(py::arg("node") = n.node, py::arg("int8_ops") = n.int8_ops,
+                                 py::arg("int8_us") = n.int8_us, py::arg("conversion_us") = n.conversion_us,
+                                 py::arg("float_us") = n.float_us));
         return py::dict(py::arg("samples") = r.samples, py::arg("quantized_nodes") = r.quantized_nodes,
                         py::arg("quantized_tensors") = r.quantized_tensors, py::arg("removed_clamps") = r.removed_clamps,
                         py::arg("opset_before") = r.opset_before, py::arg("opset_after") = r.opset_after,
                         py::arg("kept_float") = r.kept_float, py::arg("dynamic_nodes") = r.dynamic_nodes,
-                        py::arg("layers") = errors(r.layers),
+                        py::arg("layers") = errors(r.layers), py::arg("speeds") = speeds,
                         py::arg("outputs") = errors(r.outputs), py::arg("measured_on_held_out") = r.measured_on_held_out,
                         py::arg("held_out_of_calibration") = r.held_out_of_calibration,
                         py::arg("calibration_method") = r.calibration_method,
@@ -495,7 +501,7 @@ PYBIND11_MODULE(_kiln, m) {
          py::arg("dynamic") = false, py::arg("portable") = false, py::arg("reduce_range") = false,
          py::arg("precision") = "int8", py::arg("weight_only_bits") = 0, py::arg("block_size") = 32,
          py::arg("hold_out_every") = 4, py::arg("min_top1") = 0.0, py::arg("metric") = py::none(),
-         py::arg("min_metric") = 0.0)
+         py::arg("min_metric") = 0.0, py::arg("check_speed") = true)
       .def("copy", [](const Model& model) { return Model(model); })
       .def("clear_backend_choices", &Model::clear_backend_choices)
       .def("summary", [](const Model& model, int64_t batch, int64_t seq) {

@@ -11,7 +11,8 @@
 //     weights in int8 per output channel, biases in int32 at the accumulator's scale; then the
 //     accuracy guard (accuracy.cc): the QDQ model and the float one on held-out samples, each
 //     quantized activation and output compared (the per-layer report), and while an output's
-//     cosine misses the budget, the node losing most SQNR goes back to float.
+//     cosine misses the budget, the node losing most SQNR goes back to float; before it, the speed
+//     check (speed_check.cc) puts back in float the nodes whose float kernel is faster.
 // The samples are kept in memory between the passes (calibration sets are small).
 #include <algorithm>
 #include <chrono>
@@ -21,12 +22,14 @@
 #include <set>
 
 #include "ir/topological_order.h"
+#include "kiln/bench_inputs.h"
 #include "kiln/model.h"
 #include "kiln/session.h"
 #include "onnx/model_io.h"
 #include "passes/pass_context.h"
 #include "quantize/calibration.h"
 #include "quantize/quantize_internal.h"
+#include "runtime/io_info.h"
 
 namespace kiln::quantize {
 namespace {
@@ -123,22 +126,59 @@ Result<std::string> check_budgets(const QuantizeOptions& o, const std::vector<Te
   return missed;
 }
 
-// The median of 11 runs of `model` as kiln runs it (optimized) on `sample`, in ms.
-Result<double> latency_ms(const ir::Model& model, const std::vector<Tensor>& sample) {
-  auto optimized = std::make_shared<ir::Model>(model);
-  ir::deep_copy_subgraphs(optimized->graph);
-  KILN_RETURN_IF_ERROR(optimize(*optimized, OptimizeOptions{}).status());
-  KILN_ASSIGN_OR_RETURN(auto session, Session::create(optimized, SessionOptions{}));
+// The median of 11 runs of each model as kiln runs it (optimized) on `sample`, in ms, the models
+// run in turn so that the machine's drift falls on each alike.
+Result<std::vector<double>> latencies_ms(const std::vector<const ir::Model*>& models, const std::vector<Tensor>& sample) {
+  std::vector<std::unique_ptr<Session>> sessions;
+  for (const ir::Model* model : models) {
+    auto optimized = std::make_shared<ir::Model>(*model);
+    ir::deep_copy_subgraphs(optimized->graph);
+    KILN_RETURN_IF_ERROR(optimize(*optimized, OptimizeOptions{}).status());
+    KILN_ASSIGN_OR_RETURN(auto session, Session::create(optimized, SessionOptions{}));
+    sessions.push_back(std::move(session));
+  }
   std::vector<Value> feeds;
   for (const Tensor& t : sample) feeds.push_back(Value::of(t));
-  std::vector<double> ms;
-  for (int i = 0; i < 13; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    KILN_RETURN_IF_ERROR(session->run(feeds).status());
-    if (i >= 2) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  std::vector<std::vector<double>> ms(models.size());
+  for (int i = 0; i < 13; ++i)
+    for (size_t m = 0; m < sessions.size(); ++m) {
+      const auto start = std::chrono::steady_clock::now();
+      KILN_RETURN_IF_ERROR(sessions[m]->run(feeds).status());
+      const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      if (i >= 2) ms[m].push_back(t);
+    }
+  std::vector<double> medians;
+  for (std::vector<double>& v : ms) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    medians.push_back(v[v.size() / 2]);
   }
-  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-  return ms[ms.size() / 2];
+  return medians;
+}
+
+// The nodes of `speeds` faster in float, added to `o`'s keep_float; kept_float's lines for them.
+std::vector<std::string> faster_in_float_lines(const std::vector<NodeSpeed>& speeds, QuantizeOptions* o) {
+  std::vector<std::string> lines;
+  for (const NodeSpeed& n : speeds)
+    if (faster_in_float(n)) {
+      o->keep_float.push_back(n.node);
+      const std::string converting = n.conversion_us > 0 ? " with " + std::to_string(std::lround(n.conversion_us)) +
+                                                               " us converting to and from 8 bits" : "";
+      lines.push_back(n.node + ": faster in float (8-bit kernel " + std::to_string(std::lround(n.int8_us)) + " us; float " +
+                      std::to_string(std::lround(n.float_us)) + " us" + converting + ")");
+    }
+  return lines;
+}
+
+// `kept` with the lines of the nodes `reasons` name ("node: why") in place of choose()'s and
+// write_dynamic's "asked to (keep_float)".
+std::vector<std::string> with_reasons(std::vector<std::string> kept, const std::vector<std::string>& reasons) {
+  std::erase_if(kept, [&](const std::string& k) {
+    return std::any_of(reasons.begin(), reasons.end(), [&](const std::string& f) {
+      return k.substr(0, k.find(':')) == f.substr(0, f.find(':'));
+    });
+  });
+  kept.insert(kept.end(), reasons.begin(), reasons.end());
+  return kept;
 }
 
 const char* method_name(CalibrationMethod m) {
@@ -189,6 +229,15 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
   size_t inputs = 0;
   for (const ir::ValueInfo& in : model.graph.inputs) inputs += !model.graph.initializers.count(in.name);
   if (options.dynamic || float16 || weight_only) {
+    // The outputs against the float model's, on the held-out samples, else the calibration ones
+    // where given; nothing to fall back on per tensor, so a missed budget is an error.
+    std::vector<std::vector<Tensor>> eval;
+    if (held_out) {
+      KILN_ASSIGN_OR_RETURN(eval, read_samples(held_out, inputs, "held-out"));
+      report.measured_on_held_out = !eval.empty();
+    } else if (next) {
+      KILN_ASSIGN_OR_RETURN(eval, read_samples(next, inputs, "calibration"));
+    }
     ir::Model quantized = model;
     ir::deep_copy_subgraphs(quantized.graph);  // the writers edit them; the float model measured against keeps its own
     if (weight_only) {
@@ -205,15 +254,30 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
       KILN_RETURN_IF_ERROR(write_dynamic(quantized, types, options, &report));
       if (report.quantized_nodes == 0)
         return Status::error("quantize --dynamic: the model has no MatMul or Gemm with constant 2-D weights");
-    }
-    // The outputs against the float model's, on the held-out samples, else the calibration ones
-    // where given; nothing to fall back on per tensor, so a missed budget is an error.
-    std::vector<std::vector<Tensor>> eval;
-    if (held_out) {
-      KILN_ASSIGN_OR_RETURN(eval, read_samples(held_out, inputs, "held-out"));
-      report.measured_on_held_out = !eval.empty();
-    } else if (next) {
-      KILN_ASSIGN_OR_RETURN(eval, read_samples(next, inputs, "calibration"));
+      // The speed check, as for static quantization (no samples given: the benchmark's inputs).
+      if (options.check_speed && !options.portable) {
+        std::vector<Tensor> sample = eval.empty() ? std::vector<Tensor>() : eval[0];
+        if (eval.empty()) {
+          KILN_ASSIGN_OR_RETURN(const std::vector<Value> made, make_bench_inputs(runtime::user_inputs(model.graph), {}));
+          for (const Value& v : made) sample.push_back(v.tensor);
+        }
+        KILN_ASSIGN_OR_RETURN(std::vector<NodeSpeed> speeds, time_dynamic_nodes(model, options, sample));
+        QuantizeOptions trial = options;
+        const std::vector<std::string> lines = faster_in_float_lines(speeds, &trial);
+        if (!lines.empty()) {
+          ir::Model with = model;
+          ir::deep_copy_subgraphs(with.graph);
+          QuantizeReport r = report;
+          r.quantized_nodes = 0, r.kept_float.clear();
+          KILN_RETURN_IF_ERROR(write_dynamic(with, types, trial, &r));
+          KILN_ASSIGN_OR_RETURN(const std::vector<double> ms, latencies_ms({&quantized, &with}, sample));
+          if (ms[1] < ms[0]) {
+            quantized = std::move(with), report.quantized_nodes = r.quantized_nodes;
+            report.kept_float = with_reasons(r.kept_float, lines);
+          }
+        }
+        report.speeds = std::move(speeds);
+      }
     }
     if (!eval.empty()) {
       OutputsBySample kept;
@@ -345,9 +409,34 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
   }
   if (first) first->r.calibration_method = report.calibration_method, first->r.calibration_trials = report.calibration_trials;
 
-  // 5. While an output misses the budget, the node losing most goes back to float (the
-  //    calibrated ranges stay: fewer points, the same values).
+  // 5. The speed check: the nodes that run faster in float, conversions paid, go back to float,
+  //    where the model so written is faster as a whole (speed_check.cc).
   QuantizeOptions current = options;
+  std::vector<std::string> faster_float;  // kept_float's lines for them
+  std::vector<NodeSpeed> speeds;
+  if (options.check_speed && !options.portable) {
+    QuantizeReport scratch;
+    const Plan plan = choose(model, types, options, {}, &scratch);
+    KILN_ASSIGN_OR_RETURN(speeds, time_plan_nodes(model, plan, params, options, eval[0]));
+    QuantizeOptions trial = options;
+    std::vector<std::string> lines = faster_in_float_lines(speeds, &trial);
+    if (!lines.empty()) {
+      if (!first) {
+        KILN_ASSIGN_OR_RETURN(Attempt all, attempt(options, {}, params));
+        first = std::move(all);
+      }
+      KILN_ASSIGN_OR_RETURN(Attempt with, attempt(trial, {}, params));
+      KILN_ASSIGN_OR_RETURN(const std::vector<double> ms, latencies_ms({&first->qdq, &with.qdq}, eval[0]));
+      if (ms[1] < ms[0]) {
+        current = trial;
+        faster_float = std::move(lines);
+        first = std::move(with);
+      }
+    }
+  }
+
+  // 6. While an output misses the budget, the node losing most goes back to float (the
+  //    calibrated ranges stay: fewer points, the same values).
   std::set<std::string> float_tensors;
   std::vector<std::string> fallbacks;
   std::optional<ir::Model> all_8bit;  // the model before any fallback, to time against
@@ -363,16 +452,14 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
     QuantizeReport& r = a.r;
     if (a.missed.empty() || a.plan.points.empty()) {
       if (!a.missed.empty()) return Status::error("quantize: nothing left in 8 bits, and the budget is still missed: " + a.missed);
-      // The guard's fallbacks with its reason, not choose()'s "asked to".
-      std::erase_if(r.kept_float, [&](const std::string& k) {
-        return std::any_of(fallbacks.begin(), fallbacks.end(), [&](const std::string& f) {
-          return k.substr(0, k.find(':')) == f.substr(0, f.find(':'));
-        });
-      });
-      r.kept_float.insert(r.kept_float.end(), fallbacks.begin(), fallbacks.end());
+      // The speed check's and the guard's fallbacks with their reasons, not choose()'s "asked to".
+      std::vector<std::string> reasons = faster_float;
+      reasons.insert(reasons.end(), fallbacks.begin(), fallbacks.end());
+      r.kept_float = with_reasons(r.kept_float, reasons);
+      r.speeds = std::move(speeds);
       if (!fallbacks.empty()) {  // what they cost in speed
-        KILN_ASSIGN_OR_RETURN(r.latency_all_8bit_ms, latency_ms(*all_8bit, eval[0]));
-        KILN_ASSIGN_OR_RETURN(r.latency_ms, latency_ms(a.qdq, eval[0]));
+        KILN_ASSIGN_OR_RETURN(const std::vector<double> ms, latencies_ms({&*all_8bit, &a.qdq}, eval[0]));
+        r.latency_all_8bit_ms = ms[0], r.latency_ms = ms[1];
       }
       model = std::move(a.qdq);
       return std::move(r);

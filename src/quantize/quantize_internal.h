@@ -87,6 +87,23 @@ Status measure(const ir::Model& fp32, const ir::Model& qdq, const std::vector<st
 // The fraction of rows (each output's last axis, every sample) whose argmax is the same in both.
 double top1_agreement(const OutputsBySample& outputs);
 
+// Times each node of `plan` in `model` in 8 bits (with `params`) and in float, on the values it
+// reads when the float model runs `sample`. A node whose output is not one of the plan's points
+// (directly or through its clamp), or that fails to run cut out on its own, is left out.
+Result<std::vector<NodeSpeed>> time_plan_nodes(const ir::Model& model, const Plan& plan,
+                                               const std::map<std::string, QuantParams>& params,
+                                               const QuantizeOptions& options, const std::vector<Tensor>& sample);
+
+// The same for dynamic quantization: each MatMul and Gemm write_dynamic takes (with the bias Add
+// kiln's form takes in), in kiln's dynamic form and in float; no conversions (both read and
+// write float).
+Result<std::vector<NodeSpeed>> time_dynamic_nodes(const ir::Model& model, const QuantizeOptions& options,
+                                                  const std::vector<Tensor>& sample);
+
+// Whether `s` runs faster in float, its conversions to and from the 8-bit chain paid, by a margin
+// (10 %, and 10 us).
+bool faster_in_float(const NodeSpeed& s);
+
 // What Model::quantize runs on its IR.
 Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader& next, const QuantizeOptions& options,
                                       const CalibrationReader& held_out);

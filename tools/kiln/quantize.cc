@@ -34,6 +34,7 @@ struct Options {
   std::string model, out, calib, eval, method = "auto", keep_float, budget = "cosine=0.99";
   int64_t calib_random = 0, max_samples = 0;
   int max_fallbacks = 16;
+  bool no_speed_check = false;
   int hold_out_every = 4;
   double percentile = 99.999;
   bool per_tensor = false, signed_activations = false, portable = false, report = false, dynamic = false;
@@ -231,7 +232,11 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
                   "stays the float model's; nodes fall back to float, most sensitive first, until it holds");
   cmd->add_option("--max-fallbacks", opt->max_fallbacks, "Nodes the guard may put back in float (default 16)")
       ->check(CLI::Range(0, 100000));
-  cmd->add_flag("--report", opt->report, "Print each quantized tensor's SQNR and cosine against the float model");
+  cmd->add_flag("--no-speed-check", opt->no_speed_check,
+                "Keep every candidate node in 8 bits; by default each is timed on its own against float and stays "
+                "float where that is faster with its conversions to and from 8 bits (where the model is then faster)");
+  cmd->add_flag("--report", opt->report,
+                "Print each quantized tensor's SQNR and cosine against the float model, and the speed check's times");
   cmd->add_flag("--portable", opt->portable,
                 "Save the standard QDQ model (ONNX Runtime, TensorRT, OpenVINO load it) instead of kiln's fused form");
   add_shape_options(cmd, &opt->shape, "With --calib-random: ");
@@ -276,6 +281,7 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     qo.dynamic = opt->dynamic;
     qo.portable = opt->portable;
     qo.max_fallbacks = opt->max_fallbacks;
+    qo.check_speed = !opt->no_speed_check;
     qo.hold_out_every = opt->hold_out_every;
     qo.method = *method;
     // auto: 7 bits where no VNNI, for static quantization alone, whose accuracy guard measures
@@ -331,8 +337,8 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
       std::printf("the fallbacks' cost: %.3f ms a run against %.3f with every candidate in 8 bits (kiln, median of 11)\n",
                   report->latency_ms, report->latency_all_8bit_ms);
     if (!weights16 && !opt->dynamic && report->quantized_nodes == 0)
-      std::cerr << "kiln quantize: warning: nothing stayed in 8 bits (the accuracy guard put every candidate back in "
-                   "float to hold the budget): the model written computes in float\n";
+      std::cerr << "kiln quantize: warning: nothing stayed in 8 bits (the speed check or the accuracy guard put every "
+                   "candidate back in float; kept in float says why): the model written computes in float\n";
     for (const std::string& k : report->dynamic_nodes)
       std::printf("quantized dynamically: %s (its output goes on in float; rows quantized at run time)\n", k.c_str());
     const char* where = report->measured_on_held_out ? "held-out samples" : "the calibration samples";
@@ -343,6 +349,12 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
       std::printf("  %-56s %9s %9s\n", "tensor", "SQNR dB", "cosine");
       for (const TensorError& e : report->layers)
         std::printf("  %-56s %9.2f %9.5f\n", e.tensor.c_str(), e.sqnr_db, e.cosine);
+      if (!report->speeds.empty()) {
+        std::printf("\nspeed check, each node on its own (us, least of 9 runs; float wins with its conversions paid):\n");
+        std::printf("  %-56s %9s %11s %9s\n", "node", "8-bit", "converting", "float");
+        for (const NodeSpeed& n : report->speeds)
+          std::printf("  %-56s %9.1f %11.1f %9.1f\n", n.node.c_str(), n.int8_us, n.conversion_us, n.float_us);
+      }
     }
     for (const TensorError& e : report->outputs)
       std::printf("output %s: SQNR %.2f dB, cosine %.5f to the float model (%s; budget %s)\n", e.tensor.c_str(),
