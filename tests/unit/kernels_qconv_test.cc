@@ -40,6 +40,7 @@ TEST(QConv, DepthwiseMatchesAPlainLoop) {
       {1, 8, 1, 20, 8, 1, 3, 1, 1, 1, 1, 0, 1, 0, 1, true},
       {1, 136, 6, 7, 136, 1, 7, 1, 1, 1, 1, 0, 3, 0, 3, true},
       {1, 70, 3, 4, 70, 3, 5, 1, 2, 1, 1, 1, 3, 1, 3, true},
+      {1, 96, 9, 9, 96, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, true},  // mobilenet's: a block and a half on zmm
   };
   for (const qconv::Tile tile : qconv::available_tiles(true))
     for (const Case& k : depthwise)
