@@ -222,8 +222,9 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, prec
     quantized_outputs)`` (lists over the held-out samples of lists of output arrays) returning a
     number that must reach ``min_metric``: the guard holds those budgets the same way. Before the
     guard, ``check_speed`` times each 8-bit node on its own against float and keeps in float those
-    faster there, conversions paid (where the model is then faster as a whole). ``report["quantization"]`` has each quantized
-    tensor's SQNR and cosine ("layers"), the outputs', and what stayed float and why. The result is
+    faster there, conversions paid (where the model is then faster as a whole).
+    ``report["quantization"]`` has each quantized tensor's SQNR and cosine ("layers"), the
+    outputs', what stayed float and why, and the speed check's times ("speeds"). The result is
     optimized into kiln's fused 8-bit form unless ``portable``, which keeps the standard QDQ model
     ONNX Runtime, TensorRT and OpenVINO load.
 

@@ -128,7 +128,8 @@ Result<std::string> check_budgets(const QuantizeOptions& o, const std::vector<Te
 
 // The median of 11 runs of each model as kiln runs it (optimized) on `sample`, in ms, the models
 // run in turn so that the machine's drift falls on each alike.
-Result<std::vector<double>> latencies_ms(const std::vector<const ir::Model*>& models, const std::vector<Tensor>& sample) {
+Result<std::vector<double>> latencies_ms(const std::vector<const ir::Model*>& models,
+                                         const std::vector<Tensor>& sample) {
   std::vector<std::unique_ptr<Session>> sessions;
   for (const ir::Model* model : models) {
     auto optimized = std::make_shared<ir::Model>(*model);
@@ -161,10 +162,10 @@ std::vector<std::string> faster_in_float_lines(const std::vector<NodeSpeed>& spe
   for (const NodeSpeed& n : speeds)
     if (faster_in_float(n)) {
       o->keep_float.push_back(n.node);
-      const std::string converting = n.conversion_us > 0 ? " with " + std::to_string(std::lround(n.conversion_us)) +
-                                                               " us converting to and from 8 bits" : "";
-      lines.push_back(n.node + ": faster in float (8-bit kernel " + std::to_string(std::lround(n.int8_us)) + " us; float " +
-                      std::to_string(std::lround(n.float_us)) + " us" + converting + ")");
+      auto us = [](double t) { return std::to_string(std::lround(t)) + " us"; };
+      std::string line = n.node + ": faster in float (8-bit kernel " + us(n.int8_us) + "; float " + us(n.float_us);
+      if (n.conversion_us > 0) line += " with " + us(n.conversion_us) + " converting to and from 8 bits";
+      lines.push_back(line + ")");
     }
   return lines;
 }
@@ -258,7 +259,8 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
       if (options.check_speed && !options.portable) {
         std::vector<Tensor> sample = eval.empty() ? std::vector<Tensor>() : eval[0];
         if (eval.empty()) {
-          KILN_ASSIGN_OR_RETURN(const std::vector<Value> made, make_bench_inputs(runtime::user_inputs(model.graph), {}));
+          KILN_ASSIGN_OR_RETURN(const std::vector<Value> made,
+                                make_bench_inputs(runtime::user_inputs(model.graph), {}));
           for (const Value& v : made) sample.push_back(v.tensor);
         }
         KILN_ASSIGN_OR_RETURN(std::vector<NodeSpeed> speeds, time_dynamic_nodes(model, options, sample));

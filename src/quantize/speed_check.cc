@@ -47,7 +47,8 @@ ir::Model cut_out(const ir::Model& model, const std::vector<const ir::Node*>& no
   for (const ir::Node* n : nodes) {
     m.graph.nodes.push_back(*n);
     for (const std::string& in : n->inputs)
-      if (const Tensor* c = in.empty() ? nullptr : passes::constant_value(model.graph, in)) m.graph.initializers[in] = *c;
+      if (const Tensor* c = in.empty() ? nullptr : passes::constant_value(model.graph, in))
+        m.graph.initializers[in] = *c;
   }
   // The output through an Identity, as another node would read it: so that the QDQ writer treats
   // the last output as it does inside the model (a graph output's clamp stays, Q and DQ beside it).
@@ -108,7 +109,8 @@ Result<NodeSpeed> time_pair(const std::string& name, const ir::Model& int8, cons
   for (const auto& [node, t] : a.least) {
     if (t.domain.empty() && t.op_type == "Identity") continue;
     (is_conversion(t) ? s.conversion_us : s.int8_us) += t.dur_us;
-    if (!is_conversion(t)) s.int8_ops += (s.int8_ops.empty() ? "" : " ") + (t.domain.empty() ? "" : t.domain + ".") + t.op_type;
+    if (!is_conversion(t))
+      s.int8_ops += (s.int8_ops.empty() ? "" : " ") + (t.domain.empty() ? "" : t.domain + ".") + t.op_type;
   }
   for (const auto& [node, t] : b.least) s.float_us += t.dur_us;
   return s;
@@ -189,8 +191,10 @@ Result<std::vector<NodeSpeed>> time_dynamic_nodes(const ir::Model& model, const 
     // With the bias Add kiln's form takes in, where it reads the output alone.
     std::vector<const ir::Node*> nodes = {&n};
     auto it = reader.find(n.outputs[0]);
-    if (n.op_type == "MatMul" && uses.at(n.outputs[0]) == 1 && it != reader.end() && it->second->op_type == "Add" &&
-        it->second->domain.empty() && !passes::is_graph_output(g, n.outputs[0]) && it->second->inputs.size() == 2) {
+    auto use = uses.find(n.outputs[0]);
+    const bool read_once = use != uses.end() && use->second == 1 && it != reader.end();
+    if (n.op_type == "MatMul" && read_once && it->second->op_type == "Add" && it->second->domain.empty() &&
+        !passes::is_graph_output(g, n.outputs[0]) && it->second->inputs.size() == 2) {
       const ir::Node& add = *it->second;
       const Tensor* c = passes::constant_value(g, add.inputs[add.inputs[0] == n.outputs[0] ? 1 : 0]);
       if (c && c->rank() == 1) nodes.push_back(&add);

@@ -598,7 +598,8 @@ TEST(QuantizeSpeed, ConvsSlowerInEightBitsStayFloat) {
   for (const NodeSpeed& s : report->speeds) EXPECT_GT(s.int8_us, 1.1 * (s.float_us + s.conversion_us)) << s.node;
   EXPECT_EQ(report->quantized_nodes, 0);
   ASSERT_EQ(report->kept_float.size(), 2u);
-  for (const std::string& k : report->kept_float) EXPECT_NE(k.find(": faster in float (8-bit kernel"), std::string::npos) << k;
+  for (const std::string& k : report->kept_float)
+    EXPECT_NE(k.find(": faster in float (8-bit kernel"), std::string::npos) << k;
   QuantizeOptions o;
   o.check_speed = false;
   Model all(std::make_shared<ir::Model>(b.m));

@@ -350,7 +350,8 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
       for (const TensorError& e : report->layers)
         std::printf("  %-56s %9.2f %9.5f\n", e.tensor.c_str(), e.sqnr_db, e.cosine);
       if (!report->speeds.empty()) {
-        std::printf("\nspeed check, each node on its own (us, least of 9 runs; float wins with its conversions paid):\n");
+        std::printf("\nspeed check, each node on its own (us, least of 9 runs; float wins with its conversions "
+                    "paid):\n");
         std::printf("  %-56s %9s %11s %9s\n", "node", "8-bit", "converting", "float");
         for (const NodeSpeed& n : report->speeds)
           std::printf("  %-56s %9.1f %11.1f %9.1f\n", n.node.c_str(), n.int8_us, n.conversion_us, n.float_us);
