@@ -11,6 +11,7 @@
 #include "kiln/model.h"
 #include "kiln/quantize.h"
 #include "pass_test_util.h"
+#include "quantize_test_util.h"
 
 namespace kiln {
 namespace {
@@ -380,7 +381,7 @@ TEST(AttentionFusion, DynamicQuantProjectionsMergeIntoInt8Attention) {
   Builder b(17);
   bert_block(b, true, false);
   Model model(std::make_shared<ir::Model>(b.m));
-  QuantizeOptions o;
+  QuantizeOptions o = test::untimed();
   o.dynamic = true;
   auto report = model.quantize({}, o);
   ASSERT_TRUE(report.is_ok()) << report.status().message();

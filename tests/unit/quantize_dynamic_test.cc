@@ -39,7 +39,7 @@ TEST(Quantize, DynamicMatMulAndGemm) {
   b.output("y");
   b.output("side");
   Model model(std::make_shared<ir::Model>(b.m));
-  QuantizeOptions o;
+  QuantizeOptions o = test::untimed();
   o.dynamic = true;
   o.portable = true;  // ONNX Runtime's chain; kiln's own form: DynamicQuantMatMulPerRow below
   auto report = model.quantize({}, o);
@@ -88,7 +88,7 @@ TEST(Quantize, DynamicQuantMatMulPerRow) {
   b.add("Add", {"m", "bias"}, {"y"});
   b.output("y");
   Model model(std::make_shared<ir::Model>(b.m));
-  QuantizeOptions o;
+  QuantizeOptions o = test::untimed();
   o.dynamic = true;
   auto report = model.quantize({}, o);
   ASSERT_TRUE(report.is_ok()) << report.status().message();
@@ -134,7 +134,7 @@ TEST(Quantize, DynamicReduceRangeWritesSevenBitWeights) {
   b.add("MatMul", {"x", "w"}, {"y"});
   b.output("y");
   Model model(std::make_shared<ir::Model>(b.m));
-  QuantizeOptions o;
+  QuantizeOptions o = test::untimed();
   o.dynamic = true;
   o.reduce_range = true;
   ASSERT_TRUE(model.quantize({}, o).is_ok());
@@ -170,7 +170,7 @@ test::Builder biased_relu_residual_matmul() {
 TEST(Quantize, DynamicQuantMatMulTakesTheEpilogue) {
   test::Builder b = biased_relu_residual_matmul();
   Model model(std::make_shared<ir::Model>(b.m));
-  QuantizeOptions o;
+  QuantizeOptions o = test::untimed();
   o.dynamic = true;
   ASSERT_TRUE(model.quantize({}, o).is_ok());
   ir::Model fused = model.ir();
@@ -200,7 +200,7 @@ TEST(Quantize, DynamicQuantMatMulTakesTheEpilogue) {
 TEST(Quantize, MatMulIntegerToFloatTakesTheEpilogue) {
   test::Builder b = biased_relu_residual_matmul();
   Model model(std::make_shared<ir::Model>(b.m));
-  QuantizeOptions o;
+  QuantizeOptions o = test::untimed();
   o.dynamic = true, o.portable = true;
   ASSERT_TRUE(model.quantize({}, o).is_ok());
   ir::Model fused = model.ir();

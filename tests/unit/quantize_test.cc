@@ -34,7 +34,7 @@ TEST(Calibration, MethodsPickTheirRanges) {
   quantize::TensorStats s;
   s.add_range(x.data(), static_cast<int64_t>(x.size()));
   s.add_histogram(x.data(), static_cast<int64_t>(x.size()));
-  QuantizeOptions o;
+  QuantizeOptions o = test::untimed();
   float lo = 0, hi = 0;
   s.range(o, &lo, &hi);  // min-max: the outlier counts
   EXPECT_NEAR(lo, -1.0f, 1e-3f);
@@ -76,7 +76,7 @@ TEST(Quantize, SmallCnnToQdq) {
   std::vector<Tensor> calib;
   for (int i = 0; i < 8; ++i) calib.push_back(data.random({1, 8, 12, 12}));
   Model model(std::make_shared<ir::Model>(fp32));
-  auto report = model.quantize(samples_of(calib), {});
+  auto report = model.quantize(samples_of(calib), test::untimed());
   ASSERT_TRUE(report.is_ok()) << report.status().message();
   EXPECT_EQ(report->samples, 6);  // every 4th held back for the guard
   EXPECT_EQ(report->held_out_of_calibration, 2);
@@ -168,7 +168,7 @@ TEST(Quantize, SiluAndSqueezeExcitationCarryEightBits) {
   std::vector<Tensor> calib;
   for (int i = 0; i < 8; ++i) calib.push_back(data.random({1, 8, 10, 10}, -2, 2));
   Model model(std::make_shared<ir::Model>(fp32));
-  auto report = model.quantize(samples_of(calib), {});
+  auto report = model.quantize(samples_of(calib), test::untimed());
   ASSERT_TRUE(report.is_ok()) << report.status().message();
   EXPECT_EQ(report->quantized_nodes, 4);
   EXPECT_TRUE(report->kept_float.empty());
@@ -200,7 +200,7 @@ TEST(Quantize, OldOpsetIsRaisedForPerChannelScales) {
   std::vector<Tensor> calib;
   for (int i = 0; i < 4; ++i) calib.push_back(data.random({1, 8, 12, 12}));
   Model model(std::make_shared<ir::Model>(fp32));
-  auto report = model.quantize(samples_of(calib), {});
+  auto report = model.quantize(samples_of(calib), test::untimed());
   ASSERT_TRUE(report.is_ok()) << report.status().message();
   EXPECT_EQ(report->opset_before, 11);
   EXPECT_EQ(report->opset_after, 13);
@@ -215,7 +215,7 @@ TEST(Quantize, NothingToQuantizeIsAnError) {
   b.output("y");
   Model model(std::make_shared<ir::Model>(b.m));
   std::vector<Tensor> calib = {b.random({2, 3})};
-  auto report = model.quantize(samples_of(calib), {});
+  auto report = model.quantize(samples_of(calib), test::untimed());
   ASSERT_FALSE(report.is_ok());
   EXPECT_NE(report.status().message().find("no Conv, MatMul or Gemm"), std::string::npos);
 }
@@ -231,7 +231,7 @@ TEST(Quantize, ReportAndAccuracyGuard) {
   for (int i = 0; i < 6; ++i) calib.push_back(data.random({1, 8, 12, 12}));
   calib[0].data<float>()[5] = 400.0f;  // one outlier: the input's range is 400 wide
   for (int i = 0; i < 4; ++i) held_out.push_back(data.random({1, 8, 12, 12}));
-  QuantizeOptions off;
+  QuantizeOptions off = test::untimed();
   off.min_cosine = 0;
   Model plain(std::make_shared<ir::Model>(fp32));
   auto r0 = plain.quantize(samples_of(calib), off, samples_of(held_out));
@@ -244,7 +244,7 @@ TEST(Quantize, ReportAndAccuracyGuard) {
   EXPECT_TRUE(r0->kept_float.empty());
   EXPECT_EQ(r0->dynamic_nodes.size(), 1u);  // the Gemm: its logits go on in float
   ASSERT_LT(plain_cosine, 0.9999);  // the outlier made it lose accuracy
-  QuantizeOptions guarded;
+  QuantizeOptions guarded = test::untimed();
   guarded.min_cosine = 0.9999;
   Model model(std::make_shared<ir::Model>(fp32));
   auto r = model.quantize(samples_of(calib), guarded, samples_of(held_out));
@@ -286,7 +286,7 @@ TEST(Quantize, GuardMeasuresOnCalibrationSamplesHeldBack) {
       if (n.op_type == "QuantizeLinear" && n.inputs[0] == "x") return m.graph.initializers.at(n.inputs[1]).data<float>()[0];
     return 0.0f;
   };
-  QuantizeOptions o;
+  QuantizeOptions o = test::untimed();
   o.portable = true;
   o.min_cosine = 0;
   o.method = CalibrationMethod::kMinMax;  // the outlier sets the range wherever it is calibrated on
@@ -337,7 +337,7 @@ TEST(Quantize, ActivationReadInsideAnIfBranch) {
   test::Builder data;
   std::vector<Tensor> calib;
   for (int i = 0; i < 8; ++i) calib.push_back(data.random({1, 8, 12, 12}));
-  QuantizeOptions o;
+  QuantizeOptions o = test::untimed();
   o.min_cosine = 0;
   Model model(std::make_shared<ir::Model>(fp32));
   auto r = model.quantize(samples_of(calib), o);
@@ -370,7 +370,7 @@ TEST(Quantize, LeakyReluCarriesEightBits) {
   test::Builder data;
   std::vector<Tensor> calib;
   for (int i = 0; i < 8; ++i) calib.push_back(data.random({1, 8, 10, 10}));
-  QuantizeOptions o;
+  QuantizeOptions o = test::untimed();
   o.min_cosine = 0;
   Model model(std::make_shared<ir::Model>(fp32));
   auto r = model.quantize(samples_of(calib), o);
@@ -391,7 +391,7 @@ TEST(Quantize, TopOneAndMetricBudgets) {
   std::vector<Tensor> calib, held_out;
   for (int i = 0; i < 6; ++i) calib.push_back(data.random({1, 8, 12, 12}));
   for (int i = 0; i < 5; ++i) held_out.push_back(data.random({1, 8, 12, 12}));
-  QuantizeOptions o;
+  QuantizeOptions o = test::untimed();
   o.min_cosine = 0;
   o.min_top1 = 0.5;
   size_t samples_seen = 0;
@@ -454,7 +454,7 @@ TEST(Quantize, MaxPoolKeepsItsInputsParameters) {
     test::Builder data;
     std::vector<Tensor> calib;
     for (int i = 0; i < 6; ++i) calib.push_back(data.random({1, 8, 12, 12}, -3, 3));
-    QuantizeOptions o;
+    QuantizeOptions o = test::untimed();
     o.method = m;
     o.min_cosine = 0;
     o.portable = true;
@@ -484,7 +484,7 @@ TEST(Quantize, ReduceRangeWritesSevenBitWeights) {
   test::Builder data;
   std::vector<Tensor> calib;
   for (int i = 0; i < 6; ++i) calib.push_back(data.random({1, 8, 12, 12}));
-  QuantizeOptions o;
+  QuantizeOptions o = test::untimed();
   o.reduce_range = true;
   Model model(std::make_shared<ir::Model>(fp32));
   auto report = model.quantize(samples_of(calib), o);
