@@ -96,8 +96,10 @@ struct QuantizeOptions {
   // The speed check: each 8-bit Conv/MatMul/Gemm is timed on its own against the float node, on
   // the values it sees in the first held-out sample, and goes back to float where float wins with
   // its conversions to and from 8 bits paid (kept_float says so, with the times); the model with
-  // those nodes in float is then timed against the one without, and kept only if faster. Not with
-  // `portable` (its runtime is another engine's).
+  // those nodes in float is then timed against the one without, and kept only if faster. With
+  // `dynamic`, each MatMul/Gemm the same way (on generated inputs where no samples are given). Not
+  // with `portable` (its runtime is another engine's). Timings decide, so another machine may keep
+  // other nodes in float; false gives the same model everywhere.
   bool check_speed = true;
 };
 
