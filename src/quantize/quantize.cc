@@ -420,6 +420,15 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
     QuantizeReport scratch;
     const Plan plan = choose(model, types, options, {}, &scratch);
     KILN_ASSIGN_OR_RETURN(speeds, time_plan_nodes(model, plan, params, options, eval[0]));
+    // The MatMul/Gemm nodes the plan leaves in float go dynamic (quantize_float_outputs_dynamically):
+    // those too.
+    std::set<std::string> planned;
+    for (const QuantizedNode& q : plan.nodes) {
+      const ir::Node& n = model.graph.nodes[q.node];
+      planned.insert(n.name.empty() ? n.outputs[0] : n.name);
+    }
+    KILN_ASSIGN_OR_RETURN(std::vector<NodeSpeed> dynamic, time_dynamic_nodes(model, options, eval[0], planned));
+    speeds.insert(speeds.end(), dynamic.begin(), dynamic.end());
     QuantizeOptions trial = options;
     std::vector<std::string> lines = faster_in_float_lines(speeds, &trial);
     if (!lines.empty()) {

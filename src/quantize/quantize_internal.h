@@ -95,10 +95,11 @@ Result<std::vector<NodeSpeed>> time_plan_nodes(const ir::Model& model, const Pla
                                                const QuantizeOptions& options, const std::vector<Tensor>& sample);
 
 // The same for dynamic quantization: each MatMul and Gemm write_dynamic takes (with the bias Add
-// kiln's form takes in), in kiln's dynamic form and in float; no conversions (both read and
-// write float).
+// kiln's form takes in), but those `skip` names, in kiln's dynamic form and in float; no
+// conversions (both read and write float).
 Result<std::vector<NodeSpeed>> time_dynamic_nodes(const ir::Model& model, const QuantizeOptions& options,
-                                                  const std::vector<Tensor>& sample);
+                                                  const std::vector<Tensor>& sample,
+                                                  const std::set<std::string>& skip = {});
 
 // Whether `s` runs faster in float, its conversions to and from the 8-bit chain paid, by a margin
 // (10 %, and 10 us).

@@ -168,7 +168,8 @@ Result<std::vector<NodeSpeed>> time_plan_nodes(const ir::Model& model, const Pla
 }
 
 Result<std::vector<NodeSpeed>> time_dynamic_nodes(const ir::Model& model, const QuantizeOptions& options,
-                                                  const std::vector<Tensor>& sample) {
+                                                  const std::vector<Tensor>& sample,
+                                                  const std::set<std::string>& skip) {
   const ir::Graph& g = model.graph;
   const auto uses = passes::use_counts(g);
   std::map<std::string, const ir::Node*> reader;  // a value's reader, where it has one
@@ -180,7 +181,7 @@ Result<std::vector<NodeSpeed>> time_dynamic_nodes(const ir::Model& model, const 
   for (const ir::Node& n : g.nodes) {
     const Tensor* w = n.inputs.size() >= 2 ? passes::constant_value(g, n.inputs[1]) : nullptr;
     if (n.domain.empty() && (n.op_type == "MatMul" || n.op_type == "Gemm") && w && w->rank() == 2 &&
-        !passes::constant_value(g, n.inputs[0]) && constants_beyond_first(g, n))
+        !passes::constant_value(g, n.inputs[0]) && constants_beyond_first(g, n) && !skip.count(name_of(n)))
       candidates.push_back(&n), inputs.push_back(n.inputs[0]);
   }
   KILN_ASSIGN_OR_RETURN(const std::vector<Value> seen, values_read(model, inputs, sample));

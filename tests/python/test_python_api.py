@@ -380,10 +380,12 @@ def test_quantize_from_dicts_and_a_reader(model_dir, tmp_path):
     assert len(q["layers"]) >= 2 and all(np.isfinite(e["sqnr_db"]) for e in q["layers"])
     assert {e["tensor"] for e in q["outputs"]} == {"logits", "probs"} and min(e["cosine"] for e in q["outputs"]) >= 0.99
     assert fused.report["quantization"]["removed_clamps"] == 1
-    # The speed check timed the conv on its own, as its 8-bit kernel and in float.
-    assert [s["node"] for s in q["speeds"]] == [n.name or n.output[0] for n in onnx.load(path).graph.node
-                                                  if n.op_type == "Conv"]
-    assert all("QLinearConv" in s["int8_ops"] and min(s["int8_us"], s["float_us"]) > 0 for s in q["speeds"])
+    # The speed check timed the conv on its own, as its 8-bit kernel (taking the float image: 3
+    # channels) and in float, then the Gemm as kiln's dynamic form.
+    names = {n.op_type: n.name or n.output[0] for n in onnx.load(path).graph.node}
+    assert [(s["node"], s["int8_ops"]) for s in q["speeds"]] == [
+        (names["Conv"], "ai.kiln.QLinearConv"), (names["Gemm"], "ai.kiln.DynamicQuantMatMul")]
+    assert all(min(s["int8_us"], s["float_us"]) > 0 for s in q["speeds"])
     portable = kiln.quantize(path, _Reader(calib), portable=True)
     assert portable.report["quantization"]["speeds"] == []  # another engine runs it
     qdq = os.path.join(tmp_path, "conv_net.qdq.onnx")

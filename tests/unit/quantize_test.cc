@@ -572,6 +572,29 @@ TEST(QuantizeSpeed, DynamicNodesTimedWithTheirBiasAdd) {
   }
 }
 
+// Static quantization times the MatMul/Gemm nodes it quantizes dynamically too (their output goes
+// on in float: the small CNN's Gemm), after its planned convs.
+TEST(QuantizeSpeed, StaticQuantizationTimesItsDynamicNodesToo) {
+  const ir::Model fp32 = small_cnn(13);
+  test::Builder data;
+  std::vector<Tensor> calib;
+  for (int i = 0; i < 8; ++i) calib.push_back(data.random({1, 8, 12, 12}));
+  Model model(std::make_shared<ir::Model>(fp32));
+  auto report = model.quantize(samples_of(calib), {});
+  ASSERT_TRUE(report.is_ok()) << report.status().message();
+  std::vector<std::string> names, ops;
+  for (const NodeSpeed& s : report->speeds) names.push_back(s.node), ops.push_back(s.int8_ops);
+  auto name = [&](const std::string& op, int k) {
+    for (const ir::Node& n : fp32.graph.nodes)
+      if (n.op_type == op && k-- == 0) return n.name.empty() ? n.outputs[0] : n.name;
+    return std::string();
+  };
+  EXPECT_EQ(names, (std::vector<std::string>{name("Conv", 0), name("Conv", 1), name("Gemm", 0)}));
+  EXPECT_EQ(ops, (std::vector<std::string>{"com.microsoft.QLinearConv", "com.microsoft.QLinearConv",
+                                           "ai.kiln.DynamicQuantMatMul"}));
+  EXPECT_EQ(report->speeds.back().conversion_us, 0);
+}
+
 // End to end: 3-D convs, whose 8-bit form kiln runs on a plain reference loop (~40 GFLOP/s on the
 // machines of this project, against ~65 for the float kernel): the speed check keeps them in
 // float and says why; without it they are quantized.
