@@ -76,7 +76,7 @@ Status write_dynamic(ir::Model& model, const passes::ValueTypes& types, const Qu
       continue;
     }
     if (asked_float(options, n)) {
-      report->kept_float.push_back((n.name.empty() ? n.outputs[0] : n.name) + ": asked to (keep_float)");
+      report->kept_float.push_back(node_label(n) + ": asked to (keep_float)");
       nodes.push_back(n);
       continue;
     }
@@ -133,11 +133,10 @@ Status write_dynamic(ir::Model& model, const passes::ValueTypes& types, const Qu
 
 Status quantize_float_outputs_dynamically(ir::Model& model, const passes::ValueTypes& types,
                                           const QuantizeOptions& options, QuantizeReport* report) {
-  auto label = [](const ir::Node& n) { return n.name.empty() ? n.outputs[0] : n.name; };
   std::map<std::string, std::string> before;  // output -> label, of the float MatMul/Gemm nodes
   for (const ir::Node& n : model.graph.nodes)
     if (n.domain.empty() && (n.op_type == "MatMul" || n.op_type == "Gemm") && !n.outputs.empty())
-      before.emplace(n.outputs[0], label(n));
+      before.emplace(n.outputs[0], node_label(n));
   QuantizeReport scratch;
   KILN_RETURN_IF_ERROR(write_dynamic(model, types, options, &scratch));
   for (const ir::Node& n : model.graph.nodes)

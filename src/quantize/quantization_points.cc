@@ -160,7 +160,7 @@ Plan choose(const ir::Model& model, const passes::ValueTypes& types, const Quant
       const ir::Node& n = g.nodes[q.node];
       if (points.count(through_clamp(n.outputs[0]))) continue;
       skip.insert(q.node);
-      unpaid.push_back((n.name.empty() ? n.outputs[0] : n.name) + ": its output goes on in float, so 8 bits would not pay");
+      unpaid.push_back(node_label(n) + ": its output goes on in float, so 8 bits would not pay");
     }
     if (skip.size() == before) break;
   }

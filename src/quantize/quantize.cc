@@ -94,7 +94,7 @@ std::pair<std::string, std::string> noisiest(const ir::Model& model, const Plan&
     const double added = noise[t] - before;
     if (added > best_added) {
       best_added = added;
-      best = {t, p && compute.count(p->outputs[0]) ? (p->name.empty() ? p->outputs[0] : p->name) : ""};
+      best = {t, p && compute.count(p->outputs[0]) ? node_label(*p) : ""};
     }
   }
   return best;
@@ -132,10 +132,7 @@ Result<std::vector<double>> latencies_ms(const std::vector<const ir::Model*>& mo
                                          const std::vector<Tensor>& sample) {
   std::vector<std::unique_ptr<Session>> sessions;
   for (const ir::Model* model : models) {
-    auto optimized = std::make_shared<ir::Model>(*model);
-    ir::deep_copy_subgraphs(optimized->graph);
-    KILN_RETURN_IF_ERROR(optimize(*optimized, OptimizeOptions{}).status());
-    KILN_ASSIGN_OR_RETURN(auto session, Session::create(optimized, SessionOptions{}));
+    KILN_ASSIGN_OR_RETURN(auto session, optimized_session(*model));
     sessions.push_back(std::move(session));
   }
   std::vector<Value> feeds;
@@ -257,8 +254,10 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
         return Status::error("quantize --dynamic: the model has no MatMul or Gemm with constant 2-D weights");
       // The speed check, as for static quantization (no samples given: the benchmark's inputs).
       if (options.check_speed && !options.portable) {
-        std::vector<Tensor> sample = eval.empty() ? std::vector<Tensor>() : eval[0];
-        if (eval.empty()) {
+        std::vector<Tensor> sample;
+        if (!eval.empty()) {
+          sample = eval[0];
+        } else {
           KILN_ASSIGN_OR_RETURN(const std::vector<Value> made,
                                 make_bench_inputs(runtime::user_inputs(model.graph), {}));
           for (const Value& v : made) sample.push_back(v.tensor);
@@ -417,16 +416,11 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
   std::vector<std::string> faster_float;  // kept_float's lines for them
   std::vector<NodeSpeed> speeds;
   if (options.check_speed && !options.portable) {
-    QuantizeReport scratch;
-    const Plan plan = choose(model, types, options, {}, &scratch);
-    KILN_ASSIGN_OR_RETURN(speeds, time_plan_nodes(model, plan, params, options, eval[0]));
+    KILN_ASSIGN_OR_RETURN(speeds, time_plan_nodes(model, full, params, options, eval[0]));
     // The MatMul/Gemm nodes the plan leaves in float go dynamic (quantize_float_outputs_dynamically):
     // those too.
     std::set<std::string> planned;
-    for (const QuantizedNode& q : plan.nodes) {
-      const ir::Node& n = model.graph.nodes[q.node];
-      planned.insert(n.name.empty() ? n.outputs[0] : n.name);
-    }
+    for (const QuantizedNode& q : full.nodes) planned.insert(node_label(model.graph.nodes[q.node]));
     KILN_ASSIGN_OR_RETURN(std::vector<NodeSpeed> dynamic, time_dynamic_nodes(model, options, eval[0], planned));
     speeds.insert(speeds.end(), dynamic.begin(), dynamic.end());
     QuantizeOptions trial = options;

@@ -72,6 +72,13 @@ Result<std::unique_ptr<Session>> probe(const ir::Model& model, const std::vector
 // Whether `options` asks for node n (by name, or by its first output's) to stay float.
 bool asked_float(const QuantizeOptions& options, const ir::Node& n);
 
+// The name reports and keep_float know node n by: its name, else its first output's.
+inline std::string node_label(const ir::Node& n) { return n.name.empty() ? n.outputs[0] : n.name; }
+
+// A session running `model` as kiln runs it (optimized by default), what the speed check and the
+// guard's latencies time (speed_check.cc).
+Result<std::unique_ptr<Session>> optimized_session(const ir::Model& model);
+
 // The float outputs of both models on each held-out sample: [sample][output].
 struct OutputsBySample {
   std::vector<std::vector<Tensor>> float_outputs, quantized;

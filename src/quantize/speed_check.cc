@@ -67,14 +67,6 @@ struct Timed {
   std::map<std::string, NodeTiming> least;  // by node name
 };
 
-Result<Timed> prepare(const ir::Model& model) {
-  auto optimized = std::make_shared<ir::Model>(model);
-  KILN_RETURN_IF_ERROR(optimize(*optimized, OptimizeOptions{}).status());
-  Timed t;
-  KILN_ASSIGN_OR_RETURN(t.session, Session::create(optimized, SessionOptions{}));
-  return t;
-}
-
 Status run_once(Timed& t, const std::vector<Value>& feeds) {
   RunProfile profile;
   KILN_RETURN_IF_ERROR(t.session->run_profiled(feeds, &profile).status());
@@ -97,8 +89,9 @@ Result<std::vector<Value>> values_read(const ir::Model& model, const std::vector
 // `int8` and `fp32`, two forms of node `name` cut out, each run on `x` as kiln runs it, the two
 // alternately: the 8-bit form's kernel and conversions, the float form's whole run.
 Result<NodeSpeed> time_pair(const std::string& name, const ir::Model& int8, const ir::Model& fp32, const Tensor& x) {
-  KILN_ASSIGN_OR_RETURN(Timed a, prepare(int8));
-  KILN_ASSIGN_OR_RETURN(Timed b, prepare(fp32));
+  Timed a, b;
+  KILN_ASSIGN_OR_RETURN(a.session, optimized_session(int8));
+  KILN_ASSIGN_OR_RETURN(b.session, optimized_session(fp32));
   const std::vector<Value> feeds = {Value::of(x)};
   for (int r = 0; r <= kTimedRuns; ++r) {
     if (r == 1) a.least.clear(), b.least.clear();  // the warm-up run's times go
@@ -116,8 +109,6 @@ Result<NodeSpeed> time_pair(const std::string& name, const ir::Model& int8, cons
   return s;
 }
 
-std::string name_of(const ir::Node& n) { return n.name.empty() ? n.outputs[0] : n.name; }
-
 // Whether every input of `n` after the first is a constant (or omitted): the node cuts out alone.
 bool constants_beyond_first(const ir::Graph& g, const ir::Node& n) {
   for (size_t i = 1; i < n.inputs.size(); ++i)
@@ -126,6 +117,13 @@ bool constants_beyond_first(const ir::Graph& g, const ir::Node& n) {
 }
 
 }  // namespace
+
+Result<std::unique_ptr<Session>> optimized_session(const ir::Model& model) {
+  auto optimized = std::make_shared<ir::Model>(model);
+  ir::deep_copy_subgraphs(optimized->graph);
+  KILN_RETURN_IF_ERROR(optimize(*optimized, OptimizeOptions{}).status());
+  return Session::create(optimized, SessionOptions{});
+}
 
 Result<std::vector<NodeSpeed>> time_plan_nodes(const ir::Model& model, const Plan& plan,
                                                const std::map<std::string, QuantParams>& params,
@@ -162,7 +160,7 @@ Result<std::vector<NodeSpeed>> time_plan_nodes(const ir::Model& model, const Pla
     if (!write_qdq(qdq, one, params, options, &scratch, &dequantized).is_ok() ||
         !ir::sort_topologically(qdq.graph).is_ok())
       continue;
-    if (auto s = time_pair(name_of(n), qdq, fp32, seen[i].tensor)) speeds.push_back(std::move(*s));
+    if (auto s = time_pair(node_label(n), qdq, fp32, seen[i].tensor)) speeds.push_back(std::move(*s));
   }
   return speeds;
 }
@@ -181,7 +179,7 @@ Result<std::vector<NodeSpeed>> time_dynamic_nodes(const ir::Model& model, const 
   for (const ir::Node& n : g.nodes) {
     const Tensor* w = n.inputs.size() >= 2 ? passes::constant_value(g, n.inputs[1]) : nullptr;
     if (n.domain.empty() && (n.op_type == "MatMul" || n.op_type == "Gemm") && w && w->rank() == 2 &&
-        !passes::constant_value(g, n.inputs[0]) && constants_beyond_first(g, n) && !skip.count(name_of(n)))
+        !passes::constant_value(g, n.inputs[0]) && constants_beyond_first(g, n) && !skip.count(node_label(n)))
       candidates.push_back(&n), inputs.push_back(n.inputs[0]);
   }
   KILN_ASSIGN_OR_RETURN(const std::vector<Value> seen, values_read(model, inputs, sample));
@@ -206,7 +204,7 @@ Result<std::vector<NodeSpeed>> time_dynamic_nodes(const ir::Model& model, const 
     passes::PassContext ctx(fp32, none);
     QuantizeReport scratch;
     if (!write_dynamic(int8, ctx.types(), options, &scratch).is_ok() || scratch.quantized_nodes == 0) continue;
-    if (auto s = time_pair(name_of(n), int8, fp32, seen[i].tensor)) speeds.push_back(std::move(*s));
+    if (auto s = time_pair(node_label(n), int8, fp32, seen[i].tensor)) speeds.push_back(std::move(*s));
   }
   return speeds;
 }
