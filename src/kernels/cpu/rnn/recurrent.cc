@@ -2,7 +2,9 @@
 // peepholes, input_forget, layout, sequence_lens, initial states): the input projection of the
 // whole sequence is one packed GEMM per direction, the recurrence one small packed GEMM per step
 // (a GEMV at batch 1) followed by the gates fused into one vector pass over the row, and the two
-// directions of a bidirectional layer run on two threads at once. Everything else (other float
+// directions of a bidirectional layer run on two threads at once. Weights dequantized from 8 bits
+// (ONNX Runtime's DynamicQuantizeLSTM) run from their codes against 16-bit activations
+// (coded_rows.h). Everything else (other float
 // types, other activations) runs the double reference (kernels/ref/rnn.h), the oracle the tests
 // compare this against.
 #include <immintrin.h>
@@ -17,6 +19,7 @@
 #include "core/thread_pool.h"
 #include "kernels/fast_path.h"
 #include "kernels/cpu/gemm/gemm.h"
+#include "kernels/cpu/rnn/coded_rows.h"
 #include "kernels/cpu/vec_math_avx2.h"
 #include "kernels/kernel_util.h"
 #include "kernels/ref/gemm_f32.h"
@@ -28,127 +31,12 @@ namespace {
 // Above this many bytes of R a direction's steps are split over the threads (see run_fast).
 constexpr int64_t kStepWeightsPerCore = 1 << 20;
 
-// W, and R of RNN and LSTM, as 8-bit codes with one scale a row, when every element is code *
-// scale to float rounding: weights dequantized from 8 bits (ONNX Runtime's DynamicQuantizeLSTM,
-// which contrib-lstm lowers). A step's h R^T then reads a quarter of the bytes of float R: a
-// bidirectional LSTM of hidden 512 rereads 1 MiB instead of 4 MiB a direction and step, from L3
-// (measured on Zen 2: 4.7 -> 1.x ms for a crnn's LSTM); the projection streams 1 MiB of W a
-// direction instead of 4 from memory.
-struct CodedRows {
-  static constexpr int64_t kTile = 64;  // outputs a tile: one row's 8 ymm accumulators
-  std::vector<int8_t> codes;            // [ceil(n / kTile), k, kTile], the last tile zero-padded
-  std::vector<float> scale;             // [tiles * kTile], zero past n
-  int64_t n = 0, k = 0;
-  bool empty() const { return codes.empty(); }
-};
-
-// The codes of R [n, k] (row j: output j of h R^T), or empty when R is not 8-bit. A row's scale
-// is its largest |value| over q for the q <= 127 that makes every value a whole multiple (an
-// 8-bit row of per-tensor scale s and largest code Q takes q = Q, or a multiple of it).
-CodedRows code_rows(const float* r, int64_t n, int64_t k) {
-  CodedRows out;
-  const int64_t tiles = (n + CodedRows::kTile - 1) / CodedRows::kTile;
-  std::vector<int8_t> row_codes(static_cast<size_t>(k));
-  std::vector<float> scale(static_cast<size_t>(tiles * CodedRows::kTile), 0.0f);
-  for (int64_t j = 0; j < n; ++j) {
-    const float* row = r + j * k;
-    float top = 0.0f;
-    for (int64_t i = 0; i < k; ++i) top = std::max(top, std::fabs(row[i]));
-    if (!std::isfinite(top)) return {};
-    bool coded = top == 0.0f;  // a zero row: codes and scale 0
-    for (int q = 127; q >= 1 && !coded; --q) {
-      const float step = top / static_cast<float>(q);
-      coded = true;
-      for (int64_t i = 0; i < k && coded; ++i) {
-        const float c = std::nearbyint(row[i] / step);
-        coded = std::fabs(c * step - row[i]) <= 4e-7f * std::fabs(row[i]);
-        row_codes[i] = static_cast<int8_t>(c);
-      }
-      if (coded) scale[j] = step;
-    }
-    if (!coded) return {};  // float weights: the first row fails, at the first values
-    if (out.codes.empty()) out.codes.assign(static_cast<size_t>(tiles * k * CodedRows::kTile), 0);
-    const int64_t tile = j / CodedRows::kTile, lane = j % CodedRows::kTile;
-    for (int64_t i = 0; i < k; ++i)
-      out.codes[(tile * k + i) * CodedRows::kTile + lane] = top == 0.0f ? 0 : row_codes[i];
-  }
-  out.scale = std::move(scale);
-  out.n = n;
-  out.k = k;
-  return out;
-}
-
-// out[row, col0 + j] = a[row, :k] . codes of output col0 + j, times its scale, plus bias[col0 + j]
-// when given, for j < 8V, of R rows (a rows lda apart, out rows ldo apart): each code row's 8V
-// codes are widened to float once and serve R broadcasts of a. One row takes the 64 columns of a
-// whole tile (8 accumulators, each code feeding one FMA); six rows 16 columns (12 accumulators,
-// each code feeding six). Every loop over acc is unrolled, or GCC keeps acc in memory and stores
-// it at every step (2.5x slower); codes are widened at most 4 vectors at a time, or GCC hoists all
-// 8 ahead of the FMAs and one accumulator goes to the stack (1.8x slower at one row).
-template <int R, int V>
-void coded_tile(const CodedRows& r, const float* a, int64_t lda, int64_t col0, const float* bias, float* out,
-                int64_t ldo) {
-  constexpr int64_t kTile = CodedRows::kTile;
-  constexpr int kWiden = V < 4 ? V : 4;
-  const int8_t* c = r.codes.data() + (col0 / kTile) * kTile * r.k + col0 % kTile;
-  __m256 acc[R][V];
-#pragma GCC unroll 8
-  for (int i = 0; i < R; ++i)
-#pragma GCC unroll 8
-    for (int v = 0; v < V; ++v) acc[i][v] = _mm256_setzero_ps();
-  for (int64_t p = 0; p < r.k; ++p, c += kTile)
-#pragma GCC unroll 8
-    for (int v0 = 0; v0 < V; v0 += kWiden) {
-      __m256 w[kWiden];
-#pragma GCC unroll 8
-      for (int v = 0; v < kWiden; ++v)
-        w[v] = _mm256_cvtepi32_ps(
-            _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + 8 * (v0 + v)))));
-#pragma GCC unroll 8
-      for (int i = 0; i < R; ++i) {
-        const __m256 x = _mm256_broadcast_ss(a + i * lda + p);
-#pragma GCC unroll 8
-        for (int v = 0; v < kWiden; ++v) acc[i][v0 + v] = _mm256_fmadd_ps(x, w[v], acc[i][v0 + v]);
-      }
-    }
-#pragma GCC unroll 8
-  for (int v = 0; v < V; ++v) {
-    const int64_t left = std::min<int64_t>(8, r.n - col0 - 8 * v);
-    if (left <= 0) continue;
-    const __m256i m = vec::tail_mask_avx2(static_cast<int>(left));
-    const __m256 scale = _mm256_loadu_ps(r.scale.data() + col0 + 8 * v);  // zero-padded to whole tiles
-    const __m256 b = bias ? _mm256_maskload_ps(bias + col0 + 8 * v, m) : _mm256_setzero_ps();
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) _mm256_maskstore_ps(out + i * ldo + col0 + 8 * v, m, _mm256_fmadd_ps(acc[i][v], scale, b));
-  }
-}
-
-// out[:rows, :n] = a[:rows, :k] R^T (+ bias), from R's codes: the recurrence's h R^T (one row a
-// step at batch 1) and the input projection x W^T of a whole sequence (rows: its steps). Over
-// `pool`'s threads by tiles of 64 outputs when given.
-void coded_product(const CodedRows& r, const float* a, int64_t rows, int64_t lda, const float* bias, float* out,
-                   int64_t ldo, ThreadPool* pool = nullptr) {
-  constexpr int64_t kTile = CodedRows::kTile;
-  auto tiles = [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      int64_t i = 0;
-      for (; i + 6 <= rows; i += 6)
-        for (int64_t col = t * kTile; col < std::min(r.n, (t + 1) * kTile); col += 16)
-          coded_tile<6, 2>(r, a + i * lda, lda, col, bias, out + i * ldo, ldo);
-      for (; i < rows; ++i) coded_tile<1, 8>(r, a + i * lda, lda, t * kTile, bias, out + i * ldo, ldo);
-    }
-  };
-  const int64_t count = (r.n + kTile - 1) / kTile;
-  if (pool && count > 1 && rows * r.n * r.k >= (int64_t{1} << 18)) pool->parallel_for(count, 1, tiles);
-  else tiles(0, count);
-}
-
 // The weights of one direction packed for the GEMMs: W (the input projection, K = input_size)
 // and R (the recurrence, K = hidden), or R's codes instead when it has them; GRU's R in two
 // parts, its z and r gates and its h gate, since the h gate's product waits for the reset gate.
 struct DirectionWeights {
   gemm::PackedMatrix w, r, r_h;
-  CodedRows w_codes, r_codes;
+  rnn::CodedRows w_codes, r_codes;
 };
 
 // The cells' default activations, the ones the fused gates compute, by activations a direction.
@@ -168,10 +56,10 @@ Result<std::vector<DirectionWeights>> pack_weights(const Tensor& W, const Tensor
     const float* w = W.data<float>() + d * gh * in;
     const float* r = R.data<float>() + d * gh * h;
     DirectionWeights& p = out[d];
-    p.w_codes = code_rows(w, gh, in);
+    p.w_codes = rnn::code_rows(w, gh, in);
     if (p.w_codes.empty()) p.w = gemm::PackedMatrix::pack_b(w, in, true, in, gh);
     const bool gru = s.cell == RecurrentCell::kGru;
-    if (!gru) p.r_codes = code_rows(r, gh, h);
+    if (!gru) p.r_codes = rnn::code_rows(r, gh, h);
     if (p.r_codes.empty()) p.r = gemm::PackedMatrix::pack_b(r, h, true, h, gru ? 2 * h : gh);
     if (gru) p.r_h = gemm::PackedMatrix::pack_b(r + 2 * h * h, h, true, h, h);
     if ((p.w.empty() && p.w_codes.empty()) || (p.r.empty() && p.r_codes.empty()) || (gru && p.r_h.empty()))
@@ -277,7 +165,7 @@ void run_direction(const Direction& r, ThreadPool* pool) {
   const bool gru = s.cell == RecurrentCell::kGru;
   for (int64_t step = 0; step < steps; ++step) {
     if (!r.weights->r_codes.empty())
-      coded_product(r.weights->r_codes, r.h, s.batch, n, nullptr, r.gh, gates_n);
+      rnn::coded_product(r.weights->r_codes, r.h, s.batch, n, nullptr, r.gh, gates_n);
     else
       gemm_f32_prepacked(false, s.batch, 1.0f, r.h, n, r.weights->r, 0.0f, r.gh, r.weights->r.n(), nullptr, nullptr,
                          pool);
@@ -399,7 +287,7 @@ class RecurrentKernel : public Kernel {
       // The input projection of every step at once.
       const float* x = ctx.input(0).data<float>();
       if (!weights[d].w_codes.empty())
-        coded_product(weights[d].w_codes, x, rows, s.input_size, w_bias, gx, gates_n, ctx.pool);
+        rnn::coded_product(weights[d].w_codes, x, rows, s.input_size, w_bias, gx, gates_n, ctx.pool);
       else
         gemm_f32_prepacked(false, rows, 1.0f, x, s.input_size, weights[d].w, 0.0f, gx, gates_n, w_bias, nullptr,
                            ctx.pool);
