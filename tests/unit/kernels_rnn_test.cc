@@ -191,7 +191,8 @@ TEST(RecurrentKernels, EightBitWeightsRunFromTheirCodes) {
   // W and R dequantized from 8 bits. Hidden 40 (LSTM: 160 outputs, a part tile of 32; RNN: 40, a
   // part group of 8), 6 steps of batch 3 with lengths and initial states (the projection's 18 rows
   // in groups of 6); hidden 288 (R of 1.3 MB in float, 332 KB in codes), 7 steps (6 rows and 1);
-  // run-time weights too. GRU codes W only.
+  // run-time weights too. GRU's R runs from codes in two parts, its z and r gates and its h gate
+  // (at hidden 40 with linear_before_reset: the h gate's product takes Rb_h as its bias).
   for (const RecurrentCell cell : {RecurrentCell::kLstm, RecurrentCell::kRnn, RecurrentCell::kGru})
     for (const int64_t hidden : {40, 288}) {
       Case c;
@@ -202,6 +203,7 @@ TEST(RecurrentKernels, EightBitWeightsRunFromTheirCodes) {
       c.hidden = hidden;
       c.input = hidden == 40 ? 24 : 100;
       c.bias = c.lens = c.initial = hidden == 40;
+      c.linear_before_reset = cell == RecurrentCell::kGru && hidden == 40;
       c.coded = true;
       for (int threads : {1, 2}) check(c, threads, 2e-4);
       c.weights_as_inputs = true;

@@ -32,11 +32,11 @@ namespace {
 constexpr int64_t kStepWeightsPerCore = 1 << 20;
 
 // The weights of one direction packed for the GEMMs: W (the input projection, K = input_size)
-// and R (the recurrence, K = hidden), or R's codes instead when it has them; GRU's R in two
+// and R (the recurrence, K = hidden), or their codes instead when they have them; GRU's R in two
 // parts, its z and r gates and its h gate, since the h gate's product waits for the reset gate.
 struct DirectionWeights {
   gemm::PackedMatrix w, r, r_h;
-  rnn::CodedRows w_codes, r_codes;
+  rnn::CodedRows w_codes, r_codes, r_h_codes;
 };
 
 // The cells' default activations, the ones the fused gates compute, by activations a direction.
@@ -59,10 +59,18 @@ Result<std::vector<DirectionWeights>> pack_weights(const Tensor& W, const Tensor
     p.w_codes = rnn::code_rows(w, gh, in);
     if (p.w_codes.empty()) p.w = gemm::PackedMatrix::pack_b(w, in, true, in, gh);
     const bool gru = s.cell == RecurrentCell::kGru;
-    if (!gru) p.r_codes = rnn::code_rows(r, gh, h);
-    if (p.r_codes.empty()) p.r = gemm::PackedMatrix::pack_b(r, h, true, h, gru ? 2 * h : gh);
-    if (gru) p.r_h = gemm::PackedMatrix::pack_b(r + 2 * h * h, h, true, h, h);
-    if ((p.w.empty() && p.w_codes.empty()) || (p.r.empty() && p.r_codes.empty()) || (gru && p.r_h.empty()))
+    const int64_t rows = gru ? 2 * h : gh;  // GRU: its z and r gates, then its h gate apart
+    p.r_codes = rnn::code_rows(r, rows, h);
+    if (gru && !p.r_codes.empty()) {
+      p.r_h_codes = rnn::code_rows(r + 2 * h * h, h, h);
+      if (p.r_h_codes.empty()) p.r_codes = {};  // both parts from codes, or neither
+    }
+    if (p.r_codes.empty()) {
+      p.r = gemm::PackedMatrix::pack_b(r, h, true, h, rows);
+      if (gru) p.r_h = gemm::PackedMatrix::pack_b(r + 2 * h * h, h, true, h, h);
+    }
+    if ((p.w.empty() && p.w_codes.empty()) || (p.r.empty() && p.r_codes.empty()) ||
+        (gru && p.r_h.empty() && p.r_h_codes.empty()))
       return Status::error("out of memory packing the recurrent weights");
   }
   return out;
@@ -165,7 +173,7 @@ void run_direction(const Direction& r, ThreadPool* pool) {
   const bool gru = s.cell == RecurrentCell::kGru;
   for (int64_t step = 0; step < steps; ++step) {
     if (!r.weights->r_codes.empty())
-      rnn::coded_product(r.weights->r_codes, r.h, s.batch, n, nullptr, r.gh, gates_n);
+      rnn::coded_product(r.weights->r_codes, r.h, s.batch, n, nullptr, r.gh, r.weights->r_codes.n);
     else
       gemm_f32_prepacked(false, s.batch, 1.0f, r.h, n, r.weights->r, 0.0f, r.gh, r.weights->r.n(), nullptr, nullptr,
                          pool);
@@ -177,8 +185,11 @@ void run_direction(const Direction& r, ThreadPool* pool) {
           gru_gates(s, clip, r.gx + s.x_row(time_of(b), b) * gates_n, r.gh + b * gru_n, r.h + b * n, r.rh + b * n);
       // The h gate's product, into gh's r slots (read already): h R_h^T or (r * h) R_h^T.
       float* lin = r.gh + n;  // row b's h-gate product at gh + b * 2n + n, strided
-      gemm_f32_prepacked(false, s.batch, 1.0f, s.linear_before_reset ? r.h : r.rh, n, r.weights->r_h, 0.0f, lin,
-                         gru_n, r.r_bias_h, nullptr, nullptr);
+      const float* a = s.linear_before_reset ? r.h : r.rh;
+      if (!r.weights->r_h_codes.empty())
+        rnn::coded_product(r.weights->r_h_codes, a, s.batch, n, r.r_bias_h, lin, gru_n);
+      else
+        gemm_f32_prepacked(false, s.batch, 1.0f, a, n, r.weights->r_h, 0.0f, lin, gru_n, r.r_bias_h, nullptr, nullptr);
       for (int64_t b = 0; b < s.batch; ++b)
         if (step < s.lens[b])
           gru_update(s, clip, r.gx + s.x_row(time_of(b), b) * gates_n, r.gh + b * gru_n, lin + b * gru_n,
