@@ -142,6 +142,9 @@ struct QuantizeReport {
   // Static quantization, kiln's form: the MatMul/Gemm nodes whose output goes on in float (a
   // classifier's logits), quantized dynamically instead (int8 weights, rows at run time).
   std::vector<std::string> dynamic_nodes;
+  // kiln's form: the LSTM/GRU/RNN nodes whose W and R went to int8 with a scale per row (their
+  // products then round h and x to 16 bits at run time).
+  std::vector<std::string> recurrent_nodes;
   // The per-layer report: each quantized activation as its DequantizeLinear gives it, against the
   // float model's value, and each output; measured on held-out samples when `held_out` was given.
   std::vector<TensorError> layers, outputs;

@@ -1,9 +1,10 @@
 // ONNX Runtime's com.microsoft.DynamicQuantizeLSTM (what its dynamic quantizer writes for an
 // LSTM) becomes a standard LSTM on its weights dequantized once here: W [D, input, 4H] and R
 // [D, H, 4H] of int8/uint8 with per-direction or per-column scales and zero points become float
-// W [D, 4H, input] and R [D, 4H, H]. ONNX Runtime also quantizes the activations at every step;
-// this computes the same layer on the exact dequantized weights, which the float kernel runs
-// (kernels/cpu/rnn). Needs constant weights, scales and zero points; -O1, portable.
+// W [D, 4H, input] and R [D, 4H, H]. ONNX Runtime also quantizes the activations at every step,
+// to 8 bits; the recurrent kernel finds the dequantized weights' codes and rounds the activations
+// to 16 bits (kernels/cpu/rnn/coded_rows.h). Needs constant weights, scales and zero points; -O1,
+// portable.
 #include "passes/graph_edit.h"
 #include "passes/pass.h"
 

@@ -211,9 +211,12 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
   // A Cast from bfloat16, 13; from float16, any.
   const bool float16 = options.precision != QuantizePrecision::kInt8;
   const bool weight_only = options.weight_only_bits != 0;
+  // Recurrent weights (kiln's form) take a scale per row: 13.
+  const bool recurrent = !float16 && !weight_only && !options.portable && has_recurrent_weights(model);
   const int64_t needed = float16 ? (options.precision == QuantizePrecision::kBFloat16 ? 13 : 1)
                          : weight_only ? (options.weight_only_bits == 8 ? 13 : 1)
-                         : options.dynamic ? 11 : options.per_channel ? 13 : 10;
+                         : options.dynamic ? (recurrent ? 13 : 11)
+                         : options.per_channel || recurrent ? 13 : 10;
   if (model.opset("") < needed) {
     KILN_ASSIGN_OR_RETURN(model, onnx_io::convert_opset(model, needed));
   }
@@ -250,8 +253,9 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
                              ": the model has no float32 weights to store in 16 bits");
     } else {
       KILN_RETURN_IF_ERROR(write_dynamic(quantized, types, options, &report));
-      if (report.quantized_nodes == 0)
-        return Status::error("quantize --dynamic: the model has no MatMul or Gemm with constant 2-D weights");
+      if (!options.portable) KILN_RETURN_IF_ERROR(write_recurrent_weights(quantized, options, &report));
+      if (report.quantized_nodes == 0 && report.recurrent_nodes.empty())
+        return Status::error("quantize --dynamic: the model has no MatMul, Gemm, LSTM, GRU or RNN with constant weights");
       // The speed check, as for static quantization (no samples given: the benchmark's inputs).
       if (options.check_speed && !options.portable) {
         std::vector<Tensor> sample;
@@ -375,7 +379,10 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
     const Plan& plan = a.plan;
     std::map<std::string, std::string> dequantized;
     KILN_RETURN_IF_ERROR(write_qdq(a.qdq, plan, params, o, &a.r, &dequantized));
-    if (!o.portable) KILN_RETURN_IF_ERROR(quantize_float_outputs_dynamically(a.qdq, types, o, &a.r));
+    if (!o.portable) {
+      KILN_RETURN_IF_ERROR(quantize_float_outputs_dynamically(a.qdq, types, o, &a.r));
+      KILN_RETURN_IF_ERROR(write_recurrent_weights(a.qdq, o, &a.r));
+    }
     KILN_RETURN_IF_ERROR(ir::sort_topologically(a.qdq.graph).with_context("the quantized graph"));
     OutputsBySample kept;
     KILN_RETURN_IF_ERROR(measure(model, a.qdq, plan.points, dequantized, eval, &a.r.layers, &a.r.outputs,

@@ -51,6 +51,11 @@ Status write_dynamic(ir::Model& model, const passes::ValueTypes& types, const Qu
 Status quantize_float_outputs_dynamically(ir::Model& model, const passes::ValueTypes& types,
                                           const QuantizeOptions& options, QuantizeReport* report);
 
+// kiln's form, static and dynamic: the constant W and R of every LSTM, GRU and RNN in int8, a
+// scale per row, behind DequantizeLinear + Reshape (recurrent_weights.cc); whether a model has one.
+Status write_recurrent_weights(ir::Model& model, const QuantizeOptions& options, QuantizeReport* report);
+bool has_recurrent_weights(const ir::Model& model);
+
 // Float32 weights of `model` stored as `to` (float16 or bfloat16) behind a Cast to float32
 // (float16_weights.cc).
 Status write_16bit_weights(ir::Model& model, DType to, const QuantizeOptions& options, QuantizeReport* report);

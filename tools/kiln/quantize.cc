@@ -341,6 +341,8 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
                    "candidate back in float; kept in float says why): the model written computes in float\n";
     for (const std::string& k : report->dynamic_nodes)
       std::printf("quantized dynamically: %s (its output goes on in float; rows quantized at run time)\n", k.c_str());
+    for (const std::string& k : report->recurrent_nodes)
+      std::printf("weights in 8 bits: %s (W and R, a scale per row; h and x rounded to 16 bits at run time)\n", k.c_str());
     const char* where = report->measured_on_held_out ? "held-out samples" : "the calibration samples";
     if (weights16 && report->outputs.empty())
       std::printf("accuracy not measured (give --eval or --calib samples to compare the outputs)\n");
