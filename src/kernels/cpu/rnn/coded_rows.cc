@@ -62,8 +62,9 @@ float quantize_row(const float* a, int64_t k, int64_t pairs, int16_t* q) {
 
 // R rows (from row0) x 8V outputs (from col0, inside tile t) of the AVX2 tile: per pair of k,
 // V loads of 16 codes (8 outputs x 2) widened to 16 bits, each against every row's broadcast
-// pair through vpmaddwd. Codes are widened 4 vectors at a time at most (GCC hoisted all 8 ahead
-// of the products and spilled an accumulator).
+// pair through vpmaddwd. Every loop over acc is unrolled, and codes are widened 4 vectors at a
+// time at most: else GCC keeps acc on the stack, or hoists all 8 widenings ahead of the products
+// and spills an accumulator.
 template <int R, int V>
 void tile_avx2(const CodedArgs& args, int64_t t, int64_t row0, int64_t col0) {
   constexpr int kWiden = V < 4 ? V : 4;

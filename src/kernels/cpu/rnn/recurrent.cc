@@ -3,10 +3,9 @@
 // whole sequence is one packed GEMM per direction, the recurrence one small packed GEMM per step
 // (a GEMV at batch 1) followed by the gates fused into one vector pass over the row, and the two
 // directions of a bidirectional layer run on two threads at once. Weights dequantized from 8 bits
-// (ONNX Runtime's DynamicQuantizeLSTM) run from their codes against 16-bit activations
-// (coded_rows.h). Everything else (other float
-// types, other activations) runs the double reference (kernels/ref/rnn.h), the oracle the tests
-// compare this against.
+// (ONNX Runtime's DynamicQuantizeLSTM, kiln quantize) run from their codes against 16-bit
+// activations (coded_rows.h). Everything else (other float types, other activations) runs the
+// double reference (kernels/ref/rnn.h), the oracle the tests compare this against.
 #include <immintrin.h>
 
 #include <algorithm>
