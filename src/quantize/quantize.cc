@@ -229,7 +229,15 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
   const passes::ValueTypes& types = ctx.types();
   size_t inputs = 0;
   for (const ir::ValueInfo& in : model.graph.inputs) inputs += !model.graph.initializers.count(in.name);
-  if (options.dynamic || float16 || weight_only) {
+  // Static quantization of a model whose only weights to quantize are an LSTM's, GRU's or RNN's
+  // (and MatMul/Gemm nodes whose outputs go on in float: a wake-word model's LSTM head): those, as
+  // --dynamic writes them, rather than the error that nothing would run in 8 bits.
+  bool recurrent_only = false;
+  if (recurrent && !options.dynamic) {
+    QuantizeReport scratch;
+    recurrent_only = choose(model, types, options, {}, &scratch).points.empty();
+  }
+  if (options.dynamic || float16 || weight_only || recurrent_only) {
     // The outputs against the float model's, on the held-out samples, else the calibration ones
     // where given; nothing to fall back on per tensor, so a missed budget is an error.
     std::vector<std::vector<Tensor>> eval;

@@ -158,5 +158,20 @@ TEST(Quantize, StaticQuantizationTakesRecurrentWeightsToo) {
   for (size_t i = 0; i < 3; ++i) EXPECT_GT(cosine(want[i].tensor, got[i].tensor), 0.99f) << i;
 }
 
+// Static quantization of a model with nothing to put in 8 bits but the cells' weights (a
+// wake-word model's LSTM head): those, rather than the error that nothing would run in 8 bits.
+TEST(Quantize, StaticQuantizationOfRecurrentWeightsAlone) {
+  test::Builder b = recurrent_model(13);
+  std::vector<Tensor> xs;
+  for (int i = 0; i < 4; ++i) xs.push_back(b.random({7, 1, 12}));
+  Model model(std::make_shared<ir::Model>(b.m));
+  auto report = model.quantize(test::samples_of(xs), test::untimed());
+  ASSERT_TRUE(report.is_ok()) << report.status().message();
+  EXPECT_EQ(report->quantized_nodes, 0);
+  EXPECT_EQ(report->recurrent_nodes, (std::vector<std::string>{"LSTM", "GRU", "RNN"}));
+  ASSERT_EQ(report->outputs.size(), 3u);  // measured on the samples against the budget
+  for (const TensorError& e : report->outputs) EXPECT_GT(e.cosine, 0.999) << e.tensor;
+}
+
 }  // namespace
 }  // namespace kiln
