@@ -212,17 +212,6 @@ TEST(ModelStream, FileErrorsNameTheFile) {
       << missing.status().message();
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAddressSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kAddressSanitizer = true;
-#else
-constexpr bool kAddressSanitizer = false;
-#endif
-#else
-constexpr bool kAddressSanitizer = false;
-#endif
 
 // A ModelProto whose graph holds an initializer whose raw_data claims `claimed` bytes, of which the
 // file has 64.
@@ -260,7 +249,7 @@ TEST(ModelStream, CorruptLengthDoesNotAllocateWhatItClaims) {
       struct rusage before;
       getrusage(RUSAGE_SELF, &before);
       const int64_t budget = int64_t{256} << 20;
-      if (!kAddressSanitizer) {
+      if (!test::kAddressSanitizer) {
         // RLIMIT_DATA counts every private writable mapping, so the base is what the process
         // has mapped (other threads' stacks and malloc arenas too), not what it has touched.
         const rlim_t limit = static_cast<rlim_t>(data_segment_bytes() + budget);

@@ -21,6 +21,20 @@
 
 namespace kiln::test {
 
+// Whether this build runs under AddressSanitizer (tests/fuzz/run_fuzz.sh's build): its
+// instrumentation changes what allocations and timings a test may count on.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kAddressSanitizer = true;
+#else
+inline constexpr bool kAddressSanitizer = false;
+#endif
+#else
+inline constexpr bool kAddressSanitizer = false;
+#endif
+
 // Short names for ir::Attribute's factories, as the tests spell them.
 inline ir::Attribute attr_f(const std::string& name, float v) { return ir::Attribute::of_float(name, v); }
 inline ir::Attribute attr_i(const std::string& name, int64_t v) { return ir::Attribute::of_int(name, v); }

@@ -114,8 +114,10 @@ TEST(QuantizeSpeed, StaticQuantizationTimesItsDynamicNodesToo) {
 
 // End to end: 3-D convs, whose 8-bit form kiln runs on a plain reference loop (~40 GFLOP/s on the
 // machines of this project, against ~65 for the float kernel): the speed check keeps them in
-// float and says why; without it they are quantized.
+// float and says why; without it they are quantized. Not under ASan, whose instrumentation
+// slows the float kernel more (on a Zen 5: 8-bit 37.7 ms, float with its conversions 36.4).
 TEST(QuantizeSpeed, ConvsSlowerInEightBitsStayFloat) {
+  if (test::kAddressSanitizer) GTEST_SKIP() << "timings under AddressSanitizer are not the product's";
   test::Builder b(13);
   b.input("x", {1, 16, 8, 32, 32});
   const std::vector<int64_t> pads(6, 1);
