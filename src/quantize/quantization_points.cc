@@ -126,7 +126,11 @@ Plan choose(const ir::Model& model, const passes::ValueTypes& types, const Quant
     }
     // The carriers join where they touch 8-bit data: an input or output (through a clamp) that a
     // chosen node reads or writes, or that another carrier already quantized. A chain of them
-    // between float ops (a squeeze-excite's pooling) would only add Q/DQ passes.
+    // between float ops (a squeeze-excite's pooling) would only add Q/DQ passes. One reading or
+    // writing a tensor the guard put back in float stays float: else that tensor's values went
+    // through the carrier's 8-bit output all the same (yolox's head concatenates its objectness
+    // with box offsets a hundred times larger, and the guard's first fallback changed nothing).
+    auto kept_float = [&](const std::string& v) { return float_tensors.count(v) > 0; };
     std::set<std::string> produced;  // the chosen nodes' outputs, through their clamps
     for (const QuantizedNode& q : plan.nodes) produced.insert(through_clamp(g.nodes[q.node].outputs[0]));
     std::set<const ir::Node*> joined;
@@ -134,7 +138,8 @@ Plan choose(const ir::Model& model, const passes::ValueTypes& types, const Quant
       grew = false;
       for (const ir::Node* c : carriers) {
         const std::string out = through_clamp(c->outputs[0]);
-        if (joined.count(c)) continue;
+        if (joined.count(c) || kept_float(out) || std::any_of(c->inputs.begin(), c->inputs.end(), kept_float))
+          continue;
         bool touches = chosen.count(out) || produced.count(out);
         for (const std::string& in : c->inputs) touches = touches || chosen.count(in) || produced.count(in);
         if (!touches) continue;

@@ -504,5 +504,31 @@ TEST(Quantize, ReduceRangeWritesSevenBitWeights) {
   EXPECT_GT(cosine(test::run_model(fp32, {x})[0].tensor, test::run_model(model.ir(), {x})[0].tensor), 0.99f);
 }
 
+// A tensor the accuracy guard puts back in float keeps its float values: a carrier reading it (a
+// Concat of a conv's ReLU and a Sigmoid, the model's output) stays float, where it requantized
+// them at its 8-bit output all the same (as yolox's head did its objectness).
+TEST(Quantize, CarrierOfAFloatTensorStaysFloat) {
+  test::Builder b(13);
+  b.input("x", {1, 8, 12, 12});
+  b.conv("x", "c1", 8, 8);
+  b.add("Relu", {"c1"}, {"r1"});
+  b.conv("x", "c2", 8, 8);
+  b.add("Sigmoid", {"c2"}, {"sg"});
+  b.add("Concat", {"r1", "sg"}, {"y"}, {test::attr_i("axis", 1)});
+  b.output("y");
+  OptimizeOptions none;
+  passes::PassContext ctx(b.m, none);
+  QuantizeReport scratch;
+  auto points = [&](const std::set<std::string>& float_tensors) {
+    const quantize::Plan plan = quantize::choose(b.m, ctx.types(), QuantizeOptions{}, float_tensors, &scratch);
+    return std::set<std::string>(plan.points.begin(), plan.points.end());
+  };
+  const std::set<std::string> all = points({});
+  EXPECT_TRUE(all.count("y") && all.count("sg") && all.count("r1"));
+  const std::set<std::string> without = points({"sg"});
+  EXPECT_FALSE(without.count("sg"));
+  EXPECT_FALSE(without.count("y")) << "the Concat would quantize sg's values at its output";
+}
+
 }  // namespace
 }  // namespace kiln
