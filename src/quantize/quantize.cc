@@ -229,15 +229,15 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
   const passes::ValueTypes& types = ctx.types();
   size_t inputs = 0;
   for (const ir::ValueInfo& in : model.graph.inputs) inputs += !model.graph.initializers.count(in.name);
+  // Static quantization's plan, its kept_float lines in `chosen`.
+  const bool static_int8 = !options.dynamic && !float16 && !weight_only;
+  QuantizeReport chosen = report;
+  const Plan full = static_int8 ? choose(model, types, options, {}, &chosen) : Plan{};
   // Static quantization of a model whose only weights to quantize are an LSTM's, GRU's or RNN's
   // (and MatMul/Gemm nodes whose outputs go on in float: a wake-word model's LSTM head): those, as
   // --dynamic writes them, rather than the error that nothing would run in 8 bits.
-  bool recurrent_only = false;
-  if (recurrent && !options.dynamic) {
-    QuantizeReport scratch;
-    recurrent_only = choose(model, types, options, {}, &scratch).points.empty();
-  }
-  if (options.dynamic || float16 || weight_only || recurrent_only) {
+  const bool recurrent_only = static_int8 && recurrent && full.points.empty();
+  if (!static_int8 || recurrent_only) {
     // The outputs against the float model's, on the held-out samples, else the calibration ones
     // where given; nothing to fall back on per tensor, so a missed budget is an error.
     std::vector<std::vector<Tensor>> eval;
@@ -302,8 +302,6 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
     model = std::move(quantized);
     return report;
   }
-  QuantizeReport chosen = report;
-  const Plan full = choose(model, types, options, {}, &chosen);
   if (full.points.empty()) {
     if (chosen.kept_float.empty())
       return Status::error("quantize: the model has no Conv, MatMul or Gemm with constant weights to quantize");
