@@ -145,8 +145,7 @@ TEST(Quantize, StaticQuantizationTakesRecurrentWeightsToo) {
   img.ints("seq_shape", {144, 1, 12});
   img.add("Reshape", {"pixels", "seq_shape"}, {"seq"});
   test::Builder b = recurrent_model(13, &img, "seq");
-  std::vector<Tensor> xs;
-  for (int i = 0; i < 8; ++i) xs.push_back(b.random({1, 8, 12, 12}));
+  std::vector<Tensor> xs = test::random_samples(b, 8, {1, 8, 12, 12});
   Model model(std::make_shared<ir::Model>(b.m));
   auto report = model.quantize(test::samples_of(xs), test::untimed());
   ASSERT_TRUE(report.is_ok()) << report.status().message();
@@ -162,8 +161,7 @@ TEST(Quantize, StaticQuantizationTakesRecurrentWeightsToo) {
 // wake-word model's LSTM head): those, rather than the error that nothing would run in 8 bits.
 TEST(Quantize, StaticQuantizationOfRecurrentWeightsAlone) {
   test::Builder b = recurrent_model(13);
-  std::vector<Tensor> xs;
-  for (int i = 0; i < 4; ++i) xs.push_back(b.random({7, 1, 12}));
+  std::vector<Tensor> xs = test::random_samples(b, 4, {7, 1, 12});
   Model model(std::make_shared<ir::Model>(b.m));
   auto report = model.quantize(test::samples_of(xs), test::untimed());
   ASSERT_TRUE(report.is_ok()) << report.status().message();

@@ -94,8 +94,7 @@ TEST(QuantizeSpeed, DynamicNodesTimedWithTheirBiasAdd) {
 TEST(QuantizeSpeed, StaticQuantizationTimesItsDynamicNodesToo) {
   const ir::Model fp32 = small_cnn(13);
   test::Builder data;
-  std::vector<Tensor> calib;
-  for (int i = 0; i < 8; ++i) calib.push_back(data.random({1, 8, 12, 12}));
+  std::vector<Tensor> calib = test::random_samples(data, 8, {1, 8, 12, 12});
   Model model(std::make_shared<ir::Model>(fp32));
   auto report = model.quantize(samples_of(calib), {});
   ASSERT_TRUE(report.is_ok()) << report.status().message();
@@ -131,8 +130,7 @@ TEST(QuantizeSpeed, ConvsSlowerInEightBitsStayFloat) {
   b.add("Relu", {"c"}, {"rc"});
   b.add("MaxPool", {"rc"}, {"y"}, {test::attr_ints("kernel_shape", {2, 2, 2}), test::attr_ints("strides", {2, 2, 2})});
   b.output("y");
-  std::vector<Tensor> calib;
-  for (int i = 0; i < 4; ++i) calib.push_back(b.random({1, 16, 8, 32, 32}));
+  std::vector<Tensor> calib = test::random_samples(b, 4, {1, 16, 8, 32, 32});
   Model timed(std::make_shared<ir::Model>(b.m));
   auto report = timed.quantize(samples_of(calib), {});
   ASSERT_TRUE(report.is_ok()) << report.status().message();

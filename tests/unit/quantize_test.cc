@@ -73,8 +73,7 @@ TEST(Calibration, ActivationParams) {
 TEST(Quantize, SmallCnnToQdq) {
   const ir::Model fp32 = small_cnn(13);
   test::Builder data;
-  std::vector<Tensor> calib;
-  for (int i = 0; i < 8; ++i) calib.push_back(data.random({1, 8, 12, 12}));
+  std::vector<Tensor> calib = test::random_samples(data, 8, {1, 8, 12, 12});
   Model model(std::make_shared<ir::Model>(fp32));
   auto report = model.quantize(samples_of(calib), test::untimed());
   ASSERT_TRUE(report.is_ok()) << report.status().message();
@@ -165,8 +164,7 @@ ir::Model silu_se_block() {
 TEST(Quantize, SiluAndSqueezeExcitationCarryEightBits) {
   const ir::Model fp32 = silu_se_block();
   test::Builder data;
-  std::vector<Tensor> calib;
-  for (int i = 0; i < 8; ++i) calib.push_back(data.random({1, 8, 10, 10}, -2, 2));
+  std::vector<Tensor> calib = test::random_samples(data, 8, {1, 8, 10, 10}, -2, 2);
   Model model(std::make_shared<ir::Model>(fp32));
   auto report = model.quantize(samples_of(calib), test::untimed());
   ASSERT_TRUE(report.is_ok()) << report.status().message();
@@ -197,8 +195,7 @@ TEST(Quantize, OldOpsetIsRaisedForPerChannelScales) {
       n.attrs = {test::attr_ints("axes", {2, 3})};
     }
   test::Builder data;
-  std::vector<Tensor> calib;
-  for (int i = 0; i < 4; ++i) calib.push_back(data.random({1, 8, 12, 12}));
+  std::vector<Tensor> calib = test::random_samples(data, 4, {1, 8, 12, 12});
   Model model(std::make_shared<ir::Model>(fp32));
   auto report = model.quantize(samples_of(calib), test::untimed());
   ASSERT_TRUE(report.is_ok()) << report.status().message();
@@ -227,10 +224,9 @@ TEST(Quantize, NothingToQuantizeIsAnError) {
 TEST(Quantize, ReportAndAccuracyGuard) {
   const ir::Model fp32 = small_cnn(13);
   test::Builder data;
-  std::vector<Tensor> calib, held_out;
-  for (int i = 0; i < 6; ++i) calib.push_back(data.random({1, 8, 12, 12}));
+  std::vector<Tensor> calib = test::random_samples(data, 6, {1, 8, 12, 12});
   calib[0].data<float>()[5] = 400.0f;  // one outlier: the input's range is 400 wide
-  for (int i = 0; i < 4; ++i) held_out.push_back(data.random({1, 8, 12, 12}));
+  std::vector<Tensor> held_out = test::random_samples(data, 4, {1, 8, 12, 12});
   QuantizeOptions off = test::untimed();
   off.min_cosine = 0;
   Model plain(std::make_shared<ir::Model>(fp32));
@@ -277,8 +273,7 @@ TEST(Quantize, ReportAndAccuracyGuard) {
 TEST(Quantize, GuardMeasuresOnCalibrationSamplesHeldBack) {
   const ir::Model fp32 = small_cnn(13);
   test::Builder data;
-  std::vector<Tensor> calib;
-  for (int i = 0; i < 9; ++i) calib.push_back(data.random({1, 8, 12, 12}));
+  std::vector<Tensor> calib = test::random_samples(data, 9, {1, 8, 12, 12});
   calib[3].data<float>()[5] = 400.0f;  // in a held-back sample
   // The scale of the model input's QuantizeLinear in the portable (QDQ) model.
   auto input_scale = [](const ir::Model& m) {
@@ -335,8 +330,7 @@ TEST(Quantize, ActivationReadInsideAnIfBranch) {
   b.output("z");
   const ir::Model fp32 = b.m;
   test::Builder data;
-  std::vector<Tensor> calib;
-  for (int i = 0; i < 8; ++i) calib.push_back(data.random({1, 8, 12, 12}));
+  std::vector<Tensor> calib = test::random_samples(data, 8, {1, 8, 12, 12});
   QuantizeOptions o = test::untimed();
   o.min_cosine = 0;
   Model model(std::make_shared<ir::Model>(fp32));
@@ -368,8 +362,7 @@ TEST(Quantize, LeakyReluCarriesEightBits) {
   b.output("y");
   const ir::Model fp32 = b.m;
   test::Builder data;
-  std::vector<Tensor> calib;
-  for (int i = 0; i < 8; ++i) calib.push_back(data.random({1, 8, 10, 10}));
+  std::vector<Tensor> calib = test::random_samples(data, 8, {1, 8, 10, 10});
   QuantizeOptions o = test::untimed();
   o.min_cosine = 0;
   Model model(std::make_shared<ir::Model>(fp32));
@@ -388,9 +381,8 @@ TEST(Quantize, LeakyReluCarriesEightBits) {
 TEST(Quantize, TopOneAndMetricBudgets) {
   const ir::Model fp32 = small_cnn(13);
   test::Builder data;
-  std::vector<Tensor> calib, held_out;
-  for (int i = 0; i < 6; ++i) calib.push_back(data.random({1, 8, 12, 12}));
-  for (int i = 0; i < 5; ++i) held_out.push_back(data.random({1, 8, 12, 12}));
+  std::vector<Tensor> calib = test::random_samples(data, 6, {1, 8, 12, 12});
+  std::vector<Tensor> held_out = test::random_samples(data, 5, {1, 8, 12, 12});
   QuantizeOptions o = test::untimed();
   o.min_cosine = 0;
   o.min_top1 = 0.5;
@@ -452,8 +444,7 @@ TEST(Quantize, MaxPoolKeepsItsInputsParameters) {
   for (CalibrationMethod m : {CalibrationMethod::kMse, CalibrationMethod::kPercentile, CalibrationMethod::kEntropy}) {
     Model model(std::make_shared<ir::Model>(small_cnn(13)));
     test::Builder data;
-    std::vector<Tensor> calib;
-    for (int i = 0; i < 6; ++i) calib.push_back(data.random({1, 8, 12, 12}, -3, 3));
+    std::vector<Tensor> calib = test::random_samples(data, 6, {1, 8, 12, 12}, -3, 3);
     QuantizeOptions o = test::untimed();
     o.method = m;
     o.min_cosine = 0;
@@ -482,8 +473,7 @@ TEST(Quantize, MaxPoolKeepsItsInputsParameters) {
 TEST(Quantize, ReduceRangeWritesSevenBitWeights) {
   const ir::Model fp32 = small_cnn(13);
   test::Builder data;
-  std::vector<Tensor> calib;
-  for (int i = 0; i < 6; ++i) calib.push_back(data.random({1, 8, 12, 12}));
+  std::vector<Tensor> calib = test::random_samples(data, 6, {1, 8, 12, 12});
   QuantizeOptions o = test::untimed();
   o.reduce_range = true;
   Model model(std::make_shared<ir::Model>(fp32));

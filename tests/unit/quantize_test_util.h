@@ -39,6 +39,13 @@ inline QuantizeOptions untimed() {
   return o;
 }
 
+// `count` samples of `shape`, each b.random(shape, lo, hi) in turn.
+inline std::vector<Tensor> random_samples(Builder& b, int count, const Shape& shape, float lo = -1, float hi = 1) {
+  std::vector<Tensor> xs;
+  for (int i = 0; i < count; ++i) xs.push_back(b.random(shape, lo, hi));
+  return xs;
+}
+
 inline CalibrationReader samples_of(std::vector<Tensor>& xs) {
   auto next = std::make_shared<size_t>(0);
   return [&xs, next]() -> Result<std::optional<std::vector<Tensor>>> {
