@@ -74,8 +74,8 @@ struct QuantizeOptions {
   // The accuracy guard: every float output of the quantized model must keep at least this cosine
   // similarity to the float model's on each held-out sample (`held_out`, else the calibration
   // samples); activations go back to float, with the Conv/MatMul/Gemm producing them, the one
-  // adding most quantization noise first (relative noise power over that of its producer's
-  // inputs), until it does. 0 turns the guard off.
+  // that alone in float brings the outputs nearest the budgets first, until it does. 0 turns the
+  // guard off.
   double min_cosine = 0.99;
   // Further budgets the guard holds the same way (each 0 / empty: not checked): the fraction of
   // held-out rows (every output's last axis: a classifier's classes) whose argmax is the float

@@ -216,7 +216,8 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, prec
     only: its accuracy guard measures the cost; dynamic keeps 8). The accuracy guard: each output must keep a cosine of at least
     ``min_cosine`` to the float model's on ``held_out`` (samples as ``calibration_data``; default
     every ``hold_out_every``-th calibration sample, held back from calibrating, when there are at
-    least twice that many; else the calibration samples), nodes going back to float, most sensitive first, up to
+    least twice that many; else the calibration samples), nodes going back to float, first the one
+    that alone in float brings the outputs nearest the budget, up to
     ``max_fallbacks``; ``min_cosine=0`` turns it off. ``min_top1``: also the fraction of rows
     (each output's last axis) whose argmax stays the float model's; ``metric(float_outputs,
     quantized_outputs)`` (lists over the held-out samples of lists of output arrays) returning a

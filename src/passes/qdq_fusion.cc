@@ -6,6 +6,10 @@
 //   Q(Relu or Clip(Conv(...)))                      -> the same, when the clamp changes no code (Q's
 //                                                      saturation does it: a Relu before u8 codes
 //                                                      from 0, a ReLU6 before codes within [0, 6])
+//   Q(act(Conv(...))), act a SiLU, Sigmoid, Tanh,   -> ai.kiln.QLinearConv(..., activation=act): the
+//   HardSwish, HardSigmoid or LeakyRelu               activation on the float sums, Y quantized
+//                                                      after it (where kiln quantize leaves the
+//                                                      conv's own output in float, kiln's form)
 //   Q(MaxPool(DQ(xq)), s, z), DQ's s and z           -> MaxPool(xq) (max commutes with a monotone map)
 //   Q([Relu or Clip](Add(DQ(a), DQ(b))))            -> com.microsoft.QLinearAdd(a, ..., b, ..., ys, yz)
 //   Q([Relu or Clip](Mul(DQ(a), DQ(b))))            -> com.microsoft.QLinearMul (the same inputs)
@@ -28,6 +32,7 @@
 #include <cmath>
 
 #include "core/float_convert.h"
+#include "kernels/cpu/qconv/qlinear_conv.h"
 #include "kernels/kernel_util.h"
 #include "passes/fusions/epilogue_match.h"
 #include "passes/fusions/qlinear_table.h"
@@ -110,7 +115,28 @@ bool clamp_absorbed(const Match& m, RuleContext& rc, const Params& y) {
   return bounds && epilogue::clamp_is_saturation(bounds->first, bounds->second, y.s, y.z, y.type);
 }
 
-std::optional<std::vector<ir::Node>> to_qlinear_conv(const Match& m, RuleContext& rc, bool biased) {
+// An activation the 8-bit conv applies to its float sums (ai.kiln.QLinearConv's `activation`),
+// as a pattern over the conv's: its name there, and where its parameters are read from.
+struct ConvActivation {
+  const char* name;
+  P pattern;
+  std::vector<std::pair<const char*, float>> params;  // the bound "activation" node's attributes, defaults
+};
+
+std::vector<ConvActivation> conv_activations(bool biased) {
+  P shared = conv(biased);
+  shared.shared();
+  auto of = [&](const char* op) { return P::op(op, {conv(biased)}).bind("activation"); };
+  return {{"Silu", P::op("Mul", {shared, P::op("Sigmoid", {P::value("conv")})}).commutative(), {}},
+          {"Sigmoid", of("Sigmoid"), {}},
+          {"Tanh", of("Tanh"), {}},
+          {"HardSwish", of("HardSwish"), {}},
+          {"HardSigmoid", of("HardSigmoid"), {{"alpha", 0.2f}, {"beta", 0.5f}}},
+          {"LeakyRelu", of("LeakyRelu"), {{"alpha", 0.01f}}}};
+}
+
+std::optional<std::vector<ir::Node>> to_qlinear_conv(const Match& m, RuleContext& rc, bool biased,
+                                                     const ConvActivation* act = nullptr) {
   const auto x = dequantized_input(m.value("x"), rc);
   const auto y = per_tensor(m.node("q"), rc.ctx.index(rc.graph));
   if (!x || !y || y->zero_point.empty()) return std::nullopt;
@@ -132,6 +158,19 @@ std::optional<std::vector<ir::Node>> to_qlinear_conv(const Match& m, RuleContext
   if (biased) in.push_back(m.node("b").inputs[0]);
   ir::Node n = replacement_node(m, "QLinearConv", in);
   n.attrs = m.node("conv").attrs;
+  if (act) {  // ai.kiln's, which runs only on the tiles
+    std::vector<const Tensor*> constants;
+    for (const std::string& v : n.inputs) constants.push_back(v.empty() ? nullptr : rc.ctx.index(rc.graph).constant(v));
+    if (!qlinear_conv_tileable(n, constants)) return std::nullopt;
+    n.domain = "ai.kiln";
+    n.attrs.push_back(ir::Attribute::of_string("activation", act->name));
+    if (!act->params.empty()) {
+      std::vector<float> params;
+      for (const auto& [name, fallback] : act->params) params.push_back(m.node("activation").attr_float(name, fallback));
+      n.attrs.push_back(ir::Attribute::of_floats("activation_params", params));
+    }
+    rc.model.opsets.emplace("ai.kiln", 1);
+  }
   return std::vector<ir::Node>{std::move(n)};
 }
 
@@ -237,6 +276,10 @@ std::vector<std::pair<std::string, P>> clamped(const P& p) {
 
 std::vector<Rule> make_rules() {
   std::vector<Rule> rules;
+  for (const bool biased : {true, false})
+    for (const ConvActivation& act : conv_activations(biased))
+      rules.push_back({std::string("conv-") + act.name, quantized(act.pattern),
+                       [biased, act](const Match& m, RuleContext& rc) { return to_qlinear_conv(m, rc, biased, &act); }});
   // Longer forms first at each root: the clamped ones, then the plain.
   for (int i = 4; i >= 0; --i) {
     for (const bool biased : {true, false}) {

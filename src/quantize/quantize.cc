@@ -11,8 +11,9 @@
 //     weights in int8 per output channel, biases in int32 at the accumulator's scale; then the
 //     accuracy guard (accuracy.cc): the QDQ model and the float one on held-out samples, each
 //     quantized activation and output compared (the per-layer report), and while an output's
-//     cosine misses the budget, the node losing most SQNR goes back to float; before it, the speed
-//     check (speed_check.cc) puts back in float the nodes whose float kernel is faster.
+//     cosine misses the budget, activations go back to float, the one that helps most alone
+//     first (fallback_ranking.cc); before it, the speed check (speed_check.cc) puts back in
+//     float the nodes whose float kernel is faster.
 // The samples are kept in memory between the passes (calibration sets are small).
 #include <algorithm>
 #include <chrono>
@@ -67,37 +68,6 @@ Result<std::vector<std::vector<Tensor>>> read_samples(const CalibrationReader& n
     samples.push_back(std::move(*sample));
   }
   return samples;
-}
-
-// Where quantization adds most noise: the activation whose relative noise power 10^(-SQNR/10)
-// exceeds that of the noisiest quantized input of the node producing it (through a Relu or Clip)
-// by the most. Returns it, and that node when it is one of the plan's (its weights then go back
-// to float too); "" when nothing is quantized.
-std::pair<std::string, std::string> noisiest(const ir::Model& model, const Plan& plan, const QuantizeReport& r) {
-  std::map<std::string, double> noise;
-  for (const TensorError& e : r.layers) noise[e.tensor] = std::pow(10.0, -e.sqnr_db / 10);
-  std::map<std::string, const ir::Node*> producer;
-  for (const ir::Node& n : model.graph.nodes)
-    for (const std::string& out : n.outputs) producer[out] = &n;
-  std::set<std::string> compute;
-  for (const QuantizedNode& q : plan.nodes) compute.insert(model.graph.nodes[q.node].outputs[0]);
-  std::pair<std::string, std::string> best;
-  double best_added = -1;
-  for (const std::string& t : plan.points) {
-    const ir::Node* p = producer.count(t) ? producer[t] : nullptr;
-    if (p && (p->op_type == "Relu" || p->op_type == "Clip") && !noise.count(p->inputs[0]) && producer.count(p->inputs[0]))
-      p = producer[p->inputs[0]];
-    double before = 0;
-    if (p)
-      for (const std::string& in : p->inputs)
-        if (noise.count(in)) before = std::max(before, noise[in]);
-    const double added = noise[t] - before;
-    if (added > best_added) {
-      best_added = added;
-      best = {t, p && compute.count(p->outputs[0]) ? node_label(*p) : ""};
-    }
-  }
-  return best;
 }
 
 // Whether the budgets need both models' outputs themselves (top-1, a metric), not only their errors.
@@ -377,19 +347,26 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
     double score = 1;    // what the calibration methods compete on: the metric, else top-1, else the outputs'
                          // least feature cosine
   };
+  // The model of the plan less `float_tensors`, written with `params` into `qdq`.
+  auto write = [&](const QuantizeOptions& o, const std::set<std::string>& float_tensors,
+                   const std::map<std::string, QuantParams>& params, ir::Model* qdq, Plan* plan, QuantizeReport* r,
+                   std::map<std::string, std::string>* dequantized) -> Status {
+    *qdq = model;
+    ir::deep_copy_subgraphs(qdq->graph);  // the writer renames what they read; the float model's stay
+    *plan = choose(model, types, o, float_tensors, r);
+    KILN_RETURN_IF_ERROR(write_qdq(*qdq, *plan, params, o, r, dequantized));
+    if (!o.portable) {
+      KILN_RETURN_IF_ERROR(quantize_float_outputs_dynamically(*qdq, types, o, r));
+      KILN_RETURN_IF_ERROR(write_recurrent_weights(*qdq, o, r));
+    }
+    return ir::sort_topologically(qdq->graph).with_context("the quantized graph");
+  };
   auto attempt = [&](const QuantizeOptions& o, const std::set<std::string>& float_tensors,
                      const std::map<std::string, QuantParams>& params) -> Result<Attempt> {
     Attempt a{report, model};
-    ir::deep_copy_subgraphs(a.qdq.graph);  // the writer renames what they read; the float model's stay
-    a.plan = choose(model, types, o, float_tensors, &a.r);
-    const Plan& plan = a.plan;
     std::map<std::string, std::string> dequantized;
-    KILN_RETURN_IF_ERROR(write_qdq(a.qdq, plan, params, o, &a.r, &dequantized));
-    if (!o.portable) {
-      KILN_RETURN_IF_ERROR(quantize_float_outputs_dynamically(a.qdq, types, o, &a.r));
-      KILN_RETURN_IF_ERROR(write_recurrent_weights(a.qdq, o, &a.r));
-    }
-    KILN_RETURN_IF_ERROR(ir::sort_topologically(a.qdq.graph).with_context("the quantized graph"));
+    KILN_RETURN_IF_ERROR(write(o, float_tensors, params, &a.qdq, &a.plan, &a.r, &dequantized));
+    const Plan& plan = a.plan;
     OutputsBySample kept;
     KILN_RETURN_IF_ERROR(measure(model, a.qdq, plan.points, dequantized, eval, &a.r.layers, &a.r.outputs,
                                  needs_outputs(o) ? &kept : nullptr));
@@ -453,11 +430,14 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
     }
   }
 
-  // 6. While an output misses the budget, the node losing most goes back to float (the
-  //    calibrated ranges stay: fewer points, the same values).
+  // 6. While an output misses the budget, activations go back to float (with the nodes writing
+  //    them), in the order of what each alone does to the budgets (fallback_ranking.cc), ranked
+  //    at the first miss (the calibrated ranges stay: fewer points, the same values).
   std::set<std::string> float_tensors;
   std::vector<std::string> fallbacks;
   std::optional<ir::Model> all_8bit;  // the model before any fallback, to time against
+  std::optional<std::vector<Fallback>> ranked;
+  size_t next_fallback = 0;  // in ranked
   for (;;) {
     Attempt a;
     if (first) {
@@ -486,14 +466,39 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
       return Status::error("quantize: the budget is missed after " + std::to_string(fallbacks.size()) +
                            " fallbacks to float: " + a.missed +
                            " (lower it, allow more fallbacks, or calibrate on more data)");
-    const auto [tensor, node] = noisiest(model, a.plan, r);
-    const std::string why = ": accuracy guard (" + a.missed + "; it added the most quantization noise)";
-    float_tensors.insert(tensor);
-    if (!node.empty()) {
-      current.keep_float.push_back(node);
-      fallbacks.push_back(node + why);
+    if (!ranked) {
+      std::map<std::string, std::string> writer;  // the plan's nodes by their 8-bit output
+      for (const QuantizedNode& q : a.plan.nodes) writer[q.output] = node_label(model.graph.nodes[q.node]);
+      std::vector<Fallback> candidates;
+      for (const std::string& t : a.plan.points) candidates.push_back({t, writer.count(t) ? writer[t] : ""});
+      auto without = [&](const Fallback& f) -> Result<ir::Model> {
+        QuantizeOptions o = current;
+        if (!f.node.empty()) o.keep_float.push_back(f.node);
+        std::set<std::string> fts = float_tensors;
+        fts.insert(f.tensor);
+        ir::Model qdq;
+        Plan plan;
+        QuantizeReport scratch = report;
+        std::map<std::string, std::string> dequantized;
+        KILN_RETURN_IF_ERROR(write(o, fts, params, &qdq, &plan, &scratch, &dequantized));
+        return qdq;
+      };
+      KILN_ASSIGN_OR_RETURN(ranked, rank_fallbacks(model, a.qdq, candidates, without, current, eval));
+    }
+    while (next_fallback < ranked->size() &&
+           !std::count(a.plan.points.begin(), a.plan.points.end(), (*ranked)[next_fallback].tensor))
+      ++next_fallback;  // gone with an earlier fallback's node
+    if (next_fallback == ranked->size())
+      return Status::error("quantize: the budget is missed with every activation tried in float: " + a.missed);
+    const Fallback& f = (*ranked)[next_fallback++];
+    const std::string why = ": accuracy guard (" + a.missed + "; " + std::to_string(next_fallback) + " of " +
+                            std::to_string(ranked->size()) + " by what it alone in float does to the budget)";
+    float_tensors.insert(f.tensor);
+    if (!f.node.empty()) {
+      current.keep_float.push_back(f.node);
+      fallbacks.push_back(f.node + why);
     } else {
-      fallbacks.push_back(tensor + " (activation)" + why);
+      fallbacks.push_back(f.tensor + " (activation)" + why);
     }
   }
 }

@@ -21,6 +21,9 @@ struct QuantizedNode {
   size_t weight_input;  // 1 (Conv, MatMul, Gemm's B)
   int64_t weight_axis;  // the output-channel axis of the weights: 0 (Conv, Gemm with transB), 1 (MatMul, Gemm)
   int bias_input;       // 2 (Conv, Gemm's C when 1-D), or -1
+  // The tensor its 8-bit output is: its own, or that of the Relu or Clip after it, or (kiln's form)
+  // of the activation the 8-bit conv applies in float.
+  std::string output = {};
 };
 
 struct Plan {
@@ -116,6 +119,26 @@ Result<std::vector<NodeSpeed>> time_dynamic_nodes(const ir::Model& model, const 
 // Whether `s` runs faster in float, its conversions to and from the 8-bit chain paid, by a margin
 // (10 %, and 10 us).
 bool faster_in_float(const NodeSpeed& s);
+
+// A fallback the accuracy guard may take: an activation back to float, with the plan's node
+// writing it ("" where none does), and how near the budgets that alone leaves the model.
+struct Fallback {
+  std::string tensor, node;
+  double margin = 0;
+};
+
+// How near the budgets of `o` the quantized outputs `kept` are: the least of (worst output
+// cosine - min_cosine), (top-1 agreement - min_top1), (metric - min_metric) over the budgets set;
+// negative where one is missed (fallback_ranking.cc).
+Result<double> budget_margin(const QuantizeOptions& o, const OutputsBySample& kept);
+
+// `candidates`, best first: each one's model `without` it (`quantized` with that fallback alone)
+// run on `samples` (for a cosine budget alone, the few on which `quantized` misses most) against
+// `fp32`, its budget_margin into its margin (fallback_ranking.cc).
+Result<std::vector<Fallback>> rank_fallbacks(const ir::Model& fp32, const ir::Model& quantized,
+                                             const std::vector<Fallback>& candidates,
+                                             const std::function<Result<ir::Model>(const Fallback&)>& without,
+                                             const QuantizeOptions& o, std::vector<std::vector<Tensor>> samples);
 
 // What Model::quantize runs on its IR.
 Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader& next, const QuantizeOptions& options,

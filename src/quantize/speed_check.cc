@@ -141,21 +141,30 @@ Result<std::vector<NodeSpeed>> time_plan_nodes(const ir::Model& model, const Pla
     const QuantizedNode& q = plan.nodes[i];
     const ir::Node& n = g.nodes[q.node];
     if (!seen[i].is_tensor()) continue;
-    // The node and the Relu or Clip after it that its QuantizeLinear follows (choose()'s rule).
+    // The node and the Relu, Clip or activation after it that its QuantizeLinear follows
+    // (choose()'s q.output): its output's readers, one of them writing q.output (a SiLU's Sigmoid
+    // and Mul), the others read only within.
     std::vector<const ir::Node*> nodes = {&n};
-    std::string out = n.outputs[0];
-    if (!points.count(out)) {
-      auto it = readers.find(out);
-      if (it == readers.end() || it->second.size() != 1 || !points.count(it->second[0]->outputs[0])) continue;
-      nodes.push_back(it->second[0]);
-      out = it->second[0]->outputs[0];
+    const std::string& out = q.output.empty() ? n.outputs[0] : q.output;
+    if (out != n.outputs[0]) {
+      auto it = readers.find(n.outputs[0]);
+      if (it == readers.end()) continue;
+      nodes.insert(nodes.end(), it->second.begin(), it->second.end());
+      bool closed = std::any_of(nodes.begin(), nodes.end(), [&](const ir::Node* r) { return r->outputs[0] == out; });
+      for (const ir::Node* r : it->second) {
+        if (r->outputs[0] == out) continue;
+        for (const ir::Node* next : readers[r->outputs[0]])
+          closed = closed && std::find(nodes.begin(), nodes.end(), next) != nodes.end();
+      }
+      if (!closed || !points.count(out)) continue;
+      std::stable_partition(nodes.begin(), nodes.end(), [&](const ir::Node* r) { return r->outputs[0] != out; });
     }
     if (!params.count(n.inputs[0]) || !params.count(out)) continue;
     const ir::Model fp32 = cut_out(model, nodes, n.inputs[0], seen[i].tensor);
     ir::Model qdq = fp32;
     QuantizeReport scratch;
     std::map<std::string, std::string> dequantized;
-    const Plan one{{QuantizedNode{0, q.weight_input, q.weight_axis, q.bias_input}}, {n.inputs[0], out}};
+    const Plan one{{QuantizedNode{0, q.weight_input, q.weight_axis, q.bias_input, out}}, {n.inputs[0], out}};
     // A node that will not cut out and run on its own stays as planned: the check only advises.
     if (!write_qdq(qdq, one, params, options, &scratch, &dequantized).is_ok() ||
         !ir::sort_topologically(qdq.graph).is_ok())

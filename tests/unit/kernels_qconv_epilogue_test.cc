@@ -1,6 +1,7 @@
-// The 8-bit conv's store epilogues (kernels/cpu/qconv, Requantize::add and Requantize::table):
-// a residual block's QLinearAdd and a table of the conv's codes, on every tile, against the
-// plain loop's codes then QLinearAdd's division or the table (qconv_test_util.h); and the
+// The 8-bit conv's store epilogues (kernels/cpu/qconv, Requantize::add, ::table, ::activation):
+// a residual block's QLinearAdd, a table of the conv's codes and an activation of its float sums,
+// on every tile, against the plain loop's codes then QLinearAdd's division or the table, or its
+// float sums then the activation and QuantizeLinear (qconv_test_util.h); and the
 // ai.kiln.QLinearConv node that carries the add against QLinearConv then QLinearAdd.
 #include <gtest/gtest.h>
 
@@ -72,6 +73,40 @@ TEST(QConv, TableInTheStoreMatchesConvThenTable) {
       for (const Case& k : shapes)
         for (const float y_scale : {0.35f, 1e-3f})
           check_direct(k, tile, false, true, out, true, 2, y_scale, nullptr, nullptr, &table);
+    }
+  }
+}
+
+// An activation in the store (Requantize::activation: ai.kiln.QLinearConv's), on every tile,
+// depthwise ones and Winograd too, u8 and s8, each activation the fusion writes and a clamp after
+// one, outputs across the codes and past them (two Y scales).
+TEST(QConv, ActivationInTheStoreMatchesFloatSumsThenQuantize) {
+  std::vector<qconv::Tile> tiles = qconv::available_tiles(false), depthwise = qconv::available_tiles(true);
+  if (std::find(tiles.begin(), tiles.end(), qconv::Tile::kWinogradAvx2) == tiles.end())
+    tiles.push_back(qconv::Tile::kWinogradAvx2);
+  tiles.insert(tiles.end(), depthwise.begin(), depthwise.end());
+  using K = kiln_ops::Activation::Kind;
+  std::vector<kiln_ops::Activation> activations;
+  for (const K kind : {K::kSilu, K::kSigmoid, K::kTanh, K::kHardSwish, K::kHardSigmoid, K::kLeakyRelu}) {
+    kiln_ops::Activation a;
+    a.kind = kind;
+    if (kind == K::kHardSigmoid) a.p0 = 0.2, a.p1 = 0.5;
+    if (kind == K::kLeakyRelu) a.p0 = 0.1;
+    activations.push_back(a);
+  }
+  activations.push_back(activations.back());
+  activations.back().lo = -0.5, activations.back().hi = 4;  // a Clip after the LeakyRelu
+  for (const qconv::Tile tile : tiles) {
+    const bool dw = std::find(depthwise.begin(), depthwise.end(), tile) != depthwise.end();
+    const std::vector<Case> shapes =
+        dw ? std::vector<Case>{{1, 40, 10, 10, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, true}}
+           : std::vector<Case>{cases()[1], Case{1, 32, 9, 7, 100, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}};
+    for (const kiln_ops::Activation& act : activations) {
+      SCOPED_TRACE(::testing::Message() << "activation " << static_cast<int>(act.kind) << (act.clamped() ? " clamped" : ""));
+      for (const auto out : {qconv::Output::kU8, qconv::Output::kS8})
+        for (const Case& k : shapes)
+          for (const float y_scale : {0.02f, 0.3f})
+            check_direct(k, tile, false, true, out, true, 2, y_scale, nullptr, nullptr, nullptr, &act);
     }
   }
 }

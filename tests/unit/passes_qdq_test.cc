@@ -5,6 +5,9 @@
 // kernels must give the very same outputs.
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <random>
+
 #include "core/float_convert.h"
 #include "pass_test_util.h"
 
@@ -366,6 +369,83 @@ TEST(QdqFusion, SiluAndBroadcastMulBecomeEightBit) {
   EXPECT_EQ(t.at("com.microsoft.QLinearMul"), 1);  // the broadcast one
   EXPECT_EQ(t.count("com.microsoft.QLinearSigmoid"), 0u);
   test::expect_same_outputs(fused, table, feeds, 0.0f);
+}
+
+// Q(act(Conv(DQ(x), DQ(w), DQ(b)))), kiln quantize's form for a conv before an activation, becomes
+// ai.kiln.QLinearConv with the activation, which runs on the float sums before Y's quantization:
+// each spelling, group 1 and depthwise, fused alone (-O1) and at -O3 (channels-last), against the
+// QDQ ops: at most one code apart (the activation's exp in float is a few ulp off), and rarely.
+TEST(QdqFusion, ConvActivationRunsOnTheFloatSums) {
+  struct Activation {
+    const char* name;
+    std::function<void(test::Builder&)> write;  // "c" -> "a"
+  };
+  const std::vector<Activation> activations = {
+      {"Silu", [](test::Builder& b) { b.add("Sigmoid", {"c"}, {"s"}), b.add("Mul", {"s", "c"}, {"a"}); }},
+      {"Sigmoid", [](test::Builder& b) { b.add("Sigmoid", {"c"}, {"a"}); }},
+      {"Tanh", [](test::Builder& b) { b.add("Tanh", {"c"}, {"a"}); }},
+      {"HardSwish", [](test::Builder& b) { b.add("HardSwish", {"c"}, {"a"}); }},
+      {"HardSigmoid", [](test::Builder& b) {
+         b.add("HardSigmoid", {"c"}, {"a"}, {test::attr_f("alpha", 0.3f), test::attr_f("beta", 0.4f)});
+       }},
+      {"LeakyRelu", [](test::Builder& b) { b.add("LeakyRelu", {"c"}, {"a"}, {test::attr_f("alpha", 0.2f)}); }}};
+  const int64_t c = 8;
+  const float xs = 0.0625f, ys = 1.0f / 64;
+  for (const bool depthwise : {false, true})
+    for (const Activation& act : activations) {
+      SCOPED_TRACE(std::string(act.name) + (depthwise ? ", depthwise" : ", group 1"));
+      const int64_t m = depthwise ? c : 24;
+      test::Builder b(14);
+      b.input("x", {1, c, 9, 9});
+      qdq(b, "x", "xq", "xd", xs, 128);
+      std::mt19937 rng(7);
+      std::uniform_int_distribution<int> w8(-40, 40), bias(-300, 300);
+      Tensor w = Tensor::make(DType::kInt8, {m, depthwise ? 1 : c, 3, 3}).value();
+      for (int64_t i = 0; i < w.numel(); ++i) w.data<int8_t>()[i] = static_cast<int8_t>(w8(rng));
+      Tensor ws = Tensor::make(DType::kFloat32, {m}).value(), bs = Tensor::make(DType::kFloat32, {m}).value();
+      Tensor bq = Tensor::make(DType::kInt32, {m}).value();
+      for (int64_t i = 0; i < m; ++i) {
+        ws.data<float>()[i] = 1.0f / static_cast<float>(64 << (i % 3));
+        bs.data<float>()[i] = xs * ws.data<float>()[i];
+        bq.data<int32_t>()[i] = bias(rng);
+      }
+      dequantized_constant(b, "w", w, ws, Tensor::make(DType::kInt8, {m}).value(), 0);
+      dequantized_constant(b, "b", bq, bs, Tensor::make(DType::kInt32, {m}).value(), 0);
+      b.add("Conv", {"xd", "w", "b"}, {"c"},
+            {test::attr_ints("pads", {1, 1, 1, 1}), test::attr_i("group", depthwise ? c : 1)});
+      act.write(b);
+      qdq(b, "a", "aq", "y", ys, 100);
+      b.output("y");
+      test::Builder inputs;
+      const std::vector<Tensor> feeds = {inputs.random({1, c, 9, 9}, -8, 8)};
+      const Tensor want = test::run_model(b.m, feeds)[0].tensor;
+      auto expect_near_codes = [&](const ir::Model& model) {
+        const Tensor got = test::run_model(model, feeds)[0].tensor;
+        ASSERT_EQ(got.shape(), want.shape());
+        int64_t apart = 0;
+        for (int64_t i = 0; i < want.numel(); ++i) {
+          const float d = std::fabs(got.data<float>()[i] - want.data<float>()[i]);
+          ASSERT_LE(d, ys * 1.001f) << "element " << i;
+          apart += d > 0;
+        }
+        EXPECT_LE(apart, want.numel() / 100);
+      };
+      ir::Model fused = b.m;
+      test::run_passes(fused, {"qdq-fusion", "dead-code"});
+      const auto h = test::qualified_histogram(fused);
+      EXPECT_EQ(h.at("ai.kiln.QLinearConv"), 1);
+      EXPECT_EQ(h.count("Conv") + h.count("Sigmoid") + h.count("Mul") + h.count(act.name), 0u);
+      for (const ir::Node& n : fused.graph.nodes)
+        if (n.op_type == "QLinearConv") EXPECT_EQ(n.attr_string("activation", ""), act.name);
+      expect_near_codes(fused);
+      ir::Model o3 = b.m;
+      ASSERT_TRUE(optimize(o3, OptimizeOptions{}).is_ok());
+      int channels_last = 0;
+      for (const ir::Node& n : o3.graph.nodes)
+        channels_last += n.domain == "ai.kiln" && n.op_type == "QLinearConv" && n.attr_int("channels_last", 0) == 1;
+      EXPECT_EQ(channels_last, 1);
+      expect_near_codes(o3);
+    }
 }
 
 // A saved portable model keeps the weights' DequantizeLinear, so that the runtime loading it

@@ -14,6 +14,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/qconv/qconv.h"
+#include "kernels/kiln/epilogue_activation.h"
 
 namespace kiln::qconv_test {
 
@@ -96,10 +97,14 @@ inline double added(const QLinearBinaryParams& p, double a, double b) {
 }
 
 // With `add` (8-bit Y, channels-last), the conv's codes go through a residual add (qconv.h,
-// Requantize::add) of random codes R; with `table` (8-bit Y), through a table of 256 codes.
+// Requantize::add) of random codes R; with `table` (8-bit Y), through a table of 256 codes; with
+// `activation` (8-bit Y), the sums' float values go through it (in double here) before Y's
+// quantization, which here divides by y_scale: the store's float activation and product by
+// 1 / y_scale may land a code apart, on at most 1 % of the outputs.
 inline void check_direct(const Case& k, qconv::Tile tile, bool x_signed, bool per_filter, qconv::Output out, bool nhwc,
                   int threads, float y_scale = 0.35f, void (*edit)(Data&) = nullptr,
-                  const qconv::Requantize::ResidualAdd* add = nullptr, const std::vector<int32_t>* table = nullptr) {
+                  const qconv::Requantize::ResidualAdd* add = nullptr, const std::vector<int32_t>* table = nullptr,
+                  const kiln_ops::Activation* activation = nullptr) {
   SCOPED_TRACE(::testing::Message() << k.n << "x" << k.c << "x" << k.h << "x" << k.w << " m " << k.m << " k " << k.kh
                                     << "x" << k.kw << " s " << k.sh << "," << k.sw << " d " << k.dh << "," << k.dw
                                     << " pads " << k.pt << k.pl << k.pb << k.pr << (x_signed ? " s8" : " u8")
@@ -124,8 +129,9 @@ inline void check_direct(const Case& k, qconv::Tile tile, bool x_signed, bool pe
   for (int64_t m = 0; m < k.m; ++m) {
     const float ws = d.w_scale[d.w_scale.size() == 1 ? 0 : static_cast<size_t>(m)];
     rq.bias.push_back(d.bias[static_cast<size_t>(m)] - zx_u8 * packed.filter_sums()[static_cast<size_t>(m)]);
-    rq.scale.push_back(out == qconv::Output::kFloat ? d.x_scale * ws : d.x_scale * ws / d.y_scale);
+    rq.scale.push_back(out == qconv::Output::kFloat || activation ? d.x_scale * ws : d.x_scale * ws / d.y_scale);
   }
+  if (activation) rq.activation = activation, rq.inverse_y_scale = 1.0f / d.y_scale;
   // Channels-last copies of X in and of Y out when asked.
   std::vector<uint8_t> x = d.x;
   if (nhwc)
@@ -145,7 +151,13 @@ inline void check_direct(const Case& k, qconv::Tile tile, bool x_signed, bool pe
   if (table) rq.table = *table;
   qconv::conv(g, x.data(), x_signed, nhwc, d.zx, packed, rq, y, nhwc, threads > 1 ? &pool : nullptr,
               add ? residual.data() : nullptr);
-  const std::vector<double> want = expected(k, d, x_signed, out);
+  std::vector<double> want = expected(k, d, x_signed, activation ? qconv::Output::kFloat : out);
+  if (activation)
+    for (double& v : want) {
+      const double z = rq.zero_point;
+      v = std::min<double>(rq.hi, std::max<double>(rq.lo, std::nearbyint(static_cast<float>((*activation)(v)) / d.y_scale) + z));
+    }
+  int64_t apart = 0;
   for (int64_t n = 0; n < k.n; ++n)
     for (int64_t m = 0; m < k.m; ++m)
       for (int64_t p = 0; p < hw; ++p) {
@@ -158,13 +170,17 @@ inline void check_direct(const Case& k, qconv::Tile tile, bool x_signed, bool pe
           ASSERT_EQ(static_cast<float>(got), static_cast<float>(want[nchw])) << "n " << n << " m " << m << " p " << p;
         else if (table)
           ASSERT_EQ(got, (*table)[static_cast<size_t>(want[nchw] - rq.lo)]) << "n " << n << " m " << m << " p " << p;
-        else if (add)
+        else if (activation) {
+          ASSERT_LE(std::fabs(got - want[nchw]), 1.0) << "n " << n << " m " << m << " p " << p;
+          apart += got != want[nchw];
+        } else if (add)
           ASSERT_EQ(got, added(add->p, want[nchw],
                                out == qconv::Output::kS8 ? static_cast<int8_t>(residual[at]) : residual[at]))
               << "n " << n << " m " << m << " p " << p << " conv's code " << want[nchw];
         else
           ASSERT_EQ(got, want[nchw]) << "n " << n << " m " << m << " p " << p;
       }
+  EXPECT_LE(apart, count / 100);
 }
 
 inline const std::vector<Case>& cases() {

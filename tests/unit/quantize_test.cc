@@ -159,8 +159,9 @@ ir::Model silu_se_block() {
 // Sigmoid and Mul carry 8-bit data as Add does, so that the convs feeding a SiLU (all of an
 // efficientnet's but the projections) are 8-bit too: they were kept in float ("its output goes
 // on in float"), with conversions around the projections that made the int8 model slower than
-// the float one. At -O3 the block runs 8-bit throughout: QLinearConv, the SiLUs as tables in
-// the convs before them, the excitation's QLinearMul, no float ops.
+// the float one. At -O3 the block runs 8-bit throughout: QLinearConv, the SiLUs and the gate's
+// Sigmoid applied by the convs before them to their float sums, the excitation's QLinearMul, no
+// float ops.
 TEST(Quantize, SiluAndSqueezeExcitationCarryEightBits) {
   const ir::Model fp32 = silu_se_block();
   test::Builder data;
@@ -173,8 +174,11 @@ TEST(Quantize, SiluAndSqueezeExcitationCarryEightBits) {
   ir::Model fused = model.ir();
   ASSERT_TRUE(optimize(fused, OptimizeOptions{}).is_ok());
   const auto h = test::qualified_histogram(fused);
-  EXPECT_EQ(h.at("com.microsoft.QLinearConv"), 2);
-  EXPECT_EQ(h.at("ai.kiln.QLinearConv"), 2);  // the two before a SiLU, its table taken in
+  EXPECT_EQ(h.at("com.microsoft.QLinearConv"), 1);
+  std::map<std::string, int> activations;  // the two before a SiLU, the gate's before its Sigmoid
+  for (const ir::Node& n : fused.graph.nodes)
+    if (n.domain == "ai.kiln" && n.op_type == "QLinearConv") ++activations[n.attr_string("activation", "")];
+  EXPECT_EQ(activations, (std::map<std::string, int>{{"Silu", 2}, {"Sigmoid", 1}}));
   EXPECT_EQ(h.at("com.microsoft.QLinearMul"), 1);
   EXPECT_EQ(h.at("com.microsoft.QLinearGlobalAveragePool"), 1);
   for (const char* op : {"Conv", "Sigmoid", "Mul", "GlobalAveragePool", "ai.kiln.BlockedConv"}) {
@@ -184,6 +188,45 @@ TEST(Quantize, SiluAndSqueezeExcitationCarryEightBits) {
     const Tensor x = data.random({1, 8, 10, 10}, -2, 2);
     EXPECT_GT(cosine(test::run_model(fp32, {x})[0].tensor, test::run_model(fused, {x})[0].tensor), 0.99f);
   }
+}
+
+// In kiln's form a conv before an activation is quantized after it: its own output, whose range
+// the activation squashes (half of these channels run from -30, where SiLU is flat at 0), stays
+// float between the conv's sums and the activation. The portable form quantizes it (ONNX Runtime
+// would run the conv in float otherwise), and loses more: the SiLU's output, 8-bit either way, is
+// noisier.
+TEST(Quantize, ConvBeforeAnActivationIsQuantizedAfterIt) {
+  test::Builder b(13);
+  b.input("x", {1, 8, 12, 12});
+  b.conv("x", "c1", 8, 16);
+  for (int64_t i = 0; i < 16; i += 2) b.m.graph.initializers.at("c1_b").data<float>()[i] -= 20.0f;
+  b.add("Sigmoid", {"c1"}, {"s1"});
+  b.add("Mul", {"c1", "s1"}, {"a1"});
+  b.conv("a1", "c2", 16, 8);
+  b.add("Add", {"c2", "x"}, {"y"});
+  b.output("y");
+  test::Builder data;
+  std::vector<Tensor> calib = test::random_samples(data, 12, {1, 8, 12, 12}, -3, 3);
+  auto layers_and_noise = [&](bool portable) {
+    QuantizeOptions o = test::untimed();
+    o.portable = portable;
+    o.min_cosine = 0;
+    Model model(std::make_shared<ir::Model>(b.m));
+    auto r = model.quantize(samples_of(calib), o);
+    EXPECT_TRUE(r.is_ok()) << r.status().message();
+    std::set<std::string> layers;
+    double silu_sqnr = 0;
+    for (const TensorError& e : r->layers) {
+      layers.insert(e.tensor);
+      if (e.tensor == "a1") silu_sqnr = e.sqnr_db;
+    }
+    return std::make_pair(layers, silu_sqnr);
+  };
+  const auto [kiln_form, kiln_sqnr] = layers_and_noise(false);
+  const auto [portable, portable_sqnr] = layers_and_noise(true);
+  EXPECT_EQ(kiln_form, (std::set<std::string>{"x", "a1", "c2", "y"}));
+  EXPECT_EQ(portable, (std::set<std::string>{"x", "c1", "s1", "a1", "c2", "y"}));
+  EXPECT_GT(kiln_sqnr, portable_sqnr + 3) << "kiln's form " << kiln_sqnr << " dB, portable " << portable_sqnr << " dB";
 }
 
 TEST(Quantize, OldOpsetIsRaisedForPerChannelScales) {
@@ -265,6 +308,58 @@ TEST(Quantize, ReportAndAccuracyGuard) {
   auto bad = strict.quantize(samples_of(calib), guarded, samples_of(held_out));
   ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.status().message().find("budget"), std::string::npos);
+}
+
+// The guard puts back in float what helps the outputs most, not what loses most SQNR: here the
+// side input z has the coarser range (an outlier 4000 wide, against x's 400), but reaches the
+// output scaled by 1e-3, so one fallback on x's path meets the budget and none on z's would.
+TEST(Quantize, GuardFallsBackWhereTheOutputsGainMost) {
+  test::Builder b(13);
+  b.input("x", {1, 8, 12, 12});
+  b.input("z", {1, 8, 12, 12});
+  b.conv("x", "cx", 8, 8);
+  b.add("Relu", {"cx"}, {"rx"});
+  b.conv("z", "cz", 8, 8);
+  b.add("Relu", {"cz"}, {"rz"});
+  b.m.graph.initializers["k"] = test::scalar_of(DType::kFloat32, 1e-3);
+  b.add("Mul", {"rz", "k"}, {"side"});
+  b.add("Add", {"rx", "side"}, {"s"});
+  b.conv("s", "y", 8, 8);
+  b.add("Add", {"y", "x"}, {"out"});
+  b.output("out");
+  test::Builder data;
+  std::vector<std::vector<Tensor>> calib, held;
+  for (int i = 0; i < 6; ++i) calib.push_back({data.random({1, 8, 12, 12}), data.random({1, 8, 12, 12})});
+  for (int i = 0; i < 4; ++i) held.push_back({data.random({1, 8, 12, 12}), data.random({1, 8, 12, 12})});
+  calib[0][0].data<float>()[5] = 400.0f, calib[1][1].data<float>()[7] = 4000.0f;
+  auto reader = [](std::vector<std::vector<Tensor>>& samples) -> CalibrationReader {
+    auto next = std::make_shared<size_t>(0);
+    return [&samples, next]() -> Result<std::optional<std::vector<Tensor>>> {
+      if (*next >= samples.size()) return std::optional<std::vector<Tensor>>();
+      return std::optional<std::vector<Tensor>>(samples[(*next)++]);
+    };
+  };
+  QuantizeOptions o = test::untimed();
+  o.method = CalibrationMethod::kMinMax;  // the outliers set the ranges
+  o.min_cosine = 0;
+  Model plain(std::make_shared<ir::Model>(b.m));
+  auto r0 = plain.quantize(reader(calib), o, reader(held));
+  ASSERT_TRUE(r0.is_ok()) << r0.status().message();
+  double noisiest_sqnr = 1e9;
+  std::string noisiest;
+  for (const TensorError& e : r0->layers)
+    if (e.sqnr_db < noisiest_sqnr) noisiest_sqnr = e.sqnr_db, noisiest = e.tensor;
+  EXPECT_TRUE(noisiest == "z" || noisiest == "rz" || noisiest == "side") << noisiest;  // z's path loses most SQNR
+  o.min_cosine = std::min(0.9999, 1 - (1 - r0->outputs.at(0).cosine) / 4);
+  o.max_fallbacks = 1;
+  Model guarded(std::make_shared<ir::Model>(b.m));
+  auto r = guarded.quantize(reader(calib), o, reader(held));
+  ASSERT_TRUE(r.is_ok()) << r.status().message() << " (budget " << o.min_cosine << ")";
+  std::vector<std::string> guard;
+  for (const std::string& k : r->kept_float)
+    if (k.find("accuracy guard") != std::string::npos) guard.push_back(k.substr(0, k.find(':')));
+  ASSERT_EQ(guard.size(), 1u);
+  EXPECT_TRUE(guard[0] == "x (activation)" || guard[0].find("cx") != std::string::npos) << guard[0];
 }
 
 // Without held-out samples, every 4th calibration sample is held back: it sets no range (an

@@ -3,6 +3,7 @@
 // states those transposes in the graph instead:
 //
 //   QLinearConv(x, ...)  ->  T_nchw(com.microsoft.QLinearConv(T_nhwc(x), ..., channels_last=1))
+//                            (an ai.kiln.QLinearConv with an activation stays ai.kiln's)
 //   MaxPool(x8)          ->  T_nchw(com.microsoft.NhwcMaxPool(T_nhwc(x8)))     (8-bit x)
 //   QLinearGlobalAveragePool(T_nchw(x))  ->  T_nchw(QLinearGlobalAveragePool(T_nhwc(T_nchw(x)),
 //                                            channels_last=1))  (x channels-last already: the
@@ -30,12 +31,13 @@ ir::Node transpose(const ir::Graph& g, const std::string& in, const std::string&
   return n;
 }
 
-// Node n (rank-4 X) as `op` in com.microsoft on channels-last X and Y, between two Transposes.
+// Node n (rank-4 X) as `op` in com.microsoft (ai.kiln's stay there) on channels-last X and Y,
+// between two Transposes.
 std::vector<ir::Node> channels_last_form(const ir::Graph& g, const ir::Node& n, const char* op, bool flag) {
   const std::string x = fresh_name(g, n.inputs[0] + "_nhwc"), y = fresh_name(g, n.outputs[0] + "_nhwc");
   ir::Node q = n;
   q.name = fresh_name(g, n.name + "_nhwc");
-  q.domain = "com.microsoft", q.op_type = op;
+  q.domain = n.domain == "ai.kiln" ? "ai.kiln" : "com.microsoft", q.op_type = op;
   q.inputs[0] = x, q.outputs[0] = y;
   std::erase_if(q.attrs, [](const ir::Attribute& a) { return a.name == "channels_last"; });
   if (flag) q.attrs.push_back(ir::Attribute::of_int("channels_last", 1));
@@ -59,7 +61,8 @@ class QLinearNhwc : public Pass {
     const int64_t rewrites = rewrite_until_done(g, [&](const GraphIndex& idx, const ir::Node& n) {
       if (n.inputs.empty() || n.outputs.empty() || !rank4_8bit(n.inputs[0])) return false;
       std::vector<ir::Node> put;
-      if (is_onnx_op(&n, "QLinearConv")) {
+      const bool kiln_nchw_conv = n.domain == "ai.kiln" && n.op_type == "QLinearConv" && !n.attr_int("channels_last", 0);
+      if (is_onnx_op(&n, "QLinearConv") || kiln_nchw_conv) {
         std::vector<const Tensor*> constants;
         for (const std::string& in : n.inputs) constants.push_back(in.empty() ? nullptr : idx.constant(in));
         // The tile reads X of its zero point's type (u8 when absent).

@@ -24,6 +24,9 @@
 
 namespace kiln {
 class ThreadPool;
+namespace kiln_ops {
+struct Activation;  // kernels/kiln/epilogue_activation.h
+}
 }
 
 namespace kiln::qconv {
@@ -63,11 +66,20 @@ struct Requantize {
   // table's 256 codes as int32 values of Y's type, gathered by code (every tile's store). Not
   // with `add`.
   std::vector<int32_t> table;
+  // An activation of the sums' float values before Y's quantization (ai.kiln.QLinearConv's
+  // `activation`): `scale` is then x_scale * w_scale, and the store computes
+  // q = clamp(round(act(float(s + bias) * scale) * inverse_y_scale) + zero_point, lo, hi), the
+  // product by 1 / y_scale standing for QuantizeLinear's division (rarely a code apart). Not with
+  // `add` or `table`. Null: none.
+  const kiln_ops::Activation* activation = nullptr;
+  float inverse_y_scale = 1;
 
-  // Whether a scaled sum can pass int32 (a scale of 0.5 or more), so that the VNNI stores must
-  // clamp it in float before converting; below, the saturating packs clamp it.
+  bool activated() const { return activation != nullptr; }
+  // Whether a scaled sum can pass int32 (a scale of 0.5 or more, or an activation's result), so
+  // that the VNNI stores must clamp it in float before converting; below, the saturating packs
+  // clamp it.
   bool needs_float_clamp() const {
-    return std::any_of(scale.begin(), scale.end(), [](float s) { return !(std::fabs(s) < 0.5f); });
+    return activated() || std::any_of(scale.begin(), scale.end(), [](float s) { return !(std::fabs(s) < 0.5f); });
   }
 };
 

@@ -11,12 +11,13 @@
 #include <cstring>
 #include <optional>
 
-#include "kernels/cpu/qconv/qconv_driver.h"
-
 // GCC 12 warns of the masked loads' undefined pass-through lanes (maskz zeroes them), and of the
-// unmasked intrinsics' undefined pass-through operands.
+// unmasked intrinsics' undefined pass-through operands (the activations' too).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+
+#include "kernels/cpu/qconv/qconv_activation.h"
+#include "kernels/cpu/qconv/qconv_driver.h"
 
 namespace kiln::qconv {
 namespace {
@@ -74,7 +75,8 @@ struct VnniTiles {
   // lowest code too); the zero point is added to the 16-bit values, saturating, which clamps the
   // same as adding it to the int32 ones first. The upper clamp stays in float, where a huge
   // positive sum would otherwise wrap: needed only where a scale reaches 0.5 (Requantize::needs_float_clamp).
-  // With rq.add, the codes stored are the residual add's (ResidualAdd); with rq.table, the table's.
+  // With rq.add, the codes stored are the residual add's (ResidualAdd); with rq.table, the table's;
+  // with rq.activation, the float values go through it first.
   template <int B, bool kClampHigh>
   static void store_packed(const TilePlan& plan, __m512i (&acc)[kPixels][B], int64_t p0, int rows, int64_t m0) {
     const Requantize& rq = plan.rq;
@@ -96,16 +98,19 @@ struct VnniTiles {
     const __mmask64 store_mask = count >= 64 ? ~__mmask64{0} : (__mmask64{1} << count) - 1;
     // Dword d of the packed vector holds block d % 4's channels 4 (d / 4) .. 4 (d / 4) + 3.
     const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    const bool activated = rq.activated();
     for (int i = 0; i < rows; ++i) {
       const int64_t at = (p0 + i) * filters + m0;
+      __m512 f[B];
+      for (int b = 0; b < B; ++b) f[b] = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][b]), scale[b]);
+      if (activated) activate(rq, f, B);
       __m512i q[4];
       for (int b = 0; b < 4; ++b) {
         if (b >= B) {
           q[b] = _mm512_setzero_si512();
           continue;
         }
-        const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][b]), scale[b]);
-        q[b] = _mm512_cvtps_epi32(kClampHigh ? _mm512_min_ps(f, hi) : f);
+        q[b] = _mm512_cvtps_epi32(kClampHigh ? _mm512_min_ps(f[b], hi) : f[b]);
         if (table) {
           q[b] = table_codes(rq, q[b]);
         } else if (residual) {

@@ -14,6 +14,7 @@
 #include <vector>
 #include <cstring>
 
+#include "kernels/cpu/qconv/qconv_activation.h"
 #include "kernels/cpu/qconv/qconv_driver.h"
 
 namespace kiln::qconv {
@@ -42,8 +43,13 @@ struct DepthwiseTiles {
   static void store(const TilePlan& plan, const BlockParams& bp, __m256i lo, __m256i hi, int64_t pixel) {
     const Requantize& rq = plan.rq;
     const int64_t channels = plan.g.filters, m = bp.m, count = bp.count;
-    const __m256 f_lo = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(lo, bp.bias_lo)), bp.scale_lo);
-    const __m256 f_hi = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(hi, bp.bias_hi)), bp.scale_hi);
+    __m256 f_lo = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(lo, bp.bias_lo)), bp.scale_lo);
+    __m256 f_hi = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(hi, bp.bias_hi)), bp.scale_hi);
+    if (rq.activated()) {
+      __m256 f[2] = {f_lo, f_hi};
+      activate(rq, f, 2);
+      f_lo = f[0], f_hi = f[1];
+    }
     const int64_t at = pixel * channels + m;
     if (rq.output == Output::kFloat) {
       float* out = static_cast<float*>(plan.y) + at;

@@ -16,11 +16,13 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/cpu/qconv/qconv_depthwise_driver.h"
-
-// GCC 12 warns of _mm512_shuffle_f32x4's undefined pass-through operand (it has no mask).
+// GCC 12 warns of _mm512_shuffle_f32x4's undefined pass-through operand (it has no mask), and
+// of the masked intrinsics' in the activations (activation_avx512.h).
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include "kernels/cpu/qconv/qconv_activation.h"
+#include "kernels/cpu/qconv/qconv_depthwise_driver.h"
 
 namespace kiln::qconv {
 namespace {
@@ -76,7 +78,9 @@ struct ZmmQuads {
       }
       return;
     }
-    // As the dense tile's store (qconv_avx512vnni.cc): packs clamp below, float above if needed.
+    // As the dense tile's store (qconv_avx512vnni.cc): the activation, if any (lane order does not
+    // matter to it), then packs clamp below, float above if needed.
+    if (rq.activated()) activate(rq, f, 4);
     const __m512 hi = _mm512_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
     const bool table = !rq.table.empty();
     const __m512i zp = _mm512_set1_epi16(static_cast<int16_t>(table ? 0 : rq.zero_point));

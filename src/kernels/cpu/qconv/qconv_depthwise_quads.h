@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/qconv/qconv_activation.h"
 #include "kernels/cpu/qconv/qconv_depthwise_driver.h"
 #include "kernels/cpu/vec_math_avx2.h"
 
@@ -75,6 +76,8 @@ struct YmmQuads {
     // giving channels 0-15 | 16-31 in order; the zero point is added to the 16-bit values,
     // saturating. The upper clamp stays in float, where a huge positive sum would otherwise wrap:
     // needed only where a scale reaches 0.5 (Requantize::needs_float_clamp).
+    // The activation, if any, first (lane order does not matter to it).
+    if (rq.activated()) activate(rq, f, 4);
     const __m256 hi = _mm256_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
     const bool table = !rq.table.empty();
     const __m256i zp = _mm256_set1_epi16(static_cast<int16_t>(table ? 0 : rq.zero_point));

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <optional>
 
+#include "kernels/cpu/qconv/qconv_activation.h"
 #include "kernels/cpu/qconv/qconv_driver.h"
 
 namespace kiln::qconv {
@@ -97,11 +98,16 @@ struct ResidualAdd {
 // saturating; the upper clamp stays in float, where a huge positive sum would otherwise wrap,
 // only where a scale reaches 0.5 (clamp_high: Requantize::needs_float_clamp). With `add`
 // (rq.add's), `residual` is the pixel's first filter in R, and the codes stored are the add's;
-// with rq.table, the table's.
+// with rq.table, the table's; with rq.activation, the float values go through it first.
 inline void store_ymm_sums(const Requantize& rq, bool clamp_high, const __m256 (&scale)[2], __m256i s0, __m256i s1,
                            char* out, int64_t count, const ResidualAdd* add = nullptr, const char* residual = nullptr) {
-  const __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(s0), scale[0]);
-  const __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(s1), scale[1]);
+  __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(s0), scale[0]);
+  __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(s1), scale[1]);
+  if (rq.activated()) {
+    __m256 f[2] = {f0, f1};
+    activate(rq, f, 2);
+    f0 = f[0], f1 = f[1];
+  }
   if (rq.output == Output::kFloat) {
     float* o = reinterpret_cast<float*>(out);
     _mm256_maskstore_ps(o, first_lanes(count), _mm256_permute2f128_ps(f0, f1, 0x20));

@@ -10,7 +10,11 @@
 // tile is of group 1 and channels-last; else QLinearAdd's rows run over the codes once the conv
 // has written them. And ai.kiln's X may be float32, NCHW whatever channels_last says of Y: the
 // conv's staging quantizes it as QuantizeLinear(X, x_scale, x_zero_point) would (qconv.h), the
-// QuantizeLinear and Transpose before an image model's first conv in one pass over X.
+// QuantizeLinear and Transpose before an image model's first conv in one pass over X. And ai.kiln's
+// `activation` (qdq-fusion's Q(act(Conv(DQ(x), DQ(w), DQ(b))))) runs on the sums' float values in
+// the tile's store, before Y's quantization (Requantize::activation). (A SiLU as a table of 8-bit
+// codes first quantized the conv's output over its whole range, -17 to 20 in yolox's first layer,
+// where SiLU squashes everything below -4 to ~0.)
 #include <memory>
 #include <optional>
 
@@ -20,6 +24,7 @@
 #include "kernels/cpu/qconv/qlinear_conv.h"
 #include "kernels/cpu/qlinear_binary.h"
 #include "kernels/fast_path.h"
+#include "kernels/kiln/epilogue_activation.h"
 #include "kernels/kernel_util.h"
 #include "kernels/ref/elementwise_util.h"
 #include "kernels/ref/conv.h"
@@ -63,6 +68,10 @@ class QLinearConvKernel : public Kernel {
 
   Status prepare(const std::vector<const Tensor*>& c, std::vector<bool>&) override {
     residual_ = node_.domain == "ai.kiln" && node_.inputs.size() > 12 && !node_.inputs[12].empty();
+    if (node_.domain == "ai.kiln") {
+      KILN_ASSIGN_OR_RETURN(activation_, kiln_ops::read_activation(node_, "activation", "activation_params"));
+    }
+    const bool activated = activation_.kind != kiln_ops::Activation::Kind::kNone || activation_.clamped();
     const bool has_table = node_.domain == "ai.kiln" && node_.inputs.size() > 9 && !node_.inputs[9].empty();
     if (has_table) {  // the table: a constant of Y's type (qlinear-conv-lookup)
       const Tensor* t = c.size() > 9 ? c[9] : nullptr;
@@ -110,13 +119,13 @@ class QLinearConvKernel : public Kernel {
       }
       add_.lo = y_type_ == DType::kInt8 ? -128.0f : 0.0f, add_.hi = y_type_ == DType::kInt8 ? 127.0f : 255.0f;
       add_.multiply = false;
-      if (!depthwise && channels_last_)
+      if (!depthwise && channels_last_ && !activated)
         rq_.add = {add_, qlinear_binary_reciprocal_is_exact(add_, y_type_ == DType::kInt8)};
     }
     rq_.output = y_type_ == DType::kInt8 ? qconv::Output::kS8 : qconv::Output::kU8;
     // The table in the store, gathered by code, where no VBMI does 64 codes an instruction after
     // it (a byte at a time, efficientnet_b0's 49 tables were ~10% of it on AVX2).
-    table_in_store_ = !table_.empty() && !cpu_features().has_avx512_vbmi();
+    table_in_store_ = !table_.empty() && !cpu_features().has_avx512_vbmi() && !activated;
     rq_.zero_point = yz ? static_cast<int32_t>(load_as_double(yz->dtype(), yz->raw_data(), 0)) : 0;
     rq_.lo = y_type_ == DType::kInt8 ? -128 : 0, rq_.hi = y_type_ == DType::kInt8 ? 127 : 255;
     rq_.bias.resize(static_cast<size_t>(filters_));
@@ -126,8 +135,10 @@ class QLinearConvKernel : public Kernel {
     for (int64_t m = 0; m < filters_; ++m) {
       const size_t i = static_cast<size_t>(m);
       rq_.bias[i] = (b ? b->data<int32_t>()[m] : 0) - zx_u8 * packed_.filter_sums()[i];
-      rq_.scale[i] = x_scale * ws->data<float>()[ws->numel() == 1 ? 0 : m] / y_scale;
+      // With an activation, the sums' float values first (Requantize::activation).
+      rq_.scale[i] = x_scale * ws->data<float>()[ws->numel() == 1 ? 0 : m] / (activated ? 1.0f : y_scale);
     }
+    if (activated) rq_.activation = &activation_, rq_.inverse_y_scale = 1.0f / y_scale;
     rq_.table.clear();
     if (table_in_store_)
       for (int32_t code = rq_.lo; code <= rq_.hi; ++code) {
@@ -216,6 +227,7 @@ class QLinearConvKernel : public Kernel {
   bool residual_ = false;       // ai.kiln.QLinearConv's inputs 10 to 16, QLinearAdd's parameters in add_
   QLinearBinaryParams add_{};
   DType table_type_ = DType::kUInt8;
+  kiln_ops::Activation activation_;  // ai.kiln's, which rq_.activation points to when it has one
 };
 
 Result<std::unique_ptr<Kernel>> make_kernel(const ir::Node& node, int64_t) {
