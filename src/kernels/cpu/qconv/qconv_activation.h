@@ -19,34 +19,37 @@ namespace kiln::qconv {
 // the reciprocal estimate and one Newton step (relative error ~1e-7, as the division's), not a
 // division: efficientnet_b0 int8 5.07 against 5.39 ms (Zen 5 capped at AVX2; its tables: 4.66).
 // x is held above -87, where e^-x stays finite (the step would give NaN from an infinite
-// 1 + e^-x). On AVX-512 the division was as fast (2.79 against 2.83 ms; tables 2.00).
+// 1 + e^-x). On AVX-512 the division inline (activate_tile) was faster: 1.73-1.78 ms against
+// 1.87-1.91 by rcp14, and 1.88-1.92 with apply_activation out of line (tables 1.37-1.41).
 #ifdef __AVX512F__
-inline void activate(const Requantize& rq, __m512* f, int count) {
-  nchwc::apply_activation(*rq.activation, f, count);
+template <int R>
+[[gnu::always_inline]] inline void activate(const Requantize& rq, __m512 (&f)[R]) {
+  nchwc::activate_tile<R>(*rq.activation, f);  // SiLU inline, the rest out of line
   const __m512 inverse = _mm512_set1_ps(rq.inverse_y_scale);
-  for (int i = 0; i < count; ++i) f[i] = _mm512_mul_ps(f[i], inverse);
+  for (int i = 0; i < R; ++i) f[i] = _mm512_mul_ps(f[i], inverse);
 }
 #else
-inline __m256 logistic(__m256 x) {
+[[gnu::always_inline]] inline __m256 logistic(__m256 x) {
   const __m256 one = _mm256_set1_ps(1.0f);
   const __m256 d = _mm256_add_ps(one, nchwc::exp_avx2(_mm256_min_ps(_mm256_set1_ps(87.0f), _mm256_sub_ps(_mm256_setzero_ps(), x))));
   const __m256 r = _mm256_rcp_ps(d);
   return _mm256_fmadd_ps(r, _mm256_fnmadd_ps(d, r, one), r);
 }
 
-inline void activate(const Requantize& rq, __m256* f, int count) {
+template <int R>
+[[gnu::always_inline]] inline void activate(const Requantize& rq, __m256 (&f)[R]) {
   using K = kiln_ops::Activation::Kind;
   const kiln_ops::Activation& act = *rq.activation;
   if (act.kind == K::kSilu) {
-    for (int i = 0; i < count; ++i) f[i] = _mm256_mul_ps(f[i], logistic(f[i]));
+    for (int i = 0; i < R; ++i) f[i] = _mm256_mul_ps(f[i], logistic(f[i]));
   } else if (act.kind == K::kSigmoid) {
-    for (int i = 0; i < count; ++i) f[i] = logistic(f[i]);
+    for (int i = 0; i < R; ++i) f[i] = logistic(f[i]);
   } else {
-    nchwc::apply_unclamped(act, f, count);
+    nchwc::apply_unclamped(act, f, R);  // out of line
   }
-  nchwc::apply_clamp(act, f, count);
+  nchwc::apply_clamp(act, f, R);
   const __m256 inverse = _mm256_set1_ps(rq.inverse_y_scale);
-  for (int i = 0; i < count; ++i) f[i] = _mm256_mul_ps(f[i], inverse);
+  for (int i = 0; i < R; ++i) f[i] = _mm256_mul_ps(f[i], inverse);
 }
 #endif
 

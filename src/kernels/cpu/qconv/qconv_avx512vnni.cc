@@ -103,7 +103,7 @@ struct VnniTiles {
       const int64_t at = (p0 + i) * filters + m0;
       __m512 f[B];
       for (int b = 0; b < B; ++b) f[b] = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][b]), scale[b]);
-      if (activated) activate(rq, f, B);
+      if (activated) activate<B>(rq, f);
       __m512i q[4];
       for (int b = 0; b < 4; ++b) {
         if (b >= B) {

@@ -47,7 +47,7 @@ struct DepthwiseTiles {
     __m256 f_hi = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(hi, bp.bias_hi)), bp.scale_hi);
     if (rq.activated()) {
       __m256 f[2] = {f_lo, f_hi};
-      activate(rq, f, 2);
+      activate<2>(rq, f);
       f_lo = f[0], f_hi = f[1];
     }
     const int64_t at = pixel * channels + m;

@@ -80,7 +80,7 @@ struct ZmmQuads {
     }
     // As the dense tile's store (qconv_avx512vnni.cc): the activation, if any (lane order does not
     // matter to it), then packs clamp below, float above if needed.
-    if (rq.activated()) activate(rq, f, 4);
+    if (rq.activated()) activate<4>(rq, f);
     const __m512 hi = _mm512_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
     const bool table = !rq.table.empty();
     const __m512i zp = _mm512_set1_epi16(static_cast<int16_t>(table ? 0 : rq.zero_point));

@@ -77,7 +77,7 @@ struct YmmQuads {
     // saturating. The upper clamp stays in float, where a huge positive sum would otherwise wrap:
     // needed only where a scale reaches 0.5 (Requantize::needs_float_clamp).
     // The activation, if any, first (lane order does not matter to it).
-    if (rq.activated()) activate(rq, f, 4);
+    if (rq.activated()) activate<4>(rq, f);
     const __m256 hi = _mm256_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
     const bool table = !rq.table.empty();
     const __m256i zp = _mm256_set1_epi16(static_cast<int16_t>(table ? 0 : rq.zero_point));

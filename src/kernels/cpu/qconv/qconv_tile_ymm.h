@@ -105,7 +105,7 @@ inline void store_ymm_sums(const Requantize& rq, bool clamp_high, const __m256 (
   __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(s1), scale[1]);
   if (rq.activated()) {
     __m256 f[2] = {f0, f1};
-    activate(rq, f, 2);
+    activate<2>(rq, f);
     f0 = f[0], f1 = f[1];
   }
   if (rq.output == Output::kFloat) {
