@@ -31,27 +31,36 @@ void qdq(test::Builder& b, const std::string& x, const std::string& q, const std
   b.add("DequantizeLinear", {q, q + "_s", q + "_z"}, {dq});
 }
 
+// A conv's weights W (int8 within +-w_max, shape w_shape) and bias B (int32 within +-bias_max)
+// behind their DequantizeLinear, as the quantizers write them: per-filter scales 2^-6 .. 2^-8,
+// the bias in xs * ws.
+void conv_constants(test::Builder& b, const std::string& w, const std::string& bias, const Shape& w_shape, float xs,
+                    int w_max, int bias_max, std::mt19937& rng) {
+  std::uniform_int_distribution<int> w8(-w_max, w_max), b32(-bias_max, bias_max);
+  const int64_t m = w_shape[0];
+  Tensor wq = Tensor::make(DType::kInt8, w_shape).value();
+  for (int64_t i = 0; i < wq.numel(); ++i) wq.data<int8_t>()[i] = static_cast<int8_t>(w8(rng));
+  Tensor ws = Tensor::make(DType::kFloat32, {m}).value(), bs = Tensor::make(DType::kFloat32, {m}).value();
+  Tensor bq = Tensor::make(DType::kInt32, {m}).value();
+  for (int64_t i = 0; i < m; ++i) {
+    ws.data<float>()[i] = 1.0f / static_cast<float>(64 << (i % 3));
+    bs.data<float>()[i] = xs * ws.data<float>()[i];
+    bq.data<int32_t>()[i] = b32(rng);
+  }
+  dequantized_constant(b, w, wq, ws, Tensor::make(DType::kInt8, {m}).value(), 0);
+  dequantized_constant(b, bias, bq, bs, Tensor::make(DType::kInt32, {m}).value(), 0);
+}
+
 ir::Model qdq_block() {
   const int64_t c = 8, m = 16;
   test::Builder b(13);
   b.input("x", {1, c, 9, 9});
   std::mt19937 rng(3);
-  std::uniform_int_distribution<int> w8(-127, 127), bias(-900, 900);
+  std::uniform_int_distribution<int> w8(-127, 127);
   const float xs = 0.0625f;
   qdq(b, "x", "xq", "xd", xs, 128);
   // conv1: 3x3, per-filter scales 2^-6 .. 2^-8, bias in xs * ws.
-  Tensor w1 = Tensor::make(DType::kInt8, {m, c, 3, 3}).value();
-  for (int64_t i = 0; i < w1.numel(); ++i) w1.data<int8_t>()[i] = static_cast<int8_t>(w8(rng));
-  Tensor ws1 = Tensor::make(DType::kFloat32, {m}).value(), bs1 = Tensor::make(DType::kFloat32, {m}).value();
-  Tensor b1 = Tensor::make(DType::kInt32, {m}).value(), wz1 = Tensor::make(DType::kInt8, {m}).value();
-  Tensor bz1 = Tensor::make(DType::kInt32, {m}).value();
-  for (int64_t i = 0; i < m; ++i) {
-    ws1.data<float>()[i] = 1.0f / static_cast<float>(64 << (i % 3));
-    bs1.data<float>()[i] = xs * ws1.data<float>()[i];
-    b1.data<int32_t>()[i] = bias(rng);
-  }
-  dequantized_constant(b, "w1", w1, ws1, wz1, 0);
-  dequantized_constant(b, "b1", b1, bs1, bz1, 0);
+  conv_constants(b, "w1", "b1", {m, c, 3, 3}, xs, 127, 900, rng);
   b.add("Conv", {"xd", "w1", "b1"}, {"c1"}, {test::attr_ints("pads", {1, 1, 1, 1})});
   b.add("Relu", {"c1"}, {"r1"});
   qdq(b, "r1", "r1q", "r1d", 0.25f, 0);
@@ -399,18 +408,7 @@ TEST(QdqFusion, ConvActivationRunsOnTheFloatSums) {
       b.input("x", {1, c, 9, 9});
       qdq(b, "x", "xq", "xd", xs, 128);
       std::mt19937 rng(7);
-      std::uniform_int_distribution<int> w8(-40, 40), bias(-300, 300);
-      Tensor w = Tensor::make(DType::kInt8, {m, depthwise ? 1 : c, 3, 3}).value();
-      for (int64_t i = 0; i < w.numel(); ++i) w.data<int8_t>()[i] = static_cast<int8_t>(w8(rng));
-      Tensor ws = Tensor::make(DType::kFloat32, {m}).value(), bs = Tensor::make(DType::kFloat32, {m}).value();
-      Tensor bq = Tensor::make(DType::kInt32, {m}).value();
-      for (int64_t i = 0; i < m; ++i) {
-        ws.data<float>()[i] = 1.0f / static_cast<float>(64 << (i % 3));
-        bs.data<float>()[i] = xs * ws.data<float>()[i];
-        bq.data<int32_t>()[i] = bias(rng);
-      }
-      dequantized_constant(b, "w", w, ws, Tensor::make(DType::kInt8, {m}).value(), 0);
-      dequantized_constant(b, "b", bq, bs, Tensor::make(DType::kInt32, {m}).value(), 0);
+      conv_constants(b, "w", "b", {m, depthwise ? 1 : c, 3, 3}, xs, 40, 300, rng);
       b.add("Conv", {"xd", "w", "b"}, {"c"},
             {test::attr_ints("pads", {1, 1, 1, 1}), test::attr_i("group", depthwise ? c : 1)});
       act.write(b);
