@@ -203,11 +203,23 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
   const bool static_int8 = !options.dynamic && !float16 && !weight_only;
   QuantizeReport chosen = report;
   const Plan full = static_int8 ? choose(model, types, options, {}, &chosen) : Plan{};
-  // Static quantization of a model whose only weights to quantize are an LSTM's, GRU's or RNN's
-  // (and MatMul/Gemm nodes whose outputs go on in float: a wake-word model's LSTM head): those, as
-  // --dynamic writes them, rather than the error that nothing would run in 8 bits.
-  const bool recurrent_only = static_int8 && recurrent && full.points.empty();
-  if (!static_int8 || recurrent_only) {
+  // Static quantization of a model with nothing to put in 8 bits statically, its Conv, MatMul and
+  // Gemm outputs all going on in float (magika's dense layers; a wake-word model's LSTM head): its
+  // MatMul, Gemm, LSTM, GRU and RNN weights as --dynamic writes them, rather than an error.
+  auto nothing_static = [&]() {
+    if (chosen.kept_float.empty())
+      return Status::error("quantize: the model has no Conv, MatMul or Gemm with constant weights to quantize");
+    // Candidates, none worth 8 bits: say why, for the first few.
+    std::string why;
+    for (size_t i = 0; i < chosen.kept_float.size() && i < 3; ++i) why += (i ? "; " : "") + chosen.kept_float[i];
+    if (chosen.kept_float.size() > 3) why += "; and " + std::to_string(chosen.kept_float.size() - 3) + " more";
+    return Status::error("quantize: none of the model's " + std::to_string(chosen.kept_float.size()) +
+                         " Conv/MatMul/Gemm nodes would run in 8 bits (" + why +
+                         "), statically or with activations quantized at run time");
+  };
+  const bool dynamic_instead = static_int8 && full.points.empty();
+  if (dynamic_instead && model.opset("") < 11) return nothing_static();  // DynamicQuantizeLinear's
+  if (!static_int8 || dynamic_instead) {
     // The outputs against the float model's, on the held-out samples, else the calibration ones
     // where given; nothing to fall back on per tensor, so a missed budget is an error.
     std::vector<std::vector<Tensor>> eval;
@@ -233,7 +245,8 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
       KILN_RETURN_IF_ERROR(write_dynamic(quantized, types, options, &report));
       if (!options.portable) KILN_RETURN_IF_ERROR(write_recurrent_weights(quantized, options, &report));
       if (report.quantized_nodes == 0 && report.recurrent_nodes.empty())
-        return Status::error("quantize --dynamic: the model has no MatMul, Gemm, LSTM, GRU or RNN with constant weights");
+        return dynamic_instead ? nothing_static()
+                               : Status::error("quantize --dynamic: the model has no MatMul, Gemm, LSTM, GRU or RNN with constant weights");
       // The speed check, as for static quantization (no samples given: the benchmark's inputs).
       if (options.check_speed && !options.portable) {
         std::vector<Tensor> sample;
@@ -272,18 +285,6 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
     model = std::move(quantized);
     return report;
   }
-  if (full.points.empty()) {
-    if (chosen.kept_float.empty())
-      return Status::error("quantize: the model has no Conv, MatMul or Gemm with constant weights to quantize");
-    // Candidates, none worth 8 bits: say why, for the first few.
-    std::string why;
-    for (size_t i = 0; i < chosen.kept_float.size() && i < 3; ++i) why += (i ? "; " : "") + chosen.kept_float[i];
-    if (chosen.kept_float.size() > 3) why += "; and " + std::to_string(chosen.kept_float.size() - 3) + " more";
-    return Status::error("quantize: none of the model's " + std::to_string(chosen.kept_float.size()) +
-                         " Conv/MatMul/Gemm nodes would run in 8 bits (" + why +
-                         "); dynamic quantization (--dynamic, dynamic=True) quantizes MatMul/Gemm weights with activations at run time");
-  }
-
   // 3. Calibrate.
   KILN_ASSIGN_OR_RETURN(std::vector<std::vector<Tensor>> samples, read_samples(next, inputs, "calibration"));
   if (samples.empty()) return Status::invalid_argument("quantize: no calibration samples");

@@ -248,6 +248,26 @@ TEST(Quantize, OldOpsetIsRaisedForPerChannelScales) {
   EXPECT_GT(cosine(test::run_model(fp32, {x})[0].tensor, test::run_model(model.ir(), {x})[0].tensor), 0.99f);
 }
 
+// Static quantization of a model with nothing to put in 8 bits statically (its MatMul's output
+// goes on in float: magika's dense layers) quantizes the weights as --dynamic does, measured
+// against the budget, rather than failing.
+TEST(Quantize, NothingStaticGoesDynamic) {
+  test::Builder b(13);
+  b.input("x", {4, 32});
+  b.weight("w", {32, 16});
+  b.add("MatMul", {"x", "w"}, {"y"});
+  b.output("y");
+  std::vector<Tensor> calib = test::random_samples(b, 8, {4, 32});
+  Model model(std::make_shared<ir::Model>(b.m));
+  auto report = model.quantize(samples_of(calib), test::untimed());
+  ASSERT_TRUE(report.is_ok()) << report.status().message();
+  EXPECT_EQ(report->quantized_nodes, 1);
+  ASSERT_EQ(report->outputs.size(), 1u);
+  EXPECT_GT(report->outputs[0].cosine, 0.999);
+  EXPECT_TRUE(test::histogram(model.ir()).count("DynamicQuantizeLinear") ||
+              test::qualified_histogram(model.ir()).count("ai.kiln.DynamicQuantMatMul"));
+}
+
 TEST(Quantize, NothingToQuantizeIsAnError) {
   test::Builder b(13);
   b.input("x", {2, 3});
