@@ -65,6 +65,7 @@ struct ZmmQuads {
 
 
   // Sums of 64 channels in the tile's lane order, quantized (or as floats) to pixel `pixel` of Y.
+  template <bool kActivated>
   __attribute__((always_inline)) static void store(const QuadsPlan& plan, const Block& bp, __m512i (&acc)[4], int64_t pixel) {
     const Requantize& rq = plan.rq;
     const int64_t at = pixel * plan.g.filters + bp.c0;
@@ -80,7 +81,7 @@ struct ZmmQuads {
     }
     // As the dense tile's store (qconv_avx512vnni.cc): the activation, if any (lane order does not
     // matter to it), then packs clamp below, float above if needed.
-    if (rq.activated()) activate<4>(rq, f);
+    if constexpr (kActivated) activate<4>(rq, f);
     const __m512 hi = _mm512_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
     const bool table = !rq.table.empty();
     const __m512i zp = _mm512_set1_epi16(static_cast<int16_t>(table ? 0 : rq.zero_point));

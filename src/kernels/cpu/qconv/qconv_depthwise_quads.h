@@ -60,6 +60,7 @@ struct YmmQuads {
 
 
   // Sums of 32 channels in the tile's lane order, quantized (or as floats) to pixel `pixel` of Y.
+  template <bool kActivated>
   static void store(const QuadsPlan& plan, const Block& bp, __m256i (&acc)[4], int64_t pixel) {
     const Requantize& rq = plan.rq;
     const int64_t at = pixel * plan.g.filters + bp.c0;
@@ -77,7 +78,7 @@ struct YmmQuads {
     // saturating. The upper clamp stays in float, where a huge positive sum would otherwise wrap:
     // needed only where a scale reaches 0.5 (Requantize::needs_float_clamp).
     // The activation, if any, first (lane order does not matter to it).
-    if (rq.activated()) activate<4>(rq, f);
+    if constexpr (kActivated) activate<4>(rq, f);
     const __m256 hi = _mm256_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
     const bool table = !rq.table.empty();
     const __m256i zp = _mm256_set1_epi16(static_cast<int16_t>(table ? 0 : rq.zero_point));
