@@ -40,16 +40,27 @@ void accumulate_features(const Tensor& ref, const Tensor& got, Sums& s) {
   }
 }
 
-void accumulate(const Tensor& ref, const Tensor& got, Sums& s) {
-  if (ref.dtype() != DType::kFloat32 || got.dtype() != DType::kFloat32 || ref.numel() != got.numel()) return;
-  double xx = 0, yy = 0, xy = 0, ee = 0;
+// x.x, y.y, x.y and |x - y|^2 of two float32 tensors of one size (false where they are not).
+bool dot_products(const Tensor& ref, const Tensor& got, double* xx, double* yy, double* xy, double* ee) {
+  if (ref.dtype() != DType::kFloat32 || got.dtype() != DType::kFloat32 || ref.numel() != got.numel()) return false;
+  *xx = *yy = *xy = *ee = 0;
   for (int64_t i = 0; i < ref.numel(); ++i) {
     const double x = ref.data<float>()[i], y = got.data<float>()[i];
-    xx += x * x, yy += y * y, xy += x * y, ee += (x - y) * (x - y);
+    *xx += x * x, *yy += y * y, *xy += x * y, *ee += (x - y) * (x - y);
   }
+  return true;
+}
+
+// 1 where both are zero, 0 where one is.
+double cosine_of(double xx, double yy, double xy) {
+  return xx == 0 && yy == 0 ? 1.0 : (xx == 0 || yy == 0 ? 0.0 : xy / std::sqrt(xx * yy));
+}
+
+void accumulate(const Tensor& ref, const Tensor& got, Sums& s) {
+  double xx, yy, xy, ee;
+  if (!dot_products(ref, got, &xx, &yy, &xy, &ee)) return;
   s.signal += xx, s.noise += ee;
-  const double cosine = xx == 0 && yy == 0 ? 1.0 : (xx == 0 || yy == 0 ? 0.0 : xy / std::sqrt(xx * yy));
-  s.worst_cosine = std::min(s.worst_cosine, cosine);
+  s.worst_cosine = std::min(s.worst_cosine, cosine_of(xx, yy, xy));
 }
 
 TensorError error_of(const std::string& name, const Sums& s) {
@@ -66,6 +77,20 @@ TensorError error_of(const std::string& name, const Sums& s) {
 
 }  // namespace
 
+double worst_cosine(const std::vector<Tensor>& ref, const std::vector<Tensor>& got) {
+  double worst = 1, xx, yy, xy, ee;
+  for (size_t i = 0; i < ref.size() && i < got.size(); ++i)
+    if (dot_products(ref[i], got[i], &xx, &yy, &xy, &ee)) worst = std::min(worst, cosine_of(xx, yy, xy));
+  return worst;
+}
+
+std::vector<std::string> float_outputs(const ir::Model& model) {
+  std::vector<std::string> names;
+  for (const ir::ValueInfo& o : model.graph.outputs)
+    if (o.type.dtype == DType::kFloat32 || o.type.kind != ir::TypeInfo::Kind::kTensor) names.push_back(o.name);
+  return names;
+}
+
 Result<std::unique_ptr<Session>> probe(const ir::Model& model, const std::vector<std::string>& outputs) {
   auto m = std::make_shared<ir::Model>(model);
   m->graph.outputs.clear();
@@ -80,9 +105,7 @@ Status measure(const ir::Model& fp32, const ir::Model& qdq, const std::vector<st
                std::vector<TensorError>* layers, std::vector<TensorError>* outputs, OutputsBySample* kept) {
   std::vector<std::string> ref_names = points, got_names;
   for (const std::string& p : points) got_names.push_back(dequantized.at(p));
-  std::vector<std::string> model_outputs;
-  for (const ir::ValueInfo& o : fp32.graph.outputs)
-    if (o.type.dtype == DType::kFloat32 || o.type.kind != ir::TypeInfo::Kind::kTensor) model_outputs.push_back(o.name);
+  const std::vector<std::string> model_outputs = float_outputs(fp32);
   for (const std::string& o : model_outputs) ref_names.push_back(o), got_names.push_back(o);
   KILN_ASSIGN_OR_RETURN(auto ref, probe(fp32, ref_names));
   KILN_ASSIGN_OR_RETURN(auto got, probe(qdq, got_names));

@@ -7,6 +7,7 @@
 // output cosine from 0.987 to 0.990; 60 fallbacks by SQNR had not done as much.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kiln/session.h"
 #include "quantize/quantize_internal.h"
@@ -27,16 +28,6 @@ Result<std::vector<std::vector<Tensor>>> outputs_on(Session& session, const std:
   return all;
 }
 
-double cosine(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != DType::kFloat32 || b.dtype() != DType::kFloat32 || a.numel() != b.numel()) return 1;
-  double xx = 0, yy = 0, xy = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    const double x = a.data<float>()[i], y = b.data<float>()[i];
-    xx += x * x, yy += y * y, xy += x * y;
-  }
-  return xx == 0 && yy == 0 ? 1.0 : (xx == 0 || yy == 0 ? 0.0 : xy / std::sqrt(xx * yy));
-}
-
 }  // namespace
 
 Result<double> budget_margin(const QuantizeOptions& o, const OutputsBySample& kept) {
@@ -44,8 +35,7 @@ Result<double> budget_margin(const QuantizeOptions& o, const OutputsBySample& ke
   if (o.min_cosine > 0) {
     double worst = 1;
     for (size_t s = 0; s < kept.float_outputs.size(); ++s)
-      for (size_t i = 0; i < kept.float_outputs[s].size(); ++i)
-        worst = std::min(worst, cosine(kept.float_outputs[s][i], kept.quantized[s][i]));
+      worst = std::min(worst, worst_cosine(kept.float_outputs[s], kept.quantized[s]));
     margin = std::min(margin, worst - o.min_cosine);
   }
   if (o.min_top1 > 0) margin = std::min(margin, top1_agreement(kept) - o.min_top1);
@@ -60,9 +50,7 @@ Result<std::vector<Fallback>> rank_fallbacks(const ir::Model& fp32, const ir::Mo
                                              const std::vector<Fallback>& candidates,
                                              const std::function<Result<ir::Model>(const Fallback&)>& without,
                                              const QuantizeOptions& o, std::vector<std::vector<Tensor>> samples) {
-  std::vector<std::string> outputs;
-  for (const ir::ValueInfo& out : fp32.graph.outputs)
-    if (out.type.dtype == DType::kFloat32 || out.type.kind != ir::TypeInfo::Kind::kTensor) outputs.push_back(out.name);
+  const std::vector<std::string> outputs = float_outputs(fp32);
   KILN_ASSIGN_OR_RETURN(auto reference, probe(fp32, outputs));
   OutputsBySample kept;
   KILN_ASSIGN_OR_RETURN(kept.float_outputs, outputs_on(*reference, samples));
@@ -73,11 +61,7 @@ Result<std::vector<Fallback>> rank_fallbacks(const ir::Model& fp32, const ir::Mo
     KILN_ASSIGN_OR_RETURN(auto session, probe(quantized, outputs));
     KILN_ASSIGN_OR_RETURN(kept.quantized, outputs_on(*session, samples));
     std::vector<std::pair<double, size_t>> worst;
-    for (size_t s = 0; s < samples.size(); ++s) {
-      double c = 1;
-      for (size_t i = 0; i < outputs.size(); ++i) c = std::min(c, cosine(kept.float_outputs[s][i], kept.quantized[s][i]));
-      worst.emplace_back(c, s);
-    }
+    for (size_t s = 0; s < samples.size(); ++s) worst.emplace_back(worst_cosine(kept.float_outputs[s], kept.quantized[s]), s);
     std::sort(worst.begin(), worst.end());
     std::vector<std::vector<Tensor>> chosen_samples, chosen_outputs;
     for (size_t k = 0; k < kWorstSamples; ++k) {

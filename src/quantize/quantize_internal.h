@@ -73,6 +73,12 @@ struct QuantizedWeight {
 };
 QuantizedWeight quantize_weight(const Tensor& w, int64_t axis, bool per_channel, float levels);
 
+// The least cosine over a sample's outputs, the float model's `ref` against `got` (1 where both
+// are zero, 0 where one is; non-float outputs skipped), and the outputs of `model` that are
+// compared: its float32 ones, and those of unknown type (accuracy.cc).
+double worst_cosine(const std::vector<Tensor>& ref, const std::vector<Tensor>& got);
+std::vector<std::string> float_outputs(const ir::Model& model);
+
 // A session running `model` as written (no optimization) with `outputs` as its outputs: what
 // calibration and the accuracy measurements read the intermediate tensors from.
 Result<std::unique_ptr<Session>> probe(const ir::Model& model, const std::vector<std::string>& outputs);
