@@ -100,10 +100,10 @@ struct ResidualAdd {
 // (rq.add's), `residual` is the pixel's first filter in R, and the codes stored are the add's;
 // with rq.table, the table's; with rq.activation, the float values go through it first.
 // (kActivated, rq.activated(), a template parameter: a store that might activate cost AVX2's
-// int8 mobilenet_v2 12 % and resnet50 3 % where it never did.)
+// int8 mobilenet_v2 12 % and resnet50 3 % where it never did; store_ymm_sums picks it.)
 template <bool kActivated>
-inline void store_ymm_sums(const Requantize& rq, bool clamp_high, const __m256 (&scale)[2], __m256i s0, __m256i s1,
-                           char* out, int64_t count, const ResidualAdd* add = nullptr, const char* residual = nullptr) {
+inline void store_ymm_sums_as(const Requantize& rq, bool clamp_high, const __m256 (&scale)[2], __m256i s0, __m256i s1,
+                              char* out, int64_t count, const ResidualAdd* add, const char* residual) {
   __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(s0), scale[0]);
   __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(s1), scale[1]);
   if constexpr (kActivated) {
@@ -131,6 +131,14 @@ inline void store_ymm_sums(const Requantize& rq, bool clamp_high, const __m256 (
   const __m256i words = _mm256_adds_epi16(_mm256_packs_epi32(q0, q1), _mm256_set1_epi16(zero_point));
   const __m256i bytes = rq.output == Output::kS8 ? _mm256_packs_epi16(words, words) : _mm256_packus_epi16(words, words);
   store_first_bytes(out, _mm256_castsi256_si128(_mm256_permute4x64_epi64(bytes, _MM_SHUFFLE(3, 1, 2, 0))), count, 16);
+}
+
+inline void store_ymm_sums(const Requantize& rq, bool clamp_high, const __m256 (&scale)[2], __m256i s0, __m256i s1,
+                           char* out, int64_t count, const ResidualAdd* add = nullptr, const char* residual = nullptr) {
+  if (rq.activated())
+    store_ymm_sums_as<true>(rq, clamp_high, scale, s0, s1, out, count, add, residual);
+  else
+    store_ymm_sums_as<false>(rq, clamp_high, scale, s0, s1, out, count, add, residual);
 }
 
 // The tiles' inner loop: `steps` steps, each one 4-byte broadcast of every row's input (p[i] + 4
@@ -167,12 +175,8 @@ struct YmmTiles {
     const std::optional<ResidualAdd> add = residual ? std::optional<ResidualAdd>(ResidualAdd(rq)) : std::nullopt;
     for (int i = 0; i < rows; ++i) {
       const int64_t at = (p0 + i) * filters + m0;
-      char* out = static_cast<char*>(plan.y) + at * elem;
-      if (rq.activated())
-        store_ymm_sums<true>(rq, plan.clamp_high, scale, acc[i][0], acc[i][1], out, count);
-      else
-        store_ymm_sums<false>(rq, plan.clamp_high, scale, acc[i][0], acc[i][1], out, count, add ? &*add : nullptr,
-                              add ? residual + at : nullptr);
+      store_ymm_sums(rq, plan.clamp_high, scale, acc[i][0], acc[i][1], static_cast<char*>(plan.y) + at * elem, count,
+                     add ? &*add : nullptr, add ? residual + at : nullptr);
     }
   }
 

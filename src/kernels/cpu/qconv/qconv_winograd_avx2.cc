@@ -137,12 +137,8 @@ void output_transform(const Plan& plan, const int32_t* m, int64_t t0, int64_t co
         const int64_t oy = 2 * ty + r, ox = 2 * tx + k;
         if (oy >= g.out_h || ox >= g.out_w) continue;
         const int64_t at = ((n * g.out_h + oy) * g.out_w + ox) * g.filters + m0;
-        char* out = static_cast<char*>(plan.y) + at * elem;
-        if (plan.rq.activated())
-          store_ymm_sums<true>(plan.rq, plan.clamp_high, scale, y[r][k][0], y[r][k][1], out, filters);
-        else
-          store_ymm_sums<false>(plan.rq, plan.clamp_high, scale, y[r][k][0], y[r][k][1], out, filters,
-                                add ? &*add : nullptr, add ? residual + at : nullptr);
+        store_ymm_sums(plan.rq, plan.clamp_high, scale, y[r][k][0], y[r][k][1], static_cast<char*>(plan.y) + at * elem,
+                       filters, add ? &*add : nullptr, add ? residual + at : nullptr);
       }
   }
 }
