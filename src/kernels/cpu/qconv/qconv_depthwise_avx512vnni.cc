@@ -101,8 +101,8 @@ struct ZmmQuads {
   // column (ky, 4 q + t) read at at(ky, q, t). kKH, kKW: the kernel when known at compile time
   // (3x3, 5x5), else 0.
   template <int kKH, int kKW, bool kFlip, int kPixels, typename At>
-  static void window_sums(const QuadsPlan& plan, const Block& bp, const int8_t* wq, At at,
-                          __m512i (&acc)[kPixels][4]) {
+  __attribute__((always_inline)) static void window_sums(
+      const QuadsPlan& plan, const Block& bp, const int8_t* wq, At at, __m512i (&acc)[kPixels][4]) {
     const int64_t kh = kKH ? kKH : plan.g.kernel_h, columns = (kKW ? kKW : plan.g.kernel_w) + kPixels - 1;
     const int64_t quads = (columns + 3) / 4;
     for (int64_t ky = 0; ky < kh; ++ky)

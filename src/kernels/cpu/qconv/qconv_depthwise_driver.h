@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/qconv/qconv.h"
@@ -32,7 +33,14 @@ struct QuadsPlan {
   const uint8_t* x;
   const uint8_t* x_end;  // one past X's last byte
   int64_t stride;        // bytes a pixel of X
-  const uint8_t* pad;    // 64 bytes of X's zero point, as X holds it
+  // X's zero point, as X holds it, over a row of X and 64 bytes more: a tap outside X reads it,
+  // and so does a whole kernel row above or below X, at the offsets it would have in X.
+  const uint8_t* pad;
+  const uint8_t* pad_end;
+  bool in_pad(const uint8_t* p) const {
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    return a >= reinterpret_cast<uintptr_t>(pad) && a < reinterpret_cast<uintptr_t>(pad_end);
+  }
   const PackedWeights& w;
   const Requantize& rq;
   void* y;
@@ -41,49 +49,60 @@ struct QuadsPlan {
 
 template <class Tile>
 struct DepthwiseQuads {
-  // One output row (image n, row oy) of block b. Pixels whose window lies inside X (most) read it
-  // at fixed offsets from the window's corner; the others check each tap.
+  // One output row (image n, row oy) of block b. Pixels whose window lies inside X's columns
+  // (most) read each kernel row at fixed offsets from its start, the pad's where that row lies
+  // above or below X; the others check each tap. (Checking rows too cost mobilenet_v2's 7x7 and
+  // 14x14 layers a third.)
   template <int kKH, int kKW, bool kFlip, bool kActivated>
   static void row(const QuadsPlan& plan, int64_t n, int64_t oy, int64_t b) {
     const Geometry& g = plan.g;
     const typename Tile::Block bp = Tile::block_params(plan.rq, g.filters, b);
     const int8_t* wb = plan.w.block(b);
     const int64_t iy0 = oy * g.stride_h - g.pad_top, span_w = (g.kernel_w - 1) * g.dilation_w;
-    const bool rows_inside = iy0 >= 0 && iy0 + (g.kernel_h - 1) * g.dilation_h < g.in_h;
     const int64_t ox_lo = std::min(g.out_w, (g.pad_left + g.stride_w - 1) / g.stride_w);
     const int64_t ox_hi = g.in_w - 1 + g.pad_left - span_w < 0
                               ? 0
                               : std::min(g.out_w, (g.in_w - 1 + g.pad_left - span_w) / g.stride_w + 1);
-    const int64_t row_bytes = g.in_w * plan.stride;
-    // Two pixels at once where both windows lie inside X, on a stride-1 row: the four columns a
-    // quad interleaved once serve both (the second's weights one column on), half the loads and
-    // shuffles of a 3x3 window.
-    const int8_t* pairs = g.stride_w == 1 && g.dilation_w == 1 && rows_inside ? plan.w.pair_block(b) : nullptr;
-    // The taps of a window inside X, at fixed offsets from its corner.
-    auto inside = [&](int64_t ix0) {
-      const uint8_t* corner = plan.x + ((n * g.in_h + iy0) * g.in_w + ix0) * plan.stride + bp.c0;
-      const int64_t down = g.dilation_h * row_bytes, right = g.dilation_w * plan.stride;
-      return [corner, down, right](int64_t ky, int64_t q, int t) { return corner + ky * down + (4 * q + t) * right; };
+    // Kernel row ky's row of X (block b's first channel), or the pad's; once a row where the
+    // kernel is known at compile time.
+    auto row_of = [&](int64_t ky) {
+      const int64_t iy = iy0 + ky * g.dilation_h;
+      return (iy >= 0 && iy < g.in_h ? plan.x + (n * g.in_h + iy) * g.in_w * plan.stride : plan.pad) + bp.c0;
     };
+    const uint8_t* rows[kKH ? kKH : 1];
+    if constexpr (kKH > 0)
+      for (int ky = 0; ky < kKH; ++ky) rows[ky] = row_of(ky);
+    auto row_start = [&](int64_t ky) {
+      if constexpr (kKH > 0) return rows[ky];
+      return row_of(ky);
+    };
+    const int64_t right = g.dilation_w * plan.stride;
+    // Two pixels at once where both windows lie inside X's columns, on a stride-1 row: the four
+    // columns a quad interleaved once serve both (the second's weights one column on), half the
+    // loads and shuffles of a 3x3 window.
+    const int8_t* pairs = g.stride_w == 1 && g.dilation_w == 1 ? plan.w.pair_block(b) : nullptr;
     for (int64_t ox = 0; ox < g.out_w;) {
       const int64_t ix0 = ox * g.stride_w - g.pad_left;
+      auto inside = [&](int64_t ky, int64_t q, int t) {
+        return row_start(ky) + (ix0 * plan.stride + (4 * q + t) * right);
+      };
       if (pairs && ox >= ox_lo && ox + 1 < ox_hi) {
         typename Tile::Vec acc[2][4] = {{bp.bias[0], bp.bias[1], bp.bias[2], bp.bias[3]},
                                         {bp.bias[0], bp.bias[1], bp.bias[2], bp.bias[3]}};
-        Tile::template window_sums<kKH, kKW, kFlip, 2>(plan, bp, pairs, inside(ix0), acc);
+        Tile::template window_sums<kKH, kKW, kFlip, 2>(plan, bp, pairs, inside, acc);
+#pragma GCC unroll 2  // (a loop kept acc in memory: mobilenet_v2's 192-channel layer 116 GOP/s, unrolled 150)
         for (int p = 0; p < 2; ++p)
           Tile::template store<kActivated>(plan, bp, acc[p], (n * g.out_h + oy) * g.out_w + ox + p);
         ox += 2;
         continue;
       }
       typename Tile::Vec acc[1][4] = {{bp.bias[0], bp.bias[1], bp.bias[2], bp.bias[3]}};
-      if (rows_inside && ox >= ox_lo && ox < ox_hi) {
-        Tile::template window_sums<kKH, kKW, kFlip, 1>(plan, bp, wb, inside(ix0), acc);
+      if (ox >= ox_lo && ox < ox_hi) {
+        Tile::template window_sums<kKH, kKW, kFlip, 1>(plan, bp, wb, inside, acc);
       } else {
         Tile::template window_sums<kKH, kKW, kFlip, 1>(plan, bp, wb, [&](int64_t ky, int64_t q, int t) {
-          const int64_t iy = iy0 + ky * g.dilation_h, ix = ix0 + (4 * q + t) * g.dilation_w;
-          const bool in_x = iy >= 0 && iy < g.in_h && ix >= 0 && ix < g.in_w;
-          return in_x ? plan.x + ((n * g.in_h + iy) * g.in_w + ix) * plan.stride + bp.c0 : plan.pad;
+          const int64_t ix = ix0 + (4 * q + t) * g.dilation_w;
+          return ix >= 0 && ix < g.in_w ? row_start(ky) + ix * plan.stride : plan.pad;
         }, acc);
       }
       Tile::template store<kActivated>(plan, bp, acc[0], (n * g.out_h + oy) * g.out_w + ox);
@@ -112,11 +131,12 @@ struct DepthwiseQuads {
   // threads than on one).
   static void conv(const Geometry& g, const void* x, bool x_signed, int32_t zx, int64_t stride, const PackedWeights& w,
                    const Requantize& rq, void* y, ThreadPool* pool) {
-    alignas(64) uint8_t pad[64];
-    std::memset(pad, static_cast<uint8_t>(zx), sizeof(pad));
+    // Sized on the calling thread, which the pool's threads read (none allocate in a run).
+    thread_local std::vector<uint8_t> pad;
+    pad.assign(static_cast<size_t>(g.in_w * stride + 64), static_cast<uint8_t>(zx));
     const uint8_t* xb = static_cast<const uint8_t*>(x);
-    const QuadsPlan plan{g, xb, xb + ((g.batch * g.in_h * g.in_w - 1) * stride + g.channels), stride, pad, w, rq, y,
-                         rq.needs_float_clamp()};
+    const QuadsPlan plan{g,          xb, xb + ((g.batch * g.in_h * g.in_w - 1) * stride + g.channels), stride,
+                         pad.data(), pad.data() + pad.size(), w, rq, y, rq.needs_float_clamp()};
     const int64_t items = g.batch * g.out_h * w.blocks();
     // 3x3 and 5x5 (mobilenets', efficientnets') unrolled at compile time; other windows general.
     const int64_t square = g.kernel_h == g.kernel_w ? g.kernel_h : 0;

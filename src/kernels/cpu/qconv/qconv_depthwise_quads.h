@@ -100,11 +100,11 @@ struct YmmQuads {
     std::memcpy(out, tmp, static_cast<size_t>(bp.count));
   }
 
-  // 32 bytes of X at p, as u8; copied first where they would pass X's end.
+  // 32 bytes of X (or the pad) at p, as u8; copied first where they would pass X's end.
   template <bool kFlip>
   static __m256i load_tap(const QuadsPlan& plan, const uint8_t* p) {
     __m256i v;
-    if (p == plan.pad || plan.x_end - p >= 32) {
+    if (plan.in_pad(p) || plan.x_end - p >= 32) {
       v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     } else {
       alignas(32) uint8_t copy[32] = {};
@@ -119,8 +119,8 @@ struct YmmQuads {
   // column (ky, 4 q + t) read at at(ky, q, t). kKH, kKW: the kernel when known at compile time
   // (3x3, 5x5), else 0.
   template <int kKH, int kKW, bool kFlip, int kPixels, typename At>
-  static void window_sums(const QuadsPlan& plan, const Block&, const int8_t* wq, At at,
-                          __m256i (&acc)[kPixels][4]) {
+  __attribute__((always_inline)) static void window_sums(
+      const QuadsPlan& plan, const Block&, const int8_t* wq, At at, __m256i (&acc)[kPixels][4]) {
     const int64_t kh = kKH ? kKH : plan.g.kernel_h, columns = (kKW ? kKW : plan.g.kernel_w) + kPixels - 1;
     const int64_t quads = (columns + 3) / 4;
     for (int64_t ky = 0; ky < kh; ++ky)
