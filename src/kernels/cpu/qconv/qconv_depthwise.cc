@@ -101,8 +101,10 @@ inline void window_sums(Ptr ptr, int64_t taps, __m128i flip, const int8_t* wb, _
 }
 
 // One output row (image n, row oy) of one block of 16 channels, reading X in place: u8 (flip:
-// s8 moved to u8) channels-last of `stride` bytes a pixel; taps outside X read `pad` (16 zx).
-// Pixels whose whole window lies inside X (most) read it at fixed offsets from its corner; the
+// s8 moved to u8) channels-last of `stride` bytes a pixel; taps outside X read `pad` (zx over a
+// row of X and 16 bytes more). Pixels whose window lies inside X's columns (most) read each tap
+// at a fixed offset from the pixel's column, in the tap's row of X or, for a kernel row above or
+// below X, the pad's (checking every tap there cost 7x7 and 14x14 layers half their speed); the
 // others, and a block that runs past a pixel's bytes (channels not a multiple of 16), look up
 // each tap.
 void depthwise_row(const Geometry& g, const uint8_t* x, int64_t stride, uint8_t flip, const uint8_t* pad,
@@ -115,24 +117,28 @@ void depthwise_row(const Geometry& g, const uint8_t* x, int64_t stride, uint8_t 
   load_unpacked(plan.rq.scale.data() + bp.m, bp.count, &bp.scale_lo, &bp.scale_hi);
   const bool tail = c0 + 16 > stride;  // the block runs past a pixel's bytes: copy them first
   const __m128i flip16 = _mm_set1_epi8(static_cast<char>(flip));
-  thread_local std::vector<const uint8_t*> at;
+  thread_local std::vector<const uint8_t*> at, in_row;
   thread_local std::vector<std::array<uint8_t, 16>> copies;
   at.resize(static_cast<size_t>(taps));
+  in_row.resize(static_cast<size_t>(taps));
   copies.resize(static_cast<size_t>(taps));
-  // The interior: every row of the window inside X, and columns [ox_lo, ox_hi).
+  // The interior: columns [ox_lo, ox_hi), where tap t of pixel ox is in_row[t] + ix0 * stride.
   const int64_t iy0 = oy * g.stride_h - g.pad_top, span_w = (g.kernel_w - 1) * g.dilation_w;
-  const bool rows_inside = iy0 >= 0 && iy0 + (g.kernel_h - 1) * g.dilation_h < g.in_h;
   const int64_t ox_lo = std::min(g.out_w, (g.pad_left + g.stride_w - 1) / g.stride_w);
   const int64_t ox_hi = g.in_w - 1 + g.pad_left - span_w < 0 ? 0
                         : std::min(g.out_w, (g.in_w - 1 + g.pad_left - span_w) / g.stride_w + 1);
-  const int64_t* offsets = plan.tap_offsets.data();
-  const uint8_t* row = x + (n * g.in_h + iy0) * g.in_w * stride + c0;
+  for (int64_t ky = 0, t = 0; ky < g.kernel_h; ++ky) {
+    const int64_t iy = iy0 + ky * g.dilation_h;
+    const uint8_t* start = (iy >= 0 && iy < g.in_h ? x + (n * g.in_h + iy) * g.in_w * stride : pad) + c0;
+    for (int64_t kx = 0; kx < g.kernel_w; ++kx, ++t) in_row[static_cast<size_t>(t)] = start + kx * g.dilation_w * stride;
+  }
+  const uint8_t* const* columns = in_row.data();
   for (int64_t ox = 0; ox < g.out_w; ++ox) {
     __m256i lo, hi;
     const int64_t ix0 = ox * g.stride_w - g.pad_left;
-    if (rows_inside && !tail && ox >= ox_lo && ox < ox_hi) {
-      const uint8_t* corner = row + ix0 * stride;
-      auto ptr = [&](int64_t t) { return corner + offsets[t]; };
+    if (!tail && ox >= ox_lo && ox < ox_hi) {
+      const int64_t column = ix0 * stride;
+      auto ptr = [&](int64_t t) { return columns[t] + column; };
       if (taps == 9)
         window_sums<9>(ptr, taps, flip16, wb, lo, hi);
       else
@@ -162,13 +168,13 @@ void depthwise_row(const Geometry& g, const uint8_t* x, int64_t stride, uint8_t 
 void conv_depthwise(const Geometry& g, const void* x, bool x_signed, int32_t zx, int64_t stride, const PackedWeights& w,
                     const Requantize& rq, void* y, ThreadPool* pool) {
   const Staged staged{x, g.in_h, g.in_w, g.channels};
-  TilePlan plan{g, staged, w, rq, y, nullptr, 1, {}};  // no residual: the depthwise tiles have none
-  for (int64_t ky = 0; ky < g.kernel_h; ++ky)  // from a window's corner, inside X
-    for (int64_t kx = 0; kx < g.kernel_w; ++kx)
-      plan.tap_offsets.push_back((ky * g.dilation_h * g.in_w + kx * g.dilation_w) * stride);
+  const TilePlan plan{g, staged, w, rq, y, nullptr, 1, {}};  // no residual: the depthwise tiles have none
   const uint8_t flip = x_signed ? 0x80 : 0;
-  uint8_t pad[16];  // X's zero point as X holds it: the load's flip treats it as X's values
-  std::memset(pad, static_cast<uint8_t>(zx), sizeof(pad));
+  // X's zero point as X holds it (the load's flip treats it as X's values), over a row of X and
+  // 16 bytes more; sized on the calling thread, which the pool's threads read.
+  thread_local std::vector<uint8_t> pad_row;
+  pad_row.assign(static_cast<size_t>(g.in_w * stride + 16), static_cast<uint8_t>(zx));
+  const uint8_t* pad = pad_row.data();
   const int64_t rows = g.batch * g.out_h, blocks = w.blocks();
   auto work = [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
