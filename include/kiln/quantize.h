@@ -145,6 +145,10 @@ struct QuantizeReport {
   // kiln's form: the LSTM/GRU/RNN nodes whose W and R went to int8 with a scale per row (their
   // products then round h and x to 16 bits at run time).
   std::vector<std::string> recurrent_nodes;
+  // Static quantization, kiln's form: the convs whose activation (SiLU, Sigmoid, Tanh, HardSwish,
+  // HardSigmoid, LeakyRelu) runs in float on their sums before the 8-bit output, and those whose
+  // activation a table of the conv's 8-bit codes gives nearly as well, as fast as it runs.
+  int64_t activations_in_float = 0, activations_in_tables = 0;
   // The per-layer report: each quantized activation as its DequantizeLinear gives it, against the
   // float model's value, and each output; measured on held-out samples when `held_out` was given.
   std::vector<TensorError> layers, outputs;

@@ -225,8 +225,10 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, prec
     guard, ``check_speed`` times each 8-bit node on its own against float and keeps in float those
     faster there, conversions paid (where the model is then faster as a whole).
     ``report["quantization"]`` has each quantized tensor's SQNR and cosine ("layers"), the
-    outputs', what stayed float and why, the speed check's times ("speeds"), and the LSTM, GRU
-    and RNN nodes whose weights went to 8 bits ("recurrent_nodes"). The result is
+    outputs', what stayed float and why, the speed check's times ("speeds"), the LSTM, GRU
+    and RNN nodes whose weights went to 8 bits ("recurrent_nodes"), and how many convs apply
+    their activation in float before the 8-bit output and how many through a table of their
+    8-bit codes, as accurate there ("activations_in_float", "activations_in_tables"). The result is
     optimized into kiln's fused 8-bit form unless ``portable``, which keeps the standard QDQ model
     ONNX Runtime, TensorRT and OpenVINO load.
 

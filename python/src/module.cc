@@ -486,6 +486,8 @@ PYBIND11_MODULE(_kiln, m) {
                         py::arg("opset_before") = r.opset_before, py::arg("opset_after") = r.opset_after,
                         py::arg("kept_float") = r.kept_float, py::arg("dynamic_nodes") = r.dynamic_nodes,
                         py::arg("recurrent_nodes") = r.recurrent_nodes,
+                        py::arg("activations_in_float") = r.activations_in_float,
+                        py::arg("activations_in_tables") = r.activations_in_tables,
                         py::arg("layers") = errors(r.layers), py::arg("speeds") = speeds,
                         py::arg("outputs") = errors(r.outputs), py::arg("measured_on_held_out") = r.measured_on_held_out,
                         py::arg("held_out_of_calibration") = r.held_out_of_calibration,

@@ -13,7 +13,8 @@
 //    float (SiLU, Sigmoid, Tanh, HardSwish, HardSigmoid, LeakyRelu: qdq-fusion's ai.kiln.QLinearConv)
 //    is quantized after the activation, not before: its own output, whose range an activation
 //    squashes (yolox's first conv, -17 to 20, into a SiLU flat below -4), stays float. With a point
-//    there, 8 bits before the SiLU cost yolox's output cosine 0.978 against 0.991 without.
+//    there, 8 bits before the SiLU cost yolox's output cosine 0.978 against 0.991 without. Those
+//    the caller names in `tabled` take the table form (activation_choice.cc decides).
 // An activation is a non-constant float32 tensor. Each gets one Q/DQ pair whatever reads it;
 // a node's output needs no rule of its own: it is quantized when an op above reads it.
 #include <algorithm>
@@ -35,7 +36,7 @@ bool asked_float(const QuantizeOptions& options, const ir::Node& n) {
 }
 
 Plan choose(const ir::Model& model, const passes::ValueTypes& types, const QuantizeOptions& options,
-            const std::set<std::string>& float_tensors, QuantizeReport* report) {
+            const std::set<std::string>& float_tensors, QuantizeReport* report, const std::set<std::string>& tabled) {
   const ir::Graph& g = model.graph;
   auto constant = [&](const std::string& v) -> const Tensor* {
     return v.empty() ? nullptr : passes::constant_value(g, v);
@@ -65,7 +66,7 @@ Plan choose(const ir::Model& model, const passes::ValueTypes& types, const Quant
   auto conv_activation = [&](const ir::Node& n) -> std::optional<passes::epilogue::ActivationMatch> {
     static const std::set<std::string> fused = {"Silu", "Sigmoid", "Tanh", "HardSwish", "HardSigmoid", "LeakyRelu"};
     if (options.portable || n.op_type != "Conv" || n.inputs.size() < 2 || !float_constant(n.inputs[1], -1) ||
-        passes::is_graph_output(g, n.outputs[0]))
+        passes::is_graph_output(g, n.outputs[0]) || tabled.count(n.outputs[0]))
       return std::nullopt;
     auto m = passes::epilogue::match_activation(g, index, n.outputs[0], {});
     if (!m || !m->act.clip.empty() || !fused.count(m->act.name) || !activation(m->output)) return std::nullopt;
@@ -141,6 +142,9 @@ Plan choose(const ir::Model& model, const passes::ValueTypes& types, const Quant
         }
         q.output = act ? act->output : through_clamp(n.outputs[0]);
         plan.nodes.push_back(q);
+        if (act)
+          plan.float_activations.push_back(
+              {n.outputs[0], act->output, act->act.name == "Silu" ? act->nodes[0]->outputs[0] : "", act->act});
         point(n.inputs[0]);
       } else if (carrier(n)) {
         carriers.push_back(&n);

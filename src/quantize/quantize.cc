@@ -35,6 +35,14 @@
 namespace kiln::quantize {
 namespace {
 
+// A calibration method's parameters of every calibrated point, and the convs whose activation
+// then takes a table of 8-bit codes (activation_choice.cc).
+struct Calibration {
+  CalibrationMethod method;
+  std::map<std::string, QuantParams> params;
+  std::set<std::string> tabled;
+};
+
 // Runs every sample with `points` as the outputs; calls use(point index, data, count) for each.
 Status run_samples(const ir::Model& model, const std::vector<std::string>& points,
                    const std::vector<std::vector<Tensor>>& samples,
@@ -307,19 +315,30 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
   if (options.method == CalibrationMethod::kAuto)
     methods = {CalibrationMethod::kMinMax, CalibrationMethod::kPercentile, CalibrationMethod::kEntropy,
                CalibrationMethod::kMse};
-  std::vector<TensorStats> stats(full.points.size());
-  KILN_RETURN_IF_ERROR(run_samples(model, full.points, samples, [&](size_t i, const float* x, int64_t n) {
+  // The points calibrated: the plan's, and where it applies activations in float, those of the
+  // same plan with every such activation on 8-bit codes (the convs' outputs, x * Sigmoid(x)'s
+  // Sigmoid), which the choice between the two measures (activation_choice.cc).
+  std::vector<std::string> calibrated = full.points;
+  if (!full.float_activations.empty()) {
+    std::set<std::string> all;
+    for (const FloatActivation& a : full.float_activations) all.insert(a.conv_output);
+    QuantizeReport scratch = report;
+    for (const std::string& p : choose(model, types, options, {}, &scratch, all).points)
+      if (std::find(calibrated.begin(), calibrated.end(), p) == calibrated.end()) calibrated.push_back(p);
+  }
+  std::vector<TensorStats> stats(calibrated.size());
+  KILN_RETURN_IF_ERROR(run_samples(model, calibrated, samples, [&](size_t i, const float* x, int64_t n) {
     stats[i].add_range(x, n);
   }));
   if (methods.size() > 1 || methods[0] != CalibrationMethod::kMinMax)
-    KILN_RETURN_IF_ERROR(run_samples(model, full.points, samples, [&](size_t i, const float* x, int64_t n) {
+    KILN_RETURN_IF_ERROR(run_samples(model, calibrated, samples, [&](size_t i, const float* x, int64_t n) {
       stats[i].add_histogram(x, n);
     }));
   // A MaxPool's output keeps its input's parameters: it picks among the input's values (its range
   // is within the input's), and the 8-bit MaxPool runs on the codes only where the two are the
   // same (a clipping method can give them apart: resnet50's stem pool then ran in float, 4 ms).
   std::map<std::string, std::string> shares;  // point -> the point whose parameters it takes
-  const std::set<std::string> point_set(full.points.begin(), full.points.end());
+  const std::set<std::string> point_set(calibrated.begin(), calibrated.end());
   for (const ir::Node& n : model.graph.nodes)
     if (n.op_type == "MaxPool" && n.domain.empty() && n.outputs.size() == 1 && point_set.count(n.outputs[0]) &&
         point_set.count(n.inputs[0]))
@@ -328,17 +347,30 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
     QuantizeOptions o = options;
     o.method = m;
     std::map<std::string, QuantParams> params;
-    for (size_t i = 0; i < full.points.size(); ++i) {
+    for (size_t i = 0; i < calibrated.size(); ++i) {
       float lo = 0, hi = 0;
       stats[i].range(o, &lo, &hi);
-      params[full.points[i]] = activation_params(lo, hi, options.signed_activations);
+      params[calibrated[i]] = activation_params(lo, hi, options.signed_activations);
     }
-    for (const std::string& p : full.points)  // graph order: a chain of pools takes the first's
+    for (const std::string& p : calibrated)  // graph order: a chain of pools takes the first's
       if (auto it = shares.find(p); it != shares.end()) params[p] = params[it->second];
     return params;
   };
+  // Each method's parameters, and the convs whose activation then takes a table.
+  std::vector<Calibration> calibrations;
+  for (CalibrationMethod m : methods) calibrations.push_back({m, params_of(m), {}});
+  if (!full.float_activations.empty()) {
+    std::vector<std::map<std::string, QuantParams>> sets;
+    for (const Calibration& c : calibrations) sets.push_back(c.params);
+    KILN_ASSIGN_OR_RETURN(const std::vector<std::set<std::string>> tabled,
+                          tabled_activations(full.float_activations, sets, options.signed_activations,
+                                             [&](const std::vector<std::string>& points, const auto& use) {
+                                               return run_samples(model, points, samples, use);
+                                             }));
+    for (size_t i = 0; i < calibrations.size(); ++i) calibrations[i].tabled = tabled[i];
+  }
 
-  // One quantized model: the plan less `float_tensors`, written with `params`, and how far its
+  // One quantized model: the plan less `float_tensors`, written with a calibration, and how far its
   // tensors and outputs are from the float model's on the held-out samples.
   struct Attempt {
     QuantizeReport r;
@@ -348,14 +380,18 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
     double score = 1;    // what the calibration methods compete on: the metric, else top-1, else the outputs'
                          // least feature cosine
   };
-  // The model of the plan less `float_tensors`, written with `params` into `qdq`.
-  auto write = [&](const QuantizeOptions& o, const std::set<std::string>& float_tensors,
-                   const std::map<std::string, QuantParams>& params, ir::Model* qdq, Plan* plan, QuantizeReport* r,
+  // The model of the plan less `float_tensors`, written with calibration `c` into `qdq`.
+  auto write = [&](const QuantizeOptions& o, const std::set<std::string>& float_tensors, const Calibration& c,
+                   ir::Model* qdq, Plan* plan, QuantizeReport* r,
                    std::map<std::string, std::string>* dequantized) -> Status {
     *qdq = model;
     ir::deep_copy_subgraphs(qdq->graph);  // the writer renames what they read; the float model's stay
-    *plan = choose(model, types, o, float_tensors, r);
-    KILN_RETURN_IF_ERROR(write_qdq(*qdq, *plan, params, o, r, dequantized));
+    *plan = choose(model, types, o, float_tensors, r, c.tabled);
+    r->activations_in_float = static_cast<int64_t>(plan->float_activations.size());
+    r->activations_in_tables = std::count_if(plan->nodes.begin(), plan->nodes.end(), [&](const QuantizedNode& q) {
+      return c.tabled.count(model.graph.nodes[q.node].outputs[0]) > 0;
+    });
+    KILN_RETURN_IF_ERROR(write_qdq(*qdq, *plan, c.params, o, r, dequantized));
     if (!o.portable) {
       KILN_RETURN_IF_ERROR(quantize_float_outputs_dynamically(*qdq, types, o, r));
       KILN_RETURN_IF_ERROR(write_recurrent_weights(*qdq, o, r));
@@ -363,10 +399,10 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
     return ir::sort_topologically(qdq->graph).with_context("the quantized graph");
   };
   auto attempt = [&](const QuantizeOptions& o, const std::set<std::string>& float_tensors,
-                     const std::map<std::string, QuantParams>& params) -> Result<Attempt> {
+                     const Calibration& c) -> Result<Attempt> {
     Attempt a{report, model};
     std::map<std::string, std::string> dequantized;
-    KILN_RETURN_IF_ERROR(write(o, float_tensors, params, &a.qdq, &a.plan, &a.r, &dequantized));
+    KILN_RETURN_IF_ERROR(write(o, float_tensors, c, &a.qdq, &a.plan, &a.r, &dequantized));
     const Plan& plan = a.plan;
     OutputsBySample kept;
     KILN_RETURN_IF_ERROR(measure(model, a.qdq, plan.points, dequantized, eval, &a.r.layers, &a.r.outputs,
@@ -382,23 +418,19 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
   };
 
   // 4. The calibration: with kAuto, the method whose model is nearest the float one.
-  std::map<std::string, QuantParams> params;
+  Calibration calibration = calibrations[0];
   std::optional<Attempt> first;
-  for (CalibrationMethod m : methods) {
-    std::map<std::string, QuantParams> p = params_of(m);
-    if (methods.size() == 1) {
-      params = std::move(p);
-      report.calibration_method = method_name(m);
-      break;
-    }
-    KILN_ASSIGN_OR_RETURN(Attempt a, attempt(options, {}, p));
-    report.calibration_trials.emplace_back(method_name(m), a.score);
+  for (const Calibration& c : calibrations) {
+    if (calibrations.size() == 1) break;
+    KILN_ASSIGN_OR_RETURN(Attempt a, attempt(options, {}, c));
+    report.calibration_trials.emplace_back(method_name(c.method), a.score);
     if (!first || a.score > first->score) {
-      params = std::move(p);
-      report.calibration_method = method_name(m);
+      calibration = c;
       first = std::move(a);
     }
   }
+  report.calibration_method = method_name(calibration.method);
+  const std::map<std::string, QuantParams>& params = calibration.params;
   if (first) first->r.calibration_method = report.calibration_method, first->r.calibration_trials = report.calibration_trials;
 
   // 5. The speed check: the nodes that run faster in float, conversions paid, go back to float,
@@ -418,10 +450,10 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
     std::vector<std::string> lines = faster_in_float_lines(speeds, &trial);
     if (!lines.empty()) {
       if (!first) {
-        KILN_ASSIGN_OR_RETURN(Attempt all, attempt(options, {}, params));
+        KILN_ASSIGN_OR_RETURN(Attempt all, attempt(options, {}, calibration));
         first = std::move(all);
       }
-      KILN_ASSIGN_OR_RETURN(Attempt with, attempt(trial, {}, params));
+      KILN_ASSIGN_OR_RETURN(Attempt with, attempt(trial, {}, calibration));
       KILN_ASSIGN_OR_RETURN(const std::vector<double> ms, latencies_ms({&first->qdq, &with.qdq}, eval[0]));
       if (ms[1] < ms[0]) {
         current = trial;
@@ -445,7 +477,7 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
       a = std::move(*first);
       first.reset();
     } else {
-      KILN_ASSIGN_OR_RETURN(a, attempt(current, float_tensors, params));
+      KILN_ASSIGN_OR_RETURN(a, attempt(current, float_tensors, calibration));
     }
     if (fallbacks.empty()) all_8bit = a.qdq;
     QuantizeReport& r = a.r;
@@ -481,7 +513,7 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
         Plan plan;
         QuantizeReport scratch = report;
         std::map<std::string, std::string> dequantized;
-        KILN_RETURN_IF_ERROR(write(o, fts, params, &qdq, &plan, &scratch, &dequantized));
+        KILN_RETURN_IF_ERROR(write(o, fts, calibration, &qdq, &plan, &scratch, &dequantized));
         return qdq;
       };
       KILN_ASSIGN_OR_RETURN(ranked, rank_fallbacks(model, a.qdq, candidates, without, current, eval));

@@ -2,6 +2,7 @@
 // writes).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -10,6 +11,7 @@
 #include "ir/graph.h"
 #include "kiln/quantize.h"
 #include "kiln/session.h"
+#include "passes/fusions/epilogue_match.h"
 #include "passes/pass_context.h"
 #include "quantize/calibration.h"
 
@@ -26,15 +28,43 @@ struct QuantizedNode {
   std::string output = {};
 };
 
+// A chosen Conv whose activation (SiLU, Sigmoid, ...) kiln's form applies in float to its sums,
+// its own output left float, the point after the activation.
+struct FloatActivation {
+  std::string conv_output;
+  std::string output;          // the activation's
+  std::string sigmoid_output;  // x * Sigmoid(x)'s Sigmoid's (a point of the table form), else ""
+  passes::epilogue::Activation act;
+};
+
 struct Plan {
   std::vector<QuantizedNode> nodes;
   std::vector<std::string> points;  // the activations given a Q/DQ pair, each once, in graph order
+  std::vector<FloatActivation> float_activations;
 };
 
 // The nodes and activations to quantize in `model` (simplified, its types in `types`), but none
-// of the activations in `float_tensors` (the accuracy guard's).
+// of the activations in `float_tensors` (the accuracy guard's). The convs whose outputs are in
+// `tabled` take their activation on 8-bit codes (a table, as the portable form does), their own
+// output quantized, where kiln's form would apply it in float (activation_choice.cc).
 Plan choose(const ir::Model& model, const passes::ValueTypes& types, const QuantizeOptions& options,
-            const std::set<std::string>& float_tensors, QuantizeReport* report);
+            const std::set<std::string>& float_tensors, QuantizeReport* report,
+            const std::set<std::string>& tabled = {});
+
+// Runs the calibration samples with `points` as the outputs; calls use(point index, data, count)
+// for each (quantize.cc).
+using SampleRunner = std::function<Status(const std::vector<std::string>& points,
+                                          const std::function<void(size_t, const float*, int64_t)>& use)>;
+
+// Of `activations` (a plan's), the conv outputs whose activation a table of 8-bit codes gives
+// nearly as well as the float one, for each of `params` (a calibration method's parameters of
+// both forms' points; codes s8 where is_signed): the output's squared error through the table
+// (the conv's output quantized, the activation of its codes quantized again) at most
+// kTableNoiseRatio times that of the output's codes alone, over the samples `run` runs.
+inline constexpr double kTableNoiseRatio = 1.5;
+Result<std::vector<std::set<std::string>>> tabled_activations(
+    const std::vector<FloatActivation>& activations, const std::vector<std::map<std::string, QuantParams>>& params,
+    bool is_signed, const SampleRunner& run);
 
 // Rewrites `model` to QDQ form: the plan's activations with the given parameters, its nodes'
 // weights and biases quantized; `dequantized` gets each activation's DequantizeLinear output.

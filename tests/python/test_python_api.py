@@ -378,6 +378,7 @@ def test_quantize_from_dicts_and_a_reader(model_dir, tmp_path):
     # The conv, and the Gemm, whose logits go on in float: quantized dynamically (kiln's form).
     assert q["quantized_nodes"] == 2 and len(q["dynamic_nodes"]) == 1 and q["measured_on_held_out"]
     assert q["recurrent_nodes"] == []  # no LSTM, GRU or RNN
+    assert q["activations_in_float"] == 0 and q["activations_in_tables"] == 0  # a Relu, no SiLU
     assert len(q["layers"]) >= 2 and all(np.isfinite(e["sqnr_db"]) for e in q["layers"])
     assert {e["tensor"] for e in q["outputs"]} == {"logits", "probs"} and min(e["cosine"] for e in q["outputs"]) >= 0.99
     assert fused.report["quantization"]["removed_clamps"] == 1

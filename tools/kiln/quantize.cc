@@ -327,6 +327,10 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
       std::printf("quantized %lld nodes, %lld activations; %lld Relu/Clip absorbed by their QuantizeLinear\n",
                 static_cast<long long>(report->quantized_nodes), static_cast<long long>(report->quantized_tensors),
                 static_cast<long long>(report->removed_clamps));
+    if (report->activations_in_float + report->activations_in_tables > 0)
+      std::printf("conv activations: %lld in float on the sums, %lld through tables of 8-bit codes (as accurate there)\n",
+                  static_cast<long long>(report->activations_in_float),
+                  static_cast<long long>(report->activations_in_tables));
     if (qo.reduce_range && !weights16)
       std::printf("7-bit weights (--weight-bits %s): this CPU's 8-bit convs and MatMuls take vpmaddubsw\n",
                   opt->weight_bits.c_str());
