@@ -191,6 +191,18 @@ TEST(Quantize, SiluAndSqueezeExcitationCarryEightBits) {
   }
 }
 
+// From `in` (8 channels): conv c1 to 16 channels, half of them 20 lower, x * Sigmoid(x) (s1, a1),
+// conv c2 back to 8, plus the input x: output y.
+void wide_silu_block(test::Builder& b, const std::string& in) {
+  b.conv(in, "c1", 8, 16);
+  for (int64_t i = 0; i < 16; i += 2) b.m.graph.initializers.at("c1_b").data<float>()[i] -= 20.0f;
+  b.add("Sigmoid", {"c1"}, {"s1"});
+  b.add("Mul", {"c1", "s1"}, {"a1"});
+  b.conv("a1", "c2", 16, 8);
+  b.add("Add", {"c2", "x"}, {"y"});
+  b.output("y");
+}
+
 // In kiln's form a conv before an activation is quantized after it: its own output, whose range
 // the activation squashes (half of these channels run from -30, where SiLU is flat at 0), stays
 // float between the conv's sums and the activation. The portable form quantizes it (ONNX Runtime
@@ -199,13 +211,7 @@ TEST(Quantize, SiluAndSqueezeExcitationCarryEightBits) {
 TEST(Quantize, ConvBeforeAnActivationIsQuantizedAfterIt) {
   test::Builder b(13);
   b.input("x", {1, 8, 12, 12});
-  b.conv("x", "c1", 8, 16);
-  for (int64_t i = 0; i < 16; i += 2) b.m.graph.initializers.at("c1_b").data<float>()[i] -= 20.0f;
-  b.add("Sigmoid", {"c1"}, {"s1"});
-  b.add("Mul", {"c1", "s1"}, {"a1"});
-  b.conv("a1", "c2", 16, 8);
-  b.add("Add", {"c2", "x"}, {"y"});
-  b.output("y");
+  wide_silu_block(b, "x");
   test::Builder data;
   std::vector<Tensor> calib = test::random_samples(data, 12, {1, 8, 12, 12}, -3, 3);
   auto layers_and_noise = [&](bool portable) {
@@ -241,13 +247,7 @@ TEST(Quantize, ConvActivationTakesATableWhereItIsAsAccurate) {
   for (int64_t i = 0; i < 8; ++i) b.m.graph.initializers.at("c0_b").data<float>()[i] += 30.0f;
   b.add("Sigmoid", {"c0"}, {"s0"});
   b.add("Mul", {"c0", "s0"}, {"a0"});
-  b.conv("a0", "c1", 8, 16);
-  for (int64_t i = 0; i < 16; i += 2) b.m.graph.initializers.at("c1_b").data<float>()[i] -= 20.0f;
-  b.add("Sigmoid", {"c1"}, {"s1"});
-  b.add("Mul", {"c1", "s1"}, {"a1"});
-  b.conv("a1", "c2", 16, 8);
-  b.add("Add", {"c2", "x"}, {"y"});
-  b.output("y");
+  wide_silu_block(b, "a0");
   test::Builder data;
   std::vector<Tensor> calib = test::random_samples(data, 12, {1, 8, 12, 12}, -3, 3);
   QuantizeOptions o = test::untimed();
