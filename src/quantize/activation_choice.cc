@@ -55,7 +55,8 @@ Result<std::vector<std::set<std::string>>> tabled_activations(
     if (!has(a.conv_output) || !has(a.output) || !has(a.sigmoid_output)) continue;
     ir::Node spelt;
     passes::epilogue::add_activation_attrs(spelt, a.act);
-    KILN_ASSIGN_OR_RETURN(kiln_ops::Activation act, kiln_ops::read_activation(spelt, "activation", "activation_params"));
+    KILN_ASSIGN_OR_RETURN(kiln_ops::Activation act,
+                          kiln_ops::read_activation(spelt, "activation", "activation_params"));
     Candidate c{&a, act, {}, {}, std::vector<std::vector<double>>(sets), std::vector<double>(sets, 0.0),
                 std::vector<double>(sets, 0.0)};
     for (size_t s = 0; s < sets; ++s) {
@@ -63,9 +64,9 @@ Result<std::vector<std::set<std::string>>> tabled_activations(
       c.y.emplace_back(params[s].at(a.output), is_signed);
       for (double code = c.x[s].lo; code <= c.x[s].hi; ++code) {
         const double v = c.x[s].value(code);
-        const double out = a.sigmoid_output.empty()
-                               ? act(v)
-                               : v * Codes(params[s].at(a.sigmoid_output), is_signed).round_trip(kiln_ops::Activation::sigmoid(v));
+        double out = act(v);
+        if (!a.sigmoid_output.empty())  // x times the Sigmoid's codes
+          out = v * Codes(params[s].at(a.sigmoid_output), is_signed).round_trip(kiln_ops::Activation::sigmoid(v));
         c.table[s].push_back(c.y[s].round_trip(out));
       }
     }

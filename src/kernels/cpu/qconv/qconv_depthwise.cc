@@ -130,7 +130,8 @@ void depthwise_row(const Geometry& g, const uint8_t* x, int64_t stride, uint8_t 
   for (int64_t ky = 0, t = 0; ky < g.kernel_h; ++ky) {
     const int64_t iy = iy0 + ky * g.dilation_h;
     const uint8_t* start = (iy >= 0 && iy < g.in_h ? x + (n * g.in_h + iy) * g.in_w * stride : pad) + c0;
-    for (int64_t kx = 0; kx < g.kernel_w; ++kx, ++t) in_row[static_cast<size_t>(t)] = start + kx * g.dilation_w * stride;
+    for (int64_t kx = 0; kx < g.kernel_w; ++kx, ++t)
+      in_row[static_cast<size_t>(t)] = start + kx * g.dilation_w * stride;
   }
   const uint8_t* const* columns = in_row.data();
   for (int64_t ox = 0; ox < g.out_w; ++ox) {
