@@ -61,7 +61,7 @@ using SampleRunner = std::function<Status(const std::vector<std::string>& points
 // both forms' points; codes s8 where is_signed): the output's squared error through the table
 // (the conv's output quantized, the activation of its codes quantized again) at most
 // kTableNoiseRatio times that of the output's codes alone, over the samples `run` runs.
-inline constexpr double kTableNoiseRatio = 1.5;
+inline constexpr double kTableNoiseRatio = 1.2;
 Result<std::vector<std::set<std::string>>> tabled_activations(
     const std::vector<FloatActivation>& activations, const std::vector<std::map<std::string, QuantParams>>& params,
     bool is_signed, const SampleRunner& run);
