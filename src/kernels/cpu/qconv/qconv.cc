@@ -196,6 +196,12 @@ std::vector<Tile> available_tiles(bool depthwise) {
   return tiles;
 }
 
+const std::vector<uint8_t>& zero_point_row(const Geometry& g, int64_t stride, int32_t zx, int64_t slack) {
+  thread_local std::vector<uint8_t> row;
+  row.assign(static_cast<size_t>(g.in_w * stride + slack), static_cast<uint8_t>(zx));
+  return row;
+}
+
 bool needs_seven_bit_weights(Tile tile) { return tile == Tile::kAvx2Bytes || tile == Tile::kDepthwiseAvx2Bytes; }
 
 const char* tile_name(Tile tile) {

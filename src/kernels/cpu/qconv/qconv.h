@@ -214,5 +214,10 @@ void conv_depthwise_avxvnni(const Geometry& g, const void* x, bool x_signed, int
                             const PackedWeights& w, const Requantize& rq, void* y, ThreadPool* pool);
 void conv_depthwise_avx2_bytes(const Geometry& g, const void* x, bool x_signed, int32_t zx, int64_t stride,
                                const PackedWeights& w, const Requantize& rq, void* y, ThreadPool* pool);
+// What the depthwise tiles read outside X: its zero point as X holds it (zx), over a row of
+// channels-last X (`stride` bytes a pixel) and `slack` bytes more, so that a kernel row above or
+// below X reads it at the offsets it would have in X (qconv_driver.h, row_or_pad). thread_local,
+// sized on the calling thread, which the pool's threads then read (no allocation in a steady run).
+const std::vector<uint8_t>& zero_point_row(const Geometry& g, int64_t stride, int32_t zx, int64_t slack);
 
 }  // namespace kiln::qconv

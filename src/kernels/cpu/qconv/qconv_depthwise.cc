@@ -128,8 +128,7 @@ void depthwise_row(const Geometry& g, const uint8_t* x, int64_t stride, uint8_t 
   const int64_t ox_hi = g.in_w - 1 + g.pad_left - span_w < 0 ? 0
                         : std::min(g.out_w, (g.in_w - 1 + g.pad_left - span_w) / g.stride_w + 1);
   for (int64_t ky = 0, t = 0; ky < g.kernel_h; ++ky) {
-    const int64_t iy = iy0 + ky * g.dilation_h;
-    const uint8_t* start = (iy >= 0 && iy < g.in_h ? x + (n * g.in_h + iy) * g.in_w * stride : pad) + c0;
+    const uint8_t* start = row_or_pad(g, x, stride, pad, n, iy0 + ky * g.dilation_h) + c0;
     for (int64_t kx = 0; kx < g.kernel_w; ++kx, ++t)
       in_row[static_cast<size_t>(t)] = start + kx * g.dilation_w * stride;
   }
@@ -171,11 +170,8 @@ void conv_depthwise(const Geometry& g, const void* x, bool x_signed, int32_t zx,
   const Staged staged{x, g.in_h, g.in_w, g.channels};
   const TilePlan plan{g, staged, w, rq, y, nullptr, 1, {}};  // no residual: the depthwise tiles have none
   const uint8_t flip = x_signed ? 0x80 : 0;
-  // X's zero point as X holds it (the load's flip treats it as X's values), over a row of X and
-  // 16 bytes more; sized on the calling thread, which the pool's threads read.
-  thread_local std::vector<uint8_t> pad_row;
-  pad_row.assign(static_cast<size_t>(g.in_w * stride + 16), static_cast<uint8_t>(zx));
-  const uint8_t* pad = pad_row.data();
+  // (X's zero point as X holds it: the load's flip treats it as X's values.)
+  const uint8_t* pad = zero_point_row(g, stride, zx, 16).data();
   const int64_t rows = g.batch * g.out_h, blocks = w.blocks();
   auto work = [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {

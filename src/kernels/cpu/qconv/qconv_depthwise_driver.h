@@ -66,8 +66,7 @@ struct DepthwiseQuads {
     // Kernel row ky's row of X (block b's first channel), or the pad's; once a row where the
     // kernel is known at compile time.
     auto row_of = [&](int64_t ky) {
-      const int64_t iy = iy0 + ky * g.dilation_h;
-      return (iy >= 0 && iy < g.in_h ? plan.x + (n * g.in_h + iy) * g.in_w * plan.stride : plan.pad) + bp.c0;
+      return row_or_pad(g, plan.x, plan.stride, plan.pad, n, iy0 + ky * g.dilation_h) + bp.c0;
     };
     const uint8_t* rows[kKH ? kKH : 1];
     if constexpr (kKH > 0)
@@ -131,9 +130,7 @@ struct DepthwiseQuads {
   // threads than on one).
   static void conv(const Geometry& g, const void* x, bool x_signed, int32_t zx, int64_t stride, const PackedWeights& w,
                    const Requantize& rq, void* y, ThreadPool* pool) {
-    // Sized on the calling thread, which the pool's threads read (none allocate in a run).
-    thread_local std::vector<uint8_t> pad;
-    pad.assign(static_cast<size_t>(g.in_w * stride + 64), static_cast<uint8_t>(zx));
+    const std::vector<uint8_t>& pad = zero_point_row(g, stride, zx, 64);
     const uint8_t* xb = static_cast<const uint8_t*>(x);
     const QuadsPlan plan{g,          xb, xb + ((g.batch * g.in_h * g.in_w - 1) * stride + g.channels), stride,
                          pad.data(), pad.data() + pad.size(), w, rq, y, rq.needs_float_clamp()};

@@ -27,6 +27,13 @@ inline int32_t load_u32(const char* p) {
   return v;
 }
 
+// Row iy of image n of channels-last X (`stride` bytes a pixel), or `pad` (zero_point_row)
+// where iy lies above or below X.
+inline const uint8_t* row_or_pad(const Geometry& g, const uint8_t* x, int64_t stride, const uint8_t* pad, int64_t n,
+                                 int64_t iy) {
+  return iy >= 0 && iy < g.in_h ? x + (n * g.in_h + iy) * g.in_w * stride : pad;
+}
+
 // The first n of 8 int32 lanes, as an AVX2 maskload/maskstore mask.
 inline __m256i first_lanes(int64_t n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
