@@ -16,6 +16,7 @@
 // its 65 in tables (60 at 1.1), yolov8n none of 43, yolox 1 of 76, the CRNN none.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "kernels/kiln/epilogue_activation.h"
 #include "quantize/quantize_internal.h"
@@ -63,11 +64,12 @@ Result<std::vector<std::set<std::string>>> tabled_activations(
     for (size_t s = 0; s < sets; ++s) {
       c.x.emplace_back(params[s].at(a.conv_output), is_signed);
       c.y.emplace_back(params[s].at(a.output), is_signed);
+      const std::optional<Codes> sigmoid =
+          a.sigmoid_output.empty() ? std::nullopt : std::optional<Codes>(Codes(params[s].at(a.sigmoid_output), is_signed));
       for (double code = c.x[s].lo; code <= c.x[s].hi; ++code) {
         const double v = c.x[s].value(code);
-        double out = act(v);
-        if (!a.sigmoid_output.empty())  // x times the Sigmoid's codes
-          out = v * Codes(params[s].at(a.sigmoid_output), is_signed).round_trip(kiln_ops::Activation::sigmoid(v));
+        // x times the Sigmoid's codes, for x * Sigmoid(x)
+        const double out = sigmoid ? v * sigmoid->round_trip(kiln_ops::Activation::sigmoid(v)) : act(v);
         c.table[s].push_back(c.y[s].round_trip(out));
       }
     }
