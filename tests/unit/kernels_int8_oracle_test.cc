@@ -14,6 +14,7 @@
 #include <string>
 
 #include "core/float_convert.h"
+#include "kernels/cpu/lookup_table.h"
 #include "kernels/kernel.h"
 #include "pass_test_util.h"
 
@@ -250,6 +251,34 @@ TEST(Int8Oracle, QLinearSigmoidMatchesItsFormula) {
         const double got = load_as_double(t, y.raw_data(), i);
         ASSERT_EQ(got, want) << "code " << code;
       }
+    }
+}
+
+// The byte lookup every 8-bit table goes through (QLinearSigmoid, QLinearLookup, the conv's
+// table): a random table, every code in a random order, runs of every length up to 100 and a
+// long one, at offsets off the vector size, in place and not, against table[x] (the CPU's path:
+// VBMI natively where it has it, vpshufb at KILN_ISA=avx2).
+TEST(Int8Oracle, LookUpBytesMatchesTheTable) {
+  std::mt19937 rng(11);
+  std::vector<uint8_t> table(256), x(5000 + 64), y(x.size()), want(x.size());
+  for (auto& v : table) v = static_cast<uint8_t>(rng());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<uint8_t>(i % 256);
+  std::shuffle(x.begin(), x.end(), rng);
+  for (size_t i = 0; i < x.size(); ++i) want[i] = table[x[i]];
+  std::vector<int64_t> lengths(101);
+  for (int64_t n = 0; n <= 100; ++n) lengths[static_cast<size_t>(n)] = n;
+  lengths.push_back(5000);
+  for (const int64_t n : lengths)
+    for (const int64_t offset : {0, 7, 33}) {
+      std::fill(y.begin(), y.end(), 0xAB);
+      look_up_bytes(table.data(), x.data() + offset, y.data() + offset, n);
+      for (int64_t i = 0; i < static_cast<int64_t>(y.size()); ++i) {
+        const bool in = i >= offset && i < offset + n;
+        ASSERT_EQ(y[static_cast<size_t>(i)], in ? want[static_cast<size_t>(i)] : 0xAB) << "n " << n << " offset " << offset << " i " << i;
+      }
+      std::vector<uint8_t> same(x.begin(), x.end());
+      look_up_bytes(table.data(), same.data() + offset, same.data() + offset, n);
+      for (int64_t i = offset; i < offset + n; ++i) ASSERT_EQ(same[static_cast<size_t>(i)], want[static_cast<size_t>(i)]);
     }
 }
 

@@ -1,7 +1,7 @@
-// The 8-bit conv's store epilogues (kernels/cpu/qconv, Requantize::add, ::table, ::activation):
-// a residual block's QLinearAdd, a table of the conv's codes and an activation of its float sums,
-// on every tile, against the plain loop's codes then QLinearAdd's division or the table, or its
-// float sums then the activation and QuantizeLinear (qconv_test_util.h); and the
+// The 8-bit conv's store epilogues (kernels/cpu/qconv, Requantize::add, ::activation): a residual
+// block's QLinearAdd and an activation of its float sums, on every tile, against the plain loop's
+// codes then QLinearAdd's division, or its float sums then the activation and QuantizeLinear
+// (qconv_test_util.h); and the
 // ai.kiln.QLinearConv node that carries the add against QLinearConv then QLinearAdd.
 #include <gtest/gtest.h>
 
@@ -53,30 +53,6 @@ TEST(QConv, ResidualAddInTheStoreMatchesConvThenQLinearAdd) {
         }
 }
 
-// A table in the store (Requantize::table, where the CPU lacks VBMI's byte lookup), on every
-// tile, depthwise ones too, u8 and s8, codes across the whole range (large scales too).
-TEST(QConv, TableInTheStoreMatchesConvThenTable) {
-  std::vector<qconv::Tile> tiles = qconv::available_tiles(false), depthwise = qconv::available_tiles(true);
-  if (std::find(tiles.begin(), tiles.end(), qconv::Tile::kWinogradAvx2) == tiles.end())
-    tiles.push_back(qconv::Tile::kWinogradAvx2);
-  tiles.insert(tiles.end(), depthwise.begin(), depthwise.end());
-  std::mt19937 rng(5);
-  for (const qconv::Tile tile : tiles) {
-    const bool dw = std::find(depthwise.begin(), depthwise.end(), tile) != depthwise.end();
-    const std::vector<Case> shapes =
-        dw ? std::vector<Case>{{1, 40, 10, 10, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, true},
-                               {1, 72, 11, 9, 72, 5, 5, 2, 2, 1, 1, 2, 2, 1, 2, true}}
-           : std::vector<Case>{cases()[1], cases()[2], Case{1, 32, 9, 7, 100, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}};
-    for (const auto out : {qconv::Output::kU8, qconv::Output::kS8}) {
-      std::vector<int32_t> table(256);
-      for (auto& v : table) v = static_cast<int32_t>(rng() % 256) - (out == qconv::Output::kS8 ? 128 : 0);
-      for (const Case& k : shapes)
-        for (const float y_scale : {0.35f, 1e-3f})
-          check_direct(k, tile, false, true, out, true, 2, y_scale, nullptr, nullptr, &table);
-    }
-  }
-}
-
 // An activation in the store (Requantize::activation: ai.kiln.QLinearConv's), on every tile,
 // depthwise ones and Winograd too, u8 and s8, each activation the fusion writes and a clamp after
 // one, outputs across the codes and past them (two Y scales).
@@ -106,7 +82,7 @@ TEST(QConv, ActivationInTheStoreMatchesFloatSumsThenQuantize) {
       for (const auto out : {qconv::Output::kU8, qconv::Output::kS8})
         for (const Case& k : shapes)
           for (const float y_scale : {0.02f, 0.3f})
-            check_direct(k, tile, false, true, out, true, 2, y_scale, nullptr, nullptr, nullptr, &act);
+            check_direct(k, tile, false, true, out, true, 2, y_scale, nullptr, nullptr, &act);
     }
   }
 }

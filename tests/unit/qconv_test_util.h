@@ -1,5 +1,5 @@
 // The 8-bit conv's plain-loop oracle, shared by its tests (kernels_qconv_test.cc: the tiles and
-// QLinearConv; kernels_qconv_epilogue_test.cc: the residual add and the table in the store): the
+// QLinearConv; kernels_qconv_epilogue_test.cc: the residual add and the activation in the store): the
 // cases, their data, the plain loop's codes (int64 sums of (x - zx) w over the window, plus the
 // bias, requantized as QLinearConv's kernels define it) and check_direct, which runs one case on
 // one tile and compares bit for bit.
@@ -97,14 +97,12 @@ inline double added(const QLinearBinaryParams& p, double a, double b) {
 }
 
 // With `add` (8-bit Y, channels-last), the conv's codes go through a residual add (qconv.h,
-// Requantize::add) of random codes R; with `table` (8-bit Y), through a table of 256 codes; with
-// `activation` (8-bit Y), the sums' float values go through it (in double here) before Y's
-// quantization, which here divides by y_scale: the store's float activation and product by
-// 1 / y_scale may land a code apart, on at most 1 % of the outputs.
+// Requantize::add) of random codes R; with `activation` (8-bit Y), the sums' float values go
+// through it (in double here) before Y's quantization, which here divides by y_scale: the store's
+// float activation and product by 1 / y_scale may land a code apart, on at most 1 % of the outputs.
 inline void check_direct(const Case& k, qconv::Tile tile, bool x_signed, bool per_filter, qconv::Output out, bool nhwc,
                   int threads, float y_scale = 0.35f, void (*edit)(Data&) = nullptr,
-                  const qconv::Requantize::ResidualAdd* add = nullptr, const std::vector<int32_t>* table = nullptr,
-                  const kiln_ops::Activation* activation = nullptr) {
+                  const qconv::Requantize::ResidualAdd* add = nullptr, const kiln_ops::Activation* activation = nullptr) {
   SCOPED_TRACE(::testing::Message() << k.n << "x" << k.c << "x" << k.h << "x" << k.w << " m " << k.m << " k " << k.kh
                                     << "x" << k.kw << " s " << k.sh << "," << k.sw << " d " << k.dh << "," << k.dw
                                     << " pads " << k.pt << k.pl << k.pb << k.pr << (x_signed ? " s8" : " u8")
@@ -148,7 +146,6 @@ inline void check_direct(const Case& k, qconv::Tile tile, bool x_signed, bool pe
   std::mt19937 rng(static_cast<uint32_t>(count));
   for (auto& v : residual) v = static_cast<uint8_t>(rng() % 256);
   if (add) rq.add = *add;
-  if (table) rq.table = *table;
   qconv::conv(g, x.data(), x_signed, nhwc, d.zx, packed, rq, y, nhwc, threads > 1 ? &pool : nullptr,
               add ? residual.data() : nullptr);
   std::vector<double> want = expected(k, d, x_signed, activation ? qconv::Output::kFloat : out);
@@ -168,8 +165,6 @@ inline void check_direct(const Case& k, qconv::Tile tile, bool x_signed, bool pe
                                                         : yq[at];
         if (out == qconv::Output::kFloat)
           ASSERT_EQ(static_cast<float>(got), static_cast<float>(want[nchw])) << "n " << n << " m " << m << " p " << p;
-        else if (table)
-          ASSERT_EQ(got, (*table)[static_cast<size_t>(want[nchw] - rq.lo)]) << "n " << n << " m " << m << " p " << p;
         else if (activation) {
           ASSERT_LE(std::fabs(got - want[nchw]), 1.0) << "n " << n << " m " << m << " p " << p;
           apart += got != want[nchw];

@@ -1,5 +1,5 @@
 // y[i] = table[x[i]] over bytes: the 256-entry lookups of the 8-bit unary ops (QLinearLookup,
-// QLinearSigmoid), on AVX-512 VBMI where the CPU has it, else a byte at a time.
+// QLinearSigmoid), on AVX-512 VBMI where the CPU has it, else by AVX2 vpshufb.
 #pragma once
 
 #include <cstdint>

@@ -61,16 +61,11 @@ struct Requantize {
     bool reciprocal_exact = false;  // qlinear_binary_reciprocal_is_exact(p)
   };
   std::optional<ResidualAdd> add;
-  // A table the codes go through in the store (ai.kiln.QLinearConv's, on CPUs without AVX-512
-  // VBMI, whose separate byte lookup is one instruction for 64 codes): Y = table[code - lo], the
-  // table's 256 codes as int32 values of Y's type, gathered by code (every tile's store). Not
-  // with `add`.
-  std::vector<int32_t> table;
   // An activation of the sums' float values before Y's quantization (ai.kiln.QLinearConv's
   // `activation`): `scale` is then x_scale * w_scale, and the store computes
   // q = clamp(round(act(float(s + bias) * scale) * inverse_y_scale) + zero_point, lo, hi), the
   // product by 1 / y_scale standing for QuantizeLinear's division (rarely a code apart). Not with
-  // `add` or `table`. Null: none.
+  // `add`. Null: none.
   const kiln_ops::Activation* activation = nullptr;
   float inverse_y_scale = 1;
 

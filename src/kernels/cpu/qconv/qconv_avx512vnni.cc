@@ -75,8 +75,8 @@ struct VnniTiles {
   // lowest code too); the zero point is added to the 16-bit values, saturating, which clamps the
   // same as adding it to the int32 ones first. The upper clamp stays in float, where a huge
   // positive sum would otherwise wrap: needed only where a scale reaches 0.5 (Requantize::needs_float_clamp).
-  // With rq.add, the codes stored are the residual add's (ResidualAdd); with rq.table, the table's;
-  // with rq.activation, the float values go through it first.
+  // With rq.add, the codes stored are the residual add's (ResidualAdd); with rq.activation, the
+  // float values go through it first.
   template <int B, bool kClampHigh, bool kActivated = false>
   static void store_packed(const TilePlan& plan, __m512i (&acc)[kPixels][B], int64_t p0, int rows, int64_t m0) {
     const Requantize& rq = plan.rq;
@@ -85,8 +85,7 @@ struct VnniTiles {
     const char* residual = static_cast<const char*>(plan.residual);
     const std::optional<ResidualAdd> add = residual ? std::optional<ResidualAdd>(ResidualAdd(rq)) : std::nullopt;
     const bool s8 = rq.output == Output::kS8;
-    const bool table = !rq.table.empty();
-    const int32_t zero_point = table ? 0 : residual ? static_cast<int32_t>(rq.add->p.cz) : rq.zero_point;
+    const int32_t zero_point = residual ? static_cast<int32_t>(rq.add->p.cz) : rq.zero_point;
     const __m512i zp = _mm512_set1_epi16(static_cast<int16_t>(zero_point));
     __m512 scale[B];
     __mmask16 lanes_of[B];
@@ -113,9 +112,7 @@ struct VnniTiles {
         }
         const __m512 f = kActivated ? activated[b] : _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][b]), scale[b]);
         q[b] = _mm512_cvtps_epi32(kClampHigh ? _mm512_min_ps(f, hi) : f);
-        if (table) {
-          q[b] = table_codes(rq, q[b]);
-        } else if (residual) {
+        if (residual) {
           const __m128i r = _mm_maskz_loadu_epi8(lanes_of[b], residual + at + b * 16);
           q[b] = (*add)(q[b], s8 ? _mm512_cvtepi8_epi32(r) : _mm512_cvtepu8_epi32(r));
         }

@@ -67,12 +67,8 @@ struct DepthwiseTiles {
     auto code = [&](__m256 f) {
       return _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(f, lo_bound), hi_bound)), zp);
     };
-    auto final_code = [&](__m256 f) {  // through the table, where rq has one
-      const __m256i c = code(f);
-      return rq.table.empty() ? c : table_codes(rq, _mm256_sub_epi32(c, zp));
-    };
     // In range already: the packs only narrow; per lane they give channels 0-7 | 8-15.
-    const __m256i words = _mm256_packs_epi32(final_code(f_lo), final_code(f_hi));
+    const __m256i words = _mm256_packs_epi32(code(f_lo), code(f_hi));
     const __m256i bytes = rq.output == Output::kS8 ? _mm256_packs_epi16(words, words) : _mm256_packus_epi16(words, words);
     const __m128i ordered = _mm256_castsi256_si128(_mm256_permute4x64_epi64(bytes, _MM_SHUFFLE(3, 1, 2, 0)));
     store_first_bytes(static_cast<char*>(plan.y) + at, ordered, count, 16);

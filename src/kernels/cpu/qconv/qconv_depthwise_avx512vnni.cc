@@ -83,13 +83,9 @@ struct ZmmQuads {
     // matter to it), then packs clamp below, float above if needed.
     if constexpr (kActivated) activate<4>(rq, f);
     const __m512 hi = _mm512_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
-    const bool table = !rq.table.empty();
-    const __m512i zp = _mm512_set1_epi16(static_cast<int16_t>(table ? 0 : rq.zero_point));
+    const __m512i zp = _mm512_set1_epi16(static_cast<int16_t>(rq.zero_point));
     __m512i q[4];
-    for (int k = 0; k < 4; ++k) {
-      q[k] = _mm512_cvtps_epi32(plan.clamp_high ? _mm512_min_ps(f[k], hi) : f[k]);
-      if (table) q[k] = table_codes(rq, q[k]);
-    }
+    for (int k = 0; k < 4; ++k) q[k] = _mm512_cvtps_epi32(plan.clamp_high ? _mm512_min_ps(f[k], hi) : f[k]);
     const __m512i w01 = _mm512_adds_epi16(_mm512_packs_epi32(q[0], q[1]), zp);
     const __m512i w23 = _mm512_adds_epi16(_mm512_packs_epi32(q[2], q[3]), zp);
     const __m512i bytes = rq.output == Output::kS8 ? _mm512_packs_epi16(w01, w23) : _mm512_packus_epi16(w01, w23);

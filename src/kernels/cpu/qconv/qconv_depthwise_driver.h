@@ -24,7 +24,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/qconv/qconv.h"
-#include "kernels/cpu/qconv/qconv_driver.h"  // table_codes
+#include "kernels/cpu/qconv/qconv_driver.h"
 
 namespace kiln::qconv {
 

@@ -80,13 +80,9 @@ struct YmmQuads {
     // The activation, if any, first (lane order does not matter to it).
     if constexpr (kActivated) activate<4>(rq, f);
     const __m256 hi = _mm256_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
-    const bool table = !rq.table.empty();
-    const __m256i zp = _mm256_set1_epi16(static_cast<int16_t>(table ? 0 : rq.zero_point));
+    const __m256i zp = _mm256_set1_epi16(static_cast<int16_t>(rq.zero_point));
     __m256i q[4];
-    for (int k = 0; k < 4; ++k) {
-      q[k] = _mm256_cvtps_epi32(plan.clamp_high ? _mm256_min_ps(f[k], hi) : f[k]);
-      if (table) q[k] = table_codes(rq, q[k]);
-    }
+    for (int k = 0; k < 4; ++k) q[k] = _mm256_cvtps_epi32(plan.clamp_high ? _mm256_min_ps(f[k], hi) : f[k]);
     const __m256i w01 = _mm256_adds_epi16(_mm256_packs_epi32(q[0], q[1]), zp);
     const __m256i w23 = _mm256_adds_epi16(_mm256_packs_epi32(q[2], q[3]), zp);
     const __m256i bytes = rq.output == Output::kS8 ? _mm256_packs_epi16(w01, w23) : _mm256_packus_epi16(w01, w23);

@@ -49,23 +49,6 @@ inline void store_first_bytes(char* out, __m128i bytes, int64_t count, int64_t w
   std::memcpy(out, tmp, static_cast<size_t>(count));
 }
 
-// Requantize::table on the codes less the zero point, q (int32, not yet clamped): the clamped
-// codes index the table, whose values are Y's codes (the store then packs them, zero point 0).
-inline __m256i table_codes(const Requantize& rq, __m256i q) {
-  const __m256i lo = _mm256_set1_epi32(rq.lo - rq.zero_point), hi = _mm256_set1_epi32(rq.hi - rq.zero_point);
-  const __m256i at =
-      _mm256_add_epi32(_mm256_min_epi32(_mm256_max_epi32(q, lo), hi), _mm256_set1_epi32(rq.zero_point - rq.lo));
-  return _mm256_i32gather_epi32(rq.table.data(), at, 4);
-}
-#ifdef __AVX512F__
-inline __m512i table_codes(const Requantize& rq, __m512i q) {
-  const __m512i lo = _mm512_set1_epi32(rq.lo - rq.zero_point), hi = _mm512_set1_epi32(rq.hi - rq.zero_point);
-  const __m512i at =
-      _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(q, lo), hi), _mm512_set1_epi32(rq.zero_point - rq.lo));
-  return _mm512_i32gather_epi32(at, rq.table.data(), 4);
-}
-#endif
-
 struct TilePlan {
   const Geometry& g;
   const Staged& x;

@@ -98,7 +98,7 @@ struct ResidualAdd {
 // saturating; the upper clamp stays in float, where a huge positive sum would otherwise wrap,
 // only where a scale reaches 0.5 (clamp_high: Requantize::needs_float_clamp). With `add`
 // (rq.add's), `residual` is the pixel's first filter in R, and the codes stored are the add's;
-// with rq.table, the table's; with rq.activation, the float values go through it first.
+// with rq.activation, the float values go through it first.
 // (kActivated, rq.activated(), a template parameter: a store that might activate cost AVX2's
 // int8 mobilenet_v2 12 % and resnet50 3 % where it never did; store_ymm_sums picks it.)
 template <bool kActivated>
@@ -120,13 +120,11 @@ inline void store_ymm_sums_as(const Requantize& rq, bool clamp_high, const __m25
   const __m256 hi = _mm256_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
   __m256i q0 = _mm256_cvtps_epi32(clamp_high ? _mm256_min_ps(f0, hi) : f0);
   __m256i q1 = _mm256_cvtps_epi32(clamp_high ? _mm256_min_ps(f1, hi) : f1);
-  int16_t zero_point = static_cast<int16_t>(add ? add->cz : rq.zero_point);
+  const int16_t zero_point = static_cast<int16_t>(add ? add->cz : rq.zero_point);
   if (add) {
     __m256i b[2];
     add->load(residual, count, b);
     q0 = (*add)(q0, b[0]), q1 = (*add)(q1, b[1]);
-  } else if (!rq.table.empty()) {
-    q0 = table_codes(rq, q0), q1 = table_codes(rq, q1), zero_point = 0;
   }
   const __m256i words = _mm256_adds_epi16(_mm256_packs_epi32(q0, q1), _mm256_set1_epi16(zero_point));
   const __m256i bytes = rq.output == Output::kS8 ? _mm256_packs_epi16(words, words) : _mm256_packus_epi16(words, words);

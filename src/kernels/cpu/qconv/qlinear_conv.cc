@@ -2,9 +2,10 @@
 // constant s8 weights with zero points 0, constant scales and zero points), packed once in
 // prepare; every other node, and a run whose X is not the type prepared for, takes the reference
 // (kernels/ref/conv.cc). ai.kiln.QLinearConv is the same with a table (input 9) its codes go
-// through (qlinear-conv-lookup), looked up once the tile has written the output, while it is in
-// cache. (Looked up by each tile's store, 64 bytes a call into the VBMI kernel, it cost more
-// than the separate op.) Or, with inputs 10 to 16 (QLinearAdd's A_scale, A_zero_point, B,
+// through (qlinear-conv-lookup), looked up over Y once the conv has written it (look_up_bytes:
+// VBMI's or AVX2's vector lookup; a gather by code in each tile's store cost AVX2's int8
+// efficientnet_b0 8 % and AVX-512 without VBMI 20 %, and the VBMI lookup called by each store
+// more than the pass after). Or, with inputs 10 to 16 (QLinearAdd's A_scale, A_zero_point, B,
 // B_scale, B_zero_point, C_scale, C_zero_point: qlinear-conv-residual), the conv's codes are
 // QLinearAdd's A and Y is its C: the tile's store adds B (qconv.h, Requantize::add) where the
 // tile is of group 1 and channels-last; else QLinearAdd's rows run over the codes once the conv
@@ -18,7 +19,6 @@
 #include <memory>
 #include <optional>
 
-#include "core/cpu_features.h"
 #include "kernels/cpu/lookup_table.h"
 #include "kernels/cpu/qconv/qconv.h"
 #include "kernels/cpu/qconv/qlinear_conv.h"
@@ -123,9 +123,6 @@ class QLinearConvKernel : public Kernel {
         rq_.add = {add_, qlinear_binary_reciprocal_is_exact(add_, y_type_ == DType::kInt8)};
     }
     rq_.output = y_type_ == DType::kInt8 ? qconv::Output::kS8 : qconv::Output::kU8;
-    // The table in the store, gathered by code, where no VBMI does 64 codes an instruction after
-    // it (a byte at a time, efficientnet_b0's 49 tables were ~10% of it on AVX2).
-    table_in_store_ = !table_.empty() && !cpu_features().has_avx512_vbmi() && !activated;
     rq_.zero_point = yz ? static_cast<int32_t>(load_as_double(yz->dtype(), yz->raw_data(), 0)) : 0;
     rq_.lo = y_type_ == DType::kInt8 ? -128 : 0, rq_.hi = y_type_ == DType::kInt8 ? 127 : 255;
     rq_.bias.resize(static_cast<size_t>(filters_));
@@ -139,12 +136,6 @@ class QLinearConvKernel : public Kernel {
       rq_.scale[i] = x_scale * ws->data<float>()[ws->numel() == 1 ? 0 : m] / (activated ? 1.0f : y_scale);
     }
     if (activated) rq_.activation = &activation_, rq_.inverse_y_scale = 1.0f / y_scale;
-    rq_.table.clear();
-    if (table_in_store_)
-      for (int32_t code = rq_.lo; code <= rq_.hi; ++code) {
-        const uint8_t t = table_[static_cast<uint8_t>(code)];  // by the code's byte
-        rq_.table.push_back(y_type_ == DType::kInt8 ? static_cast<int8_t>(t) : t);
-      }
     ready_ = true;
     return Status::ok();
   }
@@ -202,7 +193,7 @@ class QLinearConvKernel : public Kernel {
       qlinear_binary_same_shape(add_, y_type_ == DType::kInt8, y->raw_data(), residual->raw_data(), y->raw_data(),
                                 y->numel(), ctx.pool);
     uint8_t* codes = static_cast<uint8_t*>(y->raw_data());
-    if (!table_.empty() && !table_in_store_)
+    if (!table_.empty())
       ew::run_range(ctx, y->numel(), [&](int64_t b, int64_t e) { look_up_bytes(table_.data(), codes + b, codes + b, e - b); });
     return Status::ok();
   }
@@ -223,7 +214,6 @@ class QLinearConvKernel : public Kernel {
   std::optional<qconv::PackedWeights> winograd_;
   qconv::Requantize rq_;
   std::vector<uint8_t> table_;  // ai.kiln.QLinearConv's
-  bool table_in_store_ = false;  // looked up by the tile's store (rq_.table), not after
   bool residual_ = false;       // ai.kiln.QLinearConv's inputs 10 to 16, QLinearAdd's parameters in add_
   QLinearBinaryParams add_{};
   DType table_type_ = DType::kUInt8;
