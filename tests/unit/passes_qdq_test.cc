@@ -457,6 +457,58 @@ TEST(QdqFusion, PortableModelKeepsDequantizedWeights) {
   EXPECT_EQ(h.at("Conv"), 2);
   EXPECT_EQ(h.at("DequantizeLinear"), 8);  // 5 activations' and 3 constants'
 }
+// quantize_static's MatMul and Gemm on constant weights, DQ(xq) times DQ(wq) [+ c]: a MatMul with
+// per-column scales, a Gemm with transB, alpha, beta and an int32 bias behind its DQ, and a Gemm
+// whose c is a float row, each becomes MatMulIntegerToFloat on the codes; a MatMul whose weights
+// are quantized per row (the sum's axis) stays float. Scales are powers of two, so the float ops
+// are exact and the outputs the same.
+TEST(QdqFusion, MatMulAndGemmOnQuantizedWeightsBecomeEightBit) {
+  const int64_t m = 3, k = 20, n = 12;
+  test::Builder b(13);
+  b.input("x", {m, k});
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> w8(-127, 127), b32(-5000, 5000);
+  auto weights = [&](const Shape& shape) {
+    Tensor t = Tensor::make(DType::kInt8, shape).value();
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<int8_t>()[i] = static_cast<int8_t>(w8(rng));
+    return t;
+  };
+  auto scales = [](int64_t count) {
+    Tensor t = Tensor::make(DType::kFloat32, {count}).value();
+    for (int64_t i = 0; i < count; ++i) t.data<float>()[i] = 1.0f / static_cast<float>(64 << (i % 3));
+    return t;
+  };
+  const float xs = 0.0625f;
+  qdq(b, "x", "xq", "xd", xs, 128);
+  // MatMul, per-column scales (axis 1).
+  dequantized_constant(b, "w1", weights({k, n}), scales(n), Tensor::make(DType::kInt8, {n}).value(), 1);
+  b.add("MatMul", {"xd", "w1"}, {"y1"});
+  // Gemm, transB: W [n, k] with per-row (output) scales, alpha, beta, an int32 bias in xs * ws * alpha.
+  dequantized_constant(b, "w2", weights({n, k}), scales(n), Tensor::make(DType::kInt8, {n}).value(), 0);
+  Tensor bq = Tensor::make(DType::kInt32, {n}).value(), bs = scales(n);
+  for (int64_t j = 0; j < n; ++j) bq.data<int32_t>()[j] = b32(rng), bs.data<float>()[j] *= xs;
+  dequantized_constant(b, "b2", bq, bs, Tensor::make(DType::kInt32, {n}).value(), 0);
+  b.add("Gemm", {"xd", "w2", "b2"}, {"y2"},
+        {test::attr_i("transB", 1), test::attr_f("alpha", 0.5f), test::attr_f("beta", 2.0f)});
+  // Gemm, one weight scale, c a float row [1, n].
+  dequantized_constant(b, "w3", weights({k, n}), scalar_of(DType::kFloat32, 1.0 / 128), scalar_of(DType::kInt8, 0), 1);
+  Tensor c = Tensor::make(DType::kFloat32, {1, n}).value();
+  for (int64_t j = 0; j < n; ++j) c.data<float>()[j] = static_cast<float>(j) * 0.25f - 1.0f;
+  b.m.graph.initializers["c3"] = c;
+  b.add("Gemm", {"xd", "w3", "c3"}, {"y3"});
+  // MatMul, scales per row of W (axis 0, the summed axis): no 8-bit form.
+  dequantized_constant(b, "w4", weights({k, n}), scales(k), Tensor::make(DType::kInt8, {k}).value(), 0);
+  b.add("MatMul", {"xd", "w4"}, {"y4"});
+  for (const char* y : {"y1", "y2", "y3", "y4"}) b.output(y);
+  ir::Model after = b.m;
+  test::run_passes(after, {"qdq-fusion", "dead-code"});
+  const auto h = test::qualified_histogram(after);
+  EXPECT_EQ(h.at("com.microsoft.MatMulIntegerToFloat"), 3);
+  EXPECT_EQ(h.at("MatMul"), 1);
+  EXPECT_EQ(h.count("Gemm"), 0u);
+  test::expect_same_outputs(b.m, after, {b.random({m, k}, -8, 8)}, 0.0f);
+}
+
 // quantize_dynamic's MatMul chain, DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul(xs * ws)
 // -> Add(bias), becomes one MatMulIntegerToFloat with the same float operations: the outputs stay
 // (FMA contraction aside) the same; per-column weight scales too.
