@@ -290,16 +290,21 @@ const std::vector<DtypeConstraint> kQLinearBinaryTypes = {
 KILN_REGISTER_TYPED_KERNEL("com.microsoft", "QLinearAdd", qlinear_add, kQLinearBinaryTypes);
 KILN_REGISTER_TYPED_KERNEL("com.microsoft", "QLinearMul", qlinear_mul, kQLinearBinaryTypes);
 
-// A and B of one known shape: the 8-lane rows.
-static bool same_shapes(const FastPathQuery& q) {
+// A and B of one known shape, or broadcast with C's last axis 8 values or more (a transformer's
+// bias row or mask, a channels-last image's per-channel scale): the 8-lane rows, an operand's
+// step 0 or 1 along each.
+static bool lane_rows(const FastPathQuery& q) {
   const ir::TypeInfo* a = q.types.size() > 3 ? q.types[0] : nullptr;
   const ir::TypeInfo* b = q.types.size() > 3 ? q.types[3] : nullptr;
-  if (!a || !b || q.numel(0) < 0 || q.numel(3) < 0 || a->shape.size() != b->shape.size()) return false;
-  for (size_t i = 0; i < a->shape.size(); ++i)
-    if (a->shape[i].value != b->shape[i].value) return false;
-  return true;
+  if (!a || !b || q.numel(0) < 0 || q.numel(3) < 0) return false;
+  if (a->shape.size() == b->shape.size()) {
+    bool same = true;
+    for (size_t i = 0; i < a->shape.size(); ++i) same = same && a->shape[i].value == b->shape[i].value;
+    if (same) return true;
+  }
+  return std::max(q.last_dim(0), q.last_dim(3)) >= 8;  // C's last dim (the other's is it or 1)
 }
-KILN_REGISTER_FAST_PATH("com.microsoft", "QLinearAdd", same_shapes);
-KILN_REGISTER_FAST_PATH("com.microsoft", "QLinearMul", same_shapes);
+KILN_REGISTER_FAST_PATH("com.microsoft", "QLinearAdd", lane_rows);
+KILN_REGISTER_FAST_PATH("com.microsoft", "QLinearMul", lane_rows);
 
 }  // namespace kiln
