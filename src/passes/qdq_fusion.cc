@@ -25,8 +25,9 @@
 //                                                      with other parameters, a table of x's code)
 //
 // x's DequantizeLinear stays for its other readers (dead-code drops it when none is left); the
-// weights' and bias's are absorbed. Needs per-tensor x and y parameters, s8 weights with zero
-// points 0 (per tensor or per output channel), a bias in the accumulator's scale (xs * ws, as the
+// weights' and bias's are absorbed. Needs per-tensor x and y parameters, 8-bit weights with their
+// zero points (per tensor or per output channel; s8 with zero points 0 as most quantizers write
+// them, u8 from ONNX Runtime's QUInt8 weights), a bias in the accumulator's scale (xs * ws, as the
 // quantizers write it). Runs before constant folding, which would fold DQ(wq) into float weights.
 // On every CPU: the 8-bit conv's AVX2 tile runs ONNX Runtime's QDQ resnet50 in 33 ms against
 // 36-42 ms for the float convs on the folded weights (AMD EPYC Zen 4 capped at AVX2). Not
@@ -50,7 +51,7 @@ namespace {
 using P = Pattern;
 
 bool is_f32(const Tensor& t) { return t.dtype() == DType::kFloat32; }
-bool is_s8(const Tensor& t) { return t.dtype() == DType::kInt8; }
+bool is_8bit(const Tensor& t) { return dtype_is_8bit_integer(t.dtype()); }
 bool is_i32(const Tensor& t) { return t.dtype() == DType::kInt32; }
 bool any_tensor(const Tensor&) { return true; }
 
@@ -62,7 +63,7 @@ P dequantized_constant(const std::string& name, bool (*accept)(const Tensor&)) {
 }
 
 P conv(bool biased) {
-  std::vector<P> in = {P::value("x"), dequantized_constant("w", is_s8)};
+  std::vector<P> in = {P::value("x"), dequantized_constant("w", is_8bit)};
   if (biased) in.push_back(dequantized_constant("b", is_i32));
   return P::op("Conv", in).bind("conv");
 }
@@ -146,8 +147,12 @@ std::optional<std::vector<ir::Node>> to_qlinear_conv(const Match& m, RuleContext
   if (!x || !y || y->zero_point.empty()) return std::nullopt;
   const Tensor &ws = m.constant("w_s"), &wz = m.constant("w_z");
   const int64_t filters = m.constant("w_q").rank() > 0 ? m.constant("w_q").dim(0) : 0;
-  if (wz.dtype() != DType::kInt8 || !all_zero(wz) || (ws.numel() != 1 && ws.numel() != filters) ||
-      ws.rank() > 1 || (ws.numel() != 1 && m.node("w").attr_int("axis", 1) != 0))
+  // One scale and zero point, or one each a filter; W's zero points of its type (u8 weights too:
+  // the 8-bit conv subtracts them, qlinear_conv.cc).
+  auto per_filter = [&](const Tensor& t) { return t.numel() == 1 || (t.rank() == 1 && t.numel() == filters); };
+  const bool any_per_filter = ws.numel() != 1 || wz.numel() != 1;
+  if (wz.dtype() != m.constant("w_q").dtype() || !per_filter(ws) || !per_filter(wz) || ws.rank() > 1 ||
+      (any_per_filter && m.node("w").attr_int("axis", 1) != 0))
     return std::nullopt;
   if (!clamp_absorbed(m, rc, *y)) return std::nullopt;
   if (biased) {
@@ -368,7 +373,6 @@ std::vector<Rule> make_rules() {
                        [fused](const Match& m, RuleContext& rc) { return to_qlinear_binary(m, rc, fused); }});
     }
   }
-  auto is_8bit = [](const Tensor& t) { return dtype_is_8bit_integer(t.dtype()); };
   rules.push_back({"matmul", P::op("MatMul", {P::value("x"), dequantized_constant("w", is_8bit)}),
                    [](const Match& m, RuleContext& rc) { return to_matmul_integer(m, rc, false, false); }});
   rules.push_back({"gemm-bias", P::op("Gemm", {P::value("x"), dequantized_constant("w", is_8bit), P::value("c")}),

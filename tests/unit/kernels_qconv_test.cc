@@ -152,6 +152,69 @@ TEST(QConv, QLinearConvNodeRunsWinogradWhereItPays) {
   }
 }
 
+// W with zero points, as ONNX Runtime's QUInt8 weights and TFLite's models have them: u8 W with a
+// zero point of 120 (W less it reaches 135: the 16-bit tiles), one a filter around 128 (some
+// filters past s8), exactly 128 (all of W less it within s8: the 8-bit tiles), and s8 W with a
+// zero point of -9; dense 3x3 and 1x1 and depthwise convs, u8 and s8 X, against the plain loop.
+TEST(QConv, QLinearConvNodeTakesWeightZeroPoints) {
+  struct Weights {
+    DType type;
+    std::vector<int32_t> zero;  // one, or one a filter (filled below)
+  };
+  const int64_t filters = 24;
+  std::vector<int32_t> around_128(filters);
+  for (int64_t m = 0; m < filters; ++m) around_128[static_cast<size_t>(m)] = 116 + static_cast<int32_t>(m);
+  const std::vector<Weights> weights = {
+      {DType::kUInt8, {120}}, {DType::kUInt8, around_128}, {DType::kUInt8, {128}}, {DType::kInt8, {-9}}};
+  const std::vector<Case> shapes = {{1, 12, 9, 8, filters, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
+                                    {2, 16, 5, 7, filters, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},
+                                    {1, filters, 9, 8, filters, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, true}};
+  for (const Weights& wt : weights)
+    for (const Case& k : shapes)
+      for (const bool x_signed : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(wt.type) << " zero points " << wt.zero.size() << " first "
+                                          << wt.zero[0] << (k.depthwise ? " depthwise" : " dense") << " k " << k.kh
+                                          << (x_signed ? " s8 X" : " u8 X"));
+        Data d = make_data(k, x_signed, true, 11);
+        std::mt19937 rng(3);
+        for (auto& v : d.w) v = static_cast<int8_t>(rng() % 256);  // all 256 byte values
+        d.w_unsigned = wt.type == DType::kUInt8;
+        d.w_zero = wt.zero;
+        const DType xt = x_signed ? DType::kInt8 : DType::kUInt8;
+        test::Builder b(13);
+        Tensor x = Tensor::make(xt, {k.n, k.c, k.h, k.w}).value();
+        std::copy(d.x.begin(), d.x.end(), x.data<uint8_t>());
+        Tensor w = Tensor::make(wt.type, {k.m, k.depthwise ? 1 : k.c, k.kh, k.kw}).value();
+        std::memcpy(w.raw_data(), d.w.data(), d.w.size());
+        Tensor wz = Tensor::make(wt.type, wt.zero.size() == 1 ? Shape{} : Shape{filters}).value();
+        for (size_t i = 0; i < wt.zero.size(); ++i) store_from_double(wt.type, wz.raw_data(), static_cast<int64_t>(i), wt.zero[i]);
+        auto scalar = [](DType t, double v) {
+          Tensor s = Tensor::make(t, {}).value();
+          store_from_double(t, s.raw_data(), 0, v);
+          return s;
+        };
+        Tensor ws = Tensor::make(DType::kFloat32, {k.m}).value();
+        std::copy(d.w_scale.begin(), d.w_scale.end(), ws.data<float>());
+        Tensor bias = Tensor::make(DType::kInt32, {k.m}).value();
+        std::copy(d.bias.begin(), d.bias.end(), bias.data<int32_t>());
+        b.m.graph.inputs.push_back(ir::ValueInfo{"x", ir::TypeInfo::tensor(xt, x.shape()), ""});
+        auto& init = b.m.graph.initializers;
+        init["xs"] = scalar(DType::kFloat32, d.x_scale), init["xz"] = scalar(xt, d.zx);
+        init["w"] = w, init["ws"] = ws, init["wz"] = wz, init["ys"] = scalar(DType::kFloat32, d.y_scale);
+        init["yz"] = scalar(DType::kUInt8, d.zy), init["b"] = bias;
+        b.add("QLinearConv", {"x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"}, {"y"},
+              {test::attr_i("group", k.depthwise ? k.c : 1), test::attr_ints("strides", {k.sh, k.sw}),
+               test::attr_ints("pads", {k.pt, k.pl, k.pb, k.pr})});
+        b.m.graph.outputs.push_back(ir::ValueInfo{"y", ir::TypeInfo::tensor(DType::kUInt8), ""});
+        const std::vector<Value> out = test::run_model(b.m, {x});
+        ASSERT_EQ(out.size(), 1u);
+        const std::vector<double> want = expected(k, d, x_signed, qconv::Output::kU8);
+        const Tensor& y = out[0].tensor;
+        ASSERT_EQ(y.numel(), static_cast<int64_t>(want.size()));
+        for (int64_t i = 0; i < y.numel(); ++i) ASSERT_EQ(y.data<uint8_t>()[i], want[static_cast<size_t>(i)]) << i;
+      }
+}
+
 // The QLinearConv node reaches the same values (the tile where it applies, the reference where
 // it does not: group 2 here), u8 and s8 X, with its optional inputs given or omitted.
 TEST(QConv, QLinearConvNodeMatchesAPlainLoop) {

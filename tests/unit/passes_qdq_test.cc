@@ -95,6 +95,33 @@ TEST(QdqFusion, QdqOpsBecomeTheirEightBitForms) {
   test::expect_same_outputs(before, after, {x}, 0.0f);
 }
 
+// ONNX Runtime's QUInt8 weights: u8 W with a zero point of 120 (W less it past s8) and one a
+// filter around 128; the conv becomes QLinearConv on them, with the same outputs.
+TEST(QdqFusion, UnsignedWeightsWithZeroPointsBecomeQLinearConv) {
+  for (const bool per_filter : {false, true}) {
+    const int64_t c = 8, m = 6;
+    test::Builder b(13);
+    b.input("x", {1, c, 7, 7});
+    std::mt19937 rng(5);
+    qdq(b, "x", "xq", "xd", 0.0625f, 128);
+    Tensor wq = Tensor::make(DType::kUInt8, {m, c, 3, 3}).value();
+    for (int64_t i = 0; i < wq.numel(); ++i) wq.data<uint8_t>()[i] = static_cast<uint8_t>(rng() % 256);
+    Tensor wz = Tensor::make(DType::kUInt8, per_filter ? Shape{m} : Shape{}).value();
+    for (int64_t i = 0; i < wz.numel(); ++i) wz.data<uint8_t>()[i] = static_cast<uint8_t>(per_filter ? 124 + i : 120);
+    Tensor ws = Tensor::make(DType::kFloat32, wz.shape()).value();  // (a DQ's scale and zero point agree)
+    for (int64_t i = 0; i < ws.numel(); ++i) ws.data<float>()[i] = 1.0f / static_cast<float>(128 << (i % 2));
+    dequantized_constant(b, "w", wq, ws, wz, 0);
+    b.add("Conv", {"xd", "w"}, {"conv"}, {test::attr_ints("pads", {1, 1, 1, 1})});
+    qdq(b, "conv", "yq", "y", 0.5f, 100);
+    b.output("y");
+    ir::Model after = b.m;
+    test::run_passes(after, {"qdq-fusion", "dead-code"});
+    EXPECT_EQ(test::histogram(after).count("Conv"), 0u);
+    EXPECT_EQ(test::histogram(after).at("QLinearConv"), 1);
+    test::expect_same_outputs(b.m, after, {b.random({1, c, 7, 7}, -8, 8)}, 0.0f);
+  }
+}
+
 // At -O3 the chain runs channels-last: one Transpose into it and one out, none between.
 TEST(QdqFusion, ChainStaysChannelsLastAtO3) {
   const ir::Model before = qdq_block();

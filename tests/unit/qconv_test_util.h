@@ -26,6 +26,8 @@ struct Case {
 struct Data {
   std::vector<uint8_t> x;  // NCHW, u8 (or s8 bytes)
   std::vector<int8_t> w;   // OIHW
+  bool w_unsigned = false;       // w's bytes are u8 values
+  std::vector<int32_t> w_zero;   // W's zero point, one or one a filter (none: 0)
   std::vector<int32_t> bias;
   std::vector<float> w_scale;
   int32_t zx, zy;
@@ -76,7 +78,10 @@ inline std::vector<double> expected(const Case& k, const Data& d, bool x_signed,
                 if (ih < 0 || ih >= k.h || iw < 0 || iw >= k.w) continue;
                 const uint8_t raw = d.x[static_cast<size_t>(((n * k.c + c) * k.h + ih) * k.w + iw)];
                 const int64_t xv = x_signed ? static_cast<int8_t>(raw) : raw;
-                sum += (xv - d.zx) * d.w[static_cast<size_t>(((m * cw + c - c0) * k.kh + a) * k.kw + b)];
+                const int8_t raw_w = d.w[static_cast<size_t>(((m * cw + c - c0) * k.kh + a) * k.kw + b)];
+                const int64_t wv = d.w_unsigned ? static_cast<uint8_t>(raw_w) : raw_w;
+                const int64_t wz = d.w_zero.empty() ? 0 : d.w_zero[d.w_zero.size() == 1 ? 0 : static_cast<size_t>(m)];
+                sum += (xv - d.zx) * (wv - wz);
               }
           const float ws = d.w_scale[d.w_scale.size() == 1 ? 0 : static_cast<size_t>(m)];
           if (out == qconv::Output::kFloat) {

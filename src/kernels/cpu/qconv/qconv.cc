@@ -219,7 +219,14 @@ const char* tile_name(Tile tile) {
   return "?";
 }
 
-PackedWeights PackedWeights::pack(const int8_t* w, const Geometry& g, Tile tile) {
+PackedWeights PackedWeights::pack(const int8_t* w, const Geometry& g, Tile tile) { return pack_values(w, g, tile); }
+
+PackedWeights PackedWeights::pack_wide(const int16_t* w, const Geometry& g, Tile tile) {
+  return pack_values(w, g, tile);  // (kAvx2 or kDepthwise: the quads' bytes would truncate)
+}
+
+template <typename T>
+PackedWeights PackedWeights::pack_values(const T* w, const Geometry& g, Tile tile) {
   PackedWeights r;
   r.tile_ = tile;
   if (tile == Tile::kDepthwiseVnni || tile == Tile::kDepthwiseAvxVnni || tile == Tile::kDepthwiseAvx2Bytes) {
@@ -238,7 +245,7 @@ PackedWeights PackedWeights::pack(const int8_t* w, const Geometry& g, Tile tile)
               const int64_t i = c % width, l = i / 16, k = (i % 16) / 4, j = i % 4;  // vector k, lane 4 l + j
               const int64_t column = kx + p, step = ky * quads + column / 4;
               const int64_t at = (c / width) * block_bytes + ((step * pixels + p) * 4 + k) * width + (4 * l + j) * 4;
-              data[static_cast<size_t>(at + column % 4)] = w[(c * g.kernel_h + ky) * g.kernel_w + kx];
+              data[static_cast<size_t>(at + column % 4)] = static_cast<int8_t>(w[(c * g.kernel_h + ky) * g.kernel_w + kx]);
             }
       return block_bytes;
     };
@@ -265,7 +272,9 @@ PackedWeights PackedWeights::pack(const int8_t* w, const Geometry& g, Tile tile)
       }
     return r;
   }
-  if (tile == Tile::kWinogradAvx2) return pack_winograd(w, g);
+  if constexpr (sizeof(T) == 1) {
+    if (tile == Tile::kWinogradAvx2) return pack_winograd(w, g);
+  }
   const int64_t per = r.channels_a_step();
   r.steps_ = (g.channels + per - 1) / per;
   r.taps_ = g.kernel_h * g.kernel_w;
@@ -280,11 +289,11 @@ PackedWeights PackedWeights::pack(const int8_t* w, const Geometry& g, Tile tile)
     const int64_t f = m % 16, slot = ymm && (f / 4 == 1 || f / 4 == 2) ? f ^ 12 : f;
     for (int64_t c = 0; c < g.channels; ++c)
       for (int64_t t = 0; t < r.taps_; ++t) {
-        const int8_t v = w[(m * g.channels + c) * r.taps_ + t];
+        const T v = w[(m * g.channels + c) * r.taps_ + t];
         // Step (block, tap, c / per): 16 filters x `per` channels, one value each (s8 or int16).
         const int64_t at = (((m / 16) * r.taps_ + t) * r.steps_ + c / per) * 64;
         if (tile != Tile::kAvx2) {  // quads of s8
-          r.data_[static_cast<size_t>(at + slot * 4 + c % 4)] = v;
+          r.data_[static_cast<size_t>(at + slot * 4 + c % 4)] = static_cast<int8_t>(v);
         } else {
           const int16_t wide = v;
           std::memcpy(&r.data_[static_cast<size_t>(at + (slot * 2 + c % 2) * 2)], &wide, 2);

@@ -141,6 +141,9 @@ const char* tile_name(Tile tile);  // "avx512_vnni", "avx_vnni", "avx2", "avx2_b
 class PackedWeights {
  public:
   static PackedWeights pack(const int8_t* w, const Geometry& g, Tile tile);
+  // 16-bit W (8-bit weights less zero points past s8, |w| <= 255): for kAvx2 and kDepthwise,
+  // whose steps multiply 16-bit values.
+  static PackedWeights pack_wide(const int16_t* w, const Geometry& g, Tile tile);
   Tile tile() const { return tile_; }
   int64_t channels_a_step() const { return tile_ == Tile::kAvx2 ? 2 : 4; }
   bool depthwise() const {
@@ -162,6 +165,8 @@ class PackedWeights {
   const std::vector<int32_t>& filter_sums() const { return sums_; }
 
  private:
+  template <typename T>
+  static PackedWeights pack_values(const T* w, const Geometry& g, Tile tile);
   static PackedWeights pack_winograd(const int8_t* w, const Geometry& g);
   Tile tile_ = Tile::kAvx2;
   int64_t steps_ = 0, taps_ = 0, blocks_ = 0, block_bytes_ = 0;

@@ -42,15 +42,19 @@ bool qlinear_conv_tileable(const ir::Node& node, const std::vector<const Tensor*
   auto at = [&](size_t i) { return i < c.size() ? c[i] : nullptr; };
   auto named = [&](size_t i) { return i < node.inputs.size() && !node.inputs[i].empty(); };
   const Tensor *w = at(3), *xs = at(1), *xz = at(2), *ws = at(4), *wz = at(5), *ys = at(6), *yz = at(7), *b = at(8);
-  if (!w || w->dtype() != DType::kInt8 || (w->rank() != 4 && w->rank() != 3)) return false;
+  if (!w || !dtype_is_8bit_integer(w->dtype()) || (w->rank() != 4 && w->rank() != 3)) return false;
   // Group 1, or depthwise: one filter a channel.
   const int64_t group = node.attr_int("group", 1);
   if (group != 1 && (group != w->dim(0) || w->dim(1) != 1)) return false;
   if (!float_scale(xs) || xs->numel() != 1 || !float_scale(ys) || ys->numel() != 1 || !float_scale(ws) ||
-      (ws->numel() != 1 && ws->numel() != w->dim(0)) || (wz && !all_zero(*wz)))
+      (ws->numel() != 1 && ws->numel() != w->dim(0)))
     return false;
+  // W's zero points: none (u8 0), or one or one a filter of W's type.
+  if (wz && (wz->dtype() != w->dtype() || (wz->numel() != 1 && wz->numel() != w->dim(0)))) return false;
   // A zero point or bias fed at run time (named, not constant) leaves the node on the reference.
-  if ((!xz && named(2)) || (!yz && named(7)) || (!b && named(8))) return false;
+  if ((!xz && named(2)) || (!wz && named(5)) || (!yz && named(7)) || (!b && named(8))) return false;
+  // 16-bit weights (below) sum exactly in int32 over at most 2^31 / 255^2 products a window.
+  if (w->numel() / w->dim(0) > (int64_t{1} << 31) / (255 * 255)) return false;
   auto scalar_8bit = [](const Tensor* z) {
     return !z || (z->numel() == 1 && (z->dtype() == DType::kUInt8 || z->dtype() == DType::kInt8));
   };
@@ -80,8 +84,7 @@ class QLinearConvKernel : public Kernel {
       table_type_ = t->dtype();
     }
     if (!qlinear_conv_tileable(node_, c)) return Status::ok();
-    const Tensor *w = c[3], *xs = c[1], *xz = c[2], *ws = c[4], *ys = c[6], *yz = c.size() > 7 ? c[7] : nullptr;
-    const Tensor* b = c.size() > 8 ? c[8] : nullptr;
+    const Tensor *w = c[3], *xz = c[2], *yz = c.size() > 7 ? c[7] : nullptr;
     x_type_ = xz ? xz->dtype() : DType::kUInt8;
     y_type_ = yz ? yz->dtype() : x_type_;
     const bool depthwise = node_.attr_int("group", 1) != 1;
@@ -91,7 +94,30 @@ class QLinearConvKernel : public Kernel {
     g.filters = filters_, g.channels = channels_, g.kernel_h = kernel_h_, g.kernel_w = kernel_w_;
     if (const std::vector<int64_t> s = node_.attr_ints("strides"); s.size() == 2) g.stride_h = s[0], g.stride_w = s[1];
     if (const std::vector<int64_t> d = node_.attr_ints("dilations"); d.size() == 2) g.dilation_h = d[0], g.dilation_w = d[1];
+    // W less its zero points: s8 as most quantizers write it (zero points 0) and where the
+    // difference stays within s8, else 16-bit values for the 16-bit tiles (u8 weights of a
+    // TFLite model, ONNX Runtime's QUInt8 ones: zero points near 128, a few values past s8).
+    std::vector<int8_t> narrow;
     const int8_t* wd = w->data<int8_t>();
+    if (w->dtype() != DType::kInt8 || (c[5] && !all_zero(*c[5]))) {
+      const Tensor* wz = c[5];
+      const int64_t per_filter = w->numel() / filters_;
+      std::vector<int16_t> wide(static_cast<size_t>(w->numel()));
+      bool fits = true;
+      for (int64_t i = 0; i < w->numel(); ++i) {
+        const int64_t f = i / per_filter;
+        const double z = wz ? load_as_double(wz->dtype(), wz->raw_data(), wz->numel() == 1 ? 0 : f) : 0;
+        const int v = static_cast<int>(load_as_double(w->dtype(), w->raw_data(), i) - z);
+        wide[static_cast<size_t>(i)] = static_cast<int16_t>(v);
+        fits = fits && v >= -128 && v <= 127;
+      }
+      if (!fits) {
+        packed_ = qconv::PackedWeights::pack_wide(wide.data(), g, depthwise ? qconv::Tile::kDepthwise : qconv::Tile::kAvx2);
+        return finish_prepare(c, activated, has_table, depthwise);
+      }
+      narrow.assign(wide.begin(), wide.end());
+      wd = narrow.data();
+    }
     qconv::Tile tile = depthwise ? qconv::best_depthwise_tile(wd, w->numel()) : qconv::best_tile(wd, w->numel(), g);
     if (tile == qconv::Tile::kWinogradAvx2 && qconv::winograd_u_bytes(g) > qconv::kWinogradCachedBytes) {
       // U may stream from memory: the direct tile's weights, and W for U on a run Winograd pays on.
@@ -100,7 +126,14 @@ class QLinearConvKernel : public Kernel {
       winograd_geometry_ = g;
     }
     packed_ = qconv::PackedWeights::pack(wd, g, tile);
-    // The zero point's term joins the bias; the scales multiply in QLinearConv's order.
+    return finish_prepare(c, activated, has_table, depthwise);
+  }
+
+  // prepare's rest, W packed: the zero point's term joins the bias; the scales multiply in
+  // QLinearConv's order.
+  Status finish_prepare(const std::vector<const Tensor*>& c, bool activated, bool has_table, bool depthwise) {
+    const Tensor *xs = c[1], *xz = c[2], *ws = c[4], *ys = c[6], *yz = c.size() > 7 ? c[7] : nullptr;
+    const Tensor* b = c.size() > 8 ? c[8] : nullptr;
     const int32_t zx = xz ? static_cast<int32_t>(load_as_double(xz->dtype(), xz->raw_data(), 0)) : 0;
     const int32_t zx_u8 = zx + (x_type_ == DType::kInt8 ? 128 : 0);
     x_zero_point_ = zx;

@@ -10,8 +10,9 @@
 namespace kiln {
 
 // Whether QLinearConv `node` (ONNX's or com.microsoft's) takes the tile, its constant inputs as
-// Kernel::prepare receives them (null where not constant): group 1 or depthwise, 1-D or 2-D, s8
-// weights with zero points 0, scalar scales and zero points, an int32 bias per filter.
+// Kernel::prepare receives them (null where not constant): group 1 or depthwise, 1-D or 2-D, 8-bit
+// weights with constant zero points (one, or one a filter), scalar X and Y scales and zero
+// points, an int32 bias per filter.
 bool qlinear_conv_tileable(const ir::Node& node, const std::vector<const Tensor*>& constants);
 
 }  // namespace kiln
