@@ -152,6 +152,38 @@ TEST(QConv, QLinearConvNodeRunsWinogradWhereItPays) {
   }
 }
 
+// A model of one QLinearConv node (group `group`) on d's X, W (w_type, d.w's bytes), scales and
+// bias, W's zero points wz (none where null), its output u8; x its input.
+ir::Model qlinear_conv_model(const Case& k, const Data& d, bool x_signed, DType w_type, const Tensor* wz,
+                             int64_t group, Tensor* x) {
+  const DType xt = x_signed ? DType::kInt8 : DType::kUInt8;
+  test::Builder b(13);
+  *x = Tensor::make(xt, {k.n, k.c, k.h, k.w}).value();
+  std::copy(d.x.begin(), d.x.end(), x->data<uint8_t>());
+  Tensor w = Tensor::make(w_type, {k.m, k.c / group, k.kh, k.kw}).value();
+  std::memcpy(w.raw_data(), d.w.data(), static_cast<size_t>(w.numel()));
+  auto scalar = [](DType t, double v) {
+    Tensor s = Tensor::make(t, {}).value();
+    store_from_double(t, s.raw_data(), 0, v);
+    return s;
+  };
+  Tensor ws = Tensor::make(DType::kFloat32, {k.m}).value();
+  std::copy(d.w_scale.begin(), d.w_scale.end(), ws.data<float>());
+  Tensor bias = Tensor::make(DType::kInt32, {k.m}).value();
+  std::copy(d.bias.begin(), d.bias.end(), bias.data<int32_t>());
+  b.m.graph.inputs.push_back(ir::ValueInfo{"x", ir::TypeInfo::tensor(xt, x->shape()), ""});
+  auto& init = b.m.graph.initializers;
+  init["xs"] = scalar(DType::kFloat32, d.x_scale), init["xz"] = scalar(xt, d.zx);
+  init["w"] = w, init["ws"] = ws, init["ys"] = scalar(DType::kFloat32, d.y_scale);
+  init["yz"] = scalar(DType::kUInt8, d.zy), init["b"] = bias;
+  if (wz) init["wz"] = *wz;
+  b.add("QLinearConv", {"x", "xs", "xz", "w", "ws", wz ? "wz" : "", "ys", "yz", "b"}, {"y"},
+        {test::attr_i("group", group), test::attr_ints("strides", {k.sh, k.sw}),
+         test::attr_ints("pads", {k.pt, k.pl, k.pb, k.pr})});
+  b.m.graph.outputs.push_back(ir::ValueInfo{"y", ir::TypeInfo::tensor(DType::kUInt8), ""});
+  return b.m;
+}
+
 // W with zero points, as ONNX Runtime's QUInt8 weights and TFLite's models have them: u8 W with a
 // zero point of 120 (W less it reaches 135: the 16-bit tiles), one a filter around 128 (some
 // filters past s8), exactly 128 (all of W less it within s8: the 8-bit tiles), and s8 W with a
@@ -180,33 +212,11 @@ TEST(QConv, QLinearConvNodeTakesWeightZeroPoints) {
         for (auto& v : d.w) v = static_cast<int8_t>(rng() % 256);  // all 256 byte values
         d.w_unsigned = wt.type == DType::kUInt8;
         d.w_zero = wt.zero;
-        const DType xt = x_signed ? DType::kInt8 : DType::kUInt8;
-        test::Builder b(13);
-        Tensor x = Tensor::make(xt, {k.n, k.c, k.h, k.w}).value();
-        std::copy(d.x.begin(), d.x.end(), x.data<uint8_t>());
-        Tensor w = Tensor::make(wt.type, {k.m, k.depthwise ? 1 : k.c, k.kh, k.kw}).value();
-        std::memcpy(w.raw_data(), d.w.data(), d.w.size());
         Tensor wz = Tensor::make(wt.type, wt.zero.size() == 1 ? Shape{} : Shape{filters}).value();
         for (size_t i = 0; i < wt.zero.size(); ++i) store_from_double(wt.type, wz.raw_data(), static_cast<int64_t>(i), wt.zero[i]);
-        auto scalar = [](DType t, double v) {
-          Tensor s = Tensor::make(t, {}).value();
-          store_from_double(t, s.raw_data(), 0, v);
-          return s;
-        };
-        Tensor ws = Tensor::make(DType::kFloat32, {k.m}).value();
-        std::copy(d.w_scale.begin(), d.w_scale.end(), ws.data<float>());
-        Tensor bias = Tensor::make(DType::kInt32, {k.m}).value();
-        std::copy(d.bias.begin(), d.bias.end(), bias.data<int32_t>());
-        b.m.graph.inputs.push_back(ir::ValueInfo{"x", ir::TypeInfo::tensor(xt, x.shape()), ""});
-        auto& init = b.m.graph.initializers;
-        init["xs"] = scalar(DType::kFloat32, d.x_scale), init["xz"] = scalar(xt, d.zx);
-        init["w"] = w, init["ws"] = ws, init["wz"] = wz, init["ys"] = scalar(DType::kFloat32, d.y_scale);
-        init["yz"] = scalar(DType::kUInt8, d.zy), init["b"] = bias;
-        b.add("QLinearConv", {"x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"}, {"y"},
-              {test::attr_i("group", k.depthwise ? k.c : 1), test::attr_ints("strides", {k.sh, k.sw}),
-               test::attr_ints("pads", {k.pt, k.pl, k.pb, k.pr})});
-        b.m.graph.outputs.push_back(ir::ValueInfo{"y", ir::TypeInfo::tensor(DType::kUInt8), ""});
-        const std::vector<Value> out = test::run_model(b.m, {x});
+        Tensor x;
+        const ir::Model m = qlinear_conv_model(k, d, x_signed, wt.type, &wz, k.depthwise ? k.c : 1, &x);
+        const std::vector<Value> out = test::run_model(m, {x});
         ASSERT_EQ(out.size(), 1u);
         const std::vector<double> want = expected(k, d, x_signed, qconv::Output::kU8);
         const Tensor& y = out[0].tensor;
@@ -223,32 +233,10 @@ TEST(QConv, QLinearConvNodeMatchesAPlainLoop) {
       SCOPED_TRACE(::testing::Message() << (x_signed ? "s8" : "u8") << " group " << group);
       const Case k{2, 12, 10, 9, 34, 3, 3, 2, 1, 1, 1, 1, 1, 0, 1};
       Data d = make_data(k, x_signed, true, 5);
-      const DType xt = x_signed ? DType::kInt8 : DType::kUInt8;
-      test::Builder b(13);
-      Tensor x = Tensor::make(xt, {k.n, k.c, k.h, k.w}).value();
-      std::copy(d.x.begin(), d.x.end(), x.data<uint8_t>());
       const int64_t cg = k.c / group;
-      Tensor w = Tensor::make(DType::kInt8, {k.m, cg, k.kh, k.kw}).value();
-      std::copy(d.w.begin(), d.w.begin() + w.numel(), w.data<int8_t>());
-      auto scalar = [](DType t, double v) {
-        Tensor s = Tensor::make(t, {}).value();
-        store_from_double(t, s.raw_data(), 0, v);
-        return s;
-      };
-      Tensor ws = Tensor::make(DType::kFloat32, {k.m}).value();
-      std::copy(d.w_scale.begin(), d.w_scale.end(), ws.data<float>());
-      Tensor bias = Tensor::make(DType::kInt32, {k.m}).value();
-      std::copy(d.bias.begin(), d.bias.end(), bias.data<int32_t>());
-      b.m.graph.inputs.push_back(ir::ValueInfo{"x", ir::TypeInfo::tensor(xt, x.shape()), ""});
-      auto& init = b.m.graph.initializers;
-      init["xs"] = scalar(DType::kFloat32, d.x_scale), init["xz"] = scalar(xt, d.zx);
-      init["w"] = w, init["ws"] = ws, init["ys"] = scalar(DType::kFloat32, d.y_scale);
-      init["yz"] = scalar(DType::kUInt8, d.zy), init["b"] = bias;
-      b.add("QLinearConv", {"x", "xs", "xz", "w", "ws", "", "ys", "yz", "b"}, {"y"},
-            {test::attr_i("group", group), test::attr_ints("strides", {k.sh, k.sw}),
-             test::attr_ints("pads", {k.pt, k.pl, k.pb, k.pr})});
-      b.m.graph.outputs.push_back(ir::ValueInfo{"y", ir::TypeInfo::tensor(DType::kUInt8), ""});
-      const std::vector<Value> out = test::run_model(b.m, {x});
+      Tensor x;
+      const ir::Model m = qlinear_conv_model(k, d, x_signed, DType::kInt8, nullptr, group, &x);
+      const std::vector<Value> out = test::run_model(m, {x});
       ASSERT_EQ(out.size(), 1u);
       // The plain loop per group: each group's filters read its channels.
       const int64_t mg = k.m / group, oh = out_dim(k.h, k.kh, k.sh, 1, k.pt, k.pb), ow = out_dim(k.w, k.kw, k.sw, 1, k.pl, k.pr);
