@@ -1,5 +1,5 @@
 // QLinearConv: the 8-bit conv of qconv.h where it applies (2-D or 1-D, group 1 or depthwise,
-// constant s8 weights with zero points 0, constant scales and zero points), packed once in
+// constant 8-bit weights and zero points, constant scales and zero points), packed once in
 // prepare; every other node, and a run whose X is not the type prepared for, takes the reference
 // (kernels/ref/conv.cc). ai.kiln.QLinearConv is the same with a table (input 9) its codes go
 // through (qlinear-conv-lookup), looked up over Y once the conv has written it (look_up_bytes:
@@ -53,8 +53,10 @@ bool qlinear_conv_tileable(const ir::Node& node, const std::vector<const Tensor*
   if (wz && (wz->dtype() != w->dtype() || (wz->numel() != 1 && wz->numel() != w->dim(0)))) return false;
   // A zero point or bias fed at run time (named, not constant) leaves the node on the reference.
   if ((!xz && named(2)) || (!wz && named(5)) || (!yz && named(7)) || (!b && named(8))) return false;
-  // 16-bit weights (below) sum exactly in int32 over at most 2^31 / 255^2 products a window.
-  if (w->numel() / w->dim(0) > (int64_t{1} << 31) / (255 * 255)) return false;
+  // 16-bit weights (W less zero points past s8, below) sum exactly in int32 over at most
+  // 2^31 / 255^2 products a window.
+  const bool wide = w->dtype() != DType::kInt8 || (wz && !all_zero(*wz));
+  if (wide && w->numel() / w->dim(0) > (int64_t{1} << 31) / (255 * 255)) return false;
   auto scalar_8bit = [](const Tensor* z) {
     return !z || (z->numel() == 1 && (z->dtype() == DType::kUInt8 || z->dtype() == DType::kInt8));
   };
@@ -99,8 +101,8 @@ class QLinearConvKernel : public Kernel {
     // TFLite model, ONNX Runtime's QUInt8 ones: zero points near 128, a few values past s8).
     std::vector<int8_t> narrow;
     const int8_t* wd = w->data<int8_t>();
-    if (w->dtype() != DType::kInt8 || (c[5] && !all_zero(*c[5]))) {
-      const Tensor* wz = c[5];
+    const Tensor* wz = c.size() > 5 ? c[5] : nullptr;
+    if (w->dtype() != DType::kInt8 || (wz && !all_zero(*wz))) {
       const int64_t per_filter = w->numel() / filters_;
       std::vector<int16_t> wide(static_cast<size_t>(w->numel()));
       bool fits = true;
@@ -185,7 +187,7 @@ class QLinearConvKernel : public Kernel {
       return ctx.error(std::string(node_.domain != "ai.kiln" ? "channels-last QLinearConv"
                                    : residual_ ? "ai.kiln.QLinearConv (QLinearAdd's scales and zero points constant)"
                                                : "ai.kiln.QLinearConv (any table of Y's type, constant)") +
-                       " needs constant s8 weights with zero points 0, group 1 or depthwise, "
+                       " needs constant 8-bit weights and zero points, group 1 or depthwise, "
                        "scalar scales and zero points, and X of their type (ai.kiln's: or float32 NCHW) with " +
                        std::to_string(channels_) + " channels; got X " + shape_str(x.shape()) + " " +
                        dtype_name(x.dtype()));
