@@ -227,6 +227,34 @@ TEST(QdqFusion, ElementwiseOpsOfCodesBecomeOneTable) {
   test::expect_same_outputs(before, after, {inputs.random({1, 4, 5, 6}, -6, 6)}, 0.0f);
 }
 
+// quantize_static's ActivationSymmetric: s8 codes around 0, where a conv's ReLU6 changes codes its
+// Q cannot absorb, so it stays between DQ and Q: Q(Clip(DQ(x), 0, 6)) and Q(Relu(DQ(x))) become
+// tables of the codes too (then the conv's, at -O3), with the same outputs.
+TEST(QdqFusion, ClampsNoCodeRangeAbsorbsBecomeTables) {
+  test::Builder b(13);
+  b.input("x", {1, 4, 5, 6});
+  auto& init = b.m.graph.initializers;
+  auto qdq_s8 = [&](const std::string& x, const std::string& q, const std::string& dq, float s) {
+    init[q + "_s"] = scalar_of(DType::kFloat32, s), init[q + "_z"] = scalar_of(DType::kInt8, 0);
+    b.add("QuantizeLinear", {x, q + "_s", q + "_z"}, {q});
+    b.add("DequantizeLinear", {q, q + "_s", q + "_z"}, {dq});
+  };
+  qdq_s8("x", "xq", "xd", 0.0625f);
+  b.scalar("lo", 0.0f), b.scalar("hi", 6.0f);
+  b.add("Clip", {"xd", "lo", "hi"}, {"c"});
+  qdq_s8("c", "cq", "cd", 0.0625f);
+  b.add("Relu", {"cd"}, {"r"});
+  qdq_s8("r", "rq", "y", 0.03125f);
+  b.output("y");
+  ir::Model after = b.m;
+  test::run_passes(after, {"qdq-fusion", "qlinear-table", "dead-code"});
+  EXPECT_EQ(test::qualified_histogram(after), (std::map<std::string, int>{{"QuantizeLinear", 1},
+                                                                          {"ai.kiln.QLinearLookup", 1},
+                                                                          {"DequantizeLinear", 1}}));
+  test::Builder inputs;
+  test::expect_same_outputs(b.m, after, {inputs.random({1, 4, 5, 6}, -9, 9)}, 0.0f);
+}
+
 // A classifier's pool in QDQ form after a conv, Q(GlobalAveragePool(DQ(x))): QLinearGlobalAveragePool,
 // whose integer sum and single rounding agree with the float ops to one step of the output's
 // scale; at -O3 it reads the conv's channels-last output where it is (the Transpose left is of

@@ -11,6 +11,7 @@
 #include "ir/op_schema.h"
 #include "kernels/kernel.h"
 #include "kernels/kernel_util.h"
+#include "passes/fusions/epilogue_match.h"
 #include "passes/graph_edit.h"
 #include "passes/graph_index.h"
 #include "passes/pass.h"
@@ -131,7 +132,10 @@ class QLinearTable : public Pass {
       return NodeReplacement{{p, &q}, {make_node(q.outputs[0] + "_lookup", "QLinearLookup", {p->inputs[0], name}, q.outputs, "ai.kiln")}};
     }
     if (!is_onnx_op(&q, "QuantizeLinear") || !per_tensor(q, idx)) return std::nullopt;
-    if (!is_code_function(*p, [&](const std::string& v) { return idx.constant(v); })) return std::nullopt;
+    // A Relu or Clip left between DQ and Q is one too: one no code range absorbs (ReLU6 before
+    // symmetric s8 codes, whose zero is mid-range: quantize_static's ActivationSymmetric).
+    const bool clamp = (is_onnx_op(p, "Relu") || is_onnx_op(p, "Clip")) && epilogue::clamp_bounds(idx, *p);
+    if (!clamp && !is_code_function(*p, [&](const std::string& v) { return idx.constant(v); })) return std::nullopt;
     const ir::Node* dq = nullptr;
     for (const std::string& in : p->inputs)
       if (!in.empty() && !idx.constant(in)) dq = idx.producer(in);
