@@ -343,6 +343,35 @@ std::optional<std::vector<ir::Node>> to_8bit_move(const Match& m, RuleContext& r
   return out;
 }
 
+// QuantizeLinear of constants (float weights with a Q/DQ pair on them, as NVIDIA's
+// pytorch-quantization and other fake-quant exports write them): the codes, as an initializer,
+// so that the rules see DQ(constant codes). Constant folding comes after this pass, and would
+// fold the DQ as well, leaving float weights. Returns how many it folded.
+int64_t fold_quantized_constants(ir::Model& model, PassContext& ctx) {
+  ir::Graph& g = model.graph;
+  const GraphIndex& idx = ctx.index(g);
+  std::vector<std::pair<size_t, Tensor>> folded;  // node index, its codes
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const ir::Node& n = g.nodes[i];
+    if (!is_onnx_op(&n, "QuantizeLinear") || n.outputs.size() != 1 || is_graph_output(g, n.outputs[0])) continue;
+    std::vector<const Tensor*> in;
+    bool constant = true;
+    for (const std::string& v : n.inputs) {
+      in.push_back(v.empty() ? nullptr : idx.constant(v));
+      constant = constant && (v.empty() || in.back());
+    }
+    if (!constant || !in[0] || !is_f32(*in[0])) continue;
+    auto codes = run_kernel(model, n, in);
+    if (codes) folded.emplace_back(i, std::move(*codes));
+  }
+  for (auto it = folded.rbegin(); it != folded.rend(); ++it) {
+    g.initializers[g.nodes[it->first].outputs[0]] = std::move(it->second);
+    g.nodes.erase(g.nodes.begin() + static_cast<std::ptrdiff_t>(it->first));
+  }
+  if (!folded.empty()) ctx.invalidate();
+  return static_cast<int64_t>(folded.size());
+}
+
 // The clamps a QuantizeLinear may absorb, as patterns over `p`: none, Relu, and Clip with its
 // bounds as attributes (1 input) or inputs (2 or 3).
 std::vector<std::pair<std::string, P>> clamped(const P& p) {
@@ -395,7 +424,8 @@ class QdqFusion : public Pass {
  public:
   Result<int64_t> run(ir::Model& model, PassContext& ctx) override {
     static const std::vector<Rule> rules = make_rules();
-    return apply_rules(model, ctx, rules);
+    const int64_t folded = fold_quantized_constants(model, ctx);
+    return folded + apply_rules(model, ctx, rules);
   }
 };
 

@@ -122,6 +122,31 @@ TEST(QdqFusion, UnsignedWeightsWithZeroPointsBecomeQLinearConv) {
   }
 }
 
+// Fake-quantized weights (NVIDIA's pytorch-quantization, other QAT exports): float W with its own
+// QuantizeLinear before the DequantizeLinear. The Q of constants folds to codes first, so the conv
+// becomes QLinearConv as with int8 weights (left to constant folding, W was float), same outputs.
+TEST(QdqFusion, FakeQuantizedWeightsBecomeQLinearConv) {
+  const int64_t c = 8, m = 6;
+  test::Builder b(13);
+  b.input("x", {1, c, 7, 7});
+  qdq(b, "x", "xq", "xd", 0.0625f, 128);
+  std::mt19937 rng(2);
+  Tensor w = Tensor::make(DType::kFloat32, {m, c, 3, 3}).value();  // codes times the scale, and off them
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = static_cast<float>(static_cast<int>(rng() % 255) - 127) / 128 + 0.003f;
+  auto& init = b.m.graph.initializers;
+  init["w"] = w, init["ws"] = scalar_of(DType::kFloat32, 1.0 / 128), init["wz"] = scalar_of(DType::kInt8, 0);
+  b.add("QuantizeLinear", {"w", "ws", "wz"}, {"wq"});
+  b.add("DequantizeLinear", {"wq", "ws", "wz"}, {"wd"});
+  b.add("Conv", {"xd", "wd"}, {"conv"}, {test::attr_ints("pads", {1, 1, 1, 1})});
+  qdq(b, "conv", "yq", "y", 0.5f, 100);
+  b.output("y");
+  ir::Model after = b.m;
+  test::run_passes(after, {"qdq-fusion", "dead-code"});
+  EXPECT_EQ(test::histogram(after).count("Conv"), 0u);
+  EXPECT_EQ(test::histogram(after).at("QLinearConv"), 1);
+  test::expect_same_outputs(b.m, after, {b.random({1, c, 7, 7}, -8, 8)}, 0.0f);
+}
+
 // At -O3 the chain runs channels-last: one Transpose into it and one out, none between.
 TEST(QdqFusion, ChainStaysChannelsLastAtO3) {
   const ir::Model before = qdq_block();
