@@ -27,8 +27,10 @@
 // x's DequantizeLinear stays for its other readers (dead-code drops it when none is left); the
 // weights' and bias's are absorbed. Needs per-tensor x and y parameters, 8-bit weights with their
 // zero points (per tensor or per output channel; s8 with zero points 0 as most quantizers write
-// them, u8 from ONNX Runtime's QUInt8 weights), a bias in the accumulator's scale (xs * ws, as the
-// quantizers write it). Runs before constant folding, which would fold DQ(wq) into float weights.
+// them, u8 from ONNX Runtime's QUInt8 weights; float weights with their own Q, fake-quantized, fold
+// to codes first), a bias in the accumulator's scale (xs * ws, as ONNX Runtime's quantizer writes
+// it) or any constant one, rounded to it (TensorRT-style QDQ leaves biases float). Runs before
+// constant folding, which would fold DQ(wq) into float weights.
 // On every CPU: the 8-bit conv's AVX2 tile runs ONNX Runtime's QDQ resnet50 in 33 ms against
 // 36-42 ms for the float convs on the folded weights (AMD EPYC Zen 4 capped at AVX2). Not
 // portable: QLinearAdd, QLinearMul, QLinearSigmoid and QLinearGlobalAveragePool are ONNX Runtime's
@@ -64,7 +66,7 @@ P dequantized_constant(const std::string& name, bool (*accept)(const Tensor&)) {
 
 P conv(bool biased) {
   std::vector<P> in = {P::value("x"), dequantized_constant("w", is_8bit)};
-  if (biased) in.push_back(dequantized_constant("b", is_i32));
+  if (biased) in.push_back(P::value("b"));
   return P::op("Conv", in).bind("conv");
 }
 
@@ -140,6 +142,47 @@ std::vector<ConvActivation> conv_activations(bool biased) {
           {"LeakyRelu", of("LeakyRelu"), {{"alpha", 0.01f}}}};
 }
 
+// `value` as a float32 constant: itself, or a DequantizeLinear of constants evaluated (a bias as
+// the quantizers write it); null where it is neither.
+std::optional<Tensor> float_constant(const std::string& value, RuleContext& rc) {
+  const GraphIndex& idx = rc.ctx.index(rc.graph);
+  if (const Tensor* t = idx.constant(value)) return is_f32(*t) ? std::optional<Tensor>(*t) : std::nullopt;
+  const ir::Node* dq = idx.producer(value);
+  if (!is_onnx_op(dq, "DequantizeLinear")) return std::nullopt;
+  std::vector<const Tensor*> in;
+  for (const std::string& v : dq->inputs)
+    if (!in.emplace_back(v.empty() ? nullptr : idx.constant(v)) && !v.empty()) return std::nullopt;
+  auto t = run_kernel(rc.model, *dq, in);
+  return t && is_f32(*t) ? std::optional<Tensor>(std::move(*t)) : std::nullopt;
+}
+
+// The conv's bias `value` as QLinearConv's int32 bias in the accumulator's scale (xs * ws): the
+// quantizers' DQ(int32 codes) of that scale as it is; a float bias (TensorRT-style QDQ, which
+// quantizes weights and activations alone) or a DQ of another scale rounded to it, as ONNX
+// Runtime and TensorRT do: half a step of xs * ws at most, far below Y's. nullopt where neither.
+std::optional<std::string> int32_bias(const std::string& value, float xs, const Tensor& ws, int64_t filters,
+                                      RuleContext& rc) {
+  const GraphIndex& idx = rc.ctx.index(rc.graph);
+  const ir::Node* dq = idx.producer(value);
+  if (is_onnx_op(dq, "DequantizeLinear") && dq->inputs.size() == 3) {
+    const Tensor *q = idx.constant(dq->inputs[0]), *s = idx.constant(dq->inputs[1]), *z = idx.constant(dq->inputs[2]);
+    if (q && s && z && is_i32(*q) && q->numel() == filters && all_zero(*z) && accumulator_scaled(*s, xs, ws))
+      return dq->inputs[0];
+  }
+  const auto b = float_constant(value, rc);
+  if (!b || b->numel() != filters) return std::nullopt;
+  Tensor codes = Tensor::make(DType::kInt32, {filters}).value();
+  for (int64_t f = 0; f < filters; ++f) {
+    const double step = static_cast<double>(xs) * ws.data<float>()[ws.numel() == 1 ? 0 : f];
+    const double c = std::nearbyint(b->data<float>()[f] / step);
+    if (!(std::fabs(c) < 2147483647.0)) return std::nullopt;  // (a zero step too)
+    codes.data<int32_t>()[f] = static_cast<int32_t>(c);
+  }
+  const std::string name = rc.fresh_name(value + "_int32");
+  rc.graph.initializers[name] = std::move(codes);
+  return name;
+}
+
 std::optional<std::vector<ir::Node>> to_qlinear_conv(const Match& m, RuleContext& rc, bool biased,
                                                      const ConvActivation* act = nullptr) {
   const auto x = dequantized_input(m.value("x"), rc);
@@ -155,16 +198,15 @@ std::optional<std::vector<ir::Node>> to_qlinear_conv(const Match& m, RuleContext
       (any_per_filter && m.node("w").attr_int("axis", 1) != 0))
     return std::nullopt;
   if (!clamp_absorbed(m, rc, *y)) return std::nullopt;
-  if (biased) {
-    const Tensor &bs = m.constant("b_s"), &bz = m.constant("b_z");
-    if (!all_zero(bz) || m.constant("b_q").numel() != filters || !accumulator_scaled(bs, x->second.s, ws))
-      return std::nullopt;
-  }
   const ir::Node& dq = *x->first;
   std::vector<std::string> in = {dq.inputs[0], x->second.scale, x->second.zero_point,
                                  m.node("w").inputs[0], m.node("w").inputs[1], m.node("w").inputs[2],
                                  y->scale, y->zero_point};
-  if (biased) in.push_back(m.node("b").inputs[0]);
+  if (biased) {
+    auto b = int32_bias(m.value("b"), x->second.s, ws, filters, rc);
+    if (!b) return std::nullopt;
+    in.push_back(*b);
+  }
   ir::Node n = replacement_node(m, "QLinearConv", in);
   n.attrs = m.node("conv").attrs;
   if (act) {  // ai.kiln's, which runs only on the tiles
@@ -226,20 +268,6 @@ std::optional<std::vector<ir::Node>> to_8bit_max_pool(const Match& m, RuleContex
   ir::Node n = replacement_node(m, "MaxPool", {x->first->inputs[0]});
   n.attrs = m.node("pool").attrs;
   return std::vector<ir::Node>{std::move(n)};
-}
-
-// `value` as a float32 constant: itself, or a DequantizeLinear of constants evaluated (a bias as
-// the quantizers write it); null where it is neither.
-std::optional<Tensor> float_constant(const std::string& value, RuleContext& rc) {
-  const GraphIndex& idx = rc.ctx.index(rc.graph);
-  if (const Tensor* t = idx.constant(value)) return is_f32(*t) ? std::optional<Tensor>(*t) : std::nullopt;
-  const ir::Node* dq = idx.producer(value);
-  if (!is_onnx_op(dq, "DequantizeLinear")) return std::nullopt;
-  std::vector<const Tensor*> in;
-  for (const std::string& v : dq->inputs)
-    if (!in.emplace_back(v.empty() ? nullptr : idx.constant(v)) && !v.empty()) return std::nullopt;
-  auto t = run_kernel(rc.model, *dq, in);
-  return t && is_f32(*t) ? std::optional<Tensor>(std::move(*t)) : std::nullopt;
 }
 
 // MatMul(DQ(x), DQ(w)) or Gemm(DQ(x), DQ(w) [, c]), w a constant 2-D 8-bit matrix quantized per

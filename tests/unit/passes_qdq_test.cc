@@ -123,8 +123,9 @@ TEST(QdqFusion, UnsignedWeightsWithZeroPointsBecomeQLinearConv) {
 }
 
 // Fake-quantized weights (NVIDIA's pytorch-quantization, other QAT exports): float W with its own
-// QuantizeLinear before the DequantizeLinear. The Q of constants folds to codes first, so the conv
-// becomes QLinearConv as with int8 weights (left to constant folding, W was float), same outputs.
+// QuantizeLinear before the DequantizeLinear, and a float bias. The Q of constants folds to codes
+// first, the bias rounds to int32 in xs * ws, so the conv becomes QLinearConv as with int8 weights
+// (left to constant folding, W was float); the bias on that grid here, so the same outputs.
 TEST(QdqFusion, FakeQuantizedWeightsBecomeQLinearConv) {
   const int64_t c = 8, m = 6;
   test::Builder b(13);
@@ -137,7 +138,10 @@ TEST(QdqFusion, FakeQuantizedWeightsBecomeQLinearConv) {
   init["w"] = w, init["ws"] = scalar_of(DType::kFloat32, 1.0 / 128), init["wz"] = scalar_of(DType::kInt8, 0);
   b.add("QuantizeLinear", {"w", "ws", "wz"}, {"wq"});
   b.add("DequantizeLinear", {"wq", "ws", "wz"}, {"wd"});
-  b.add("Conv", {"xd", "wd"}, {"conv"}, {test::attr_ints("pads", {1, 1, 1, 1})});
+  Tensor bias = Tensor::make(DType::kFloat32, {m}).value();
+  for (int64_t i = 0; i < m; ++i) bias.data<float>()[i] = static_cast<float>(i * 300 - 700) / 2048;  // xs * ws = 2^-11
+  init["bias"] = bias;
+  b.add("Conv", {"xd", "wd", "bias"}, {"conv"}, {test::attr_ints("pads", {1, 1, 1, 1})});
   qdq(b, "conv", "yq", "y", 0.5f, 100);
   b.output("y");
   ir::Model after = b.m;
