@@ -6,6 +6,9 @@
 //   Q(Relu or Clip(Conv(...)))                      -> the same, when the clamp changes no code (Q's
 //                                                      saturation does it: a Relu before u8 codes
 //                                                      from 0, a ReLU6 before codes within [0, 6])
+//   Conv(DQ(xq), DQ(wq) [, b]) no Q reads           -> ai.kiln.QLinearConv(xq, ..., wq, ..., "", "" [, bq]):
+//                                                      Y float32, the sums scaled (a TensorRT-style
+//                                                      model's conv before its residual add)
 //   Q(act(Conv(...))), act a SiLU, Sigmoid, Tanh,   -> ai.kiln.QLinearConv(..., activation=act): the
 //   HardSwish, HardSigmoid or LeakyRelu               activation on the float sums, Y quantized
 //                                                      after it (where kiln quantize leaves the
@@ -183,11 +186,14 @@ std::optional<std::string> int32_bias(const std::string& value, float xs, const 
   return name;
 }
 
+// The conv as QLinearConv; where the match has no QuantizeLinear "q" (a rule rooted at the conv),
+// ai.kiln's with a float Y.
 std::optional<std::vector<ir::Node>> to_qlinear_conv(const Match& m, RuleContext& rc, bool biased,
                                                      const ConvActivation* act = nullptr) {
   const auto x = dequantized_input(m.value("x"), rc);
-  const auto y = per_tensor(m.node("q"), rc.ctx.index(rc.graph));
-  if (!x || !y || y->zero_point.empty()) return std::nullopt;
+  const bool float_y = m.nodes.count("q") == 0;
+  const auto y = float_y ? std::optional<Params>(Params{}) : per_tensor(m.node("q"), rc.ctx.index(rc.graph));
+  if (!x || !y || (!float_y && y->zero_point.empty())) return std::nullopt;
   const Tensor &ws = m.constant("w_s"), &wz = m.constant("w_z");
   const int64_t filters = m.constant("w_q").rank() > 0 ? m.constant("w_q").dim(0) : 0;
   // One scale and zero point, or one each a filter; W's zero points of its type (u8 weights too:
@@ -197,7 +203,7 @@ std::optional<std::vector<ir::Node>> to_qlinear_conv(const Match& m, RuleContext
   if (wz.dtype() != m.constant("w_q").dtype() || !per_filter(ws) || !per_filter(wz) || ws.rank() > 1 ||
       (any_per_filter && m.node("w").attr_int("axis", 1) != 0))
     return std::nullopt;
-  if (!clamp_absorbed(m, rc, *y)) return std::nullopt;
+  if (!float_y && !clamp_absorbed(m, rc, *y)) return std::nullopt;
   const ir::Node& dq = *x->first;
   std::vector<std::string> in = {dq.inputs[0], x->second.scale, x->second.zero_point,
                                  m.node("w").inputs[0], m.node("w").inputs[1], m.node("w").inputs[2],
@@ -209,11 +215,14 @@ std::optional<std::vector<ir::Node>> to_qlinear_conv(const Match& m, RuleContext
   }
   ir::Node n = replacement_node(m, "QLinearConv", in);
   n.attrs = m.node("conv").attrs;
-  if (act) {  // ai.kiln's, which runs only on the tiles
+  if (act || float_y) {  // ai.kiln's, which runs only on the tiles
+    n.domain = "ai.kiln";
     std::vector<const Tensor*> constants;
     for (const std::string& v : n.inputs) constants.push_back(v.empty() ? nullptr : rc.ctx.index(rc.graph).constant(v));
     if (!qlinear_conv_tileable(n, constants)) return std::nullopt;
-    n.domain = "ai.kiln";
+    rc.model.opsets.emplace("ai.kiln", 1);
+  }
+  if (act) {
     n.attrs.push_back(ir::Attribute::of_string("activation", act->name));
     if (!act->params.empty()) {
       std::vector<float> params;
@@ -452,8 +461,14 @@ class QdqFusion : public Pass {
  public:
   Result<int64_t> run(ir::Model& model, PassContext& ctx) override {
     static const std::vector<Rule> rules = make_rules();
+    // Then the convs no Q follows (their output goes on in float: a TensorRT-style model, which
+    // quantizes the inputs of convs alone, adds its residuals in float) as float-Y QLinearConvs.
+    static const std::vector<Rule> float_y_rules = {
+        {"float-y-conv-bias", conv(true), [](const Match& m, RuleContext& rc) { return to_qlinear_conv(m, rc, true); }},
+        {"float-y-conv", conv(false), [](const Match& m, RuleContext& rc) { return to_qlinear_conv(m, rc, false); }}};
     const int64_t folded = fold_quantized_constants(model, ctx);
-    return folded + apply_rules(model, ctx, rules);
+    const int64_t fused = apply_rules(model, ctx, rules);
+    return folded + fused + apply_rules(model, ctx, float_y_rules);
   }
 };
 

@@ -151,6 +151,35 @@ TEST(QdqFusion, FakeQuantizedWeightsBecomeQLinearConv) {
   test::expect_same_outputs(b.m, after, {b.random({1, c, 7, 7}, -8, 8)}, 0.0f);
 }
 
+// A TensorRT-style QDQ model quantizes the inputs of its convs alone: a conv whose output no Q
+// reads (its residual add in float) becomes ai.kiln.QLinearConv with a float Y, the same values
+// (power-of-two scales: the float ops are exact); at -O3 too, channels-last around it.
+TEST(QdqFusion, ConvNoQuantizeReadsBecomesFloatOutputQLinearConv) {
+  const int64_t c = 8, m = 8;
+  test::Builder b(13);
+  b.input("x", {1, c, 6, 6});
+  b.input("skip", {1, m, 6, 6});
+  std::mt19937 rng(4);
+  qdq(b, "x", "xq", "xd", 0.0625f, 128);
+  conv_constants(b, "w", "bias", {m, c, 3, 3}, 0.0625f, 127, 900, rng);
+  b.add("Conv", {"xd", "w", "bias"}, {"conv"}, {test::attr_ints("pads", {1, 1, 1, 1})});
+  b.add("Add", {"conv", "skip"}, {"y"});
+  b.output("y");
+  ir::Model after = b.m;
+  test::run_passes(after, {"qdq-fusion", "dead-code"});
+  EXPECT_EQ(test::qualified_histogram(after), (std::map<std::string, int>{{"QuantizeLinear", 1},
+                                                                          {"ai.kiln.QLinearConv", 1},
+                                                                          {"Add", 1}}));
+  test::Builder inputs;
+  const std::vector<Tensor> feeds = {inputs.random({1, c, 6, 6}, -8, 8), inputs.random({1, m, 6, 6}, -4, 4)};
+  test::expect_same_outputs(b.m, after, feeds, 0.0f);
+  SessionOptions o0, o3;
+  o0.optimize_level = 0, o3.optimize_level = 3;
+  const std::vector<Value> want = test::run_model(b.m, feeds, o0), got = test::run_model(b.m, feeds, o3);
+  ASSERT_EQ(want.size(), got.size());
+  EXPECT_EQ(std::memcmp(want[0].tensor.raw_data(), got[0].tensor.raw_data(), want[0].tensor.nbytes()), 0);
+}
+
 // At -O3 the chain runs channels-last: one Transpose into it and one out, none between.
 TEST(QdqFusion, ChainStaysChannelsLastAtO3) {
   const ir::Model before = qdq_block();

@@ -56,12 +56,15 @@ Outputs infer_qlinear_conv(InferContext& ctx) {
   return infer_channels_last(ctx, "QLinearConv", last, last);
 }
 // ai.kiln's: com.microsoft's, but a float32 X is NCHW whatever channels_last says, quantized to
-// x_zero_point's type (u8 where absent) by the node.
+// x_zero_point's type (u8 where absent) by the node; without y_scale, Y is float32.
 Outputs infer_kiln_qlinear_conv(InferContext& ctx) {
   const bool last = ctx.node.attr_int("channels_last", 0) != 0;
-  if (ctx.input(0).dtype != DType::kFloat32) return infer_channels_last(ctx, "QLinearConv", last, last);
   const DType codes = ctx.input(2).dtype != DType::kUndefined ? ctx.input(2).dtype : DType::kUInt8;
-  return infer_channels_last(ctx, "QLinearConv", last, false, codes);
+  Outputs out = ctx.input(0).dtype != DType::kFloat32 ? infer_channels_last(ctx, "QLinearConv", last, last)
+                                                      : infer_channels_last(ctx, "QLinearConv", last, false, codes);
+  if (out && !out->empty() && (ctx.node.inputs.size() < 7 || ctx.node.inputs[6].empty()))
+    (*out)[0].dtype = DType::kFloat32;
+  return out;
 }
 Outputs infer_nhwc_max_pool(InferContext& ctx) { return infer_channels_last(ctx, "MaxPool", true, true); }
 

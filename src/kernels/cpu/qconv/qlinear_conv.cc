@@ -15,7 +15,9 @@
 // `activation` (qdq-fusion's Q(act(Conv(DQ(x), DQ(w), DQ(b))))) runs on the sums' float values in
 // the tile's store, before Y's quantization (Requantize::activation). (A SiLU as a table of 8-bit
 // codes first quantized the conv's output over its whole range, -17 to 20 in yolox's first layer,
-// where SiLU squashes everything below -4 to ~0.)
+// where SiLU squashes everything below -4 to ~0.) And ai.kiln's without y_scale and y_zero_point
+// writes Y float32: x_scale w_scale (sum + bias), a QDQ conv whose output goes on in float (a
+// TensorRT-style model's, before its residual add).
 #include <memory>
 #include <optional>
 
@@ -46,9 +48,11 @@ bool qlinear_conv_tileable(const ir::Node& node, const std::vector<const Tensor*
   // Group 1, or depthwise: one filter a channel.
   const int64_t group = node.attr_int("group", 1);
   if (group != 1 && (group != w->dim(0) || w->dim(1) != 1)) return false;
-  if (!float_scale(xs) || xs->numel() != 1 || !float_scale(ys) || ys->numel() != 1 || !float_scale(ws) ||
-      (ws->numel() != 1 && ws->numel() != w->dim(0)))
+  // ai.kiln's without y_scale (and y_zero_point) writes the float sums: Y float32.
+  const bool float_y = node.domain == "ai.kiln" && !named(6);
+  if (!float_scale(xs) || xs->numel() != 1 || !float_scale(ws) || (ws->numel() != 1 && ws->numel() != w->dim(0)))
     return false;
+  if (float_y ? named(7) : !float_scale(ys) || ys->numel() != 1) return false;
   // W's zero points: none (u8 0), or one or one a filter of W's type.
   if (wz && (wz->dtype() != w->dtype() || (wz->numel() != 1 && wz->numel() != w->dim(0)))) return false;
   // A zero point or bias fed at run time (named, not constant) leaves the node on the reference.
@@ -88,7 +92,8 @@ class QLinearConvKernel : public Kernel {
     if (!qlinear_conv_tileable(node_, c)) return Status::ok();
     const Tensor *w = c[3], *xz = c[2], *yz = c.size() > 7 ? c[7] : nullptr;
     x_type_ = xz ? xz->dtype() : DType::kUInt8;
-    y_type_ = yz ? yz->dtype() : x_type_;
+    y_type_ = node_.inputs.size() < 7 || node_.inputs[6].empty() ? DType::kFloat32 : yz ? yz->dtype() : x_type_;
+    if (y_type_ == DType::kFloat32 && residual_) return Status::ok();  // (a residual add of codes)
     const bool depthwise = node_.attr_int("group", 1) != 1;
     filters_ = w->dim(0), channels_ = depthwise ? filters_ : w->dim(1), w_rank_ = w->rank();
     kernel_h_ = w->rank() == 4 ? w->dim(2) : 1, kernel_w_ = w->dim(w->rank() - 1);
@@ -157,12 +162,14 @@ class QLinearConvKernel : public Kernel {
       if (!depthwise && channels_last_ && !activated)
         rq_.add = {add_, qlinear_binary_reciprocal_is_exact(add_, y_type_ == DType::kInt8)};
     }
-    rq_.output = y_type_ == DType::kInt8 ? qconv::Output::kS8 : qconv::Output::kU8;
+    rq_.output = y_type_ == DType::kFloat32 ? qconv::Output::kFloat
+                 : y_type_ == DType::kInt8  ? qconv::Output::kS8
+                                            : qconv::Output::kU8;
     rq_.zero_point = yz ? static_cast<int32_t>(load_as_double(yz->dtype(), yz->raw_data(), 0)) : 0;
     rq_.lo = y_type_ == DType::kInt8 ? -128 : 0, rq_.hi = y_type_ == DType::kInt8 ? 127 : 255;
     rq_.bias.resize(static_cast<size_t>(filters_));
     rq_.scale.resize(static_cast<size_t>(filters_));
-    const float x_scale = xs->data<float>()[0], y_scale = ys->data<float>()[0];
+    const float x_scale = xs->data<float>()[0], y_scale = ys ? ys->data<float>()[0] : 1.0f;  // (float Y: none)
     x_scale_ = x_scale;
     for (int64_t m = 0; m < filters_; ++m) {
       const size_t i = static_cast<size_t>(m);
