@@ -95,6 +95,19 @@ TEST(QdqFusion, QdqOpsBecomeTheirEightBitForms) {
   test::expect_same_outputs(before, after, {x}, 0.0f);
 }
 
+// Adds Conv(conv_inputs) (3x3, pads 1) with a Q/DQ pair on its output to b's model (input x
+// [1, c, 7, 7]), and checks that qdq-fusion makes it one QLinearConv with the same outputs.
+void expect_one_qlinear_conv(test::Builder& b, const std::vector<std::string>& conv_inputs, int64_t c) {
+  b.add("Conv", conv_inputs, {"conv"}, {test::attr_ints("pads", {1, 1, 1, 1})});
+  qdq(b, "conv", "yq", "y", 0.5f, 100);
+  b.output("y");
+  ir::Model after = b.m;
+  test::run_passes(after, {"qdq-fusion", "dead-code"});
+  EXPECT_EQ(test::histogram(after).count("Conv"), 0u);
+  EXPECT_EQ(test::histogram(after).at("QLinearConv"), 1);
+  test::expect_same_outputs(b.m, after, {b.random({1, c, 7, 7}, -8, 8)}, 0.0f);
+}
+
 // ONNX Runtime's QUInt8 weights: u8 W with a zero point of 120 (W less it past s8) and one a
 // filter around 128; the conv becomes QLinearConv on them, with the same outputs.
 TEST(QdqFusion, UnsignedWeightsWithZeroPointsBecomeQLinearConv) {
@@ -111,14 +124,7 @@ TEST(QdqFusion, UnsignedWeightsWithZeroPointsBecomeQLinearConv) {
     Tensor ws = Tensor::make(DType::kFloat32, wz.shape()).value();  // (a DQ's scale and zero point agree)
     for (int64_t i = 0; i < ws.numel(); ++i) ws.data<float>()[i] = 1.0f / static_cast<float>(128 << (i % 2));
     dequantized_constant(b, "w", wq, ws, wz, 0);
-    b.add("Conv", {"xd", "w"}, {"conv"}, {test::attr_ints("pads", {1, 1, 1, 1})});
-    qdq(b, "conv", "yq", "y", 0.5f, 100);
-    b.output("y");
-    ir::Model after = b.m;
-    test::run_passes(after, {"qdq-fusion", "dead-code"});
-    EXPECT_EQ(test::histogram(after).count("Conv"), 0u);
-    EXPECT_EQ(test::histogram(after).at("QLinearConv"), 1);
-    test::expect_same_outputs(b.m, after, {b.random({1, c, 7, 7}, -8, 8)}, 0.0f);
+    expect_one_qlinear_conv(b, {"xd", "w"}, c);
   }
 }
 
@@ -141,14 +147,7 @@ TEST(QdqFusion, FakeQuantizedWeightsBecomeQLinearConv) {
   Tensor bias = Tensor::make(DType::kFloat32, {m}).value();
   for (int64_t i = 0; i < m; ++i) bias.data<float>()[i] = static_cast<float>(i * 300 - 700) / 2048;  // xs * ws = 2^-11
   init["bias"] = bias;
-  b.add("Conv", {"xd", "wd", "bias"}, {"conv"}, {test::attr_ints("pads", {1, 1, 1, 1})});
-  qdq(b, "conv", "yq", "y", 0.5f, 100);
-  b.output("y");
-  ir::Model after = b.m;
-  test::run_passes(after, {"qdq-fusion", "dead-code"});
-  EXPECT_EQ(test::histogram(after).count("Conv"), 0u);
-  EXPECT_EQ(test::histogram(after).at("QLinearConv"), 1);
-  test::expect_same_outputs(b.m, after, {b.random({1, c, 7, 7}, -8, 8)}, 0.0f);
+  expect_one_qlinear_conv(b, {"xd", "wd", "bias"}, c);
 }
 
 // A TensorRT-style QDQ model quantizes the inputs of its convs alone: a conv whose output no Q
@@ -547,7 +546,9 @@ TEST(QdqFusion, ConvActivationRunsOnTheFloatSums) {
       EXPECT_EQ(h.at("ai.kiln.QLinearConv"), 1);
       EXPECT_EQ(h.count("Conv") + h.count("Sigmoid") + h.count("Mul") + h.count(act.name), 0u);
       for (const ir::Node& n : fused.graph.nodes)
-        if (n.op_type == "QLinearConv") EXPECT_EQ(n.attr_string("activation", ""), act.name);
+        if (n.op_type == "QLinearConv") {
+          EXPECT_EQ(n.attr_string("activation", ""), act.name);
+        }
       expect_near_codes(fused);
       ir::Model o3 = b.m;
       ASSERT_TRUE(optimize(o3, OptimizeOptions{}).is_ok());
