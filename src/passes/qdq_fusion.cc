@@ -145,6 +145,17 @@ std::vector<ConvActivation> conv_activations(bool biased) {
           {"LeakyRelu", of("LeakyRelu"), {{"alpha", 0.01f}}}};
 }
 
+// Node n's output by its own kernel, where every input it names is a constant; else nullopt.
+std::optional<Tensor> evaluated(const ir::Model& model, const GraphIndex& idx, const ir::Node& n) {
+  std::vector<const Tensor*> in;
+  for (const std::string& v : n.inputs) {
+    in.push_back(v.empty() ? nullptr : idx.constant(v));
+    if (!v.empty() && !in.back()) return std::nullopt;
+  }
+  auto t = run_kernel(model, n, in);
+  return t ? std::optional<Tensor>(std::move(*t)) : std::nullopt;
+}
+
 // `value` as a float32 constant: itself, or a DequantizeLinear of constants evaluated (a bias as
 // the quantizers write it); null where it is neither.
 std::optional<Tensor> float_constant(const std::string& value, RuleContext& rc) {
@@ -152,11 +163,8 @@ std::optional<Tensor> float_constant(const std::string& value, RuleContext& rc) 
   if (const Tensor* t = idx.constant(value)) return is_f32(*t) ? std::optional<Tensor>(*t) : std::nullopt;
   const ir::Node* dq = idx.producer(value);
   if (!is_onnx_op(dq, "DequantizeLinear")) return std::nullopt;
-  std::vector<const Tensor*> in;
-  for (const std::string& v : dq->inputs)
-    if (!in.emplace_back(v.empty() ? nullptr : idx.constant(v)) && !v.empty()) return std::nullopt;
-  auto t = run_kernel(rc.model, *dq, in);
-  return t && is_f32(*t) ? std::optional<Tensor>(std::move(*t)) : std::nullopt;
+  auto t = evaluated(rc.model, idx, *dq);
+  return t && is_f32(*t) ? t : std::nullopt;
 }
 
 // The conv's bias `value` as QLinearConv's int32 bias in the accumulator's scale (xs * ws): the
@@ -391,15 +399,9 @@ int64_t fold_quantized_constants(ir::Model& model, PassContext& ctx) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const ir::Node& n = g.nodes[i];
     if (!is_onnx_op(&n, "QuantizeLinear") || n.outputs.size() != 1 || is_graph_output(g, n.outputs[0])) continue;
-    std::vector<const Tensor*> in;
-    bool constant = true;
-    for (const std::string& v : n.inputs) {
-      in.push_back(v.empty() ? nullptr : idx.constant(v));
-      constant = constant && (v.empty() || in.back());
-    }
-    if (!constant || !in[0] || !is_f32(*in[0])) continue;
-    auto codes = run_kernel(model, n, in);
-    if (codes) folded.emplace_back(i, std::move(*codes));
+    const Tensor* x = n.inputs.empty() ? nullptr : idx.constant(n.inputs[0]);
+    if (!x || !is_f32(*x)) continue;
+    if (auto codes = evaluated(model, idx, n)) folded.emplace_back(i, std::move(*codes));
   }
   for (auto it = folded.rbegin(); it != folded.rend(); ++it) {
     g.initializers[g.nodes[it->first].outputs[0]] = std::move(it->second);

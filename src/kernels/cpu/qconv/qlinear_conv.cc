@@ -38,6 +38,10 @@ namespace {
 
 bool float_scale(const Tensor* t) { return t && t->dtype() == DType::kFloat32; }
 
+// Whether W is not its s8 codes as they stand (u8, or zero points off 0): the kernel subtracts the
+// zero points, and the differences may pass s8.
+bool shifted_weights(const Tensor& w, const Tensor* wz) { return w.dtype() != DType::kInt8 || (wz && !all_zero(*wz)); }
+
 }  // namespace
 
 bool qlinear_conv_tileable(const ir::Node& node, const std::vector<const Tensor*>& c) {
@@ -59,8 +63,7 @@ bool qlinear_conv_tileable(const ir::Node& node, const std::vector<const Tensor*
   if ((!xz && named(2)) || (!wz && named(5)) || (!yz && named(7)) || (!b && named(8))) return false;
   // 16-bit weights (W less zero points past s8, below) sum exactly in int32 over at most
   // 2^31 / 255^2 products a window.
-  const bool wide = w->dtype() != DType::kInt8 || (wz && !all_zero(*wz));
-  if (wide && w->numel() / w->dim(0) > (int64_t{1} << 31) / (255 * 255)) return false;
+  if (shifted_weights(*w, wz) && w->numel() / w->dim(0) > (int64_t{1} << 31) / (255 * 255)) return false;
   auto scalar_8bit = [](const Tensor* z) {
     return !z || (z->numel() == 1 && (z->dtype() == DType::kUInt8 || z->dtype() == DType::kInt8));
   };
@@ -107,7 +110,7 @@ class QLinearConvKernel : public Kernel {
     std::vector<int8_t> narrow;
     const int8_t* wd = w->data<int8_t>();
     const Tensor* wz = c.size() > 5 ? c[5] : nullptr;
-    if (w->dtype() != DType::kInt8 || (wz && !all_zero(*wz))) {
+    if (shifted_weights(*w, wz)) {
       const int64_t per_filter = w->numel() / filters_;
       std::vector<int16_t> wide(static_cast<size_t>(w->numel()));
       bool fits = true;
