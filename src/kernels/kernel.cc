@@ -23,6 +23,23 @@ Result<Tensor*> KernelContext::make_output_for_overwrite(size_t i, DType dtype, 
   return set_new_output(*this, i, Tensor::make_for_overwrite(dtype, std::move(shape)));
 }
 
+bool KernelContext::input_donated(size_t in, DType dtype, const Shape& shape) const {
+  if (!donated_ || in >= donated_->size() || !(*donated_)[in] || !value(in).is_tensor()) return false;
+  const Tensor& t = input(in);
+  // The slot's tensor alone holds the storage: no view of it (a Reshape's output) is alive.
+  return t.dtype() == dtype && t.shape() == shape && t.owner() && t.owner().use_count() == 1;
+}
+
+Result<Tensor*> KernelContext::make_output_over_input(size_t i, std::initializer_list<size_t> over, DType dtype,
+                                                      Shape shape) {
+  for (const size_t in : over)
+    if (i < outputs.size() && input_donated(in, dtype, shape)) {
+      outputs[i] = Value::of(input(in));
+      return &outputs[i].tensor;
+    }
+  return make_output_for_overwrite(i, dtype, std::move(shape));
+}
+
 Status KernelContext::error(const std::string& message) const {
   return Status::error(node.describe() + ": " + message);
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,6 +68,17 @@ class KernelContext {
   Result<Tensor*> make_output(size_t i, DType dtype, Shape shape);
   // The same, not zeroed first (Tensor::make_for_overwrite): for kernels that write every element.
   Result<Tensor*> make_output_for_overwrite(size_t i, DType dtype, Shape shape);
+  // The same, written over the storage of the first of inputs `over` that the runtime donated
+  // (donate_inputs: this node is the last to read it, and no other tensor shares its storage) and
+  // that has this dtype and shape; else a fresh output. For kernels that read each element of
+  // such an input only at the output's own place, before writing it there (an element-wise
+  // epilogue): the output's lines are then in cache, and the run's working set a tensor smaller
+  // (ONNX Runtime's MayInplace).
+  Result<Tensor*> make_output_over_input(size_t i, std::initializer_list<size_t> over, DType dtype, Shape shape);
+  // Whether make_output_over_input would take input `in`'s storage for an output of this dtype and shape.
+  bool input_donated(size_t in, DType dtype, const Shape& shape) const;
+  // Inputs whose storage the kernel may take (per input; the runtime's), or null: none.
+  void donate_inputs(const std::vector<bool>* donated) { donated_ = donated; }
   // Sets output i; an output the node does not have (an omitted trailing output) is dropped.
   void set_output(size_t i, Tensor t) {
     if (i < outputs.size()) outputs[i] = Value::of(std::move(t));
@@ -77,6 +89,7 @@ class KernelContext {
  private:
   const Value* const* inputs_;
   size_t num_inputs_;
+  const std::vector<bool>* donated_ = nullptr;
 };
 
 class Kernel {

@@ -197,6 +197,21 @@ Result<std::unique_ptr<GraphPlan>> GraphPlan::compile(const ir::Graph& g, const 
   for (int o : plan->output_slots_) last_use[o] = -2;
   for (size_t v = 0; v < last_use.size(); ++v)
     if (last_use[v] >= 0) plan->steps_[last_use[v]].free_after.push_back(static_cast<int>(v));
+  // A node that runs subgraphs may read its inputs through them too: it donates none.
+  std::vector<bool> constant_slot(plan->slot_names_.size(), false);
+  for (const auto& c : plan->constants_) constant_slot[c.first] = true;
+  for (const auto& r : plan->outer_refs_) constant_slot[r.first] = true;
+  for (int s : plan->input_slots_) constant_slot[s] = true;
+  for (Step& step : plan->steps_) {
+    step.donated.assign(step.inputs.size(), false);
+    if (!step.subplans.empty()) continue;
+    for (size_t k = 0; k < step.inputs.size(); ++k) {
+      const int in = step.inputs[k];
+      step.donated[k] = in >= 0 && !constant_slot[in] &&
+                        std::find(step.free_after.begin(), step.free_after.end(), in) != step.free_after.end() &&
+                        std::count(step.inputs.begin(), step.inputs.end(), in) == 1;
+    }
+  }
 
   plan->is_input_slot_.assign(plan->slot_names_.size(), false);
   for (int s : plan->input_slots_) plan->is_input_slot_[s] = true;
@@ -338,6 +353,7 @@ Status GraphPlan::execute(Scratch& s, const std::vector<const Value*>& inputs, s
   if (records) records->reserve(records->size() + steps_.size());
   for (const Step& step : steps_) {
     s.args.resize(step.inputs.size());
+    s.donated.resize(step.inputs.size());
     for (size_t k = 0; k < step.inputs.size(); ++k) {
       const int slot = step.inputs[k];
       const Value* v = slot < 0 ? nullptr : s.where[slot];
@@ -348,9 +364,11 @@ Status GraphPlan::execute(Scratch& s, const std::vector<const Value*>& inputs, s
         v = nullptr;
       }
       s.args[k] = v;
+      s.donated[k] = step.donated[k] && v == &s.slots[slot];
     }
     StepRunner sub(step, &frame, pool);
     KernelContext ctx(*step.node, step.opset, s.args.data(), s.args.size(), s.outs, pool, &sub);
+    ctx.donate_inputs(&s.donated);
     StepRecord* rec = nullptr;
     if (records) {
       rec = &records->emplace_back();

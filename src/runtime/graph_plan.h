@@ -101,6 +101,10 @@ class GraphPlan {
     std::vector<int> inputs;   // slot per input, -1 when omitted
     std::vector<int> outputs;  // slot per output, -1 when unnamed
     std::vector<int> free_after;
+    // Per input: whether the kernel may write over its storage (KernelContext::donate_inputs): a
+    // value this graph computes, read by no later step, not an output, and no other input of this
+    // node. Checked again at run time: a computed value (not a constant or a graph input).
+    std::vector<bool> donated;
     std::map<const ir::Graph*, std::unique_ptr<GraphPlan>> subplans;
   };
   // What a run needs besides the plan, kept from run to run.
@@ -109,6 +113,7 @@ class GraphPlan {
     std::vector<const Value*> where;  // per slot: its value in this run (computed, input, constant), or null
     std::vector<const Value*> args;   // the running step's inputs
     std::vector<Value> outs;          // the running step's outputs
+    std::vector<bool> donated;        // the running step's inputs it may write over
   };
   class StepRunner;
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <random>
 
 #include "kernels/kernel.h"
 #include "memory_test_models.h"
@@ -308,6 +309,66 @@ TEST(RunMemory, OutputsAliasingInputsAndConstants) {
   const std::vector<Value> again = run(*s, {Value::of(x)});
   EXPECT_EQ(again[1].tensor.data<float>()[0], 1.5f);
   EXPECT_EQ(s->memory_info().stray_runs, 0);
+}
+
+// u8 codes [4, 300] of xa and xb, QLinearAdd and QLinearMul between them, whose outputs take the
+// storage of an input nothing reads after them (KernelContext::make_output_over_input): a value
+// read later (t by v), one a live Reshape shares (r's storage, read through rv), and graph
+// outputs keep theirs. The same graph with every value an output (nothing then donated) is the
+// reference, bit for bit; the donations show in the allocations.
+TEST(RunMemory, ElementwiseOutputsTakeTheStorageOfInputsReadByNoOneAfter) {
+  auto build = [](bool every_value_an_output) {
+    Builder b;
+    b.m.opsets["com.microsoft"] = 1;
+    for (const char* x : {"xa", "xb"}) b.input_dims(x, {test::num(4), test::num(300)}, DType::kUInt8);
+    b.m.graph.initializers["s"] = test::scalar_of(DType::kFloat32, 0.05);
+    b.m.graph.initializers["z"] = test::scalar_of(DType::kUInt8, 128);
+    b.m.graph.initializers["cs"] = test::scalar_of(DType::kFloat32, 0.07);
+    b.m.graph.initializers["cz"] = test::scalar_of(DType::kUInt8, 120);
+    b.ints("shape", {4, -1});
+    auto op = [&](const char* type, const std::string& a, const std::string& c, const std::string& y) {
+      b.add(type, {a, "s", "z", c, "s", "z", "cs", "cz"}, {y}).domain = "com.microsoft";
+    };
+    op("QLinearAdd", "xa", "xb", "t");  // t: inputs are the caller's
+    op("QLinearAdd", "t", "xb", "u");   // not over t: v reads it later
+    op("QLinearMul", "u", "t", "v");    // over u, the first input it may take
+    op("QLinearAdd", "xb", "v", "w");   // w over v (B)
+    b.add("Reshape", {"w", "shape"}, {"r"});  // a view of w
+    op("QLinearAdd", "w", "xa", "y1");  // w's storage is r's too: not taken
+    op("QLinearMul", "r", "r", "rv");   // r twice: not taken
+    op("QLinearAdd", "y1", "rv", "y2");
+    std::vector<std::string> outs{"y2"};
+    if (every_value_an_output) outs = {"t", "u", "v", "w", "r", "y1", "rv", "y2"};
+    for (const std::string& o : outs) b.m.graph.outputs.push_back(ir::ValueInfo{o, ir::TypeInfo::tensor(DType::kUInt8), ""});
+    return b.m;
+  };
+  std::mt19937 rng(3);
+  std::vector<Value> in;
+  for (int i = 0; i < 2; ++i) {
+    Tensor t = Tensor::make(DType::kUInt8, {4, 300}).value();
+    for (int64_t k = 0; k < t.numel(); ++k) t.data<uint8_t>()[k] = static_cast<uint8_t>(rng());
+    in.push_back(Value::of(t));
+  }
+  auto reference = session_for(build(true), 0);
+  auto s = session_for(build(false), 0);
+  ASSERT_TRUE(reference && s);
+  const std::vector<Value> want = run(*reference, in);
+  ASSERT_EQ(want.size(), 8u);
+  for (int i = 0; i < 3; ++i) {  // recorded, then from the arena
+    const std::vector<Value> got = run(*s, in);
+    expect_identical({want[7]}, got, "run " + std::to_string(i));
+  }
+  // Allocations: t, u, y1, rv (v over u, w over v, y2 over y1); the reference makes all seven.
+  EXPECT_EQ(s->memory_info().activations, 4);
+  EXPECT_EQ(reference->memory_info().activations, 7);
+  // Into the caller's tensor: y1's allocation held y2, so it is the caller's now, which y2 then
+  // cannot take (the caller holds it too).
+  std::vector<Value> into;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(s->run_into(in, into).is_ok());
+    expect_identical({want[7]}, into, "run_into " + std::to_string(i));
+  }
+  for (const Value& v : in) EXPECT_EQ(v.tensor.owner().use_count(), 1) << "the inputs stay the caller's";
 }
 
 TEST(RunMemory, ErrorsMidRunLeaveTheArenaUsable) {

@@ -249,7 +249,8 @@ Status qlinear_binary(KernelContext& ctx, bool multiply) {
   p.lo = t == DType::kInt8 ? -128.0f : 0.0f, p.hi = t == DType::kInt8 ? 127.0f : 255.0f;
   auto shape = broadcast_shapes(a.shape(), b.shape());
   if (!shape) return ctx.error(shape.status().message());
-  KILN_ASSIGN_OR_RETURN(Tensor * c, ctx.make_output_for_overwrite(0, t, *shape));
+  // Each row reads a full-shaped operand where it writes C: C may take A's or B's storage.
+  KILN_ASSIGN_OR_RETURN(Tensor * c, ctx.make_output_over_input(0, {0, 3}, t, *shape));
   if (t == DType::kUInt8)
     run_typed<uint8_t>(ctx, p, a, b, *c);
   else

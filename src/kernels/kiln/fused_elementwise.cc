@@ -408,7 +408,15 @@ class FusedElementwise : public Kernel {
       chain_.steps = std::move(steps).value();
       decoded_inputs_ = chain;
     }
-    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, DType::kFloat32, shape));
+    // A block's operands are read before its result is stored (run_block): Y may take the storage
+    // of a chain input of its shape (not a Concat part's: parts are read at other offsets).
+    size_t over = ctx.num_inputs();
+    for (size_t i = 0; i < ctx.num_inputs() && !concat_; ++i)
+      if (ctx.input_donated(i, DType::kFloat32, shape)) {
+        over = i;
+        break;
+      }
+    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_over_input(0, {over}, DType::kFloat32, shape));
     const int64_t total = y->numel();
     if (total == 0) return Status::ok();
     chain_.inputs.resize(chain);

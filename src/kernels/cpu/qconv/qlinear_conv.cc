@@ -224,7 +224,9 @@ class QLinearConvKernel : public Kernel {
       return ctx.error("the residual B (input 12) must be " + std::string(dtype_name(y_type_)) + " " +
                        shape_str(y_shape) + " as Y is, got " + dtype_name(residual->dtype()) + " " +
                        shape_str(residual->shape()));
-    KILN_ASSIGN_OR_RETURN(Tensor * y, ctx.make_output_for_overwrite(0, y_type_, y_shape));
+    // The store reads each residual code where it then writes Y's: Y may take R's storage.
+    KILN_ASSIGN_OR_RETURN(Tensor * y, rq_.add ? ctx.make_output_over_input(0, {12}, y_type_, y_shape)
+                                              : ctx.make_output_for_overwrite(0, y_type_, y_shape));
     if (y->numel() == 0) return Status::ok();
     const bool winograd = !winograd_source_.empty() && qconv::winograd_pays(g);
     if (winograd && !winograd_)  // (run() is not reentrant)
