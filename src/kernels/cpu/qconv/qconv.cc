@@ -179,8 +179,11 @@ bool tile_fits(Tile tile, const Geometry& g) {
          g.dilation_w == 1 && g.channels >= 16 && g.channels <= kWinogradMaxChannels;
 }
 
-Tile best_depthwise_tile(const int8_t* w, int64_t count) {
-  if (cpu_features().has_avx512_vnni()) return Tile::kDepthwiseVnni;
+Tile best_depthwise_tile(const int8_t* w, int64_t count, int64_t channels) {
+  // 32 channels or fewer fill half a zmm block at most: a ymm block of 32 runs them in less time
+  // (mobilenet_v2's and efficientnet_b0's 32 at 112x112: 45.6 against 52.5 us, Zen 5, 2 threads).
+  if (cpu_features().has_avx512_vnni() && !(channels <= 32 && cpu_features().has_avx_vnni()))
+    return Tile::kDepthwiseVnni;
   if (cpu_features().has_avx_vnni()) return Tile::kDepthwiseAvxVnni;
   return seven_bit(w, count) ? Tile::kDepthwiseAvx2Bytes : Tile::kDepthwise;
 }

@@ -97,9 +97,9 @@ enum class Tile {
 };
 // The best tile this CPU (and KILN_ISA) allows for weights w (s8, `count` of them) of a conv
 // of group 1 with geometry g (its kernel, strides, dilations and channels: the rest may be
-// unknown), and of a depthwise one.
+// unknown), and of a depthwise one of `channels` channels.
 Tile best_tile(const int8_t* w, int64_t count, const Geometry& g);
-Tile best_depthwise_tile(const int8_t* w, int64_t count);
+Tile best_depthwise_tile(const int8_t* w, int64_t count, int64_t channels);
 // The best tile of group 1 but Winograd: where kWinogradAvx2 does not pay on a run.
 Tile best_direct_tile(const int8_t* w, int64_t count);
 // kWinogradAvx2's U (16 points x channels x filters of int16, 3.6x the weights' bytes) stays in
