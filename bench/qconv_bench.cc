@@ -10,6 +10,7 @@
 //   kiln_bench_qconv [--benchmark_filter=resnet_3x3]
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -91,7 +92,16 @@ void BM_QConv(benchmark::State& state, Layer l, qconv::Tile tile, int threads, A
   const kiln::QLinearBinaryParams params{0.1f, 0.12f, 0.15f, 3, 120, 110, 0, 255, false};
   if (add == Add::kFused) rq.add = {params, kiln::qlinear_binary_reciprocal_is_exact(params, false)};
   static kiln::ThreadPool* const pools[3] = {nullptr, new kiln::ThreadPool(1), new kiln::ThreadPool(2)};
+  std::vector<float> xf;  // KILN_BENCH_FROM_FLOAT=1: X float NCHW, quantized while staged (ai.kiln's)
+  const float quantize_scale = 0.02f;
+  if (std::getenv("KILN_BENCH_FROM_FLOAT")) {
+    xf.resize(x.size());
+    for (auto& v : xf) v = static_cast<float>(byte(rng)) * 0.02f - 2.56f;
+  }
   auto run = [&] {
+    if (!xf.empty())
+      return qconv::conv(g, xf.data(), false, false, 128, packed, rq, y.data(), true, pools[threads], nullptr,
+                         &quantize_scale);
     qconv::conv(g, x.data(), false, true, 128, packed, rq, y.data(), true, pools[threads], residual.data());
     if (add == Add::kApart)
       kiln::qlinear_binary_same_shape(params, false, y.data(), residual.data(), y.data(),

@@ -14,6 +14,7 @@ namespace {
 using test::attr_i;
 using test::attr_ints;
 using test::Builder;
+using test::expect_no_rewrite;
 
 // x [1, c, h, w] -> `blocks` ConvNeXt blocks -> y, as torchvision's export spells them.
 void convnext_blocks(Builder& b, int64_t c, int64_t h, int64_t w, int blocks) {
@@ -102,6 +103,41 @@ TEST(ChannelsLast, FoldsIntoReordersButKeepsWhatSavesNothing) {
     nhwc_out += n.op_type == "ReorderFromBlocked" && n.attr_int("channels_last", 0) == 1;
   EXPECT_EQ(nhwc_out, 1);
   test::expect_same_outputs(b.m, after, {b.random({1, 4, 5, 8}), b.random({1, 8, 4, 5})}, 1e-4f);
+}
+
+// A Concat of channels-last values on their way to NCHW (8-bit convs' outputs, a YOLO neck's
+// concatenations), its result going channels-last again: the Transposes move below it, its axis
+// with them, and cancel. A constant part is permuted (the second graph); a part no Transpose
+// made gets one of its own, which saves nothing, so the graph stays (the third).
+TEST(ChannelsLast, ConcatTakesTheTransposesOfItsParts) {
+  for (const int64_t axis : {1, -3}) {
+    SCOPED_TRACE(axis);
+    Builder b(20);
+    b.input("x", {1, 4, 5, 3});
+    b.input("y", {1, 4, 5, 2});
+    b.add("Transpose", {"x"}, {"xt"}, {attr_ints("perm", {0, 3, 1, 2})});
+    b.add("Transpose", {"y"}, {"yt"}, {attr_ints("perm", {0, 3, 1, 2})});
+    b.weight("k", {1, 2, 4, 5});
+    b.add("Concat", {"xt", "yt", "k"}, {"c"}, {attr_i("axis", axis)});
+    b.add("Transpose", {"c"}, {"ct"}, {attr_ints("perm", {0, 2, 3, 1})});
+    b.add("Softmax", {"ct"}, {"z"});  // (not element-wise: the Transposes stop above it)
+    b.output("z");
+    ir::Model after = b.m;
+    auto n = test::run_pass(after, "channels-last");
+    ASSERT_TRUE(n.is_ok()) << n.status().message();
+    EXPECT_EQ(count(after, "Transpose"), 0);
+    for (const auto& node : after.graph.nodes)
+      if (node.op_type == "Concat") EXPECT_EQ(node.attr_int("axis", 0), 3);
+    test::expect_same_outputs(b.m, after, {b.random({1, 4, 5, 3}), b.random({1, 4, 5, 2})}, 0.0f);
+  }
+  Builder b(20);
+  b.input("x", {1, 4, 5, 3});
+  b.input("w", {1, 2, 4, 5});
+  b.add("Transpose", {"x"}, {"xt"}, {attr_ints("perm", {0, 3, 1, 2})});
+  b.add("Concat", {"xt", "w"}, {"c"}, {attr_i("axis", 1)});
+  b.add("Relu", {"c"}, {"z"});
+  b.output("z");
+  expect_no_rewrite(b.m, "channels-last");
 }
 
 }  // namespace

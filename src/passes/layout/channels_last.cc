@@ -164,7 +164,8 @@ class ChannelsLast : public Pass {
       return false;
     const ir::Node* e = idx.sole_consumer(t.outputs[0]);
     if (e && p == kToNchw && pool_of_nchw(*e)) return sink_below_pool(g, t, *e);
-    if (!e || !elementwise(*e) || e->outputs[0].empty()) return false;
+    const bool concat = e && is_onnx_op(e, "Concat") && e->outputs.size() == 1;
+    if (!e || !(elementwise(*e) || concat) || e->outputs[0].empty()) return false;
     const Perm q = inverse(p);
     const int64_t r = static_cast<int64_t>(p.size());
     for (size_t i = 0; i < e->inputs.size(); ++i) {
@@ -206,6 +207,12 @@ class ChannelsLast : public Pass {
         inverses_.insert(to);
       }
       in = to;
+    }
+    if (concat) {  // Concat of T(a), T(b), ... along k = T(Concat of a, b, ... along p[k])
+      const int64_t k = e->attr_int("axis", 0);
+      if (k < -r || k >= r) return false;
+      std::erase_if(moved.attrs, [](const ir::Attribute& a) { return a.name == "axis"; });
+      moved.attrs.push_back(ir::Attribute::of_int("axis", p[static_cast<size_t>(k < 0 ? k + r : k)]));
     }
     const std::string out = e->outputs[0];
     moved.outputs[0] = fresh_name(g, out + "_untransposed");
