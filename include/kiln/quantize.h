@@ -73,7 +73,9 @@ struct QuantizeOptions {
   std::vector<std::string> keep_float;
   // The accuracy guard: every float output of the quantized model must keep at least this cosine
   // similarity to the float model's on each held-out sample (`held_out`, else the calibration
-  // samples); activations go back to float, with the Conv/MatMul/Gemm producing them, the one
+  // samples), and so must its mean feature cosine (TensorError::feature_cosine: a detector's
+  // class scores count beside its box coordinates, which outweigh them in the output's cosine);
+  // activations go back to float, with the Conv/MatMul/Gemm producing them, the one
   // that alone in float brings the outputs nearest the budgets first, until it does. 0 turns the
   // guard off.
   double min_cosine = 0.99;

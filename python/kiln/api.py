@@ -214,7 +214,9 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, prec
     nodes left in float. ``weight_bits`` 8, 7 (a u8 x s8 pair sum then fits 16 bits: the AVX2
     kernels' faster vpmaddubsw route) or "auto" (7 where this CPU lacks VNNI, static quantization
     only: its accuracy guard measures the cost; dynamic keeps 8). The accuracy guard: each output must keep a cosine of at least
-    ``min_cosine`` to the float model's on ``held_out`` (samples as ``calibration_data``; default
+    ``min_cosine`` to the float model's, and so must the mean of its features' (outputs of rank 3
+    or more: each feature along their smallest axis alike, a detector's boxes and class scores), on
+    ``held_out`` (samples as ``calibration_data``; default
     every ``hold_out_every``-th calibration sample, held back from calibrating, when there are at
     least twice that many; else the calibration samples), nodes going back to float, first the one
     that alone in float brings the outputs nearest the budget, up to

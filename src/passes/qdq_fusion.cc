@@ -26,6 +26,8 @@
 //   Q(Concat(DQ(a), DQ(b), ...)), Q(Reshape(DQ(x)))  -> Concat(a', b', ...), Reshape(x'), ... (an op that
 //   and other ops that only move elements             only moves elements moves the codes; x' is x or,
 //                                                      with other parameters, a table of x's code)
+//   Q(part) of each part of Split(DQ(x))             -> Split(x), each part through a table where its
+//                                                      Q's parameters are not x's
 //
 // x's DequantizeLinear stays for its other readers (dead-code drops it when none is left); the
 // weights' and bias's are absorbed. Needs per-tensor x and y parameters, 8-bit weights with their
@@ -42,6 +44,7 @@
 #include <cmath>
 
 #include "core/float_convert.h"
+#include "ir/topological_order.h"
 #include "kernels/cpu/qconv/qlinear_conv.h"
 #include "kernels/kernel_util.h"
 #include "passes/fusions/epilogue_match.h"
@@ -388,6 +391,52 @@ std::optional<std::vector<ir::Node>> to_8bit_move(const Match& m, RuleContext& r
   return out;
 }
 
+// Split(DQ(x)) whose every output a QuantizeLinear alone reads (a YOLO C2f block's halves, each
+// on to an 8-bit conv): the Split moves x's codes instead, as to_8bit_move's ops do, each output
+// given its Q's parameters by a table (ai.kiln.QLinearLookup) where they are not x's. Not a rule:
+// the rewrite ends at several Qs. Returns how many it rewrote.
+int64_t split_codes(ir::Model& model, PassContext& ctx) {
+  ir::Graph& g = model.graph;
+  const GraphIndex& idx = ctx.index(g);
+  std::vector<NodeReplacement> found;
+  for (const ir::Node& split : g.nodes) {
+    if (!is_onnx_op(&split, "Split") || split.inputs.empty()) continue;
+    const ir::Node* dq = idx.producer(split.inputs[0]);
+    const auto x = is_onnx_op(dq, "DequantizeLinear") ? per_tensor(*dq, idx) : std::nullopt;
+    const ir::TypeInfo* xt = dq ? ctx.types().tensor(dq->inputs[0]) : nullptr;
+    if (!x || !xt || xt->dtype != x->type) continue;
+    NodeReplacement r{{&split}, {}};
+    ir::Node moved = split;
+    moved.inputs[0] = dq->inputs[0];
+    std::vector<ir::Node> tables;
+    for (size_t i = 0; i < split.outputs.size() && r.remove.size() == i + 1; ++i) {
+      const ir::Node* q = idx.sole_consumer(split.outputs[i]);
+      const bool quantized = is_onnx_op(q, "QuantizeLinear") && !is_graph_output(g, split.outputs[i]);
+      const auto y = quantized ? per_tensor(*q, idx) : std::nullopt;
+      if (!y || y->type != x->type) break;
+      r.remove.push_back(q);
+      moved.outputs[i] = q->outputs[0];
+      if (y->s == x->s && y->z == x->z) continue;
+      auto table = code_table(model, idx, x->type, *dq, nullptr, *q);
+      if (!table) break;
+      const std::string name = fresh_name(g, q->outputs[0] + "_table"), codes = fresh_name(g, q->outputs[0] + "_moved");
+      g.initializers[name] = std::move(*table);
+      moved.outputs[i] = codes;
+      tables.push_back(make_node(codes + "_lookup", "QLinearLookup", {codes, name}, q->outputs, "ai.kiln"));
+    }
+    if (r.remove.size() != split.outputs.size() + 1) continue;  // (a table made stays unread: dropped later)
+    r.put.push_back(std::move(moved));
+    r.put.insert(r.put.end(), tables.begin(), tables.end());
+    if (!tables.empty()) model.opsets.emplace("ai.kiln", 1);
+    found.push_back(std::move(r));
+  }
+  if (found.empty()) return 0;
+  replace_nodes(g, found);
+  (void)ir::sort_topologically(g);  // (put at the last Q's place: its siblings' readers may come before)
+  ctx.invalidate();
+  return static_cast<int64_t>(found.size());
+}
+
 // QuantizeLinear of constants (float weights with a Q/DQ pair on them, as NVIDIA's
 // pytorch-quantization and other fake-quant exports write them): the codes, as an initializer,
 // so that the rules see DQ(constant codes). Constant folding comes after this pass, and would
@@ -469,7 +518,7 @@ class QdqFusion : public Pass {
         {"float-y-conv-bias", conv(true), [](const Match& m, RuleContext& rc) { return to_qlinear_conv(m, rc, true); }},
         {"float-y-conv", conv(false), [](const Match& m, RuleContext& rc) { return to_qlinear_conv(m, rc, false); }}};
     const int64_t folded = fold_quantized_constants(model, ctx);
-    const int64_t fused = apply_rules(model, ctx, rules);
+    const int64_t fused = apply_rules(model, ctx, rules) + split_codes(model, ctx);
     return folded + fused + apply_rules(model, ctx, float_y_rules);
   }
 };

@@ -134,6 +134,19 @@ Status measure(const ir::Model& fp32, const ir::Model& qdq, const std::vector<st
   return Status::ok();
 }
 
+double least_feature_cosine(const OutputsBySample& o) {
+  double least = 1;
+  const size_t outputs = o.float_outputs.empty() ? 0 : o.float_outputs[0].size();
+  for (size_t i = 0; i < outputs; ++i) {
+    Sums sums;
+    for (size_t s = 0; s < o.float_outputs.size() && s < o.quantized.size(); ++s)
+      if (i < o.float_outputs[s].size() && i < o.quantized[s].size())
+        accumulate_features(o.float_outputs[s][i], o.quantized[s][i], sums);
+    if (!sums.fxx.empty()) least = std::min(least, error_of("", sums).feature_cosine);
+  }
+  return least;
+}
+
 double top1_agreement(const OutputsBySample& o) {
   int64_t rows = 0, agree = 0;
   for (size_t s = 0; s < o.float_outputs.size(); ++s)

@@ -3,10 +3,12 @@
 //    (alpha 1, no transA): their weights, their bias, and their activation input;
 //  - the ops that carry 8-bit data from one such node to the next, quantized in and out so that
 //    the chain stays 8-bit: Add or Mul of two activations (a residual, a SiLU's x * Sigmoid(x), a
-//    squeeze-excitation's scaling), Sigmoid, MaxPool, AveragePool, GlobalAveragePool, Concat, and
-//    elementwise ops of one activation and one-value constants (LeakyRelu, Tanh, HardSwish, ...),
-//    where they touch a chosen node's data (the fusions give them 8-bit kernels: QLinearAdd,
-//    QLinearMul, QLinearSigmoid, a SiLU one table, QLinearGlobalAveragePool, a table of codes);
+//    squeeze-excitation's scaling), Sigmoid, MaxPool, AveragePool, GlobalAveragePool, Concat,
+//    Split and Slice (a YOLO C2f block's halves; their parts keep the input's parameters,
+//    quantize.cc), and elementwise ops of one activation and one-value constants (LeakyRelu,
+//    Tanh, HardSwish, ...), where they touch a chosen node's data (the fusions give them 8-bit
+//    kernels: QLinearAdd, QLinearMul, QLinearSigmoid, a SiLU one table, QLinearGlobalAveragePool,
+//    a table of codes);
 //  - but only the nodes whose output is quantized (through a Relu or Clip): one whose output goes
 //    on in float (the logits) would not run as one 8-bit kernel, so it stays float;
 //  - in kiln's form (not portable), a Conv read only by an activation the 8-bit conv applies in
@@ -75,11 +77,16 @@ Plan choose(const ir::Model& model, const passes::ValueTypes& types, const Quant
     return m;
   };
   // The ops that carry 8-bit data from one chosen node to the next: Add or Mul of two activations,
-  // Sigmoid, MaxPool, AveragePool, GlobalAveragePool, Concat, with every input and the output
-  // activations. (Without Sigmoid and Mul, efficientnet_b0's convs feeding a SiLU, 67 of 82, stayed
-  // float, and the int8 model ran slower than the float one.)
+  // Sigmoid, MaxPool, AveragePool, GlobalAveragePool, Concat, Split, Slice, with every data input
+  // and output activations. (Without Sigmoid and Mul, efficientnet_b0's convs feeding a SiLU, 67
+  // of 82, stayed float, and the int8 model ran slower than the float one.)
   auto carrier = [&](const ir::Node& n) {
     const std::string& op = n.op_type;
+    // Split and Slice move elements of their first input (their other inputs are constants).
+    if (op == "Split" || op == "Slice")
+      return activation(n.inputs[0]) && std::all_of(n.inputs.begin() + 1, n.inputs.end(), [&](const std::string& in) {
+               return in.empty() || constant(in);
+             }) && std::all_of(n.outputs.begin(), n.outputs.end(), activation);
     if (n.outputs.size() != 1 || !activation(n.outputs[0])) return false;
     if (op == "Add" || op == "Mul") return n.inputs.size() == 2 && activation(n.inputs[0]) && activation(n.inputs[1]);
     if (op == "Sigmoid") return activation(n.inputs[0]);
@@ -164,14 +171,18 @@ Plan choose(const ir::Model& model, const passes::ValueTypes& types, const Quant
     for (bool grew = true; grew;) {
       grew = false;
       for (const ir::Node* c : carriers) {
-        const std::string out = through_clamp(c->outputs[0]);
-        if (joined.count(c) || kept_float(out) || std::any_of(c->inputs.begin(), c->inputs.end(), kept_float))
+        std::vector<std::string> outs, ins = c->inputs;
+        for (const std::string& o : c->outputs) outs.push_back(through_clamp(o));
+        if (c->op_type == "Split" || c->op_type == "Slice") ins.resize(1);  // the data
+        if (joined.count(c) || std::any_of(outs.begin(), outs.end(), kept_float) ||
+            std::any_of(ins.begin(), ins.end(), kept_float))
           continue;
-        bool touches = chosen.count(out) || produced.count(out);
-        for (const std::string& in : c->inputs) touches = touches || chosen.count(in) || produced.count(in);
+        bool touches = false;
+        for (const std::string& v : outs) touches = touches || chosen.count(v) || produced.count(v);
+        for (const std::string& in : ins) touches = touches || chosen.count(in) || produced.count(in);
         if (!touches) continue;
-        for (const std::string& in : c->inputs) point(in);
-        point(out);
+        for (const std::string& in : ins) point(in);
+        for (const std::string& v : outs) point(v);
         joined.insert(c);
         grew = true;
       }

@@ -89,9 +89,13 @@ Result<std::string> check_budgets(const QuantizeOptions& o, const std::vector<Te
   auto miss = [&](const std::string& what, double got, double want) {
     missed += (missed.empty() ? "" : ", ") + what + " " + std::to_string(got) + " < " + std::to_string(want);
   };
-  double worst = 1;
-  for (const TensorError& e : outputs) worst = std::min(worst, e.cosine);
+  double worst = 1, features = 1;
+  for (const TensorError& e : outputs) {
+    worst = std::min(worst, e.cosine);
+    features = std::min(features, e.feature_cosine);
+  }
   if (o.min_cosine > 0 && worst < o.min_cosine) miss("outputs' cosine", worst, o.min_cosine);
+  if (o.min_cosine > 0 && features < o.min_cosine) miss("outputs' mean feature cosine", features, o.min_cosine);
   if (o.min_top1 > 0) {
     r->top1 = top1_agreement(kept);
     if (*r->top1 < o.min_top1) miss("top-1 agreement", *r->top1, o.min_top1);
@@ -337,12 +341,16 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
   // A MaxPool's output keeps its input's parameters: it picks among the input's values (its range
   // is within the input's), and the 8-bit MaxPool runs on the codes only where the two are the
   // same (a clipping method can give them apart: resnet50's stem pool then ran in float, 4 ms).
+  // So do a Split's and a Slice's outputs, parts of the input: the codes move as they are, where
+  // each part's own range made a table pass over it (a YOLO C2f block's halves).
   std::map<std::string, std::string> shares;  // point -> the point whose parameters it takes
   const std::set<std::string> point_set(calibrated.begin(), calibrated.end());
-  for (const ir::Node& n : model.graph.nodes)
-    if (n.op_type == "MaxPool" && n.domain.empty() && n.outputs.size() == 1 && point_set.count(n.outputs[0]) &&
-        point_set.count(n.inputs[0]))
-      shares[n.outputs[0]] = n.inputs[0];
+  for (const ir::Node& n : model.graph.nodes) {
+    const bool picks = n.op_type == "MaxPool" ? n.outputs.size() == 1 : n.op_type == "Split" || n.op_type == "Slice";
+    if (!n.domain.empty() || !picks || n.inputs.empty() || !point_set.count(n.inputs[0])) continue;
+    for (const std::string& o : n.outputs)
+      if (point_set.count(o)) shares[o] = n.inputs[0];
+  }
   auto params_of = [&](CalibrationMethod m) {
     QuantizeOptions o = options;
     o.method = m;

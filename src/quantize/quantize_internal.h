@@ -137,6 +137,9 @@ Status measure(const ir::Model& fp32, const ir::Model& qdq, const std::vector<st
 
 // The fraction of rows (each output's last axis, every sample) whose argmax is the same in both.
 double top1_agreement(const OutputsBySample& outputs);
+// The least, over the outputs of rank 3 or more, of TensorError::feature_cosine (the mean of each
+// feature's cosine over the samples); 1 where there are none.
+double least_feature_cosine(const OutputsBySample& outputs);
 
 // Times each node of `plan` in `model` in 8 bits (with `params`) and in float, on the values it
 // reads when the float model runs `sample`. A node whose output is not one of the plan's points
@@ -164,13 +167,14 @@ struct Fallback {
 };
 
 // How near the budgets of `o` the quantized outputs `kept` are: the least of (worst output
-// cosine - min_cosine), (top-1 agreement - min_top1), (metric - min_metric) over the budgets set;
-// negative where one is missed (fallback_ranking.cc).
-Result<double> budget_margin(const QuantizeOptions& o, const OutputsBySample& kept);
+// cosine - min_cosine), with `features` (least_feature_cosine - min_cosine) too, (top-1
+// agreement - min_top1), (metric - min_metric) over the budgets set; negative where one is
+// missed (fallback_ranking.cc).
+Result<double> budget_margin(const QuantizeOptions& o, const OutputsBySample& kept, bool features);
 
 // `candidates`, best first: each one's model `without` it (`quantized` with that fallback alone)
-// run on `samples` (for a cosine budget alone, the few on which `quantized` misses most) against
-// `fp32`, its budget_margin into its margin (fallback_ranking.cc).
+// run on `samples` (for a cosine budget alone that the outputs' features meet, the few on which
+// `quantized` misses most) against `fp32`, its budget_margin into its margin (fallback_ranking.cc).
 Result<std::vector<Fallback>> rank_fallbacks(const ir::Model& fp32, const ir::Model& quantized,
                                              const std::vector<Fallback>& candidates,
                                              const std::function<Result<ir::Model>(const Fallback&)>& without,

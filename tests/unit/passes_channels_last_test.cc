@@ -1,4 +1,5 @@
-// The -O3 channels-last pass and the mlp-residual fusion after it, on ConvNeXt's block: NCHW
+// The -O3 channels-last pass (Transposes through Concat and Split too) and the mlp-residual
+// fusion after it, on ConvNeXt's block: NCHW
 // depthwise conv, LayerNorm and MLP on NHWC between two Transposes, a per-channel layer scale and
 // the residual Add in NCHW. The full -O3 pipeline must leave the residual stream NHWC (no
 // Transpose inside the blocks), fold scale and residual into the FusedMLP, and compute what the
@@ -138,6 +139,29 @@ TEST(ChannelsLast, ConcatTakesTheTransposesOfItsParts) {
   b.add("Relu", {"c"}, {"z"});
   b.output("z");
   expect_no_rewrite(b.m, "channels-last");
+}
+
+// A Split of a channels-last value on its way to NCHW (an 8-bit conv's output, a YOLO C2f
+// block's halves), each part going channels-last again: the Transpose moves below it, one a part,
+// its axis permuted, and those cancel against the parts' own.
+TEST(ChannelsLast, SplitTakesTheTransposeOfItsInput) {
+  Builder b(20);
+  b.input("x", {1, 4, 5, 8});
+  b.add("Transpose", {"x"}, {"xt"}, {attr_ints("perm", {0, 3, 1, 2})});
+  b.ints("sizes", {3, 5});
+  b.add("Split", {"xt", "sizes"}, {"s0", "s1"}, {attr_i("axis", 1)});
+  for (const char* s : {"s0", "s1"}) {
+    b.add("Transpose", {s}, {std::string(s) + "t"}, {attr_ints("perm", {0, 2, 3, 1})});
+    b.add("Softmax", {std::string(s) + "t"}, {std::string(s) + "y"});
+    b.output(std::string(s) + "y");
+  }
+  ir::Model after = b.m;
+  auto n = test::run_pass(after, "channels-last");
+  ASSERT_TRUE(n.is_ok()) << n.status().message();
+  EXPECT_EQ(count(after, "Transpose"), 0);
+  for (const auto& node : after.graph.nodes)
+    if (node.op_type == "Split") EXPECT_EQ(node.attr_int("axis", 0), 3);
+  test::expect_same_outputs(b.m, after, {b.random({1, 4, 5, 8})}, 0.0f);
 }
 
 }  // namespace

@@ -272,6 +272,29 @@ TEST(QdqFusion, ElementwiseOpsOfCodesBecomeOneTable) {
   test::expect_same_outputs(before, after, {inputs.random({1, 4, 5, 6}, -6, 6)}, 0.0f);
 }
 
+// A YOLO C2f block's Split in QDQ form, each part quantized on its own: Split(DQ(x)) -> Q, Q
+// becomes the Split of x's codes, the part whose Q has x's parameters as it is, the other through
+// a table of its requantization; bit for bit the unfused ops.
+TEST(QdqFusion, SplitMovesCodes) {
+  test::Builder b(13);
+  b.input("x", {1, 8, 5, 6});
+  qdq(b, "x", "xq", "xd", 0.05f, 128);
+  b.ints("sizes", {3, 5});
+  b.add("Split", {"xd", "sizes"}, {"s0", "s1"}, {test::attr_i("axis", 1)});
+  qdq(b, "s0", "s0q", "y0", 0.05f, 128);
+  qdq(b, "s1", "s1q", "y1", 0.04f, 120);
+  b.output("y0");
+  b.output("y1");
+  ir::Model after = b.m;
+  test::run_passes(after, {"qdq-fusion", "dead-code"});
+  EXPECT_EQ(test::qualified_histogram(after), (std::map<std::string, int>{{"QuantizeLinear", 1},
+                                                                          {"Split", 1},
+                                                                          {"ai.kiln.QLinearLookup", 1},
+                                                                          {"DequantizeLinear", 2}}));
+  test::Builder inputs;
+  test::expect_same_outputs(b.m, after, {inputs.random({1, 8, 5, 6}, -7, 7)}, 0.0f);
+}
+
 // quantize_static's ActivationSymmetric: s8 codes around 0, where a conv's ReLU6 changes codes its
 // Q cannot absorb, so it stays between DQ and Q: Q(Clip(DQ(x), 0, 6)) and Q(Relu(DQ(x))) become
 // tables of the codes too (then the conv's, at -O3), with the same outputs.

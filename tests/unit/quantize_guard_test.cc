@@ -224,6 +224,45 @@ TEST(Quantize, FeatureCosineWeighsEachFeatureAlike) {
   EXPECT_NEAR(outputs[0].feature_cosine, 0.0, 1e-6);
 }
 
+// The cosine budget holds for each feature too: a detector's box coordinates (hundreds of pixels)
+// and class scores (0 to 1) in one output, here two convs' outputs concatenated (and pooled), one
+// 300 times the other. One 8-bit range for both leaves the small feature a few codes, which the
+// whole output's cosine (over 0.99) hardly sees and its mean feature cosine does: the guard puts
+// tensors back in float until that meets the budget too.
+TEST(Quantize, GuardHoldsTheOutputsFeatures) {
+  test::Builder b(13);
+  b.input("x", {1, 4, 8, 8});
+  b.conv("x", "big", 4, 1);
+  Tensor& wb = b.m.graph.initializers.at("big_w");
+  for (int64_t i = 0; i < wb.numel(); ++i) wb.data<float>()[i] *= 300.0f;
+  b.add("Relu", {"big"}, {"rb"});
+  b.conv("x", "small", 4, 1);
+  b.add("Relu", {"small"}, {"rs"});
+  b.add("Concat", {"rb", "rs"}, {"cat"}, {test::attr_i("axis", 1)});
+  b.add("MaxPool", {"cat"}, {"y"}, {test::attr_ints("kernel_shape", {2, 2})});  // reads cat's codes
+  b.output("y");
+  test::Builder data;
+  std::vector<Tensor> calib = test::random_samples(data, 8, {1, 4, 8, 8});
+  std::vector<Tensor> held_out = test::random_samples(data, 4, {1, 4, 8, 8});
+  QuantizeOptions o = test::untimed();
+  o.method = CalibrationMethod::kMinMax;
+  o.min_cosine = 0;
+  Model plain(std::make_shared<ir::Model>(b.m));
+  auto r0 = plain.quantize(samples_of(calib), o, samples_of(held_out));
+  ASSERT_TRUE(r0.is_ok()) << r0.status().message();
+  ASSERT_EQ(r0->outputs.size(), 1u);
+  EXPECT_GT(r0->outputs[0].cosine, 0.99);
+  ASSERT_LT(r0->outputs[0].feature_cosine, 0.99);
+  o.min_cosine = 0.99;
+  Model guarded(std::make_shared<ir::Model>(b.m));
+  auto r = guarded.quantize(samples_of(calib), o, samples_of(held_out));
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_GE(r->outputs[0].feature_cosine, 0.99);
+  EXPECT_TRUE(std::any_of(r->kept_float.begin(), r->kept_float.end(), [](const std::string& k) {
+    return k.find("mean feature cosine") != std::string::npos;
+  }));
+}
+
 // A tensor the accuracy guard puts back in float keeps its float values: a carrier reading it (a
 // Concat of a conv's ReLU and a Sigmoid, the model's output) stays float, where it requantized
 // them at its 8-bit output all the same (as yolox's head did its objectness).

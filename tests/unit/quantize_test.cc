@@ -412,6 +412,64 @@ TEST(Quantize, MaxPoolKeepsItsInputsParameters) {
   }
 }
 
+// A YOLO C2f block: conv, its halves (Split), a conv on the second, the three concatenated, a
+// conv (and a pool). The Split carries 8-bit data as Concat does, its parts keeping its input's parameters
+// (elements moved, not changed), so every conv is 8-bit; at -O3 the Split moves the codes, and no
+// float conv is left.
+TEST(Quantize, SplitCarriesItsInputsCodes) {
+  test::Builder b(13);
+  b.input("x", {1, 8, 10, 10});
+  b.conv("x", "c1", 8, 16);
+  b.add("Relu", {"c1"}, {"r1"});
+  b.ints("halves", {8, 8});
+  b.add("Split", {"r1", "halves"}, {"h0", "h1"}, {test::attr_i("axis", 1)});
+  b.conv("h1", "c2", 8, 8);
+  b.add("Relu", {"c2"}, {"r2"});
+  b.add("Concat", {"h0", "h1", "r2"}, {"cat"}, {test::attr_i("axis", 1)});
+  b.conv("cat", "c3", 24, 8);
+  b.add("Relu", {"c3"}, {"r3"});
+  b.add("GlobalAveragePool", {"r3"}, {"y"});  // (an 8-bit op after c3: its output is quantized)
+  b.output("y");
+  test::Builder data;
+  std::vector<Tensor> calib = test::random_samples(data, 6, {1, 8, 10, 10}, -2, 2);
+  QuantizeOptions o = test::untimed();
+  o.portable = true;
+  Model portable(std::make_shared<ir::Model>(b.m));
+  auto report = portable.quantize(samples_of(calib), o);
+  ASSERT_TRUE(report.is_ok()) << report.status().message();
+  EXPECT_EQ(report->quantized_nodes, 3);
+  EXPECT_TRUE(report->kept_float.empty());
+  const ir::Graph& g = portable.ir().graph;
+  const ir::Node* split = nullptr;
+  for (const ir::Node& n : g.nodes)
+    if (n.op_type == "Split") split = &n;
+  ASSERT_TRUE(split);
+  float in_scale = 0;
+  for (const ir::Node& n : g.nodes)
+    if (n.op_type == "DequantizeLinear" && n.outputs[0] == split->inputs[0])
+      in_scale = g.initializers.at(n.inputs[1]).data<float>()[0];
+  EXPECT_GT(in_scale, 0.0f) << "the Split reads a DequantizeLinear";
+  int parts = 0;
+  for (const ir::Node& n : g.nodes)
+    if (n.op_type == "QuantizeLinear" && std::count(split->outputs.begin(), split->outputs.end(), n.inputs[0])) {
+      ++parts;
+      EXPECT_EQ(g.initializers.at(n.inputs[1]).data<float>()[0], in_scale);
+    }
+  EXPECT_EQ(parts, 2);
+  Model kiln_form(std::make_shared<ir::Model>(b.m));
+  ASSERT_TRUE(kiln_form.quantize(samples_of(calib), test::untimed()).is_ok());
+  ir::Model fused = kiln_form.ir();
+  ASSERT_TRUE(optimize(fused, OptimizeOptions{}).is_ok());
+  const auto h = test::qualified_histogram(fused);
+  for (const char* op : {"Conv", "ai.kiln.BlockedConv"}) EXPECT_EQ(h.count(op), 0u) << op;
+  EXPECT_EQ(h.at("Split"), 1);
+  EXPECT_EQ(h.at("DequantizeLinear"), 1);  // the output's
+  for (int i = 0; i < 3; ++i) {
+    const Tensor x = data.random({1, 8, 10, 10}, -2, 2);
+    EXPECT_GT(cosine(test::run_model(b.m, {x})[0].tensor, test::run_model(fused, {x})[0].tensor), 0.99f);
+  }
+}
+
 // reduce_range: 7-bit weights, each filter's largest |w| at 63, and the model still close to the
 // float one (the AVX2 tile for them is tested bit-exactly in kernels_qconv_test.cc).
 TEST(Quantize, ReduceRangeWritesSevenBitWeights) {

@@ -227,9 +227,11 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
                   "(default 4; 0: the guard measures on the calibration samples)")
       ->check(CLI::Range(0, 1000000));
   cmd->add_option("--budget", opt->budget,
-                  "Accuracy guard: cosine=X, the least cosine of each output to the float model's (default cosine=0.99; "
-                  "cosine=0 turns it off), and/or top1=Y, the fraction of rows (each output's last axis) whose argmax "
-                  "stays the float model's; nodes fall back to float, most sensitive first, until it holds");
+                  "Accuracy guard: cosine=X, the least cosine of each output to the float model's, and of its mean "
+                  "feature cosine (outputs of rank 3 or more: each feature along their smallest axis, a detector's "
+                  "boxes and classes, weighs alike) (default cosine=0.99; cosine=0 turns it off), and/or top1=Y, "
+                  "the fraction of rows (each output's last axis) whose argmax stays the float model's; nodes "
+                  "fall back to float, most sensitive first, until it holds");
   cmd->add_option("--max-fallbacks", opt->max_fallbacks, "Nodes the guard may put back in float (default 16)")
       ->check(CLI::Range(0, 100000));
   cmd->add_flag("--no-speed-check", opt->no_speed_check,

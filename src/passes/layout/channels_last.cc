@@ -6,6 +6,8 @@
 // This pass
 //  1. moves Transposes down through elementwise ops: E(T(a), b, c) = T(E(a, T^-1(b), c')), the
 //     constant c permuted here and T^-1(b) the value a Transpose made b from, or a new Transpose;
+//     through a Concat the same way, its axis permuted; through a Split, one Transpose a part
+//     (8-bit convs' outputs concatenated or split on their way to the next 8-bit conv);
 //  2. folds a Transpose to NHWC after a ReorderFromBlocked, and one to NCHW before a
 //     ReorderToBlocked, into the reorder (its channels_last attribute: one pass, not two);
 //  3. drops Transposes that undo each other.
@@ -155,8 +157,8 @@ class ChannelsLast : public Pass {
     return types_->rank(v);
   }
 
-  // Moves Transpose `t` below the elementwise op that alone reads it, or below the 8-bit global
-  // pool that alone reads it (pool_of_nchw).
+  // Moves Transpose `t` below the elementwise op or Concat that alone reads it, or below the
+  // 8-bit global pool (pool_of_nchw) or the Split that alone reads it.
   bool sink(ir::Graph& g, const GraphIndex& idx, const ir::Node& t) {
     const Perm p = transpose_perm(&t);
     if (p.empty() || inverses_.count(t.outputs[0]) || !idx.single_use(t.outputs[0]) ||
@@ -164,6 +166,7 @@ class ChannelsLast : public Pass {
       return false;
     const ir::Node* e = idx.sole_consumer(t.outputs[0]);
     if (e && p == kToNchw && pool_of_nchw(*e)) return sink_below_pool(g, t, *e);
+    if (e && is_onnx_op(e, "Split") && e->inputs[0] == t.outputs[0]) return sink_below_split(g, t, *e);
     const bool concat = e && is_onnx_op(e, "Concat") && e->outputs.size() == 1;
     if (!e || !(elementwise(*e) || concat) || e->outputs[0].empty()) return false;
     const Perm q = inverse(p);
@@ -241,6 +244,31 @@ class ChannelsLast : public Pass {
     moved.outputs[0] = fresh_name(g, out + "_untransposed");
     added_[moved.outputs[0]] = static_cast<int64_t>(kToNchw.size());
     std::vector<NodeReplacement> found{{{&t, &pool}, {moved, transpose(g, moved.outputs[0], out, kToNchw)}}};
+    replace_nodes(g, found);
+    return true;
+  }
+
+  // Split of T(x) along k = Split of x along p[k], each part transposed (a YOLO C2f block's halves:
+  // their Transposes then cancel against those of the 8-bit convs reading them).
+  bool sink_below_split(ir::Graph& g, const ir::Node& t, const ir::Node& split) {
+    const Perm p = transpose_perm(&t);
+    const int64_t r = static_cast<int64_t>(p.size()), k = split.attr_int("axis", 0);
+    if (k < -r || k >= r) return false;
+    for (const std::string& o : split.outputs)
+      if (o.empty() || is_graph_output(g, o)) return false;
+    ir::Node moved = split;
+    moved.inputs[0] = t.inputs[0];
+    std::erase_if(moved.attrs, [](const ir::Attribute& a) { return a.name == "axis"; });
+    moved.attrs.push_back(ir::Attribute::of_int("axis", p[static_cast<size_t>(k < 0 ? k + r : k)]));
+    std::vector<ir::Node> put;
+    for (std::string& o : moved.outputs) {
+      const std::string part = fresh_name(g, o + "_untransposed");
+      added_[part] = r;
+      put.push_back(transpose(g, part, o, p));
+      o = part;
+    }
+    put.insert(put.begin(), std::move(moved));
+    std::vector<NodeReplacement> found{{{&t, &split}, std::move(put)}};
     replace_nodes(g, found);
     return true;
   }
