@@ -197,7 +197,8 @@ Result<std::unique_ptr<GraphPlan>> GraphPlan::compile(const ir::Graph& g, const 
   for (int o : plan->output_slots_) last_use[o] = -2;
   for (size_t v = 0; v < last_use.size(); ++v)
     if (last_use[v] >= 0) plan->steps_[last_use[v]].free_after.push_back(static_cast<int>(v));
-  // A node that runs subgraphs may read its inputs through them too: it donates none.
+  // The inputs each step's kernel may write over (Step::donated). A node that runs subgraphs may
+  // read its inputs through them too: it is given none.
   std::vector<bool> constant_slot(plan->slot_names_.size(), false);
   for (const auto& c : plan->constants_) constant_slot[c.first] = true;
   for (const auto& r : plan->outer_refs_) constant_slot[r.first] = true;
