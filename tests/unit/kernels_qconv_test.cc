@@ -198,8 +198,12 @@ TEST(QConv, QLinearConvNodeTakesWeightZeroPoints) {
   for (int64_t m = 0; m < filters; ++m) around_128[static_cast<size_t>(m)] = 116 + static_cast<int32_t>(m);
   const std::vector<Weights> weights = {
       {DType::kUInt8, {120}}, {DType::kUInt8, around_128}, {DType::kUInt8, {128}}, {DType::kInt8, {-9}}};
+  // (On AVX-512 VNNI the dense ones add W's part past s8 times X's window sums: an RGB stem's 3
+  // channels, 16 pixels a vector; 70 channels, two vpsadbw steps a pixel.)
   const std::vector<Case> shapes = {{1, 12, 9, 8, filters, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
                                     {2, 16, 5, 7, filters, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},
+                                    {1, 3, 11, 10, filters, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},
+                                    {1, 70, 5, 6, filters, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},
                                     {1, filters, 9, 8, filters, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, true}};
   for (const Weights& wt : weights)
     for (const Case& k : shapes)

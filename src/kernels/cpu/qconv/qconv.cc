@@ -341,6 +341,7 @@ void conv(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t 
   if (quantize_scale) x_nhwc = false;
   if (!rq.add) residual = nullptr;
   thread_local std::vector<char> staged, nhwc_out;
+  thread_local std::vector<int32_t> sums;
   const size_t elem = rq.output == Output::kFloat ? 4 : 1;
   void* out = y;
   if (!y_nhwc) {
@@ -372,6 +373,10 @@ void conv(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t 
     const auto tiles = w.tile() == Tile::kAvx512Vnni ? conv_staged_avx512vnni
                        : w.tile() == Tile::kAvxVnni  ? conv_staged_avxvnni
                                                      : conv_staged_avx2_bytes;
+    if (!rq.window_weight.empty()) {  // (kAvx512Vnni's alone)
+      window_sums_avx512vnni(g, s, sums, pool);
+      s.window_sums = sums.data();
+    }
     tiles(g, s, w, rq, out, residual, pool);
   } else {
     stage<int16_t>(g, x, x_signed, x_nhwc, zx, 2, staged, s, pool, quantize_scale);

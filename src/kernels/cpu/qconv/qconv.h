@@ -10,8 +10,10 @@
 // int32 per channel, folded into the bias once (Kernel::prepare). Signed activations are moved
 // to u8 while staging (x + 128, zx + 128), so the tiles only ever multiply u8 by s8.
 //
-// Weights must be s8 with zero point 0 (symmetric, what ONNX Runtime's and kiln's quantizers
-// write); the callers run other convs on the reference.
+// The tiles take W less its zero points (qlinear_conv.cc subtracts them while packing): s8 where
+// it fits (symmetric s8 weights, what ONNX Runtime's and kiln's quantizers write), else 16-bit
+// values (kAvx2, kDepthwise) or, on kAvx512Vnni, s8 weights and a part per filter
+// (Requantize::window_weight).
 #pragma once
 
 #include <algorithm>
@@ -68,6 +70,11 @@ struct Requantize {
   // `add`. Null: none.
   const kiln_ops::Activation* activation = nullptr;
   float inverse_y_scale = 1;
+  // 8-bit weights whose zero points leave W - wz past s8 (ONNX Runtime's QUInt8 weights), packed
+  // for kAvx512Vnni as W - 128 (u8) or W (s8), which fit: per filter, the rest c = 128 - wz (or
+  // -wz), which the tile adds times the window's sum of X (its real channels, pads at zx) to
+  // each sum. Empty: none.
+  std::vector<int32_t> window_weight;
 
   bool activated() const { return activation != nullptr; }
   // Whether a scaled sum can pass int32 (a scale of 0.5 or more, or an activation's result), so
@@ -190,9 +197,13 @@ void conv(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t 
 struct Staged {
   const void* xp;
   int64_t padded_h, padded_w, cp;
+  const int32_t* window_sums = nullptr;  // per output pixel, with rq.window_weight
 };
 void conv_staged_avx512vnni(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq,
                             void* y, const void* residual, ThreadPool* pool);
+// Per output pixel, the sum of staged X over its window, its real channels only
+// (Requantize::window_weight), into `sums` (qconv_avx512vnni.cc).
+void window_sums_avx512vnni(const Geometry& g, const Staged& x, std::vector<int32_t>& sums, ThreadPool* pool);
 void conv_staged_avxvnni(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq,
                          void* y, const void* residual, ThreadPool* pool);
 void conv_staged_avx2(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq,

@@ -177,6 +177,14 @@ struct VnniTiles {
         }
       }
     }
+    if (plan.x.window_sums)  // weights packed less a part per filter (Requantize::window_weight)
+      for (int b = 0; b < B; ++b) {
+        const int64_t m = (b0 + b) * 16, lanes = std::min<int64_t>(16, plan.g.filters - m);
+        const __m512i c =
+            _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << lanes) - 1), plan.rq.window_weight.data() + m);
+        for (int i = 0; i < rows; ++i)
+          acc[i][b] = _mm512_add_epi32(acc[i][b], _mm512_mullo_epi32(c, _mm512_set1_epi32(plan.x.window_sums[p0 + i])));
+      }
     store<B>(plan, acc, p0, rows, b0 * 16);
   }
 
@@ -191,6 +199,63 @@ struct VnniTiles {
 };
 
 }  // namespace
+
+void window_sums_avx512vnni(const Geometry& g, const Staged& x, std::vector<int32_t>& sums, ThreadPool* pool) {
+  thread_local std::vector<int32_t> pixel_sums;  // per staged pixel, over its real channels
+  const int64_t staged = g.batch * x.padded_h * x.padded_w, channels = g.channels, cp = x.cp;
+  const bool one_tap = g.kernel_h == 1 && g.kernel_w == 1;
+  sums.resize(static_cast<size_t>(g.batch * g.out_h * g.out_w));
+  pixel_sums.resize(static_cast<size_t>(one_tap ? 0 : staged));
+  const uint8_t* xp = static_cast<const uint8_t*>(x.xp);
+  int32_t* ps = one_tap ? nullptr : pixel_sums.data();
+  int32_t* out = sums.data();
+  // A pixel's channels, 64 bytes a step, summed by vpsadbw.
+  auto channel_sum = [=](int64_t p) {
+    __m512i acc = _mm512_setzero_si512();
+    for (int64_t c = 0; c < channels; c += 64) {
+      const __mmask64 m = channels - c >= 64 ? ~__mmask64{0} : (__mmask64{1} << (channels - c)) - 1;
+      acc = _mm512_add_epi64(acc, _mm512_sad_epu8(_mm512_maskz_loadu_epi8(m, xp + p * cp + c), _mm512_setzero_si512()));
+    }
+    return static_cast<int32_t>(_mm512_reduce_add_epi64(acc));
+  };
+  auto sum_pixels = [=](int64_t p0, int64_t p1) {
+    if (cp == 4) {  // an image's 1 to 4 channels: 16 pixels a vector, vpdpbusd against ones
+      const __m512i ones = _mm512_set1_epi32(static_cast<int32_t>(0x01010101u >> (8 * (4 - channels))));
+      for (int64_t p = p0; p < p1; p += 16) {
+        const __mmask16 m = p1 - p >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (p1 - p)) - 1);
+        const __m512i v = _mm512_maskz_loadu_epi32(m, xp + p * 4);
+        _mm512_mask_storeu_epi32(ps + p, m, _mm512_dpbusd_epi32(_mm512_setzero_si512(), v, ones));
+      }
+      return;
+    }
+    for (int64_t p = p0; p < p1; ++p) ps[p] = channel_sum(p);
+  };
+  auto sum_rows = [=](int64_t r0, int64_t r1) {  // output rows, each from its staged corner on
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t n = r / g.out_h, oy = r % g.out_h;
+      int64_t at = (n * x.padded_h + oy * g.stride_h) * x.padded_w;
+      int32_t* o = out + r * g.out_w;
+      for (int64_t ox = 0; ox < g.out_w; ++ox, at += g.stride_w) {
+        if (one_tap) {
+          o[ox] = channel_sum(at);
+          continue;
+        }
+        int32_t t = 0;
+        for (int64_t ky = 0; ky < g.kernel_h; ++ky)
+          for (int64_t kx = 0; kx < g.kernel_w; ++kx) t += ps[at + ky * g.dilation_h * x.padded_w + kx * g.dilation_w];
+        o[ox] = t;
+      }
+    }
+  };
+  const int64_t rows = g.batch * g.out_h;
+  if (pool) {
+    if (!one_tap) pool->parallel_for(staged, 1024, sum_pixels);
+    pool->parallel_for(rows, 1, sum_rows);
+  } else {
+    if (!one_tap) sum_pixels(0, staged);
+    sum_rows(0, rows);
+  }
+}
 
 void conv_staged_avx512vnni(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq,
                             void* y, const void* residual, ThreadPool* pool) {

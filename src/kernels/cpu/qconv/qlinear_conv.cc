@@ -105,8 +105,9 @@ class QLinearConvKernel : public Kernel {
     if (const std::vector<int64_t> s = node_.attr_ints("strides"); s.size() == 2) g.stride_h = s[0], g.stride_w = s[1];
     if (const std::vector<int64_t> d = node_.attr_ints("dilations"); d.size() == 2) g.dilation_h = d[0], g.dilation_w = d[1];
     // W less its zero points: s8 as most quantizers write it (zero points 0) and where the
-    // difference stays within s8, else 16-bit values for the 16-bit tiles (u8 weights of a
-    // TFLite model, ONNX Runtime's QUInt8 ones: zero points near 128, a few values past s8).
+    // difference stays within s8; else (u8 weights of a TFLite model, ONNX Runtime's QUInt8
+    // ones: zero points near 128, a few values past s8) on AVX-512 VNNI s8 weights and a part
+    // per filter (Requantize::window_weight), elsewhere 16-bit values for the 16-bit tiles.
     std::vector<int8_t> narrow;
     const int8_t* wd = w->data<int8_t>();
     const Tensor* wz = c.size() > 5 ? c[5] : nullptr;
@@ -122,6 +123,21 @@ class QLinearConvKernel : public Kernel {
         fits = fits && v >= -128 && v <= 127;
       }
       if (!fits) {
+        // On AVX-512 VNNI, W - 128 (u8 W) or W (s8) fits s8, and the tile adds the rest times the
+        // window's sum of X (Requantize::window_weight): vpdpbusd, not the 16-bit ymm tiles.
+        const int off = w->dtype() == DType::kUInt8 ? 128 : 0;
+        narrow.resize(static_cast<size_t>(w->numel()));
+        for (int64_t i = 0; i < w->numel(); ++i)
+          narrow[static_cast<size_t>(i)] = static_cast<int8_t>(load_as_double(w->dtype(), w->raw_data(), i) - off);
+        if (!depthwise && qconv::best_direct_tile(narrow.data(), w->numel()) == qconv::Tile::kAvx512Vnni) {
+          rq_.window_weight.resize(static_cast<size_t>(filters_));
+          for (int64_t m = 0; m < filters_; ++m) {  // (W - wz) - (W - off) = off - wz, the filter's
+            const size_t first = static_cast<size_t>(m * per_filter);
+            rq_.window_weight[static_cast<size_t>(m)] = wide[first] - narrow[first];
+          }
+          packed_ = qconv::PackedWeights::pack(narrow.data(), g, qconv::Tile::kAvx512Vnni);
+          return finish_prepare(c, activated, has_table, depthwise);
+        }
         packed_ = qconv::PackedWeights::pack_wide(wide.data(), g, depthwise ? qconv::Tile::kDepthwise : qconv::Tile::kAvx2);
         return finish_prepare(c, activated, has_table, depthwise);
       }
@@ -176,7 +192,9 @@ class QLinearConvKernel : public Kernel {
     x_scale_ = x_scale;
     for (int64_t m = 0; m < filters_; ++m) {
       const size_t i = static_cast<size_t>(m);
-      rq_.bias[i] = (b ? b->data<int32_t>()[m] : 0) - zx_u8 * packed_.filter_sums()[i];
+      // sum over the window of W less its zero point: the packed weights' and window_weight's.
+      const int32_t window = rq_.window_weight.empty() ? 0 : rq_.window_weight[i] * static_cast<int32_t>(channels_ * kernel_h_ * kernel_w_);
+      rq_.bias[i] = (b ? b->data<int32_t>()[m] : 0) - zx_u8 * (packed_.filter_sums()[i] + window);
       // With an activation, the sums' float values first (Requantize::activation).
       rq_.scale[i] = x_scale * ws->data<float>()[ws->numel() == 1 ? 0 : m] / (activated ? 1.0f : y_scale);
     }
