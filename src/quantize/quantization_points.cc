@@ -37,6 +37,8 @@ bool asked_float(const QuantizeOptions& options, const ir::Node& n) {
          (!n.outputs.empty() && std::find(names.begin(), names.end(), n.outputs[0]) != names.end());
 }
 
+bool takes_parts(const ir::Node& n) { return n.domain.empty() && (n.op_type == "Split" || n.op_type == "Slice"); }
+
 Plan choose(const ir::Model& model, const passes::ValueTypes& types, const QuantizeOptions& options,
             const std::set<std::string>& float_tensors, QuantizeReport* report, const std::set<std::string>& tabled) {
   const ir::Graph& g = model.graph;
@@ -82,8 +84,7 @@ Plan choose(const ir::Model& model, const passes::ValueTypes& types, const Quant
   // of 82, stayed float, and the int8 model ran slower than the float one.)
   auto carrier = [&](const ir::Node& n) {
     const std::string& op = n.op_type;
-    // Split and Slice move elements of their first input (their other inputs are constants).
-    if (op == "Split" || op == "Slice")
+    if (takes_parts(n))
       return activation(n.inputs[0]) && std::all_of(n.inputs.begin() + 1, n.inputs.end(), [&](const std::string& in) {
                return in.empty() || constant(in);
              }) && std::all_of(n.outputs.begin(), n.outputs.end(), activation);
@@ -173,7 +174,7 @@ Plan choose(const ir::Model& model, const passes::ValueTypes& types, const Quant
       for (const ir::Node* c : carriers) {
         std::vector<std::string> outs, ins = c->inputs;
         for (const std::string& o : c->outputs) outs.push_back(through_clamp(o));
-        if (c->op_type == "Split" || c->op_type == "Slice") ins.resize(1);  // the data
+        if (takes_parts(*c)) ins.resize(1);  // the data
         if (joined.count(c) || std::any_of(outs.begin(), outs.end(), kept_float) ||
             std::any_of(ins.begin(), ins.end(), kept_float))
           continue;

@@ -346,7 +346,7 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
   std::map<std::string, std::string> shares;  // point -> the point whose parameters it takes
   const std::set<std::string> point_set(calibrated.begin(), calibrated.end());
   for (const ir::Node& n : model.graph.nodes) {
-    const bool picks = n.op_type == "MaxPool" ? n.outputs.size() == 1 : n.op_type == "Split" || n.op_type == "Slice";
+    const bool picks = n.op_type == "MaxPool" ? n.outputs.size() == 1 : takes_parts(n);
     if (!n.domain.empty() || !picks || n.inputs.empty() || !point_set.count(n.inputs[0])) continue;
     for (const std::string& o : n.outputs)
       if (point_set.count(o)) shares[o] = n.inputs[0];

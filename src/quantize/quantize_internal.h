@@ -115,6 +115,9 @@ Result<std::unique_ptr<Session>> probe(const ir::Model& model, const std::vector
 
 // Whether `options` asks for node n (by name, or by its first output's) to stay float.
 bool asked_float(const QuantizeOptions& options, const ir::Node& n);
+// Whether n's outputs are parts of its first input, its other inputs constants (Split, Slice):
+// the quantizer's carriers whose parts keep the input's parameters (quantization_points.cc).
+bool takes_parts(const ir::Node& n);
 
 // The name reports and keep_float know node n by: its name, else its first output's.
 inline std::string node_label(const ir::Node& n) { return n.name.empty() ? n.outputs[0] : n.name; }

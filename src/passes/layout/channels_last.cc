@@ -45,6 +45,16 @@ Perm inverse(const Perm& p) {
   return q;
 }
 
+// Node n (Concat, Split) read on its input before Transpose p rather than after: its `axis`
+// (default 0) becomes p[axis]. False, n unchanged, where the axis is out of range.
+bool permute_axis(ir::Node& n, const Perm& p) {
+  const int64_t r = static_cast<int64_t>(p.size()), k = n.attr_int("axis", 0);
+  if (k < -r || k >= r) return false;
+  std::erase_if(n.attrs, [](const ir::Attribute& a) { return a.name == "axis"; });
+  n.attrs.push_back(ir::Attribute::of_int("axis", p[static_cast<size_t>(k < 0 ? k + r : k)]));
+  return true;
+}
+
 // The perm of a standard Transpose with an explicit, valid one, or empty.
 Perm transpose_perm(const ir::Node* n) {
   if (!is_onnx_op(n, "Transpose") || n->inputs.size() != 1 || n->outputs.size() != 1) return {};
@@ -183,6 +193,8 @@ class ChannelsLast : public Pass {
     std::vector<ir::Node> put;
     std::map<std::string, std::string> becomes;  // each input of e -> what the moved op reads
     ir::Node moved = *e;
+    // Concat of T(a), T(b), ... along k = T(Concat of a, b, ... along p[k])
+    if (concat && !permute_axis(moved, p)) return false;
     for (size_t i = 0; i < moved.inputs.size(); ++i) {
       std::string& in = moved.inputs[i];
       if (in.empty() || position_free(moved, i)) continue;
@@ -210,12 +222,6 @@ class ChannelsLast : public Pass {
         inverses_.insert(to);
       }
       in = to;
-    }
-    if (concat) {  // Concat of T(a), T(b), ... along k = T(Concat of a, b, ... along p[k])
-      const int64_t k = e->attr_int("axis", 0);
-      if (k < -r || k >= r) return false;
-      std::erase_if(moved.attrs, [](const ir::Attribute& a) { return a.name == "axis"; });
-      moved.attrs.push_back(ir::Attribute::of_int("axis", p[static_cast<size_t>(k < 0 ? k + r : k)]));
     }
     const std::string out = e->outputs[0];
     moved.outputs[0] = fresh_name(g, out + "_untransposed");
@@ -252,14 +258,12 @@ class ChannelsLast : public Pass {
   // their Transposes then cancel against those of the 8-bit convs reading them).
   bool sink_below_split(ir::Graph& g, const ir::Node& t, const ir::Node& split) {
     const Perm p = transpose_perm(&t);
-    const int64_t r = static_cast<int64_t>(p.size()), k = split.attr_int("axis", 0);
-    if (k < -r || k >= r) return false;
+    const int64_t r = static_cast<int64_t>(p.size());
     for (const std::string& o : split.outputs)
       if (o.empty() || is_graph_output(g, o)) return false;
     ir::Node moved = split;
+    if (!permute_axis(moved, p)) return false;
     moved.inputs[0] = t.inputs[0];
-    std::erase_if(moved.attrs, [](const ir::Attribute& a) { return a.name == "axis"; });
-    moved.attrs.push_back(ir::Attribute::of_int("axis", p[static_cast<size_t>(k < 0 ? k + r : k)]));
     std::vector<ir::Node> put;
     for (std::string& o : moved.outputs) {
       const std::string part = fresh_name(g, o + "_untransposed");
