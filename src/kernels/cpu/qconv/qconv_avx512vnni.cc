@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <optional>
 
@@ -66,134 +67,176 @@ struct ResidualAdd {
   }
 };
 
+// A tile's store: its sums (the bias in them) to 8-bit codes (CodeStore) or floats (FloatStore),
+// a pixel's B blocks at a time. Each holds the constants of a run of tiles, and the tiles are
+// instantiated for each store (VnniTiles::run picks it once a run), so that the sums stay in
+// registers: a store that might add a residual or activate, decided tile by tile, kept every
+// tile's 24 sums in memory (half of a 16 -> 64 1x1 conv's time went to that and to reloading
+// the constants).
+//
+// 8-bit codes of up to four blocks (64 filters) a pixel leave as one store: the saturating packs
+// narrow them (blocks past B packed as zeros, bytes past the filters masked off) and do the lower
+// clamp (a sum too negative for cvtps' int32 gives INT_MIN, which saturates to the lowest code
+// too); the zero point is added to the 16-bit values, saturating, which clamps the same as adding
+// it to the int32 ones first. The upper clamp stays in float, where a huge positive sum would
+// otherwise wrap: a min against +inf where no scale reaches 0.5 (Requantize::needs_float_clamp).
+// With kResidual (rq.add), the codes stored are the residual add's (ResidualAdd); with
+// kActivated (rq.activation), the float values go through it first.
+template <int B, bool kActivated, bool kResidual>
+struct CodeStore {
+  static constexpr bool kShort = !kActivated && !kResidual;
+  const Requantize& rq;
+  int8_t* y;
+  const char* residual;
+  std::optional<ResidualAdd> add;
+  __m512 scale[B], hi;
+  __m512i zp;
+  __mmask16 lanes_of[B];
+  __mmask64 mask;
+  bool s8;
+
+  CodeStore(const TilePlan& plan, int64_t m0)
+      : rq(plan.rq), y(static_cast<int8_t*>(plan.y) + m0), residual(kResidual ? static_cast<const char*>(plan.residual) + m0 : nullptr) {
+    const int64_t count = std::min<int64_t>(B * 16, plan.g.filters - m0);
+    if constexpr (kResidual) add.emplace(rq);
+    hi = _mm512_set1_ps(plan.clamp_high ? static_cast<float>(rq.hi - rq.zero_point) : INFINITY);
+    zp = _mm512_set1_epi16(static_cast<int16_t>(kResidual ? static_cast<int32_t>(rq.add->p.cz) : rq.zero_point));
+    for (int b = 0; b < B; ++b) {
+      lanes_of[b] = static_cast<__mmask16>((1u << std::clamp<int64_t>(count - b * 16, 0, 16)) - 1);
+      scale[b] = _mm512_maskz_loadu_ps(lanes_of[b], rq.scale.data() + m0 + b * 16);
+    }
+    mask = count >= 64 ? ~__mmask64{0} : (__mmask64{1} << count) - 1;
+    s8 = rq.output == Output::kS8;
+  }
+
+  // One pixel's sums, to Y at `at` (its first filter's offset less m0).
+  [[gnu::always_inline]] void operator()(const __m512i (&sums)[B], int64_t at) const {
+    __m512 f[B];
+    for (int b = 0; b < B; ++b) f[b] = _mm512_mul_ps(_mm512_cvtepi32_ps(sums[b]), scale[b]);
+    if constexpr (kActivated) activate<B>(rq, f);
+    __m512i q[4];
+    for (int b = 0; b < 4; ++b) {
+      if (b >= B) {
+        q[b] = _mm512_setzero_si512();
+        continue;
+      }
+      q[b] = _mm512_cvtps_epi32(_mm512_min_ps(f[b], hi));
+      if constexpr (kResidual) {
+        const __m128i r = _mm_maskz_loadu_epi8(lanes_of[b], residual + at + b * 16);
+        q[b] = (*add)(q[b], s8 ? _mm512_cvtepi8_epi32(r) : _mm512_cvtepu8_epi32(r));
+      }
+    }
+    const __m512i w01 = _mm512_adds_epi16(_mm512_packs_epi32(q[0], q[1]), zp);
+    const __m512i w23 = _mm512_adds_epi16(_mm512_packs_epi32(q[2], q[3]), zp);
+    const __m512i bytes = s8 ? _mm512_packs_epi16(w01, w23) : _mm512_packus_epi16(w01, w23);
+    // Dword d of the packed vector holds block d % 4's channels 4 (d / 4) .. 4 (d / 4) + 3.
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_mask_storeu_epi8(y + at, mask, _mm512_permutexvar_epi32(order, bytes));
+  }
+
+  // The residual codes of the pixel at `at`, on their way while its sums run.
+  void prefetch(int64_t at) const {
+    if constexpr (kResidual) _mm_prefetch(residual + at, _MM_HINT_T0);
+  }
+};
+
+template <int B>
+struct FloatStore {
+  static constexpr bool kShort = true;
+  float* y;
+  __m512 scale[B];
+  __mmask16 lanes_of[B];
+
+  FloatStore(const TilePlan& plan, int64_t m0) : y(static_cast<float*>(plan.y) + m0) {
+    for (int b = 0; b < B; ++b) {
+      lanes_of[b] = static_cast<__mmask16>((1u << std::clamp<int64_t>(plan.g.filters - m0 - b * 16, 0, 16)) - 1);
+      scale[b] = _mm512_maskz_loadu_ps(lanes_of[b], plan.rq.scale.data() + m0 + b * 16);
+    }
+  }
+
+  [[gnu::always_inline]] void operator()(const __m512i (&sums)[B], int64_t at) const {
+    for (int b = 0; b < B; ++b)
+      _mm512_mask_storeu_ps(y + at + b * 16, lanes_of[b], _mm512_mul_ps(_mm512_cvtepi32_ps(sums[b]), scale[b]));
+  }
+
+  void prefetch(int64_t) const {}
+};
+
 struct VnniTiles {
   static constexpr int kPixels = 6, kMaxBlocks = 4;
 
-  // 8-bit codes of up to four blocks (64 filters) a pixel leave as one store: the saturating
-  // packs narrow them (blocks past B packed as zeros, bytes past the filters masked off) and do
-  // the lower clamp (a sum too negative for cvtps' int32 gives INT_MIN, which saturates to the
-  // lowest code too); the zero point is added to the 16-bit values, saturating, which clamps the
-  // same as adding it to the int32 ones first. The upper clamp stays in float, where a huge
-  // positive sum would otherwise wrap: needed only where a scale reaches 0.5 (Requantize::needs_float_clamp).
-  // With rq.add, the codes stored are the residual add's (ResidualAdd); with rq.activation, the
-  // float values go through it first.
-  template <int B, bool kClampHigh, bool kActivated = false>
-  static void store_packed(const TilePlan& plan, __m512i (&acc)[kPixels][B], int64_t p0, int rows, int64_t m0) {
-    const Requantize& rq = plan.rq;
-    const int64_t filters = plan.g.filters, count = std::min<int64_t>(B * 16, filters - m0);
-    const __m512 hi = _mm512_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
-    const char* residual = static_cast<const char*>(plan.residual);
-    const std::optional<ResidualAdd> add = residual ? std::optional<ResidualAdd>(ResidualAdd(rq)) : std::nullopt;
-    const bool s8 = rq.output == Output::kS8;
-    const int32_t zero_point = residual ? static_cast<int32_t>(rq.add->p.cz) : rq.zero_point;
-    const __m512i zp = _mm512_set1_epi16(static_cast<int16_t>(zero_point));
-    __m512 scale[B];
+  // Pixels [p_begin, p_end), 6 a tile, x blocks [b0, b0 + B), stored by Store.
+  template <int B, class Store>
+  static void tiles(const TilePlan& plan, int64_t p_begin, int64_t p_end, int64_t b0) {
+    const Store store(plan, b0 * 16);
+    const int64_t filters = plan.g.filters, quads = plan.w.steps(), wstride = plan.w.block_bytes();
     __mmask16 lanes_of[B];
-    for (int b = 0; b < B; ++b) {
-      const int64_t lanes = std::clamp<int64_t>(count - b * 16, 0, 16);
-      lanes_of[b] = static_cast<__mmask16>((1u << lanes) - 1);
-      scale[b] = _mm512_maskz_loadu_ps(lanes_of[b], rq.scale.data() + m0 + b * 16);
-    }
-    const __mmask64 store_mask = count >= 64 ? ~__mmask64{0} : (__mmask64{1} << count) - 1;
-    // Dword d of the packed vector holds block d % 4's channels 4 (d / 4) .. 4 (d / 4) + 3.
-    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    for (int i = 0; i < rows; ++i) {
-      const int64_t at = (p0 + i) * filters + m0;
-      __m512 activated[B];  // (computed in the loop below where there is no activation: 4% of mobilenet_v2)
-      if constexpr (kActivated) {
-        for (int b = 0; b < B; ++b) activated[b] = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][b]), scale[b]);
-        activate<B>(rq, activated);
-      }
-      __m512i q[4];
-      for (int b = 0; b < 4; ++b) {
-        if (b >= B) {
-          q[b] = _mm512_setzero_si512();
-          continue;
-        }
-        const __m512 f = kActivated ? activated[b] : _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][b]), scale[b]);
-        q[b] = _mm512_cvtps_epi32(kClampHigh ? _mm512_min_ps(f, hi) : f);
-        if (residual) {
-          const __m128i r = _mm_maskz_loadu_epi8(lanes_of[b], residual + at + b * 16);
-          q[b] = (*add)(q[b], s8 ? _mm512_cvtepi8_epi32(r) : _mm512_cvtepu8_epi32(r));
-        }
-      }
-      const __m512i w01 = _mm512_adds_epi16(_mm512_packs_epi32(q[0], q[1]), zp);
-      const __m512i w23 = _mm512_adds_epi16(_mm512_packs_epi32(q[2], q[3]), zp);
-      const __m512i bytes = s8 ? _mm512_packs_epi16(w01, w23) : _mm512_packus_epi16(w01, w23);
-      _mm512_mask_storeu_epi8(static_cast<int8_t*>(plan.y) + at, store_mask,
-                              _mm512_permutexvar_epi32(order, bytes));
-    }
-  }
-
-  // Stores `rows` pixels' sums (the bias in them already) of B blocks from filter m0: 8-bit codes
-  // (store_packed), or floats.
-  template <int B>
-  static void store(const TilePlan& plan, __m512i (&acc)[kPixels][B], int64_t p0, int rows, int64_t m0) {
-    const Requantize& rq = plan.rq;
-    if (rq.output != Output::kFloat) {
-      if (rq.activated()) return store_packed<B, true, true>(plan, acc, p0, rows, m0);  // (clamp_high)
-      if (plan.clamp_high) return store_packed<B, true>(plan, acc, p0, rows, m0);
-      return store_packed<B, false>(plan, acc, p0, rows, m0);
-    }
-    const int64_t filters = plan.g.filters;
-    for (int b = 0; b < B; ++b) {
-      const int64_t m = m0 + b * 16;
-      const __mmask16 mask = static_cast<__mmask16>((1u << std::min<int64_t>(16, filters - m)) - 1);
-      const __m512 scale = _mm512_maskz_loadu_ps(mask, rq.scale.data() + m);
-      for (int i = 0; i < rows; ++i) {
-        const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][b]), scale);
-        _mm512_mask_storeu_ps(static_cast<float*>(plan.y) + (p0 + i) * filters + m, mask, f);
-      }
-    }
-  }
-
-  // Pixels [p0, p0 + rows) x blocks [b0, b0 + B).
-  template <int B>
-  static void tile(const TilePlan& plan, int64_t p0, int rows, int64_t b0) {
-    const char* px[kPixels];
-    windows(plan, p0, rows, px, kPixels);
-    // The sums start from the bias (lanes past the filters: 0).
-    __m512i acc[kPixels][B];
-    for (int b = 0; b < B; ++b) {
-      const int64_t m = (b0 + b) * 16, lanes = std::min<int64_t>(16, plan.g.filters - m);
-      const __m512i bias = _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << lanes) - 1), plan.rq.bias.data() + m);
-      for (auto& row : acc) row[b] = bias;
-    }
-    if (plan.residual)  // the store's residual codes, on their way while the sums run
-      for (int i = 0; i < rows; ++i)
-        _mm_prefetch(static_cast<const char*>(plan.residual) + (p0 + i) * plan.g.filters + b0 * 16, _MM_HINT_T0);
-    const int64_t quads = plan.w.steps(), wstride = plan.w.block_bytes();
-    const int8_t* w = plan.w.block(b0);
-    for (const int64_t off : plan.tap_offsets) {
-      const char* p[kPixels];
-      for (int i = 0; i < kPixels; ++i) p[i] = px[i] + off;
-      for (int64_t q = 0; q < quads; ++q, w += 64) {
-        __m512i wv[B];
-        for (int b = 0; b < B; ++b) wv[b] = _mm512_loadu_si512(w + b * wstride);
-#pragma GCC unroll 6
-        for (int i = 0; i < kPixels; ++i) {
-          const __m512i a = _mm512_set1_epi32(load_u32(p[i] + q * 4));
-          for (int b = 0; b < B; ++b) acc[i][b] = _mm512_dpbusd_epi32(acc[i][b], a, wv[b]);
-        }
-      }
-    }
-    if (plan.x.window_sums)  // weights packed less a part per filter (Requantize::window_weight)
+    for (int b = 0; b < B; ++b)
+      lanes_of[b] = static_cast<__mmask16>((1u << std::clamp<int64_t>(filters - (b0 + b) * 16, 0, 16)) - 1);
+    for (int64_t p0 = p_begin; p0 < p_end; p0 += kPixels) {
+      const int rows = static_cast<int>(std::min<int64_t>(kPixels, p_end - p0));
+      const char* px[kPixels];
+      windows(plan, p0, rows, px, kPixels);
+      // The sums start from the bias (lanes past the filters: 0).
+      __m512i acc[kPixels][B];
       for (int b = 0; b < B; ++b) {
-        const int64_t m = (b0 + b) * 16, lanes = std::min<int64_t>(16, plan.g.filters - m);
-        const __m512i c =
-            _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << lanes) - 1), plan.rq.window_weight.data() + m);
-        for (int i = 0; i < rows; ++i)
-          acc[i][b] = _mm512_add_epi32(acc[i][b], _mm512_mullo_epi32(c, _mm512_set1_epi32(plan.x.window_sums[p0 + i])));
+        const __m512i bias = _mm512_maskz_loadu_epi32(lanes_of[b], plan.rq.bias.data() + (b0 + b) * 16);
+        for (auto& row : acc) row[b] = bias;
       }
-    store<B>(plan, acc, p0, rows, b0 * 16);
+      for (int i = 0; i < rows; ++i) store.prefetch((p0 + i) * filters);
+      const int8_t* w = plan.w.block(b0);
+      for (const int64_t off : plan.tap_offsets) {
+        const char* p[kPixels];
+        for (int i = 0; i < kPixels; ++i) p[i] = px[i] + off;
+        for (int64_t q = 0; q < quads; ++q, w += 64) {
+          __m512i wv[B];
+          for (int b = 0; b < B; ++b) wv[b] = _mm512_loadu_si512(w + b * wstride);
+#pragma GCC unroll 6
+          for (int i = 0; i < kPixels; ++i) {
+            const __m512i a = _mm512_set1_epi32(load_u32(p[i] + q * 4));
+            for (int b = 0; b < B; ++b) acc[i][b] = _mm512_dpbusd_epi32(acc[i][b], a, wv[b]);
+          }
+        }
+      }
+      if (plan.x.window_sums)  // weights packed less a part per filter (Requantize::window_weight)
+#pragma GCC unroll 4
+        for (int b = 0; b < B; ++b) {
+          const __m512i c = _mm512_maskz_loadu_epi32(lanes_of[b], plan.rq.window_weight.data() + (b0 + b) * 16);
+#pragma GCC unroll 6
+          for (int i = 0; i < kPixels; ++i)
+            if (i < rows)
+              acc[i][b] = _mm512_add_epi32(acc[i][b], _mm512_mullo_epi32(c, _mm512_set1_epi32(plan.x.window_sums[p0 + i])));
+        }
+      // Plain stores to kPixels, unrolled, so that acc's indices are constants and the sums stay
+      // in registers (a loop to `rows` kept them in memory). A store that adds a residual or
+      // activates is long: six of it inline ran a residual 1x1 conv of resnet50 20 % slower.
+      if constexpr (Store::kShort) {
+#pragma GCC unroll 6
+        for (int i = 0; i < kPixels; ++i)
+          if (i < rows) store(acc[i], (p0 + i) * filters);
+      } else {
+        for (int i = 0; i < rows; ++i) store(acc[i], (p0 + i) * filters);
+      }
+    }
   }
 
-  static void run(const TilePlan& plan, int64_t p0, int rows, int64_t b0, int blocks) {
+  template <int B>
+  static void tiles_storing(const TilePlan& plan, int64_t p_begin, int64_t p_end, int64_t b0) {
+    const Requantize& rq = plan.rq;
+    if (rq.output == Output::kFloat) return tiles<B, FloatStore<B>>(plan, p_begin, p_end, b0);
+    if (rq.activated())
+      return plan.residual ? tiles<B, CodeStore<B, true, true>>(plan, p_begin, p_end, b0)
+                           : tiles<B, CodeStore<B, true, false>>(plan, p_begin, p_end, b0);
+    return plan.residual ? tiles<B, CodeStore<B, false, true>>(plan, p_begin, p_end, b0)
+                         : tiles<B, CodeStore<B, false, false>>(plan, p_begin, p_end, b0);
+  }
+
+  static void run(const TilePlan& plan, int64_t p_begin, int64_t p_end, int64_t b0, int blocks) {
     switch (blocks) {
-      case 4: return tile<4>(plan, p0, rows, b0);
-      case 3: return tile<3>(plan, p0, rows, b0);
-      case 2: return tile<2>(plan, p0, rows, b0);
-      default: return tile<1>(plan, p0, rows, b0);
+      case 4: return tiles_storing<4>(plan, p_begin, p_end, b0);
+      case 3: return tiles_storing<3>(plan, p_begin, p_end, b0);
+      case 2: return tiles_storing<2>(plan, p_begin, p_end, b0);
+      default: return tiles_storing<1>(plan, p_begin, p_end, b0);
     }
   }
 };

@@ -92,7 +92,8 @@ inline void windows(const TilePlan& plan, int64_t p0, int rows, const char** px,
 
 inline constexpr int64_t kRunMajorWeightBytes = 256 << 10;
 
-// Runs Tiles::tile<B>(plan, p0, rows, b0) over every pixel and block, B up to Tiles::kMaxBlocks.
+// Runs Tiles::run(plan, p_begin, p_end, b0, blocks) over every pixel and block: runs of
+// kTilesAnItem tiles of kPixels pixels, blocks up to Tiles::kMaxBlocks.
 template <class Tiles>
 void drive(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq, void* y,
            const void* residual, int64_t element, ThreadPool* pool) {
@@ -119,12 +120,8 @@ void drive(const Geometry& g, const Staged& x, const PackedWeights& w, const Req
     for (int64_t item = begin; item < end; ++item) {
       const int64_t group = run_major ? item % groups : item / runs, run = run_major ? item / groups : item % runs;
       const int64_t b0 = group * kMaxBlocks, blocks = std::min<int64_t>(kMaxBlocks, w.blocks() - b0);
-      const int64_t t_end = std::min(tiles, (run + 1) * kTilesAnItem);
-      for (int64_t t = run * kTilesAnItem; t < t_end; ++t) {
-        const int64_t p0 = t * kPixels;
-        const int rows = static_cast<int>(std::min<int64_t>(kPixels, pixels - p0));
-        Tiles::run(plan, p0, rows, b0, static_cast<int>(blocks));
-      }
+      const int64_t p_begin = run * kTilesAnItem * kPixels;
+      Tiles::run(plan, p_begin, std::min(pixels, p_begin + kTilesAnItem * kPixels), b0, static_cast<int>(blocks));
     }
   };
   const int64_t items = groups * runs;

@@ -178,8 +178,14 @@ struct YmmTiles {
     }
   }
 
+  // Pixels [p_begin, p_end), 6 a tile, x block b0.
+  static void run(const TilePlan& plan, int64_t p_begin, int64_t p_end, int64_t b0, int) {
+    for (int64_t p0 = p_begin; p0 < p_end; p0 += kPixels)
+      tile(plan, p0, static_cast<int>(std::min<int64_t>(kPixels, p_end - p0)), b0);
+  }
+
   // Pixels [p0, p0 + rows) x block b0. The sums start from the bias.
-  static void run(const TilePlan& plan, int64_t p0, int rows, int64_t b0, int) {
+  static void tile(const TilePlan& plan, int64_t p0, int rows, int64_t b0) {
     const char* px[kPixels];
     windows(plan, p0, rows, px, kPixels);
     __m256i bias[2];
