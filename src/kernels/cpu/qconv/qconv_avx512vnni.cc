@@ -8,7 +8,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <optional>
 
@@ -79,10 +78,11 @@ struct ResidualAdd {
 // clamp (a sum too negative for cvtps' int32 gives INT_MIN, which saturates to the lowest code
 // too); the zero point is added to the 16-bit values, saturating, which clamps the same as adding
 // it to the int32 ones first. The upper clamp stays in float, where a huge positive sum would
-// otherwise wrap: a min against +inf where no scale reaches 0.5 (Requantize::needs_float_clamp).
+// otherwise wrap: only where a scale reaches 0.5 or an activation ran (kClampHigh:
+// Requantize::needs_float_clamp; the min where not needed cost a 16 -> 96 1x1 conv 8 %).
 // With kResidual (rq.add), the codes stored are the residual add's (ResidualAdd); with
 // kActivated (rq.activation), the float values go through it first.
-template <int B, bool kActivated, bool kResidual>
+template <int B, bool kActivated, bool kResidual, bool kClampHigh>
 struct CodeStore {
   static constexpr bool kShort = !kActivated && !kResidual;
   const Requantize& rq;
@@ -99,7 +99,7 @@ struct CodeStore {
       : rq(plan.rq), y(static_cast<int8_t*>(plan.y) + m0), residual(kResidual ? static_cast<const char*>(plan.residual) + m0 : nullptr) {
     const int64_t count = std::min<int64_t>(B * 16, plan.g.filters - m0);
     if constexpr (kResidual) add.emplace(rq);
-    hi = _mm512_set1_ps(plan.clamp_high ? static_cast<float>(rq.hi - rq.zero_point) : INFINITY);
+    hi = _mm512_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
     zp = _mm512_set1_epi16(static_cast<int16_t>(kResidual ? static_cast<int32_t>(rq.add->p.cz) : rq.zero_point));
     for (int b = 0; b < B; ++b) {
       lanes_of[b] = static_cast<__mmask16>((1u << std::clamp<int64_t>(count - b * 16, 0, 16)) - 1);
@@ -120,7 +120,7 @@ struct CodeStore {
         q[b] = _mm512_setzero_si512();
         continue;
       }
-      q[b] = _mm512_cvtps_epi32(_mm512_min_ps(f[b], hi));
+      q[b] = _mm512_cvtps_epi32(kClampHigh ? _mm512_min_ps(f[b], hi) : f[b]);
       if constexpr (kResidual) {
         const __m128i r = _mm_maskz_loadu_epi8(lanes_of[b], residual + at + b * 16);
         q[b] = (*add)(q[b], s8 ? _mm512_cvtepi8_epi32(r) : _mm512_cvtepu8_epi32(r));
@@ -224,11 +224,12 @@ struct VnniTiles {
   static void tiles_storing(const TilePlan& plan, int64_t p_begin, int64_t p_end, int64_t b0) {
     const Requantize& rq = plan.rq;
     if (rq.output == Output::kFloat) return tiles<B, FloatStore<B>>(plan, p_begin, p_end, b0);
-    if (rq.activated())
-      return plan.residual ? tiles<B, CodeStore<B, true, true>>(plan, p_begin, p_end, b0)
-                           : tiles<B, CodeStore<B, true, false>>(plan, p_begin, p_end, b0);
-    return plan.residual ? tiles<B, CodeStore<B, false, true>>(plan, p_begin, p_end, b0)
-                         : tiles<B, CodeStore<B, false, false>>(plan, p_begin, p_end, b0);
+    if (rq.activated())  // (its values clamped: needs_float_clamp)
+      return plan.residual ? tiles<B, CodeStore<B, true, true, true>>(plan, p_begin, p_end, b0)
+                           : tiles<B, CodeStore<B, true, false, true>>(plan, p_begin, p_end, b0);
+    if (plan.residual) return tiles<B, CodeStore<B, false, true, true>>(plan, p_begin, p_end, b0);
+    return plan.clamp_high ? tiles<B, CodeStore<B, false, false, true>>(plan, p_begin, p_end, b0)
+                           : tiles<B, CodeStore<B, false, false, false>>(plan, p_begin, p_end, b0);
   }
 
   static void run(const TilePlan& plan, int64_t p_begin, int64_t p_end, int64_t b0, int blocks) {
