@@ -96,14 +96,15 @@ struct ResidualAdd {
 // saturating packs narrow and clamp below (a sum too negative for cvtps' int32 gives INT_MIN,
 // which saturates to the lowest code too), the zero point is added to the 16-bit values,
 // saturating; the upper clamp stays in float, where a huge positive sum would otherwise wrap,
-// only where a scale reaches 0.5 (clamp_high: Requantize::needs_float_clamp). With `add`
+// only where a scale reaches 0.5 (kClampHigh: Requantize::needs_float_clamp). With `add`
 // (rq.add's), `residual` is the pixel's first filter in R, and the codes stored are the add's;
 // with rq.activation, the float values go through it first.
 // (kActivated, rq.activated(), a template parameter: a store that might activate cost AVX2's
 // int8 mobilenet_v2 12 % and resnet50 3 % where it never did; store_ymm_sums picks it.)
-template <bool kActivated>
-inline void store_ymm_sums_as(const Requantize& rq, bool clamp_high, const __m256 (&scale)[2], __m256i s0, __m256i s1,
-                              char* out, int64_t count, const ResidualAdd* add, const char* residual) {
+template <bool kActivated, bool kClampHigh>
+[[gnu::always_inline]] inline void store_ymm_sums_as(const Requantize& rq, const __m256 (&scale)[2], __m256i s0,
+                                                     __m256i s1, char* out, int64_t count, const ResidualAdd* add,
+                                                     const char* residual) {
   __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(s0), scale[0]);
   __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(s1), scale[1]);
   if constexpr (kActivated) {
@@ -118,8 +119,8 @@ inline void store_ymm_sums_as(const Requantize& rq, bool clamp_high, const __m25
     return;
   }
   const __m256 hi = _mm256_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
-  __m256i q0 = _mm256_cvtps_epi32(clamp_high ? _mm256_min_ps(f0, hi) : f0);
-  __m256i q1 = _mm256_cvtps_epi32(clamp_high ? _mm256_min_ps(f1, hi) : f1);
+  __m256i q0 = _mm256_cvtps_epi32(kClampHigh ? _mm256_min_ps(f0, hi) : f0);
+  __m256i q1 = _mm256_cvtps_epi32(kClampHigh ? _mm256_min_ps(f1, hi) : f1);
   const int16_t zero_point = static_cast<int16_t>(add ? add->cz : rq.zero_point);
   if (add) {
     __m256i b[2];
@@ -134,9 +135,11 @@ inline void store_ymm_sums_as(const Requantize& rq, bool clamp_high, const __m25
 inline void store_ymm_sums(const Requantize& rq, bool clamp_high, const __m256 (&scale)[2], __m256i s0, __m256i s1,
                            char* out, int64_t count, const ResidualAdd* add = nullptr, const char* residual = nullptr) {
   if (rq.activated())
-    store_ymm_sums_as<true>(rq, clamp_high, scale, s0, s1, out, count, add, residual);
+    store_ymm_sums_as<true, true>(rq, scale, s0, s1, out, count, add, residual);
+  else if (clamp_high)
+    store_ymm_sums_as<false, true>(rq, scale, s0, s1, out, count, add, residual);
   else
-    store_ymm_sums_as<false>(rq, clamp_high, scale, s0, s1, out, count, add, residual);
+    store_ymm_sums_as<false, false>(rq, scale, s0, s1, out, count, add, residual);
 }
 
 // The tiles' inner loop: `steps` steps, each one 4-byte broadcast of every row's input (p[i] + 4
@@ -157,52 +160,107 @@ __attribute__((always_inline)) inline void add_steps(const char* const (&p)[kRow
   }
 }
 
+// The ymm tiles' stores, as the VNNI tile's (qconv_avx512vnni.cc): each holds the constants of
+// a run of tiles, and the tiles are instantiated for each, picked once a run, so that the sums
+// stay in registers where the store is short. YmmCodeStore is store_ymm_sums_as with its
+// choices fixed; YmmFloatStore the floats.
+template <bool kActivated, bool kResidual, bool kClampHigh>
+struct YmmCodeStore {
+  static constexpr bool kShort = !kActivated && !kResidual;
+  const Requantize& rq;
+  char* y;
+  const char* residual;
+  int64_t count;
+  std::optional<ResidualAdd> add;
+  __m256 scale[2];
+
+  YmmCodeStore(const TilePlan& plan, int64_t m0)
+      : rq(plan.rq), y(static_cast<char*>(plan.y) + m0),
+        residual(kResidual ? static_cast<const char*>(plan.residual) + m0 : nullptr),
+        count(std::min<int64_t>(16, plan.g.filters - m0)) {
+    if constexpr (kResidual) add.emplace(rq);
+    __m256i bits[2];
+    load_in_tile_order(reinterpret_cast<const int32_t*>(rq.scale.data() + m0), count, bits);
+    scale[0] = _mm256_castsi256_ps(bits[0]), scale[1] = _mm256_castsi256_ps(bits[1]);
+  }
+
+  [[gnu::always_inline]] void operator()(__m256i s0, __m256i s1, int64_t at) const {
+    store_ymm_sums_as<kActivated, kClampHigh>(rq, scale, s0, s1, y + at, count, kResidual ? &*add : nullptr,
+                                              kResidual ? residual + at : nullptr);
+  }
+
+  void prefetch(int64_t at) const {
+    if constexpr (kResidual) _mm_prefetch(residual + at, _MM_HINT_T0);
+  }
+};
+
+struct YmmFloatStore {
+  static constexpr bool kShort = true;
+  float* y;
+  int64_t count;
+  __m256 scale[2];
+
+  YmmFloatStore(const TilePlan& plan, int64_t m0)
+      : y(static_cast<float*>(plan.y) + m0), count(std::min<int64_t>(16, plan.g.filters - m0)) {
+    __m256i bits[2];
+    load_in_tile_order(reinterpret_cast<const int32_t*>(plan.rq.scale.data() + m0), count, bits);
+    scale[0] = _mm256_castsi256_ps(bits[0]), scale[1] = _mm256_castsi256_ps(bits[1]);
+  }
+
+  [[gnu::always_inline]] void operator()(__m256i s0, __m256i s1, int64_t at) const {
+    const __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(s0), scale[0]);
+    const __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(s1), scale[1]);
+    _mm256_maskstore_ps(y + at, first_lanes(count), _mm256_permute2f128_ps(f0, f1, 0x20));
+    _mm256_maskstore_ps(y + at + 8, first_lanes(count - 8), _mm256_permute2f128_ps(f0, f1, 0x31));
+  }
+
+  void prefetch(int64_t) const {}
+};
+
 template <class Step>
 struct YmmTiles {
   static constexpr int kPixels = 6, kMaxBlocks = 1;
 
-  // Stores `rows` pixels' sums of the block from filter m0 (store_ymm_sums).
-  static void store(const TilePlan& plan, __m256i (&acc)[kPixels][2], int64_t p0, int rows, int64_t m0) {
-    const Requantize& rq = plan.rq;
-    const int64_t filters = plan.g.filters, count = std::min<int64_t>(16, filters - m0);
-    const size_t elem = rq.output == Output::kFloat ? 4 : 1;
-    __m256i scale_bits[2];
-    load_in_tile_order(reinterpret_cast<const int32_t*>(rq.scale.data() + m0), count, scale_bits);
-    const __m256 scale[2] = {_mm256_castsi256_ps(scale_bits[0]), _mm256_castsi256_ps(scale_bits[1])};
-    const char* residual = static_cast<const char*>(plan.residual);
-    const std::optional<ResidualAdd> add = residual ? std::optional<ResidualAdd>(ResidualAdd(rq)) : std::nullopt;
-    for (int i = 0; i < rows; ++i) {
-      const int64_t at = (p0 + i) * filters + m0;
-      store_ymm_sums(rq, plan.clamp_high, scale, acc[i][0], acc[i][1], static_cast<char*>(plan.y) + at * elem, count,
-                     add ? &*add : nullptr, add ? residual + at : nullptr);
-    }
-  }
-
-  // Pixels [p_begin, p_end), 6 a tile, x block b0.
-  static void run(const TilePlan& plan, int64_t p_begin, int64_t p_end, int64_t b0, int) {
-    for (int64_t p0 = p_begin; p0 < p_end; p0 += kPixels)
-      tile(plan, p0, static_cast<int>(std::min<int64_t>(kPixels, p_end - p0)), b0);
-  }
-
-  // Pixels [p0, p0 + rows) x block b0. The sums start from the bias.
-  static void tile(const TilePlan& plan, int64_t p0, int rows, int64_t b0) {
-    const char* px[kPixels];
-    windows(plan, p0, rows, px, kPixels);
+  // Pixels [p_begin, p_end), 6 a tile, x block b0, stored by Store. The sums start from the bias.
+  template <class Store>
+  static void tiles(const TilePlan& plan, int64_t p_begin, int64_t p_end, int64_t b0) {
+    const Store store(plan, b0 * 16);
+    const int64_t filters = plan.g.filters, steps = plan.w.steps();
     __m256i bias[2];
-    load_in_tile_order(plan.rq.bias.data() + b0 * 16, std::min<int64_t>(16, plan.g.filters - b0 * 16), bias);
-    __m256i acc[kPixels][2];
-    for (auto& row : acc) row[0] = bias[0], row[1] = bias[1];
-    if (plan.residual)  // the store's residual codes, on their way while the sums run
-      for (int i = 0; i < rows; ++i)
-        _mm_prefetch(static_cast<const char*>(plan.residual) + (p0 + i) * plan.g.filters + b0 * 16, _MM_HINT_T0);
-    const int64_t steps = plan.w.steps();
-    const int8_t* w = plan.w.block(b0);
-    for (const int64_t off : plan.tap_offsets) {
-      const char* p[kPixels];
-      for (int i = 0; i < kPixels; ++i) p[i] = px[i] + off;
-      add_steps<Step>(p, steps, w, acc);
+    load_in_tile_order(plan.rq.bias.data() + b0 * 16, std::min<int64_t>(16, filters - b0 * 16), bias);
+    for (int64_t p0 = p_begin; p0 < p_end; p0 += kPixels) {
+      const int rows = static_cast<int>(std::min<int64_t>(kPixels, p_end - p0));
+      const char* px[kPixels];
+      windows(plan, p0, rows, px, kPixels);
+      __m256i acc[kPixels][2];
+      for (auto& row : acc) row[0] = bias[0], row[1] = bias[1];
+      for (int i = 0; i < rows; ++i) store.prefetch((p0 + i) * filters);
+      const int8_t* w = plan.w.block(b0);
+      for (const int64_t off : plan.tap_offsets) {
+        const char* p[kPixels];
+        for (int i = 0; i < kPixels; ++i) p[i] = px[i] + off;
+        add_steps<Step>(p, steps, w, acc);
+      }
+      // As the VNNI tile's: short stores to kPixels, unrolled, so that acc's indices are constants.
+      if constexpr (Store::kShort) {
+#pragma GCC unroll 6
+        for (int i = 0; i < kPixels; ++i)
+          if (i < rows) store(acc[i][0], acc[i][1], (p0 + i) * filters);
+      } else {
+        for (int i = 0; i < rows; ++i) store(acc[i][0], acc[i][1], (p0 + i) * filters);
+      }
     }
-    store(plan, acc, p0, rows, b0 * 16);
+  }
+
+  static void run(const TilePlan& plan, int64_t p_begin, int64_t p_end, int64_t b0, int) {
+    const Requantize& rq = plan.rq;
+    if (rq.output == Output::kFloat) return tiles<YmmFloatStore>(plan, p_begin, p_end, b0);
+    if (rq.activated())  // (its values clamped: needs_float_clamp)
+      return plan.residual ? tiles<YmmCodeStore<true, true, true>>(plan, p_begin, p_end, b0)
+                           : tiles<YmmCodeStore<true, false, true>>(plan, p_begin, p_end, b0);
+    if (plan.residual) return tiles<YmmCodeStore<false, true, true>>(plan, p_begin, p_end, b0);
+    return plan.clamp_high ? tiles<YmmCodeStore<false, false, true>>(plan, p_begin, p_end, b0)
+                           : tiles<YmmCodeStore<false, false, false>>(plan, p_begin, p_end, b0);
   }
 };
 
