@@ -19,6 +19,7 @@
 #include "core/thread_pool.h"
 #include "fma_peak.h"
 #include "kernels/cpu/qconv/qconv.h"
+#include "kernels/kiln/epilogue_activation.h"
 #include "kernels/ref/conv_util.h"
 #include "timed_runs.h"
 
@@ -31,6 +32,7 @@ struct Layer {
   int64_t c, m, hw, k, stride, count;
   bool depthwise = false;
   bool residual = false;  // a block's residual add follows it
+  bool silu = false;      // its sums go through a SiLU before the store's quantization
 };
 
 enum class Add { kNone, kFused, kApart };
@@ -64,6 +66,8 @@ const Layer kLayers[] = {
     {"mobilenet_dw3x3_192_28", 192, 192, 28, 3, 1, 2, true},
     {"mobilenet_dw3x3_576_14", 576, 576, 14, 3, 1, 2, true},
     {"mobilenet_dw3x3_960_7", 960, 960, 7, 3, 1, 2, true},
+    {"efficientnet_stem_3x3s2_3to32_224_silu", 3, 32, 224, 3, 2, 1, false, false, true},
+    {"efficientnet_1x1_16to96_112_silu", 16, 96, 112, 1, 1, 1, false, false, true},
     {"efficientnet_dw5x5s2_144_56", 144, 144, 56, 5, 2, 1, true},
     {"efficientnet_dw5x5_240_28", 240, 240, 28, 5, 1, 2, true},
     {"efficientnet_dw5x5_672_14", 672, 672, 14, 5, 1, 2, true},
@@ -87,6 +91,9 @@ void BM_QConv(benchmark::State& state, Layer l, qconv::Tile tile, int threads, A
   rq.bias.assign(static_cast<size_t>(l.m), -1000);
   rq.scale.assign(static_cast<size_t>(l.m), 1e-4f);
   rq.zero_point = 3;
+  kiln::kiln_ops::Activation silu;
+  silu.kind = kiln::kiln_ops::Activation::Kind::kSilu;
+  if (l.silu) rq.activation = &silu, rq.inverse_y_scale = 20.0f;  // (sums of a few 1e4 to floats of a few units)
   std::vector<uint8_t> y(static_cast<size_t>(g.out_h * g.out_w * l.m)), residual(y.size());
   for (auto& v : residual) v = static_cast<uint8_t>(byte(rng));
   const kiln::QLinearBinaryParams params{0.1f, 0.12f, 0.15f, 3, 120, 110, 0, 255, false};

@@ -166,7 +166,7 @@ __attribute__((always_inline)) inline void add_steps(const char* const (&p)[kRow
 // choices fixed; YmmFloatStore the floats.
 template <bool kActivated, bool kResidual, bool kClampHigh>
 struct YmmCodeStore {
-  static constexpr bool kShort = !kActivated && !kResidual;
+  static constexpr bool kShort = !kResidual;
   const Requantize& rq;
   char* y;
   const char* residual;
