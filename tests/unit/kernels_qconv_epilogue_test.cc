@@ -75,7 +75,8 @@ TEST(QConv, ActivationInTheStoreMatchesFloatSumsThenQuantize) {
   for (const qconv::Tile tile : tiles) {
     const bool dw = std::find(depthwise.begin(), depthwise.end(), tile) != depthwise.end();
     const std::vector<Case> shapes =
-        dw ? std::vector<Case>{{1, 40, 10, 10, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, true}}
+        dw ? std::vector<Case>{{1, 40, 10, 10, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, true},
+                               {1, 32, 6, 9, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, true}}
            : std::vector<Case>{cases()[1], Case{1, 32, 9, 7, 100, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}};
     for (const kiln_ops::Activation& act : activations) {
       SCOPED_TRACE(::testing::Message() << "activation " << static_cast<int>(act.kind) << (act.clamped() ? " clamped" : ""));

@@ -41,6 +41,12 @@ TEST(QConv, DepthwiseMatchesAPlainLoop) {
       {1, 136, 6, 7, 136, 1, 7, 1, 1, 1, 1, 0, 3, 0, 3, true},
       {1, 70, 3, 4, 70, 3, 5, 1, 2, 1, 1, 1, 3, 1, 3, true},
       {1, 96, 9, 9, 96, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, true},  // mobilenet's: a block and a half on zmm
+      // kDepthwiseVnniPixels' (16 or 32 channels, stride 1 across): 4 pixels a zmm, a row's last
+      // vector of 3; stride 2 down alone, 5x5, uneven pads; a window wider than X, fewer pixels
+      // than a vector
+      {2, 16, 7, 11, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, true},
+      {1, 32, 9, 13, 32, 5, 5, 2, 1, 1, 1, 2, 2, 1, 2, true},
+      {1, 16, 5, 3, 16, 3, 5, 1, 1, 1, 1, 1, 2, 1, 2, true},
   };
   for (const qconv::Tile tile : qconv::available_tiles(true))
     for (const Case& k : depthwise)

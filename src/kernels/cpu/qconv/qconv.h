@@ -95,18 +95,20 @@ struct Requantize {
 // interleaved into each int32 lane, one vpdpbusd per 16 channels x 4 taps), kDepthwiseAvxVnni
 // and kDepthwiseAvx2Bytes (the same on 32 channels a ymm block, by vpdpbusd, or on 7-bit weights
 // by vpmaddubsw + vpmaddwd), and kDepthwise (AVX2, every CPU: 16 channels a block, the window's
-// taps in pairs widened to 16 bits, vpmaddwd).
+// taps in pairs widened to 16 bits, vpmaddwd). kDepthwiseVnniPixels: kDepthwiseVnni's on 16 or 32
+// channels with stride and dilation 1 across, 64 / channels pixels a zmm side by side (a block
+// of 64 would idle half its lanes or more, and the ymm one runs the activations 8 lanes at a time).
 // Without VNNI, a 3x3 stride-1 conv takes kWinogradAvx2 (qconv_winograd_avx2.cc) on the runs it
 // pays on (winograd_pays): Winograd F(2x2, 3x3) in exact integers, 2.25x fewer products on vpmaddwd.
 enum class Tile {
   kAvx512Vnni, kAvxVnni, kAvx2, kAvx2Bytes, kWinogradAvx2,
-  kDepthwise, kDepthwiseVnni, kDepthwiseAvxVnni, kDepthwiseAvx2Bytes
+  kDepthwise, kDepthwiseVnni, kDepthwiseAvxVnni, kDepthwiseAvx2Bytes, kDepthwiseVnniPixels
 };
 // The best tile this CPU (and KILN_ISA) allows for weights w (s8, `count` of them) of a conv
 // of group 1 with geometry g (its kernel, strides, dilations and channels: the rest may be
-// unknown), and of a depthwise one of `channels` channels.
+// unknown), and of a depthwise one (its channels, strides and dilations; whether its store activates).
 Tile best_tile(const int8_t* w, int64_t count, const Geometry& g);
-Tile best_depthwise_tile(const int8_t* w, int64_t count, int64_t channels);
+Tile best_depthwise_tile(const int8_t* w, int64_t count, const Geometry& g, bool activated);
 // The best tile of group 1 but Winograd: where kWinogradAvx2 does not pay on a run.
 Tile best_direct_tile(const int8_t* w, int64_t count);
 // kWinogradAvx2's U (16 points x channels x filters of int16, 3.6x the weights' bytes) stays in
@@ -145,6 +147,8 @@ const char* tile_name(Tile tile);  // "avx512_vnni", "avx_vnni", "avx2", "avx2_b
 // four taps' inputs), taps past the kernel zero. kDepthwiseAvxVnni and kDepthwiseAvx2Bytes: the
 // same on blocks of 32 channels, a step four vectors of 32 bytes (lane 4 l + j of vector k:
 // channel 16 l + 4 k + j). These three also pack pairs of pixels (pair_block).
+// kDepthwiseVnniPixels: kDepthwiseVnni's one block of 64 lanes, lane v holding channel
+// v % channels (the weights repeated for each pixel of the zmm); no pairs.
 class PackedWeights {
  public:
   static PackedWeights pack(const int8_t* w, const Geometry& g, Tile tile);
@@ -155,7 +159,7 @@ class PackedWeights {
   int64_t channels_a_step() const { return tile_ == Tile::kAvx2 ? 2 : 4; }
   bool depthwise() const {
     return tile_ == Tile::kDepthwise || tile_ == Tile::kDepthwiseVnni || tile_ == Tile::kDepthwiseAvxVnni ||
-           tile_ == Tile::kDepthwiseAvx2Bytes;
+           tile_ == Tile::kDepthwiseAvx2Bytes || tile_ == Tile::kDepthwiseVnniPixels;
   }
   int64_t steps() const { return steps_; }  // channel steps a tap; tap pairs or row quads (depthwise)
   int64_t taps() const { return taps_; }

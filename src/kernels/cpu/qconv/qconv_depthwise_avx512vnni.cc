@@ -13,7 +13,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 // GCC 12 warns of _mm512_shuffle_f32x4's undefined pass-through operand (it has no mask), and
@@ -39,6 +41,7 @@ void transpose_lanes(__m512 (&v)[4]) {
 
 struct ZmmQuads {
   using Vec = __m512i;
+  static constexpr bool kPixelLanes = true;  // kDepthwiseVnniPixels (qconv_depthwise_driver.h)
 
   struct Block {
     __m512i bias[4];
@@ -63,6 +66,42 @@ struct ZmmQuads {
     return p;
   }
 
+
+  // kDepthwiseVnniPixels' block: lane v of the 64 is channel v % channels of the vector's pixel
+  // v / channels.
+  static Block pixels_block_params(const Requantize& rq, int64_t channels) {
+    alignas(64) int32_t bias[64];
+    alignas(64) float scale[64];
+    for (int64_t v = 0; v < 64; ++v) bias[v] = rq.bias[static_cast<size_t>(v % channels)], scale[v] = rq.scale[static_cast<size_t>(v % channels)];
+    Block p;
+    p.c0 = 0, p.count = 64, p.mask = ~__mmask64{0};
+    __m512 b[4];
+    for (int v = 0; v < 4; ++v) b[v] = _mm512_castsi512_ps(_mm512_load_si512(bias + 16 * v)), p.scale[v] = _mm512_load_ps(scale + 16 * v);
+    transpose_lanes(b);
+    transpose_lanes(p.scale);
+    for (int v = 0; v < 4; ++v) p.bias[v] = _mm512_castps_si512(b[v]);
+    return p;
+  }
+
+  // The block's first `bytes` lanes (the pixels a row's last vector stores).
+  static void keep_lanes(Block& bp, int64_t bytes) {
+    bp.count = bytes, bp.mask = bytes >= 64 ? ~__mmask64{0} : (__mmask64{1} << bytes) - 1;
+  }
+
+  // Tap column ix of the vector's pixels (pixel j reads X's column ix + j, `channels` bytes each)
+  // from row `row` of X, or the pad row: lanes whose column lies outside X hold X's zero point,
+  // unread (a masked load reads nothing, nor faults, in the lanes it leaves).
+  static __m512i load_pixels(const QuadsPlan& plan, const uint8_t* row, int64_t ix, int64_t channels) {
+    const __m512i zx = _mm512_set1_epi8(static_cast<char>(plan.pad[0]));
+    if (plan.in_pad(row)) return zx;
+    const int64_t first = std::clamp<int64_t>(-ix, 0, 64 / channels), last = std::clamp<int64_t>(plan.g.in_w - ix, 0, 64 / channels);
+    if (first >= last) return zx;
+    const __mmask64 m = (last * channels >= 64 ? ~__mmask64{0} : (__mmask64{1} << (last * channels)) - 1) &
+                        ~((__mmask64{1} << (first * channels)) - 1);
+    // (the address of lane 0, maybe before X: formed as an integer, only lanes in m read)
+    const auto at = reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(row) + static_cast<uintptr_t>(ix * channels));
+    return _mm512_mask_loadu_epi8(zx, m, at);
+  }
 
   // Sums of 64 channels in the tile's lane order, quantized (or as floats) to pixel `pixel` of Y.
   template <bool kActivated>
@@ -94,8 +133,8 @@ struct ZmmQuads {
 
   // The window's sums of kPixels pixels (1, or 2 horizontally adjacent ones of a stride-1 row,
   // from the same quads: PackedWeights::pair_block): kernel row by row, four columns a quad,
-  // column (ky, 4 q + t) read at at(ky, q, t). kKH, kKW: the kernel when known at compile time
-  // (3x3, 5x5), else 0.
+  // column (ky, 4 q + t) read at at(ky, q, t), or at(ky, q, t) itself where it is the vector.
+  // kKH, kKW: the kernel when known at compile time (3x3, 5x5), else 0.
   template <int kKH, int kKW, bool kFlip, int kPixels, typename At>
   __attribute__((always_inline)) static void window_sums(
       const QuadsPlan& plan, const Block& bp, const int8_t* wq, At at, __m512i (&acc)[kPixels][4]) {
@@ -109,7 +148,10 @@ struct ZmmQuads {
             tap[t] = _mm512_setzero_si512();  // its weights are zero
             continue;
           }
-          tap[t] = _mm512_maskz_loadu_epi8(bp.mask, at(ky, q, t));
+          if constexpr (std::is_pointer_v<decltype(at(ky, q, t))>)
+            tap[t] = _mm512_maskz_loadu_epi8(bp.mask, at(ky, q, t));
+          else
+            tap[t] = at(ky, q, t);
           if (kFlip) tap[t] = _mm512_xor_si512(tap[t], _mm512_set1_epi8(static_cast<char>(0x80)));
         }
         const __m512i ab_lo = _mm512_unpacklo_epi8(tap[0], tap[1]), ab_hi = _mm512_unpackhi_epi8(tap[0], tap[1]);

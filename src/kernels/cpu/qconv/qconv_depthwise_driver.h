@@ -109,6 +109,35 @@ struct DepthwiseQuads {
     }
   }
 
+  // One output row of kDepthwiseVnniPixels (qconv.h): P = 64 / C pixels of the stride-1 row a
+  // vector, side by side, so that a tap of all P is one load at the first one's tap. Where a
+  // lane's tap lies left or right of X (the row's ends), the tile's load_pixels fills it with
+  // X's zero point; the row's last vector stores the pixels it has.
+  template <int kKH, int kKW, bool kFlip, bool kActivated>
+  static void row_of_pixels(const QuadsPlan& plan, int64_t n, int64_t oy) {
+    const Geometry& g = plan.g;
+    const int64_t c = g.channels, per_vector = 64 / c, kw = kKW ? kKW : g.kernel_w;
+    const typename Tile::Block block = Tile::pixels_block_params(plan.rq, c);
+    const int8_t* wb = plan.w.block(0);
+    const int64_t iy0 = oy * g.stride_h - g.pad_top;
+    auto row_start = [&](int64_t ky) { return row_or_pad(g, plan.x, plan.stride, plan.pad, n, iy0 + ky * g.dilation_h); };
+    for (int64_t ox = 0; ox < g.out_w; ox += per_vector) {
+      const int64_t ix0 = ox - g.pad_left, pixels = std::min(per_vector, g.out_w - ox);
+      typename Tile::Block bp = block;
+      typename Tile::Vec acc[1][4] = {{bp.bias[0], bp.bias[1], bp.bias[2], bp.bias[3]}};
+      if (pixels == per_vector && ix0 >= 0 && ix0 + kw - 1 + per_vector <= g.in_w) {
+        Tile::template window_sums<kKH, kKW, kFlip, 1>(
+            plan, bp, wb, [&](int64_t ky, int64_t q, int t) { return row_start(ky) + (ix0 + 4 * q + t) * c; }, acc);
+      } else {
+        Tile::keep_lanes(bp, pixels * c);
+        Tile::template window_sums<kKH, kKW, kFlip, 1>(
+            plan, bp, wb, [&](int64_t ky, int64_t q, int t) { return Tile::load_pixels(plan, row_start(ky), ix0 + 4 * q + t, c); },
+            acc);
+      }
+      Tile::template store<kActivated>(plan, bp, acc[0], (n * g.out_h + oy) * g.out_w + ox);
+    }
+  }
+
   // (The activation a template parameter: a store that might activate cost mobilenet_v2's
   // depthwise convs 1-3 %, and an out-of-line call efficientnet_b0's 10 %.)
   template <int kKH, int kKW>
@@ -117,6 +146,14 @@ struct DepthwiseQuads {
     const bool act = plan.rq.activated();
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t r = i / blocks, n = r / plan.g.out_h, oy = r % plan.g.out_h, b = i % blocks;
+      if constexpr (Tile::kPixelLanes)
+        if (plan.w.tile() == kiln::qconv::Tile::kDepthwiseVnniPixels) {
+          if (act)
+            flip ? row_of_pixels<kKH, kKW, true, true>(plan, n, oy) : row_of_pixels<kKH, kKW, false, true>(plan, n, oy);
+          else
+            flip ? row_of_pixels<kKH, kKW, true, false>(plan, n, oy) : row_of_pixels<kKH, kKW, false, false>(plan, n, oy);
+          continue;
+        }
       if (act)
         flip ? row<kKH, kKW, true, true>(plan, n, oy, b) : row<kKH, kKW, false, true>(plan, n, oy, b);
       else

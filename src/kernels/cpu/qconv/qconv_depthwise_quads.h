@@ -23,6 +23,7 @@ namespace kiln::qconv {
 template <class Step>
 struct YmmQuads {
   using Vec = __m256i;
+  static constexpr bool kPixelLanes = false;  // (kDepthwiseVnniPixels is the zmm tile's alone)
 
   // 32 channels in order (v[0] channels 0-7, ..., v[3] 24-31) to the tile's lane order (vector k
   // holds channels 4k..4k+3 in its low half, 16+4k..16+4k+3 in its high half), and back.
