@@ -91,27 +91,17 @@ struct ResidualAdd {
   }
 };
 
-// One pixel's sums (the bias in them) of `count` filters in the tiles' order, s0 and s1, to
-// `out` (the pixel's first filter in Y). 8-bit codes as the VNNI tiles store them: the
-// saturating packs narrow and clamp below (a sum too negative for cvtps' int32 gives INT_MIN,
-// which saturates to the lowest code too), the zero point is added to the 16-bit values,
-// saturating; the upper clamp stays in float, where a huge positive sum would otherwise wrap,
-// only where a scale reaches 0.5 (kClampHigh: Requantize::needs_float_clamp). With `add`
-// (rq.add's), `residual` is the pixel's first filter in R, and the codes stored are the add's;
-// with rq.activation, the float values go through it first.
-// (kActivated, rq.activated(), a template parameter: a store that might activate cost AVX2's
-// int8 mobilenet_v2 12 % and resnet50 3 % where it never did; store_ymm_sums picks it.)
-template <bool kActivated, bool kClampHigh>
-[[gnu::always_inline]] inline void store_ymm_sums_as(const Requantize& rq, const __m256 (&scale)[2], __m256i s0,
-                                                     __m256i s1, char* out, int64_t count, const ResidualAdd* add,
-                                                     const char* residual) {
-  __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(s0), scale[0]);
-  __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(s1), scale[1]);
-  if constexpr (kActivated) {
-    __m256 f[2] = {f0, f1};
-    activate<2>(rq, f);
-    f0 = f[0], f1 = f[1];
-  }
+// One pixel's float values of `count` filters in the tiles' order, f0 and f1 (the sums scaled,
+// activated where rq has an activation), to `out` (the pixel's first filter in Y). 8-bit codes as
+// the VNNI tiles store them: the saturating packs narrow and clamp below (a sum too negative for
+// cvtps' int32 gives INT_MIN, which saturates to the lowest code too), the zero point is added to
+// the 16-bit values, saturating; the upper clamp stays in float, where a huge positive sum would
+// otherwise wrap, only where a scale reaches 0.5 (kClampHigh: Requantize::needs_float_clamp).
+// With `add` (rq.add's), `residual` is the pixel's first filter in R, and the codes stored are
+// the add's.
+template <bool kClampHigh>
+[[gnu::always_inline]] inline void store_ymm_floats(const Requantize& rq, __m256 f0, __m256 f1, char* out,
+                                                    int64_t count, const ResidualAdd* add, const char* residual) {
   if (rq.output == Output::kFloat) {
     float* o = reinterpret_cast<float*>(out);
     _mm256_maskstore_ps(o, first_lanes(count), _mm256_permute2f128_ps(f0, f1, 0x20));
@@ -130,6 +120,38 @@ template <bool kActivated, bool kClampHigh>
   const __m256i words = _mm256_adds_epi16(_mm256_packs_epi32(q0, q1), _mm256_set1_epi16(zero_point));
   const __m256i bytes = rq.output == Output::kS8 ? _mm256_packs_epi16(words, words) : _mm256_packus_epi16(words, words);
   store_first_bytes(out, _mm256_castsi256_si128(_mm256_permute4x64_epi64(bytes, _MM_SHUFFLE(3, 1, 2, 0))), count, 16);
+}
+
+// store_ymm_floats of one pixel's sums s0, s1 (the bias in them): scaled, and with rq.activation
+// activated first (kActivated, rq.activated(), a template parameter: a store that might activate
+// cost AVX2's int8 mobilenet_v2 12 % and resnet50 3 % where it never did; store_ymm_sums picks it).
+template <bool kActivated, bool kClampHigh>
+[[gnu::always_inline]] inline void store_ymm_sums_as(const Requantize& rq, const __m256 (&scale)[2], __m256i s0,
+                                                     __m256i s1, char* out, int64_t count, const ResidualAdd* add,
+                                                     const char* residual) {
+  __m256 f[2] = {_mm256_mul_ps(_mm256_cvtepi32_ps(s0), scale[0]), _mm256_mul_ps(_mm256_cvtepi32_ps(s1), scale[1])};
+  if constexpr (kActivated) activate<2>(rq, f);
+  store_ymm_floats<kClampHigh>(rq, f[0], f[1], out, count, add, residual);
+}
+
+// rq.activation over `count` vectors of float values, in a loop of its own (a tile's activated
+// store runs it over all its pixels at once, between scaling them and storing their codes: the
+// vectors independent and the activation's constants in registers; inside each pixel's store,
+// with the tile's 12 sums live in AVX2's 16 registers, efficientnet's SiLU ran 16 cycles a
+// vector of 8). Static: each file that includes it compiles its own.
+[[gnu::noinline]] static void activate_floats(const Requantize& rq, __m256* f, int count) {
+  using K = kiln_ops::Activation::Kind;
+  const kiln_ops::Activation& act = *rq.activation;
+  if (act.kind == K::kSilu) {
+    for (int i = 0; i < count; ++i) f[i] = _mm256_mul_ps(f[i], logistic(f[i]));
+  } else if (act.kind == K::kSigmoid) {
+    for (int i = 0; i < count; ++i) f[i] = logistic(f[i]);
+  } else {
+    nchwc::apply_unclamped(act, f, count);
+  }
+  nchwc::apply_clamp(act, f, count);
+  const __m256 inverse = _mm256_set1_ps(rq.inverse_y_scale);
+  for (int i = 0; i < count; ++i) f[i] = _mm256_mul_ps(f[i], inverse);
 }
 
 inline void store_ymm_sums(const Requantize& rq, bool clamp_high, const __m256 (&scale)[2], __m256i s0, __m256i s1,
@@ -166,7 +188,7 @@ __attribute__((always_inline)) inline void add_steps(const char* const (&p)[kRow
 // choices fixed; YmmFloatStore the floats.
 template <bool kActivated, bool kResidual, bool kClampHigh>
 struct YmmCodeStore {
-  static constexpr bool kShort = !kResidual;
+  static constexpr bool kShort = !kResidual, kTwoPass = kActivated;
   const Requantize& rq;
   char* y;
   const char* residual;
@@ -189,13 +211,22 @@ struct YmmCodeStore {
                                               kResidual ? residual + at : nullptr);
   }
 
+  // The activated store in two passes (YmmTiles::tiles): the sums' float values, then, once the
+  // tile's are all activated (activate_floats), their codes.
+  void scaled(__m256i s0, __m256i s1, __m256* f) const {
+    f[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(s0), scale[0]), f[1] = _mm256_mul_ps(_mm256_cvtepi32_ps(s1), scale[1]);
+  }
+  [[gnu::always_inline]] void activated(__m256 f0, __m256 f1, int64_t at) const {
+    store_ymm_floats<kClampHigh>(rq, f0, f1, y + at, count, kResidual ? &*add : nullptr, kResidual ? residual + at : nullptr);
+  }
+
   void prefetch(int64_t at) const {
     if constexpr (kResidual) _mm_prefetch(residual + at, _MM_HINT_T0);
   }
 };
 
 struct YmmFloatStore {
-  static constexpr bool kShort = true;
+  static constexpr bool kShort = true, kTwoPass = false;
   float* y;
   int64_t count;
   __m256 scale[2];
@@ -242,7 +273,12 @@ struct YmmTiles {
         add_steps<Step>(p, steps, w, acc);
       }
       // As the VNNI tile's: short stores to kPixels, unrolled, so that acc's indices are constants.
-      if constexpr (Store::kShort) {
+      if constexpr (Store::kTwoPass) {
+        __m256 f[kPixels][2];
+        for (int i = 0; i < rows; ++i) store.scaled(acc[i][0], acc[i][1], f[i]);
+        activate_floats(plan.rq, &f[0][0], 2 * rows);
+        for (int i = 0; i < rows; ++i) store.activated(f[i][0], f[i][1], (p0 + i) * filters);
+      } else if constexpr (Store::kShort) {
 #pragma GCC unroll 6
         for (int i = 0; i < kPixels; ++i)
           if (i < rows) store(acc[i][0], acc[i][1], (p0 + i) * filters);
