@@ -229,7 +229,8 @@ struct VnniTiles {
     if (rq.activated())  // (its values clamped: needs_float_clamp)
       return plan.residual ? tiles<B, CodeStore<B, true, true, true>>(plan, p_begin, p_end, b0)
                            : tiles<B, CodeStore<B, true, false, true>>(plan, p_begin, p_end, b0);
-    if (plan.residual) return tiles<B, CodeStore<B, false, true, true>>(plan, p_begin, p_end, b0);
+    if (plan.residual)  // (its clamp changes nothing: the add clamps the conv's codes again)
+      return tiles<B, CodeStore<B, false, true, true>>(plan, p_begin, p_end, b0);
     return plan.clamp_high ? tiles<B, CodeStore<B, false, false, true>>(plan, p_begin, p_end, b0)
                            : tiles<B, CodeStore<B, false, false, false>>(plan, p_begin, p_end, b0);
   }

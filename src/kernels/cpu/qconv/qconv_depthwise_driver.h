@@ -112,7 +112,8 @@ struct DepthwiseQuads {
   // One output row of kDepthwiseVnniPixels (qconv.h): P = 64 / C pixels of the stride-1 row a
   // vector, side by side, so that a tap of all P is one load at the first one's tap. Where a
   // lane's tap lies left or right of X (the row's ends), the tile's load_pixels fills it with
-  // X's zero point; the row's last vector stores the pixels it has.
+  // X's zero point; the row's last vector stores the pixels it has. (X's pixels are C bytes
+  // apart, as the lanes: channels-last X as it is, or staged in steps of 16 channels.)
   template <int kKH, int kKW, bool kFlip, bool kActivated>
   static void row_of_pixels(const QuadsPlan& plan, int64_t n, int64_t oy) {
     const Geometry& g = plan.g;

@@ -290,11 +290,12 @@ struct YmmTiles {
 
   static void run(const TilePlan& plan, int64_t p_begin, int64_t p_end, int64_t b0, int) {
     const Requantize& rq = plan.rq;
-    if (rq.output == Output::kFloat) return tiles<YmmFloatStore>(plan, p_begin, p_end, b0);
-    if (rq.activated())  // (its values clamped: needs_float_clamp)
+    if (rq.output == Output::kFloat && !rq.activated()) return tiles<YmmFloatStore>(plan, p_begin, p_end, b0);
+    if (rq.activated())  // (its values clamped: needs_float_clamp; floats stored as floats)
       return plan.residual ? tiles<YmmCodeStore<true, true, true>>(plan, p_begin, p_end, b0)
                            : tiles<YmmCodeStore<true, false, true>>(plan, p_begin, p_end, b0);
-    if (plan.residual) return tiles<YmmCodeStore<false, true, true>>(plan, p_begin, p_end, b0);
+    if (plan.residual)  // (its clamp changes nothing: the add clamps the conv's codes again)
+      return tiles<YmmCodeStore<false, true, true>>(plan, p_begin, p_end, b0);
     return plan.clamp_high ? tiles<YmmCodeStore<false, false, true>>(plan, p_begin, p_end, b0)
                            : tiles<YmmCodeStore<false, false, false>>(plan, p_begin, p_end, b0);
   }
