@@ -55,20 +55,25 @@ template <int R>
   return _mm256_blendv_ps(_mm256_sub_ps(one, low), low, x);  // x's sign picks
 }
 
-template <int R>
-[[gnu::always_inline]] inline void activate(const Requantize& rq, __m256 (&f)[R]) {
+// activate on `count` vectors (the ymm tiles' activate_floats runs it over a tile's).
+[[gnu::always_inline]] inline void activate_vectors(const Requantize& rq, __m256* f, int count) {
   using K = kiln_ops::Activation::Kind;
   const kiln_ops::Activation& act = *rq.activation;
   if (act.kind == K::kSilu) {
-    for (int i = 0; i < R; ++i) f[i] = _mm256_mul_ps(f[i], logistic(f[i]));
+    for (int i = 0; i < count; ++i) f[i] = _mm256_mul_ps(f[i], logistic(f[i]));
   } else if (act.kind == K::kSigmoid) {
-    for (int i = 0; i < R; ++i) f[i] = logistic(f[i]);
+    for (int i = 0; i < count; ++i) f[i] = logistic(f[i]);
   } else {
-    nchwc::apply_unclamped(act, f, R);  // out of line
+    nchwc::apply_unclamped(act, f, count);  // out of line
   }
-  nchwc::apply_clamp(act, f, R);
+  nchwc::apply_clamp(act, f, count);
   const __m256 inverse = _mm256_set1_ps(rq.inverse_y_scale);
-  for (int i = 0; i < R; ++i) f[i] = _mm256_mul_ps(f[i], inverse);
+  for (int i = 0; i < count; ++i) f[i] = _mm256_mul_ps(f[i], inverse);
+}
+
+template <int R>
+[[gnu::always_inline]] inline void activate(const Requantize& rq, __m256 (&f)[R]) {
+  activate_vectors(rq, f, R);
 }
 #endif
 

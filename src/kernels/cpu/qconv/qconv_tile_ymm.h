@@ -140,18 +140,7 @@ template <bool kActivated, bool kClampHigh>
 // with the tile's 12 sums live in AVX2's 16 registers, efficientnet's SiLU ran 16 cycles a
 // vector of 8). Static: each file that includes it compiles its own.
 [[gnu::noinline]] static void activate_floats(const Requantize& rq, __m256* f, int count) {
-  using K = kiln_ops::Activation::Kind;
-  const kiln_ops::Activation& act = *rq.activation;
-  if (act.kind == K::kSilu) {
-    for (int i = 0; i < count; ++i) f[i] = _mm256_mul_ps(f[i], logistic(f[i]));
-  } else if (act.kind == K::kSigmoid) {
-    for (int i = 0; i < count; ++i) f[i] = logistic(f[i]);
-  } else {
-    nchwc::apply_unclamped(act, f, count);
-  }
-  nchwc::apply_clamp(act, f, count);
-  const __m256 inverse = _mm256_set1_ps(rq.inverse_y_scale);
-  for (int i = 0; i < count; ++i) f[i] = _mm256_mul_ps(f[i], inverse);
+  activate_vectors(rq, f, count);
 }
 
 inline void store_ymm_sums(const Requantize& rq, bool clamp_high, const __m256 (&scale)[2], __m256i s0, __m256i s1,
