@@ -243,7 +243,8 @@ PackedWeights PackedWeights::pack_values(const T* w, const Geometry& g, Tile til
   if (tile == Tile::kDepthwiseVnniPixels) {  // kDepthwiseVnni's of 64 channels, lane v channel v % C
     const int64_t taps = g.kernel_h * g.kernel_w;
     std::vector<T> lanes(static_cast<size_t>(64 * taps));
-    for (int64_t i = 0; i < 64 * taps; ++i) lanes[static_cast<size_t>(i)] = w[(i / taps) % g.channels * taps + i % taps];
+    for (int64_t i = 0; i < 64 * taps; ++i)
+      lanes[static_cast<size_t>(i)] = w[(i / taps) % g.channels * taps + i % taps];
     Geometry wide = g;
     wide.channels = wide.filters = 64;
     PackedWeights r = pack_values(lanes.data(), wide, Tile::kDepthwiseVnni);

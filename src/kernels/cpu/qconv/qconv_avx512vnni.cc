@@ -96,7 +96,9 @@ struct CodeStore {
   bool s8;
 
   CodeStore(const TilePlan& plan, int64_t m0)
-      : rq(plan.rq), y(static_cast<int8_t*>(plan.y) + m0), residual(kResidual ? static_cast<const char*>(plan.residual) + m0 : nullptr) {
+      : rq(plan.rq),
+        y(static_cast<int8_t*>(plan.y) + m0),
+        residual(kResidual ? static_cast<const char*>(plan.residual) + m0 : nullptr) {
     const int64_t count = std::min<int64_t>(B * 16, plan.g.filters - m0);
     if constexpr (kResidual) add.emplace(rq);
     hi = _mm512_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
@@ -205,7 +207,8 @@ struct VnniTiles {
 #pragma GCC unroll 6
           for (int i = 0; i < kPixels; ++i)
             if (i < rows)
-              acc[i][b] = _mm512_add_epi32(acc[i][b], _mm512_mullo_epi32(c, _mm512_set1_epi32(plan.x.window_sums[p0 + i])));
+              acc[i][b] =
+                  _mm512_add_epi32(acc[i][b], _mm512_mullo_epi32(c, _mm512_set1_epi32(plan.x.window_sums[p0 + i])));
         }
       // Short stores (Store::kShort) to kPixels, unrolled, so that acc's indices are constants and
       // the sums stay in registers (a loop to `rows` kept them in memory). A store that adds a

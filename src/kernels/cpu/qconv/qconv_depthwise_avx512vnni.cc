@@ -72,11 +72,15 @@ struct ZmmQuads {
   static Block pixels_block_params(const Requantize& rq, int64_t channels) {
     alignas(64) int32_t bias[64];
     alignas(64) float scale[64];
-    for (int64_t v = 0; v < 64; ++v) bias[v] = rq.bias[static_cast<size_t>(v % channels)], scale[v] = rq.scale[static_cast<size_t>(v % channels)];
+    for (int64_t v = 0; v < 64; ++v) {
+      const size_t c = static_cast<size_t>(v % channels);
+      bias[v] = rq.bias[c], scale[v] = rq.scale[c];
+    }
     Block p;
     p.c0 = 0, p.count = 64, p.mask = ~__mmask64{0};
     __m512 b[4];
-    for (int v = 0; v < 4; ++v) b[v] = _mm512_castsi512_ps(_mm512_load_si512(bias + 16 * v)), p.scale[v] = _mm512_load_ps(scale + 16 * v);
+    for (int v = 0; v < 4; ++v)
+      b[v] = _mm512_castsi512_ps(_mm512_load_si512(bias + 16 * v)), p.scale[v] = _mm512_load_ps(scale + 16 * v);
     transpose_lanes(b);
     transpose_lanes(p.scale);
     for (int v = 0; v < 4; ++v) p.bias[v] = _mm512_castps_si512(b[v]);
@@ -94,12 +98,14 @@ struct ZmmQuads {
   static __m512i load_pixels(const QuadsPlan& plan, const uint8_t* row, int64_t ix, int64_t channels) {
     const __m512i zx = _mm512_set1_epi8(static_cast<char>(plan.pad[0]));
     if (plan.in_pad(row)) return zx;
-    const int64_t first = std::clamp<int64_t>(-ix, 0, 64 / channels), last = std::clamp<int64_t>(plan.g.in_w - ix, 0, 64 / channels);
+    const int64_t pixels = 64 / channels;
+    const int64_t first = std::clamp<int64_t>(-ix, 0, pixels), last = std::clamp<int64_t>(plan.g.in_w - ix, 0, pixels);
     if (first >= last) return zx;
     const __mmask64 m = (last * channels >= 64 ? ~__mmask64{0} : (__mmask64{1} << (last * channels)) - 1) &
                         ~((__mmask64{1} << (first * channels)) - 1);
     // (the address of lane 0, maybe before X: formed as an integer, only lanes in m read)
-    const auto at = reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(row) + static_cast<uintptr_t>(ix * channels));
+    const auto at =
+        reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(row) + static_cast<uintptr_t>(ix * channels));
     return _mm512_mask_loadu_epi8(zx, m, at);
   }
 

@@ -121,7 +121,9 @@ struct DepthwiseQuads {
     const typename Tile::Block block = Tile::pixels_block_params(plan.rq, c);
     const int8_t* wb = plan.w.block(0);
     const int64_t iy0 = oy * g.stride_h - g.pad_top;
-    auto row_start = [&](int64_t ky) { return row_or_pad(g, plan.x, plan.stride, plan.pad, n, iy0 + ky * g.dilation_h); };
+    auto row_start = [&](int64_t ky) {
+      return row_or_pad(g, plan.x, plan.stride, plan.pad, n, iy0 + ky * g.dilation_h);
+    };
     for (int64_t ox = 0; ox < g.out_w; ox += per_vector) {
       const int64_t ix0 = ox - g.pad_left, pixels = std::min(per_vector, g.out_w - ox);
       typename Tile::Block bp = block;
@@ -131,9 +133,10 @@ struct DepthwiseQuads {
             plan, bp, wb, [&](int64_t ky, int64_t q, int t) { return row_start(ky) + (ix0 + 4 * q + t) * c; }, acc);
       } else {
         Tile::keep_lanes(bp, pixels * c);
-        Tile::template window_sums<kKH, kKW, kFlip, 1>(
-            plan, bp, wb, [&](int64_t ky, int64_t q, int t) { return Tile::load_pixels(plan, row_start(ky), ix0 + 4 * q + t, c); },
-            acc);
+        auto load = [&](int64_t ky, int64_t q, int t) {
+          return Tile::load_pixels(plan, row_start(ky), ix0 + 4 * q + t, c);
+        };
+        Tile::template window_sums<kKH, kKW, kFlip, 1>(plan, bp, wb, load, acc);
       }
       Tile::template store<kActivated>(plan, bp, acc[0], (n * g.out_h + oy) * g.out_w + ox);
     }
@@ -151,8 +154,10 @@ struct DepthwiseQuads {
         if (plan.w.tile() == kiln::qconv::Tile::kDepthwiseVnniPixels) {
           if (act)
             flip ? row_of_pixels<kKH, kKW, true, true>(plan, n, oy) : row_of_pixels<kKH, kKW, false, true>(plan, n, oy);
+          else if (flip)
+            row_of_pixels<kKH, kKW, true, false>(plan, n, oy);
           else
-            flip ? row_of_pixels<kKH, kKW, true, false>(plan, n, oy) : row_of_pixels<kKH, kKW, false, false>(plan, n, oy);
+            row_of_pixels<kKH, kKW, false, false>(plan, n, oy);
           continue;
         }
       if (act)

@@ -206,7 +206,8 @@ struct YmmCodeStore {
     f[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(s0), scale[0]), f[1] = _mm256_mul_ps(_mm256_cvtepi32_ps(s1), scale[1]);
   }
   [[gnu::always_inline]] void activated(__m256 f0, __m256 f1, int64_t at) const {
-    store_ymm_floats<kClampHigh>(rq, f0, f1, y + at, count, kResidual ? &*add : nullptr, kResidual ? residual + at : nullptr);
+    store_ymm_floats<kClampHigh>(rq, f0, f1, y + at, count, kResidual ? &*add : nullptr,
+                                 kResidual ? residual + at : nullptr);
   }
 
   void prefetch(int64_t at) const {

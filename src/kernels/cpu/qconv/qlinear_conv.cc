@@ -144,7 +144,8 @@ class QLinearConvKernel : public Kernel {
       narrow.assign(wide.begin(), wide.end());
       wd = narrow.data();
     }
-    qconv::Tile tile = depthwise ? qconv::best_depthwise_tile(wd, w->numel(), g, activated) : qconv::best_tile(wd, w->numel(), g);
+    qconv::Tile tile =
+        depthwise ? qconv::best_depthwise_tile(wd, w->numel(), g, activated) : qconv::best_tile(wd, w->numel(), g);
     if (tile == qconv::Tile::kWinogradAvx2 && qconv::winograd_u_bytes(g) > qconv::kWinogradCachedBytes) {
       // U may stream from memory: the direct tile's weights, and W for U on a run Winograd pays on.
       tile = qconv::best_direct_tile(wd, w->numel());
