@@ -82,31 +82,43 @@ struct ResidualAdd {
 // Requantize::needs_float_clamp; the min where not needed cost a 16 -> 96 1x1 conv 8 %).
 // With kResidual (rq.add), the codes stored are the residual add's (ResidualAdd); with
 // kActivated (rq.activation), the float values go through it first.
+// What both stores (and the tile's bias) take of B blocks from filter m0: each block's real
+// filters (lanes_of) and their scales.
+template <int B>
+struct BlockScales {
+  __mmask16 lanes_of[B];
+  __m512 scale[B];
+
+  BlockScales(const TilePlan& plan, int64_t m0) {
+    for (int b = 0; b < B; ++b) {
+      lanes_of[b] = static_cast<__mmask16>((1u << std::clamp<int64_t>(plan.g.filters - m0 - b * 16, 0, 16)) - 1);
+      scale[b] = _mm512_maskz_loadu_ps(lanes_of[b], plan.rq.scale.data() + m0 + b * 16);
+    }
+  }
+};
+
 template <int B, bool kActivated, bool kResidual, bool kClampHigh>
-struct CodeStore {
+struct CodeStore : BlockScales<B> {
+  using BlockScales<B>::lanes_of, BlockScales<B>::scale;
   static constexpr bool kShort = !kResidual || B <= 2;
   const Requantize& rq;
   int8_t* y;
   const char* residual;
   std::optional<ResidualAdd> add;
-  __m512 scale[B], hi;
+  __m512 hi;
   __m512i zp;
-  __mmask16 lanes_of[B];
   __mmask64 mask;
   bool s8;
 
   CodeStore(const TilePlan& plan, int64_t m0)
-      : rq(plan.rq),
+      : BlockScales<B>(plan, m0),
+        rq(plan.rq),
         y(static_cast<int8_t*>(plan.y) + m0),
         residual(kResidual ? static_cast<const char*>(plan.residual) + m0 : nullptr) {
     const int64_t count = std::min<int64_t>(B * 16, plan.g.filters - m0);
     if constexpr (kResidual) add.emplace(rq);
     hi = _mm512_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
     zp = _mm512_set1_epi16(static_cast<int16_t>(kResidual ? static_cast<int32_t>(rq.add->p.cz) : rq.zero_point));
-    for (int b = 0; b < B; ++b) {
-      lanes_of[b] = static_cast<__mmask16>((1u << std::clamp<int64_t>(count - b * 16, 0, 16)) - 1);
-      scale[b] = _mm512_maskz_loadu_ps(lanes_of[b], rq.scale.data() + m0 + b * 16);
-    }
     mask = count >= 64 ? ~__mmask64{0} : (__mmask64{1} << count) - 1;
     s8 = rq.output == Output::kS8;
   }
@@ -143,18 +155,12 @@ struct CodeStore {
 };
 
 template <int B>
-struct FloatStore {
+struct FloatStore : BlockScales<B> {
+  using BlockScales<B>::lanes_of, BlockScales<B>::scale;
   static constexpr bool kShort = true;
   float* y;
-  __m512 scale[B];
-  __mmask16 lanes_of[B];
 
-  FloatStore(const TilePlan& plan, int64_t m0) : y(static_cast<float*>(plan.y) + m0) {
-    for (int b = 0; b < B; ++b) {
-      lanes_of[b] = static_cast<__mmask16>((1u << std::clamp<int64_t>(plan.g.filters - m0 - b * 16, 0, 16)) - 1);
-      scale[b] = _mm512_maskz_loadu_ps(lanes_of[b], plan.rq.scale.data() + m0 + b * 16);
-    }
-  }
+  FloatStore(const TilePlan& plan, int64_t m0) : BlockScales<B>(plan, m0), y(static_cast<float*>(plan.y) + m0) {}
 
   [[gnu::always_inline]] void operator()(const __m512i (&sums)[B], int64_t at) const {
     for (int b = 0; b < B; ++b)
@@ -172,9 +178,7 @@ struct VnniTiles {
   static void tiles(const TilePlan& plan, int64_t p_begin, int64_t p_end, int64_t b0) {
     const Store store(plan, b0 * 16);
     const int64_t filters = plan.g.filters, quads = plan.w.steps(), wstride = plan.w.block_bytes();
-    __mmask16 lanes_of[B];
-    for (int b = 0; b < B; ++b)
-      lanes_of[b] = static_cast<__mmask16>((1u << std::clamp<int64_t>(filters - (b0 + b) * 16, 0, 16)) - 1);
+    const __mmask16 (&lanes_of)[B] = store.lanes_of;
     for (int64_t p0 = p_begin; p0 < p_end; p0 += kPixels) {
       const int rows = static_cast<int>(std::min<int64_t>(kPixels, p_end - p0));
       const char* px[kPixels];

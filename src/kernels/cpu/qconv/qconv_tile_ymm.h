@@ -175,24 +175,35 @@ __attribute__((always_inline)) inline void add_steps(const char* const (&p)[kRow
 // a run of tiles, and the tiles are instantiated for each, picked once a run, so that the sums
 // stay in registers where the store is short. YmmCodeStore is store_ymm_sums_as with its
 // choices fixed; YmmFloatStore the floats.
+// What both stores take of the block from filter m0: its real filters (count) and their scales,
+// in the tiles' order, and the sums scaled by them.
+struct YmmScales {
+  int64_t count;
+  __m256 scale[2];
+
+  YmmScales(const TilePlan& plan, int64_t m0) : count(std::min<int64_t>(16, plan.g.filters - m0)) {
+    __m256i bits[2];
+    load_in_tile_order(reinterpret_cast<const int32_t*>(plan.rq.scale.data() + m0), count, bits);
+    scale[0] = _mm256_castsi256_ps(bits[0]), scale[1] = _mm256_castsi256_ps(bits[1]);
+  }
+
+  [[gnu::always_inline]] void scaled(__m256i s0, __m256i s1, __m256* f) const {
+    f[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(s0), scale[0]), f[1] = _mm256_mul_ps(_mm256_cvtepi32_ps(s1), scale[1]);
+  }
+};
+
 template <bool kActivated, bool kResidual, bool kClampHigh>
-struct YmmCodeStore {
+struct YmmCodeStore : YmmScales {
   static constexpr bool kShort = !kResidual, kTwoPass = kActivated;
   const Requantize& rq;
   char* y;
   const char* residual;
-  int64_t count;
   std::optional<ResidualAdd> add;
-  __m256 scale[2];
 
   YmmCodeStore(const TilePlan& plan, int64_t m0)
-      : rq(plan.rq), y(static_cast<char*>(plan.y) + m0),
-        residual(kResidual ? static_cast<const char*>(plan.residual) + m0 : nullptr),
-        count(std::min<int64_t>(16, plan.g.filters - m0)) {
+      : YmmScales(plan, m0), rq(plan.rq), y(static_cast<char*>(plan.y) + m0),
+        residual(kResidual ? static_cast<const char*>(plan.residual) + m0 : nullptr) {
     if constexpr (kResidual) add.emplace(rq);
-    __m256i bits[2];
-    load_in_tile_order(reinterpret_cast<const int32_t*>(rq.scale.data() + m0), count, bits);
-    scale[0] = _mm256_castsi256_ps(bits[0]), scale[1] = _mm256_castsi256_ps(bits[1]);
   }
 
   [[gnu::always_inline]] void operator()(__m256i s0, __m256i s1, int64_t at) const {
@@ -200,11 +211,8 @@ struct YmmCodeStore {
                                               kResidual ? residual + at : nullptr);
   }
 
-  // The activated store in two passes (YmmTiles::tiles): the sums' float values, then, once the
-  // tile's are all activated (activate_floats), their codes.
-  void scaled(__m256i s0, __m256i s1, __m256* f) const {
-    f[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(s0), scale[0]), f[1] = _mm256_mul_ps(_mm256_cvtepi32_ps(s1), scale[1]);
-  }
+  // The activated store in two passes (YmmTiles::tiles): the sums' float values (scaled), then,
+  // once the tile's are all activated (activate_floats), their codes.
   [[gnu::always_inline]] void activated(__m256 f0, __m256 f1, int64_t at) const {
     store_ymm_floats<kClampHigh>(rq, f0, f1, y + at, count, kResidual ? &*add : nullptr,
                                  kResidual ? residual + at : nullptr);
@@ -215,24 +223,17 @@ struct YmmCodeStore {
   }
 };
 
-struct YmmFloatStore {
+struct YmmFloatStore : YmmScales {
   static constexpr bool kShort = true, kTwoPass = false;
   float* y;
-  int64_t count;
-  __m256 scale[2];
 
-  YmmFloatStore(const TilePlan& plan, int64_t m0)
-      : y(static_cast<float*>(plan.y) + m0), count(std::min<int64_t>(16, plan.g.filters - m0)) {
-    __m256i bits[2];
-    load_in_tile_order(reinterpret_cast<const int32_t*>(plan.rq.scale.data() + m0), count, bits);
-    scale[0] = _mm256_castsi256_ps(bits[0]), scale[1] = _mm256_castsi256_ps(bits[1]);
-  }
+  YmmFloatStore(const TilePlan& plan, int64_t m0) : YmmScales(plan, m0), y(static_cast<float*>(plan.y) + m0) {}
 
   [[gnu::always_inline]] void operator()(__m256i s0, __m256i s1, int64_t at) const {
-    const __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(s0), scale[0]);
-    const __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(s1), scale[1]);
-    _mm256_maskstore_ps(y + at, first_lanes(count), _mm256_permute2f128_ps(f0, f1, 0x20));
-    _mm256_maskstore_ps(y + at + 8, first_lanes(count - 8), _mm256_permute2f128_ps(f0, f1, 0x31));
+    __m256 f[2];
+    scaled(s0, s1, f);
+    _mm256_maskstore_ps(y + at, first_lanes(count), _mm256_permute2f128_ps(f[0], f[1], 0x20));
+    _mm256_maskstore_ps(y + at + 8, first_lanes(count - 8), _mm256_permute2f128_ps(f[0], f[1], 0x31));
   }
 
   void prefetch(int64_t) const {}
