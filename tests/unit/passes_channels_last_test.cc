@@ -55,6 +55,21 @@ int count(const ir::Model& m, const std::string& op) {
   return k;
 }
 
+// channels-last on b's model moves every Transpose out (they cancel), each `op` then along axis
+// 3 (NHWC's channels), with the same outputs on `inputs`.
+void expect_transposes_gone_around(const Builder& b, const std::string& op, const std::vector<Tensor>& inputs) {
+  ir::Model after = b.m;
+  auto n = test::run_pass(after, "channels-last");
+  ASSERT_TRUE(n.is_ok()) << n.status().message();
+  EXPECT_EQ(count(after, "Transpose"), 0);
+  for (const auto& node : after.graph.nodes) {
+    if (node.op_type == op) {
+      EXPECT_EQ(node.attr_int("axis", 0), 3);
+    }
+  }
+  test::expect_same_outputs(b.m, after, inputs, 0.0f);
+}
+
 TEST(ChannelsLast, ConvNextResidualStreamStaysNhwc) {
   for (int64_t c : {16, 20}) {  // 20: a part block in the reorders
     SCOPED_TRACE(c);
@@ -123,13 +138,7 @@ TEST(ChannelsLast, ConcatTakesTheTransposesOfItsParts) {
     b.add("Transpose", {"c"}, {"ct"}, {attr_ints("perm", {0, 2, 3, 1})});
     b.add("Softmax", {"ct"}, {"z"});  // (not element-wise: the Transposes stop above it)
     b.output("z");
-    ir::Model after = b.m;
-    auto n = test::run_pass(after, "channels-last");
-    ASSERT_TRUE(n.is_ok()) << n.status().message();
-    EXPECT_EQ(count(after, "Transpose"), 0);
-    for (const auto& node : after.graph.nodes)
-      if (node.op_type == "Concat") EXPECT_EQ(node.attr_int("axis", 0), 3);
-    test::expect_same_outputs(b.m, after, {b.random({1, 4, 5, 3}), b.random({1, 4, 5, 2})}, 0.0f);
+    expect_transposes_gone_around(b, "Concat", {b.random({1, 4, 5, 3}), b.random({1, 4, 5, 2})});
   }
   Builder b(20);
   b.input("x", {1, 4, 5, 3});
@@ -155,13 +164,7 @@ TEST(ChannelsLast, SplitTakesTheTransposeOfItsInput) {
     b.add("Softmax", {std::string(s) + "t"}, {std::string(s) + "y"});
     b.output(std::string(s) + "y");
   }
-  ir::Model after = b.m;
-  auto n = test::run_pass(after, "channels-last");
-  ASSERT_TRUE(n.is_ok()) << n.status().message();
-  EXPECT_EQ(count(after, "Transpose"), 0);
-  for (const auto& node : after.graph.nodes)
-    if (node.op_type == "Split") EXPECT_EQ(node.attr_int("axis", 0), 3);
-  test::expect_same_outputs(b.m, after, {b.random({1, 4, 5, 8})}, 0.0f);
+  expect_transposes_gone_around(b, "Split", {b.random({1, 4, 5, 8})});
 }
 
 }  // namespace
