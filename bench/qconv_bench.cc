@@ -96,8 +96,10 @@ void BM_QConv(benchmark::State& state, Layer l, qconv::Tile tile, int threads, A
   if (l.silu) rq.activation = &silu, rq.inverse_y_scale = 20.0f;  // (sums of a few 1e4 to floats of a few units)
   std::vector<uint8_t> y(static_cast<size_t>(g.out_h * g.out_w * l.m)), residual(y.size());
   for (auto& v : residual) v = static_cast<uint8_t>(byte(rng));
-  const kiln::QLinearBinaryParams params{0.1f, 0.12f, 0.15f, 3, 120, 110, 0, 255, false};
-  if (add == Add::kFused) rq.add = {params, kiln::qlinear_binary_reciprocal_is_exact(params, false)};
+  // Scales as calibration gives them, not round numbers (whose ties keep the add from its
+  // multiply-adds: QLinearBinaryMethod).
+  const kiln::QLinearBinaryParams params{0.0371f, 0.0213f, 0.0497f, 121, 117, 119, 0, 255, false};
+  if (add == Add::kFused) rq.add = {params, kiln::qlinear_binary_method(params, false)};
   static kiln::ThreadPool* const pools[3] = {nullptr, new kiln::ThreadPool(1), new kiln::ThreadPool(2)};
   std::vector<float> xf;  // KILN_BENCH_FROM_FLOAT=1: X float NCHW, quantized while staged (ai.kiln's)
   const float quantize_scale = 0.02f;

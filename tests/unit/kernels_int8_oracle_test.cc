@@ -15,6 +15,7 @@
 
 #include "core/float_convert.h"
 #include "kernels/cpu/lookup_table.h"
+#include "kernels/cpu/qlinear_binary.h"
 #include "kernels/kernel.h"
 #include "pass_test_util.h"
 
@@ -187,20 +188,27 @@ bool reciprocal_misses(bool multiply, float cs) {
 
 template <typename T>
 void every_pair(bool multiply) {
-  float exact = 0, inexact = 0;
-  for (int k = 0; k < 2000 && !(exact && inexact); ++k) {
+  float exact = 0, inexact = 0, by_fma = 0, not_by_fma = 0;
+  auto found = [&] { return exact && inexact && (multiply || (by_fma && not_by_fma)); };
+  for (int k = 0; k < 2000 && !found(); ++k) {
     const float cs = (multiply ? 0.09f : 0.05f) * (1.0f + 0.000137f * static_cast<float>(k));
     (reciprocal_misses<T>(multiply, cs) ? inexact : exact) = cs;
+    // The kernel's own choice of an add's multiply-adds (QLinearBinaryMethod), to have both.
+    const bool s8 = std::is_signed_v<T>;
+    const QLinearBinaryParams p{0.037f, 0.021f, cs, kPairAz<T>, kPairBz<T>, 7, s8 ? -128.0f : 0, s8 ? 127.0f : 255, multiply};
+    if (!multiply) (qlinear_binary_method(p, s8).by_fma ? by_fma : not_by_fma) = cs;
   }
-  ASSERT_TRUE(exact && inexact) << "no output scale of each kind found";
-  for (const float cs : {exact, inexact}) {
+  ASSERT_TRUE(found()) << "no output scale of each kind found";
+  for (const float cs : {exact, inexact, by_fma, not_by_fma}) {
+    if (cs == 0) continue;
     SCOPED_TRACE(::testing::Message() << "cs " << cs);
     check_binary<T>(multiply, Shape{256, 256}, cs, true);
   }
 }
 
 // All 65536 pairs of codes, with an output scale where multiplying by its reciprocal gives every
-// pair the division's code and with one where it does not (so that the kernel divides).
+// pair the division's code and with one where it does not (so that the kernel divides); for the
+// add, with one where its two multiply-adds give every pair the code and one where they do not.
 TEST(Int8Oracle, QLinearAddAndMulMatchTheirFormulaOnEveryPairOfCodes) {
   for (bool multiply : {false, true}) {
     every_pair<uint8_t>(multiply);

@@ -25,8 +25,9 @@ using namespace qconv_test;
 // operands' scales far apart and close (the add's sums past C's range either way), zero points
 // off the middle, C scales whose reciprocal gives the division's codes and one whose does not
 // (0.3: the store divides the lanes near a half), and one so small (2^-24) that the sums divided
-// pass int32 (the store clamps them in float); A's zero point the conv's and not; tiles of pixels,
-// blocks and groups of blocks in part.
+// pass int32 (the store clamps them in float); scales as calibration gives them, where the store
+// takes the add's two multiply-adds (QLinearBinaryMethod::by_fma), each also by the steps; A's
+// zero point the conv's and not; tiles of pixels, blocks and groups of blocks in part.
 TEST(QConv, ResidualAddInTheStoreMatchesConvThenQLinearAdd) {
   std::vector<qconv::Tile> tiles = qconv::available_tiles(false);
   if (std::find(tiles.begin(), tiles.end(), qconv::Tile::kWinogradAvx2) == tiles.end())
@@ -36,6 +37,9 @@ TEST(QConv, ResidualAddInTheStoreMatchesConvThenQLinearAdd) {
       {0.35f, 0.6f, 0.5f, 3, 200, 0, 0, 0, false},
       {0.35f, 0.35f, 0.125f, 128, 128, 128, 0, 0, false},
       {0.35f, 0.6f, 0x1p-24f, 100, 7, 90, 0, 0, false},
+      {0.0371f, 0.0213f, 0.0497f, 121, 117, 119, 0, 0, false},
+      {0.0287f, 0.0413f, 0.0533f, 0, 0, 3, 0, 0, false},
+      {0.0123f, 0.0456f, 0.0389f, 140, 97, 130, 0, 0, false},
   };
   auto conv_zero_point_100 = [](Data& d) { d.zy = 100; };  // the first add's az
   for (const qconv::Tile tile : tiles)
@@ -46,10 +50,24 @@ TEST(QConv, ResidualAddInTheStoreMatchesConvThenQLinearAdd) {
           QLinearBinaryParams p = add;
           p.lo = s8 ? -128.0f : 0.0f, p.hi = s8 ? 127.0f : 255.0f;
           if (s8) p.az -= 128, p.bz -= 128, p.cz -= 128;
-          const qconv::Requantize::ResidualAdd residual{p, qlinear_binary_reciprocal_is_exact(p, s8)};
-          EXPECT_EQ(residual.reciprocal_exact, p.cs != 0.3f);
-          check_direct(k, tile, false, true, out, true, 2, 0.35f, nullptr, &residual);
-          if (add.az == 100) check_direct(k, tile, false, true, out, true, 2, 0.35f, conv_zero_point_100, &residual);
+          qconv::Requantize::ResidualAdd residual{p, qlinear_binary_method(p, s8)};
+          EXPECT_EQ(residual.method.reciprocal, p.cs != 0.3f);
+          // Scales as calibration gives them (the last three) find the two multiply-adds; sums
+          // divided past int32 never take them.
+          if (add.as < 0.1f) {
+            EXPECT_TRUE(residual.method.by_fma);
+          }
+          if (add.cs < 1e-6f) {
+            EXPECT_FALSE(residual.method.by_fma);
+          }
+          // By the method found, and by the steps where it found the multiply-adds.
+          const bool found = residual.method.by_fma;
+          for (const bool by_fma : {true, false}) {
+            if (by_fma && !found) continue;
+            residual.method.by_fma = by_fma;
+            check_direct(k, tile, false, true, out, true, 2, 0.35f, nullptr, &residual);
+            if (add.az == 100) check_direct(k, tile, false, true, out, true, 2, 0.35f, conv_zero_point_100, &residual);
+          }
         }
 }
 
@@ -97,7 +115,7 @@ TEST(QConv, ConvWithResidualNodeMatchesConvThenQLinearAdd) {
   float inexact = 0;  // a C scale whose reciprocal misses the division's code for some pair
   for (int i = 0; i < 1000 && inexact == 0; ++i) {
     const QLinearBinaryParams p{0.35f, 0.2f, 0.3f + 0.00123f * static_cast<float>(i), 100, 7, 90, 0, 255, false};
-    if (!qlinear_binary_reciprocal_is_exact(p, false)) inexact = p.cs;
+    if (!qlinear_binary_method(p, false).reciprocal) inexact = p.cs;
   }
   ASSERT_NE(inexact, 0.0f);
   for (const bool x_signed : {false, true})

@@ -10,7 +10,8 @@
 // kernels/ref/quantize.cc's quantize_8bit: the product is within 2^-22 |v| of the quotient, and
 // |v| > 512 saturates either way). c depends on the codes (a, b) alone, so where multiplying gives
 // the division's code for all 65536 pairs (checked once per set of parameters) the rows skip
-// even that check.
+// even that check; and where two multiply-adds on the codes give them all (QLinearBinaryMethod's
+// by_fma, found the same way), an add takes those alone.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -30,13 +31,23 @@ namespace kiln {
 namespace {
 
 using Params = QLinearBinaryParams;
+using Method = QLinearBinaryMethod;
 
-// The scalar tail's c of code a and B's dequantized value fb = (b - bz) * bs.
-template <typename T, bool kReciprocal>
-float apply(const Params& p, T a, float fb) {
-  const float fa = (static_cast<float>(a) - p.az) * p.as;
-  const float sum = p.multiply ? fa * fb : fa + fb;
-  const float v = kReciprocal ? sum * (1.0f / p.cs) : sum / p.cs;
+// The ways a row computes c (QLinearBinaryMethod): the steps with the division, with the
+// reciprocal, or by_fma.
+enum class Way { kDivision, kReciprocal, kFma };
+
+// The scalar tail's c of code a and b: B's code (kFma) or its dequantized value (b - bz) * bs.
+template <typename T, Way kWay>
+float apply(const Params& p, const Method& m, T a, float b) {
+  float v;
+  if constexpr (kWay == Way::kFma) {
+    v = std::fmaf(static_cast<float>(a), m.ra, std::fmaf(b, m.rb, m.k));
+  } else {
+    const float fa = (static_cast<float>(a) - p.az) * p.as;
+    const float sum = p.multiply ? fa * b : fa + b;
+    v = kWay == Way::kReciprocal ? sum * (1.0f / p.cs) : sum / p.cs;
+  }
   return std::min(p.hi, std::max(p.lo, std::nearbyint(v) + p.cz));
 }
 
@@ -49,32 +60,39 @@ __m256 load8(const T* x) {
 // c[0, n) of a and b, each read at step 1 (a row) or 0 (one value repeated: a broadcast
 // operand), 8 at a time. kBFloats: b is B already dequantized, (b - bz) * bs as floats at step
 // 1 (a squeeze-excitation's per-channel scale along a row of pixels, dequantized once).
-template <typename T, bool kReciprocal, bool kBFloats>
-void row(const Params& p, const T* a, int64_t sa, const void* b, int64_t sb, T* c, int64_t n) {
+template <typename T, Way kWay, bool kBFloats>
+void row(const Params& p, const Method& m, const T* a, int64_t sa, const void* b, int64_t sb, T* c, int64_t n) {
+  static_assert(!(kBFloats && kWay == Way::kFma), "by_fma takes B's codes");
   const __m256 as = _mm256_set1_ps(p.as), bs = _mm256_set1_ps(p.bs), cs = _mm256_set1_ps(p.cs);
   const __m256 rcs = _mm256_set1_ps(1.0f / p.cs);
   const __m256 az = _mm256_set1_ps(p.az), bz = _mm256_set1_ps(p.bz), cz = _mm256_set1_ps(p.cz);
+  const __m256 ra = _mm256_set1_ps(m.ra), rb = _mm256_set1_ps(m.rb), k = _mm256_set1_ps(m.k);
   const __m256 lo = _mm256_set1_ps(p.lo), hi = _mm256_set1_ps(p.hi);
   const __m256i cz_int = _mm256_set1_epi32(static_cast<int32_t>(p.cz));
   const __m256 near_half = _mm256_set1_ps(0.5f - 0x1p-11f);
   const bool in_int32 = qlinear_binary_fits_int32(p);
   const T* b_codes = static_cast<const T*>(b);
   const float* b_floats = static_cast<const float*>(b);
-  auto dequantized = [](const T* x, int64_t step, int64_t i, __m256 z, __m256 s) {
-    const __m256 v = step ? load8(x + i) : _mm256_set1_ps(static_cast<float>(x[0]));
-    return _mm256_mul_ps(_mm256_sub_ps(v, z), s);
+  auto codes = [](const T* x, int64_t step, int64_t i) {
+    return step ? load8(x + i) : _mm256_set1_ps(static_cast<float>(x[0]));
   };
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 fa = dequantized(a, sa, i, az, as);
-    const __m256 fb = kBFloats ? _mm256_loadu_ps(b_floats + i) : dequantized(b_codes, sb, i, bz, bs);
-    const __m256 sum = p.multiply ? _mm256_mul_ps(fa, fb) : _mm256_add_ps(fa, fb);
-    // The division only where the multiply might round the other way (the comment above).
-    __m256 v = _mm256_mul_ps(sum, rcs);
-    if (!kReciprocal) {
-      const __m256 r = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      const __m256 off = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_sub_ps(v, r));
-      if (_mm256_movemask_ps(_mm256_cmp_ps(off, near_half, _CMP_GE_OQ))) v = _mm256_div_ps(sum, cs);
+    __m256 v;
+    if constexpr (kWay == Way::kFma) {
+      v = _mm256_fmadd_ps(codes(a, sa, i), ra, _mm256_fmadd_ps(codes(b_codes, sb, i), rb, k));
+    } else {
+      const __m256 fa = _mm256_mul_ps(_mm256_sub_ps(codes(a, sa, i), az), as);
+      const __m256 fb = kBFloats ? _mm256_loadu_ps(b_floats + i)
+                                 : _mm256_mul_ps(_mm256_sub_ps(codes(b_codes, sb, i), bz), bs);
+      const __m256 sum = p.multiply ? _mm256_mul_ps(fa, fb) : _mm256_add_ps(fa, fb);
+      // The division only where the multiply might round the other way (the comment above).
+      v = _mm256_mul_ps(sum, rcs);
+      if (kWay == Way::kDivision) {
+        const __m256 r = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const __m256 off = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_sub_ps(v, r));
+        if (_mm256_movemask_ps(_mm256_cmp_ps(off, near_half, _CMP_GE_OQ))) v = _mm256_div_ps(sum, cs);
+      }
     }
     // cvtps rounds half to even, as nearbyint. Where v fits int32 the packs' saturation clamps
     // it (after cz, added in int32); else it is clamped in float first.
@@ -90,27 +108,55 @@ void row(const Params& p, const T* a, int64_t sa, const void* b, int64_t sb, T* 
     _mm_storel_epi64(reinterpret_cast<__m128i*>(c + i), bytes);
   }
   for (; i < n; ++i) {
-    const float fb = kBFloats ? b_floats[i] : (static_cast<float>(b_codes[sb * i]) - p.bz) * p.bs;
-    c[i] = static_cast<T>(apply<T, kReciprocal>(p, a[sa * i], fb));
+    const float bv = kBFloats                ? b_floats[i]
+                     : kWay == Way::kFma    ? static_cast<float>(b_codes[sb * i])
+                                            : (static_cast<float>(b_codes[sb * i]) - p.bz) * p.bs;
+    c[i] = static_cast<T>(apply<T, kWay>(p, m, a[sa * i], bv));
   }
 }
 
-// Whether the reciprocal gives every pair of codes the division's c: both rows over all 65536.
+// The shorter ways that give every pair of codes the division's c (QLinearBinaryMethod): each
+// way's row over all 65536 pairs, against the division's.
 template <typename T>
-bool reciprocal_is_exact(const Params& p) {
-  std::vector<T> a(65536), b(65536), by_division(65536), by_reciprocal(65536);
+Method find_method(const Params& p) {
+  std::vector<T> a(65536), b(65536), by_division(65536), by_other(65536);
   for (int i = 0; i < 65536; ++i) a[i] = static_cast<T>(i >> 8), b[i] = static_cast<T>(i & 255);
-  row<T, false, false>(p, a.data(), 1, b.data(), 1, by_division.data(), 65536);
-  row<T, true, false>(p, a.data(), 1, b.data(), 1, by_reciprocal.data(), 65536);
-  return by_division == by_reciprocal;
+  Method m;
+  row<T, Way::kDivision, false>(p, m, a.data(), 1, b.data(), 1, by_division.data(), 65536);
+  row<T, Way::kReciprocal, false>(p, m, a.data(), 1, b.data(), 1, by_other.data(), 65536);
+  m.reciprocal = by_other == by_division;
+  if (p.multiply || !qlinear_binary_fits_int32(p)) return m;
+  // The ratios and the offset rounded to float, then their neighbours, nearest first: v is a few
+  // roundings from the steps' value, and a pair lands apart only where a half lies between them.
+  const float ra = static_cast<float>(double{p.as} / p.cs), rb = static_cast<float>(double{p.bs} / p.cs);
+  const float k = static_cast<float>(-(double{p.az} * p.as + double{p.bz} * p.bs) / p.cs);
+  auto moved = [](float x, int steps) {
+    for (; steps > 0; --steps) x = std::nextafter(x, HUGE_VALF);
+    for (; steps < 0; ++steps) x = std::nextafter(x, -HUGE_VALF);
+    return x;
+  };
+  for (int distance = 0; distance <= 6; ++distance)
+    for (int i = -2; i <= 2; ++i)
+      for (int j = -2; j <= 2; ++j)
+        for (int l = -2; l <= 2; ++l) {
+          if (std::abs(i) + std::abs(j) + std::abs(l) != distance) continue;
+          m.ra = moved(ra, i), m.rb = moved(rb, j), m.k = moved(k, l);
+          row<T, Way::kFma, false>(p, m, a.data(), 1, b.data(), 1, by_other.data(), 65536);
+          if (by_other == by_division) {
+            m.by_fma = true;
+            return m;
+          }
+        }
+  m.ra = m.rb = m.k = 0;
+  return m;
 }
 
-// reciprocal_is_exact, remembered per parameter set (a model has a few dozen).
+// find_method, remembered per parameter set (a model has a few dozen).
 template <typename T>
-bool reciprocal_is_exact_cached(const Params& p) {
+Method method_cached(const Params& p) {
   struct Entry {
     Params p;
-    bool exact;
+    Method m;
   };
   static std::mutex mu;
   static std::vector<Entry> seen;
@@ -121,31 +167,33 @@ bool reciprocal_is_exact_cached(const Params& p) {
   {
     std::lock_guard<std::mutex> lock(mu);
     for (const Entry& e : seen)
-      if (same(e.p)) return e.exact;
+      if (same(e.p)) return e.m;
   }
-  const bool exact = reciprocal_is_exact<T>(p);
+  const Method m = find_method<T>(p);
   std::lock_guard<std::mutex> lock(mu);
   if (seen.size() >= 4096) seen.clear();  // bounded, whatever a process runs
-  seen.push_back({p, exact});
-  return exact;
+  seen.push_back({p, m});
+  return m;
 }
 
-// A row of either type (b as codes, or as floats: row's kBFloats), on AVX-512 where the CPU has it.
+// A row of either type (b as codes, or as floats: row's kBFloats) by `m`.
 template <typename T>
-void typed_row(const Params& p, bool reciprocal, bool b_floats, const void* a, int64_t sa, const void* b, int64_t sb,
+void typed_row(const Params& p, const Method& m, bool b_floats, const void* a, int64_t sa, const void* b, int64_t sb,
                void* c, int64_t n) {
   const T* x = static_cast<const T*>(a);
   T* z = static_cast<T*>(c);
   if (b_floats)
-    (reciprocal ? row<T, true, true> : row<T, false, true>)(p, x, sa, b, sb, z, n);
+    (m.reciprocal ? row<T, Way::kReciprocal, true> : row<T, Way::kDivision, true>)(p, m, x, sa, b, sb, z, n);
+  else if (m.by_fma)
+    row<T, Way::kFma, false>(p, m, x, sa, b, sb, z, n);
   else
-    (reciprocal ? row<T, true, false> : row<T, false, false>)(p, x, sa, b, sb, z, n);
+    (m.reciprocal ? row<T, Way::kReciprocal, false> : row<T, Way::kDivision, false>)(p, m, x, sa, b, sb, z, n);
 }
-void any_row(const Params& p, bool is_signed, bool reciprocal, const void* a, int64_t sa, const void* b, int64_t sb,
+void any_row(const Params& p, bool is_signed, const Method& m, const void* a, int64_t sa, const void* b, int64_t sb,
              void* c, int64_t n, bool b_floats = false) {
   static const bool avx512 = cpu_features().has_avx512();  // the level is fixed once kernels run
-  if (avx512) return qlinear_binary_row_avx512(p, is_signed, reciprocal, b_floats, a, sa, b, sb, c, n);
-  (is_signed ? typed_row<int8_t> : typed_row<uint8_t>)(p, reciprocal, b_floats, a, sa, b, sb, c, n);
+  if (avx512) return qlinear_binary_row_avx512(p, is_signed, m, b_floats, a, sa, b, sb, c, n);
+  (is_signed ? typed_row<int8_t> : typed_row<uint8_t>)(p, m, b_floats, a, sa, b, sb, c, n);
 }
 
 // Whether `x` holds one value per channel of channels-last c ([1 or N, 1, ..., 1, C] against
@@ -211,11 +259,11 @@ void run_typed(KernelContext& ctx, const Params& p, const Tensor& a, const Tenso
                                     rows.push_back({first, ad + base[0], step[0], bd + base[1], step[1], len});
                                   });
   }
-  const bool reciprocal = reciprocal_is_exact_cached<T>(q);
+  const Method m = method_cached<T>(q);
   auto run = [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const Row& w = rows[static_cast<size_t>(r)];
-      any_row(q, std::is_signed_v<T>, reciprocal, w.a, w.sa, w.b, w.sb, cd + w.first, w.len, b_floats);
+      any_row(q, std::is_signed_v<T>, m, w.a, w.sa, w.b, w.sb, cd + w.first, w.len, b_floats);
     }
   };
   const int64_t n = static_cast<int64_t>(rows.size());
@@ -263,18 +311,18 @@ Status qlinear_mul(KernelContext& ctx) { return qlinear_binary(ctx, true); }
 
 }  // namespace
 
-bool qlinear_binary_reciprocal_is_exact(const QLinearBinaryParams& p, bool is_signed) {
-  return is_signed ? reciprocal_is_exact_cached<int8_t>(p) : reciprocal_is_exact_cached<uint8_t>(p);
+QLinearBinaryMethod qlinear_binary_method(const QLinearBinaryParams& p, bool is_signed) {
+  return is_signed ? method_cached<int8_t>(p) : method_cached<uint8_t>(p);
 }
 
 void qlinear_binary_same_shape(const QLinearBinaryParams& p, bool is_signed, const void* a, const void* b, void* c,
                                int64_t n, ThreadPool* pool) {
   constexpr int64_t kChunk = 1 << 14;
-  const bool reciprocal = qlinear_binary_reciprocal_is_exact(p, is_signed);
+  const QLinearBinaryMethod m = qlinear_binary_method(p, is_signed);
   auto run = [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t first = r * kChunk;
-      any_row(p, is_signed, reciprocal, static_cast<const char*>(a) + first, 1, static_cast<const char*>(b) + first, 1,
+      any_row(p, is_signed, m, static_cast<const char*>(a) + first, 1, static_cast<const char*>(b) + first, 1,
               static_cast<char*>(c) + first, std::min(kChunk, n - first));
     }
   };

@@ -54,13 +54,14 @@ struct Requantize {
   // A residual add fused into the store (ai.kiln.QLinearConv's inputs 10 to 16): the conv's code
   // a and the code b at the same place of a residual R (Y's type and layout) give QLinearAdd's
   //   c = saturate(round_half_even(((a - az) as + (b - bz) bs) / cs) + cz),
-  // its float steps in its order, the division as its rows do it (qlinear_binary.cc): times
-  // 1 / cs, divided only where a lane lands within 2^-11 of a half, and not even checked where
-  // the reciprocal gives the division's c for every pair of codes. Only with 8-bit Y,
-  // channels-last, and a tile of group 1; the depthwise tiles have none.
+  // by its two multiply-adds where `method` has them (by_fma), else its float steps in its
+  // order, the division as its rows do it (qlinear_binary.cc): times 1 / cs, divided only where a
+  // lane lands within 2^-11 of a half, and not even checked where the reciprocal gives the
+  // division's c for every pair of codes. Only with 8-bit Y, channels-last, and a tile of group
+  // 1; the depthwise tiles have none.
   struct ResidualAdd {
     QLinearBinaryParams p;
-    bool reciprocal_exact = false;  // qlinear_binary_reciprocal_is_exact(p)
+    QLinearBinaryMethod method;  // qlinear_binary_method(p)
   };
   std::optional<ResidualAdd> add;
   // An activation of the sums' float values before Y's quantization (ai.kiln.QLinearConv's

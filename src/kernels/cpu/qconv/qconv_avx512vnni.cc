@@ -22,12 +22,16 @@
 namespace kiln::qconv {
 namespace {
 
-// Requantize::add on 16 lanes, as qconv_tile_ymm.h's ResidualAdd does on 8: the conv's codes
-// less its zero point, q (not yet clamped), and the residual's codes b give c - cz, clamped in
-// float to one step past C's codes where it could pass int32, which the packs finish. Its
-// constants are broadcast once a store (the stores through char pointers would make the
-// compiler reload them for every vector).
+// Requantize::add on 16 lanes, as qconv_tile_ymm.h's ResidualAdd does on 8: the conv's float
+// values f (scaled) and the residual's codes b give c - cz, clamped in float to one step past
+// C's codes where it could pass int32, which the packs finish. Its constants are broadcast once a
+// store (the stores through char pointers would make the compiler reload them for every vector).
 struct ResidualAdd {
+  // fused (QLinearBinaryMethod::by_fma): the conv's codes a in float (f rounded as cvtps rounds,
+  // its zero point, its clamp), then the two multiply-adds.
+  __m512 zero_point, lo, hi, ra, rb, k;
+  // steps: from the conv's codes less its zero point, q (cvtps of f clamped above).
+  __m512 q_hi;
   __m512i a_lo, a_shift, a_hi, bz;
   __m512 as, bs, c_reciprocal, cs, v_lo, v_hi;
   bool shift, clamp_v;
@@ -35,6 +39,11 @@ struct ResidualAdd {
 
   explicit ResidualAdd(const Requantize& rq) {
     const QLinearBinaryParams& p = rq.add->p;
+    const QLinearBinaryMethod& m = rq.add->method;
+    zero_point = _mm512_set1_ps(static_cast<float>(rq.zero_point));
+    lo = _mm512_set1_ps(static_cast<float>(rq.lo)), hi = _mm512_set1_ps(static_cast<float>(rq.hi));
+    ra = _mm512_set1_ps(m.ra), rb = _mm512_set1_ps(m.rb), k = _mm512_set1_ps(m.k);
+    q_hi = _mm512_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
     // a - az in int32 (a = q + zero point, clamped to the codes), then as a float: exact, as
     // float(a) - az is for integer codes; likewise b - bz.
     const int32_t az = static_cast<int32_t>(p.az);
@@ -47,10 +56,17 @@ struct ResidualAdd {
     // The clamp of v matters only where cvtps could overflow; below 2^30 the store's saturating
     // packs clamp it the same (QLinearAdd's rows take the same bound).
     clamp_v = !qlinear_binary_fits_int32(p);
-    reciprocal_exact = rq.add->reciprocal_exact;
+    reciprocal_exact = m.reciprocal;
   }
 
-  __m512i operator()(__m512i q, __m512i b) const {
+  __m512i fused(__m512 f, __m512i b) const {
+    const __m512 rounded = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 a = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(rounded, zero_point), lo), hi);
+    return _mm512_cvtps_epi32(_mm512_fmadd_ps(a, ra, _mm512_fmadd_ps(_mm512_cvtepi32_ps(b), rb, k)));
+  }
+
+  __m512i steps(__m512 f, __m512i b) const {
+    const __m512i q = _mm512_cvtps_epi32(_mm512_min_ps(f, q_hi));
     __m512i a = _mm512_max_epi32(q, a_lo);
     if (shift) a = _mm512_add_epi32(a, a_shift);
     const __m512 fa = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_min_epi32(a, a_hi)), as);
@@ -80,8 +96,8 @@ struct ResidualAdd {
 // it to the int32 ones first. The upper clamp stays in float, where a huge positive sum would
 // otherwise wrap: only where a scale reaches 0.5 or an activation ran (kClampHigh:
 // Requantize::needs_float_clamp; the min where not needed cost a 16 -> 96 1x1 conv 8 %).
-// With kResidual (rq.add), the codes stored are the residual add's (ResidualAdd); with
-// kActivated (rq.activation), the float values go through it first.
+// With a residual (kAdd, rq.add), the codes stored are the residual add's (ResidualAdd: fused
+// or by its steps); with kActivated (rq.activation), the float values go through it first.
 // What both stores (and the tile's bias) take of B blocks from filter m0: each block's real
 // filters (lanes_of) and their scales.
 template <int B>
@@ -97,10 +113,13 @@ struct BlockScales {
   }
 };
 
-template <int B, bool kActivated, bool kResidual, bool kClampHigh>
+enum class Residual { kNone, kByFma, kBySteps };
+
+template <int B, bool kActivated, Residual kAdd, bool kClampHigh>
 struct CodeStore : BlockScales<B> {
   using BlockScales<B>::lanes_of, BlockScales<B>::scale;
-  static constexpr bool kShort = !kResidual || B <= 2;
+  static constexpr bool kResidual = kAdd != Residual::kNone;
+  static constexpr bool kShort = kAdd != Residual::kBySteps || B <= 2;
   const Requantize& rq;
   int8_t* y;
   const char* residual;
@@ -134,10 +153,12 @@ struct CodeStore : BlockScales<B> {
         q[b] = _mm512_setzero_si512();
         continue;
       }
-      q[b] = _mm512_cvtps_epi32(kClampHigh ? _mm512_min_ps(f[b], hi) : f[b]);
       if constexpr (kResidual) {
         const __m128i r = _mm_maskz_loadu_epi8(lanes_of[b], residual + at + b * 16);
-        q[b] = (*add)(q[b], s8 ? _mm512_cvtepi8_epi32(r) : _mm512_cvtepu8_epi32(r));
+        const __m512i rb = s8 ? _mm512_cvtepi8_epi32(r) : _mm512_cvtepu8_epi32(r);
+        q[b] = kAdd == Residual::kByFma ? add->fused(f[b], rb) : add->steps(f[b], rb);
+      } else {
+        q[b] = _mm512_cvtps_epi32(kClampHigh ? _mm512_min_ps(f[b], hi) : f[b]);
       }
     }
     const __m512i w01 = _mm512_adds_epi16(_mm512_packs_epi32(q[0], q[1]), zp);
@@ -216,9 +237,10 @@ struct VnniTiles {
         }
       // Short stores (Store::kShort) to kPixels, unrolled, so that acc's indices are constants and
       // the sums stay in registers (a loop to `rows` kept them in memory). A store that adds a
-      // residual to more than two blocks is long: six of it inline ran a residual 1x1 conv of
-      // resnet50 20 % slower (two blocks inline: mobilenet_v2's 3 % faster; a SiLU's six inline:
-      // efficientnet's 16 -> 96 at 112x112 163 -> 142 us).
+      // residual by its steps to more than two blocks is long: six of it inline ran a residual
+      // 1x1 conv of resnet50 20 % slower (two blocks inline: mobilenet_v2's 3 % faster; a SiLU's
+      // six inline: efficientnet's 16 -> 96 at 112x112 163 -> 142 us); the fused add is short
+      // (64 -> 256 at 56x56: 88-92 us inline, 94-100 as a loop).
       if constexpr (Store::kShort) {
 #pragma GCC unroll 6
         for (int i = 0; i < kPixels; ++i)
@@ -233,13 +255,22 @@ struct VnniTiles {
   static void tiles_storing(const TilePlan& plan, int64_t p_begin, int64_t p_end, int64_t b0) {
     const Requantize& rq = plan.rq;
     if (rq.output == Output::kFloat) return tiles<B, FloatStore<B>>(plan, p_begin, p_end, b0);
-    if (rq.activated())  // (its values clamped: needs_float_clamp)
-      return plan.residual ? tiles<B, CodeStore<B, true, true, true>>(plan, p_begin, p_end, b0)
-                           : tiles<B, CodeStore<B, true, false, true>>(plan, p_begin, p_end, b0);
+    constexpr Residual kNone = Residual::kNone, kByFma = Residual::kByFma, kBySteps = Residual::kBySteps;
+    // The add's multiply-adds on three or four blocks (resnet50's 64 -> 256 at 56x56 with its
+    // residual: 102-105 -> 88-93 us); on one or two GCC 12 kept the tile's weights on the stack
+    // in its inner loop, its vector registers taken by pointers and the store's constants
+    // (mobilenet_v2's 144 -> 24 at 56x56: 22 -> 36 us), where the steps' store keeps them.
+    const bool by_fma = plan.residual && rq.add->method.by_fma && B > 2;
+    if (rq.activated()) {  // (its values clamped: needs_float_clamp)
+      if (!plan.residual) return tiles<B, CodeStore<B, true, kNone, true>>(plan, p_begin, p_end, b0);
+      return by_fma ? tiles<B, CodeStore<B, true, kByFma, true>>(plan, p_begin, p_end, b0)
+                    : tiles<B, CodeStore<B, true, kBySteps, true>>(plan, p_begin, p_end, b0);
+    }
     if (plan.residual)  // (its clamp changes nothing: the add clamps the conv's codes again)
-      return tiles<B, CodeStore<B, false, true, true>>(plan, p_begin, p_end, b0);
-    return plan.clamp_high ? tiles<B, CodeStore<B, false, false, true>>(plan, p_begin, p_end, b0)
-                           : tiles<B, CodeStore<B, false, false, false>>(plan, p_begin, p_end, b0);
+      return by_fma ? tiles<B, CodeStore<B, false, kByFma, true>>(plan, p_begin, p_end, b0)
+                    : tiles<B, CodeStore<B, false, kBySteps, true>>(plan, p_begin, p_end, b0);
+    return plan.clamp_high ? tiles<B, CodeStore<B, false, kNone, true>>(plan, p_begin, p_end, b0)
+                           : tiles<B, CodeStore<B, false, kNone, false>>(plan, p_begin, p_end, b0);
   }
 
   static void run(const TilePlan& plan, int64_t p_begin, int64_t p_end, int64_t b0, int blocks) {

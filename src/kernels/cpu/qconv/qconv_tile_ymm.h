@@ -35,13 +35,19 @@ inline __m128i load_first_bytes(const char* p, int64_t count) {
   return _mm_load_si128(reinterpret_cast<const __m128i*>(tmp));
 }
 
-// Requantize::add on 8 lanes: the conv's codes less its zero point, q (int32, not yet clamped),
-// and the residual's codes b give c - cz, which the store's packs finish as they finish a code
-// (cz added, saturating; C's range clamped). Where v could pass int32 (clamp_v), it is clamped in
-// float first, to one step past C's codes either way, so that cvtps rounds it as nearbyint does
-// and never overflows. Its constants are broadcast once a store (the stores through char
-// pointers would make the compiler reload them for every vector).
+// Requantize::add on 8 lanes: the conv's float values f (scaled) and the residual's codes b give
+// c - cz, which the store's packs finish as they finish a code (cz added, saturating; C's range
+// clamped). Where v could pass int32 (clamp_v), it is clamped in float first, to one step past
+// C's codes either way, so that cvtps rounds it as nearbyint does and never overflows. Its
+// constants are broadcast once a store (the stores through char pointers would make the compiler
+// reload them for every vector).
 struct ResidualAdd {
+  // by_fma (QLinearBinaryMethod's): the conv's codes a in float (f rounded as cvtps rounds, its
+  // zero point, its clamp), then the two multiply-adds.
+  bool by_fma;
+  __m256 zero_point, lo, hi, ra, rb, k;
+  // Else the steps, from the conv's codes less its zero point, q (cvtps of f clamped above).
+  __m256 q_hi;
   __m256i a_lo, a_shift, a_hi, bz;
   __m256 as, bs, c_reciprocal, cs, v_lo, v_hi;
   bool shift, clamp_v;
@@ -50,6 +56,12 @@ struct ResidualAdd {
 
   explicit ResidualAdd(const Requantize& rq) {
     const QLinearBinaryParams& p = rq.add->p;
+    const QLinearBinaryMethod& m = rq.add->method;
+    by_fma = m.by_fma;
+    zero_point = _mm256_set1_ps(static_cast<float>(rq.zero_point));
+    lo = _mm256_set1_ps(static_cast<float>(rq.lo)), hi = _mm256_set1_ps(static_cast<float>(rq.hi));
+    ra = _mm256_set1_ps(m.ra), rb = _mm256_set1_ps(m.rb), k = _mm256_set1_ps(m.k);
+    q_hi = _mm256_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
     // a - az in int32 (a = q + zero point, clamped to the codes), then as a float: exact, as
     // float(a) - az is for integer codes; likewise b - bz.
     const int32_t az = static_cast<int32_t>(p.az);
@@ -63,10 +75,16 @@ struct ResidualAdd {
     // packs clamp it the same (QLinearAdd's rows take the same bound).
     clamp_v = !qlinear_binary_fits_int32(p);
     cz = static_cast<int32_t>(p.cz);
-    reciprocal_exact = rq.add->reciprocal_exact, s8 = rq.output == Output::kS8;
+    reciprocal_exact = m.reciprocal, s8 = rq.output == Output::kS8;
   }
 
-  __m256i operator()(__m256i q, __m256i b) const {
+  __m256i operator()(__m256 f, __m256i b) const {
+    if (by_fma) {
+      const __m256 rounded = _mm256_round_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m256 a = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(rounded, zero_point), lo), hi);
+      return _mm256_cvtps_epi32(_mm256_fmadd_ps(a, ra, _mm256_fmadd_ps(_mm256_cvtepi32_ps(b), rb, k)));
+    }
+    const __m256i q = _mm256_cvtps_epi32(_mm256_min_ps(f, q_hi));
     __m256i a = _mm256_max_epi32(q, a_lo);
     if (shift) a = _mm256_add_epi32(a, a_shift);
     const __m256 fa = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_min_epi32(a, a_hi)), as);
@@ -108,15 +126,17 @@ template <bool kClampHigh>
     _mm256_maskstore_ps(o + 8, first_lanes(count - 8), _mm256_permute2f128_ps(f0, f1, 0x31));
     return;
   }
-  const __m256 hi = _mm256_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
-  __m256i q0 = _mm256_cvtps_epi32(kClampHigh ? _mm256_min_ps(f0, hi) : f0);
-  __m256i q1 = _mm256_cvtps_epi32(kClampHigh ? _mm256_min_ps(f1, hi) : f1);
-  const int16_t zero_point = static_cast<int16_t>(add ? add->cz : rq.zero_point);
+  __m256i q0, q1;
   if (add) {
     __m256i b[2];
     add->load(residual, count, b);
-    q0 = (*add)(q0, b[0]), q1 = (*add)(q1, b[1]);
+    q0 = (*add)(f0, b[0]), q1 = (*add)(f1, b[1]);
+  } else {
+    const __m256 hi = _mm256_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
+    q0 = _mm256_cvtps_epi32(kClampHigh ? _mm256_min_ps(f0, hi) : f0);
+    q1 = _mm256_cvtps_epi32(kClampHigh ? _mm256_min_ps(f1, hi) : f1);
   }
+  const int16_t zero_point = static_cast<int16_t>(add ? add->cz : rq.zero_point);
   const __m256i words = _mm256_adds_epi16(_mm256_packs_epi32(q0, q1), _mm256_set1_epi16(zero_point));
   const __m256i bytes = rq.output == Output::kS8 ? _mm256_packs_epi16(words, words) : _mm256_packus_epi16(words, words);
   store_first_bytes(out, _mm256_castsi256_si128(_mm256_permute4x64_epi64(bytes, _MM_SHUFFLE(3, 1, 2, 0))), count, 16);

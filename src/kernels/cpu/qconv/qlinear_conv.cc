@@ -180,7 +180,7 @@ class QLinearConvKernel : public Kernel {
       add_.lo = y_type_ == DType::kInt8 ? -128.0f : 0.0f, add_.hi = y_type_ == DType::kInt8 ? 127.0f : 255.0f;
       add_.multiply = false;
       if (!depthwise && channels_last_ && !activated)
-        rq_.add = {add_, qlinear_binary_reciprocal_is_exact(add_, y_type_ == DType::kInt8)};
+        rq_.add = {add_, qlinear_binary_method(add_, y_type_ == DType::kInt8)};
     }
     rq_.output = y_type_ == DType::kFloat32 ? qconv::Output::kFloat
                  : y_type_ == DType::kInt8  ? qconv::Output::kS8
