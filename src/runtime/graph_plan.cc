@@ -214,6 +214,9 @@ Result<std::unique_ptr<GraphPlan>> GraphPlan::compile(const ir::Graph& g, const 
     }
   }
 
+  for (const Step& step : plan->steps_)
+    for (int out : step.outputs)
+      if (out >= 0) plan->computed_slots_.push_back(out);
   plan->is_input_slot_.assign(plan->slot_names_.size(), false);
   for (int s : plan->input_slots_) plan->is_input_slot_[s] = true;
   for (const auto& [name, readers] : unprepared_readers)
@@ -333,7 +336,8 @@ Status GraphPlan::run(const std::vector<const Value*>& inputs, std::vector<Value
   }
   Status st = execute(*s, inputs, outputs, outer, pool, records);
   // Whatever happened, the run lets go of every value it made: nothing outlives it but outputs.
-  for (Value& v : s->slots) v = Value();
+  // (Only the steps' outputs' slots hold any: a model's slots are mostly its weights'.)
+  for (int slot : computed_slots_) s->slots[slot] = Value();
   for (Value& v : s->outs) v = Value();
   if (!own) busy_.store(false);
   return st;

@@ -136,6 +136,7 @@ class GraphPlan {
   int64_t dropped_since_trim_ = 0;
   std::vector<std::pair<int, std::string>> outer_refs_;  // slots filled from enclosing frames
   std::vector<Step> steps_;
+  std::vector<int> computed_slots_;  // the steps' outputs' slots: the only ones a run fills
   mutable Scratch scratch_;
   mutable std::atomic<bool> busy_{false};  // a run already uses scratch_ (a re-entered plan does not)
 };

@@ -276,6 +276,38 @@ TEST(QConv, QLinearConvNodeMatchesAPlainLoop) {
     }
 }
 
+// One session fed X of one size, another, then the first again: the node reads its geometry again
+// when X's shape changes (it keeps the last), each run against the plain loop.
+TEST(QConv, QLinearConvNodeFollowsXShapeFromRunToRun) {
+  const Case first{1, 12, 10, 9, 34, 3, 3, 2, 1, 1, 1, 1, 1, 0, 1};
+  Case second = first;
+  second.n = 2, second.h = 7, second.w = 13;
+  const Data d = make_data(first, false, true, 5);
+  Tensor x;
+  ir::Model m = qlinear_conv_model(first, d, false, DType::kInt8, nullptr, 1, &x);
+  m.graph.inputs[0].type = ir::TypeInfo::tensor(DType::kUInt8);  // any shape
+  SessionOptions plain;
+  plain.optimize_level = 0;
+  auto session = Session::create(std::make_shared<const ir::Model>(m), plain);
+  ASSERT_TRUE(session.is_ok()) << session.status().message();
+  for (const Case& k : {first, second, first}) {
+    SCOPED_TRACE(::testing::Message() << "X " << k.n << "x" << k.c << "x" << k.h << "x" << k.w);
+    Data dk = d;  // the same weights; X of k's size
+    std::mt19937 rng(static_cast<uint32_t>(k.h));
+    dk.x.resize(static_cast<size_t>(k.n * k.c * k.h * k.w));
+    for (auto& v : dk.x) v = static_cast<uint8_t>(rng() % 256);
+    Tensor xk = Tensor::make(DType::kUInt8, {k.n, k.c, k.h, k.w}).value();
+    std::copy(dk.x.begin(), dk.x.end(), xk.data<uint8_t>());
+    auto out = (*session)->run({Value::of(xk)});
+    ASSERT_TRUE(out.is_ok()) << out.status().message();
+    const Tensor& y = (*out)[0].tensor;
+    const std::vector<double> want = expected(k, dk, false, qconv::Output::kU8);
+    const Shape y_shape = {k.n, k.m, out_dim(k.h, k.kh, k.sh, 1, k.pt, k.pb), out_dim(k.w, k.kw, k.sw, 1, k.pl, k.pr)};
+    ASSERT_EQ(y.shape(), y_shape);
+    for (int64_t i = 0; i < y.numel(); ++i) ASSERT_EQ(y.data<uint8_t>()[i], want[static_cast<size_t>(i)]) << i;
+  }
+}
+
 // The 8-bit ops name what is wrong with bad inputs instead of crashing: types, shapes, per-axis
 // parameters where one value is required, a channels-last conv given the wrong channel count.
 std::string run_error(test::Builder& b, const std::vector<Tensor>& feeds) {

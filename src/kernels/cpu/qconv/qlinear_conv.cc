@@ -221,23 +221,9 @@ class QLinearConvKernel : public Kernel {
                        std::to_string(channels_) + " channels; got X " + shape_str(x.shape()) + " " +
                        dtype_name(x.dtype()));
     if (!fits) return qlinear_conv_reference(ctx);
-    const int64_t s0 = x_last ? 1 : 2;  // the first spatial axis
-    const Shape in = w_rank_ == 4 ? Shape{x.dim(s0), x.dim(s0 + 1)} : Shape{x.dim(s0)};
-    const Shape kernel = w_rank_ == 4 ? Shape{kernel_h_, kernel_w_} : Shape{kernel_w_};
-    auto geo = conv_util::read_geometry(ctx.node, in, kernel);
-    if (!geo) return ctx.error(geo.status().message());
-    const Status out = conv_util::compute_output(*geo, ctx.node.attr_string("auto_pad", "NOTSET"), false);
-    if (!out.ok()) return ctx.error(out.message());
-    const conv_util::Geo3 g3 = conv_util::to_geo3(*geo);
-    qconv::Geometry g;
-    g.batch = x.dim(0), g.channels = channels_, g.in_h = g3.in[1], g.in_w = g3.in[2];
-    g.filters = filters_, g.out_h = g3.out[1], g.out_w = g3.out[2];
-    g.kernel_h = g3.k[1], g.kernel_w = g3.k[2], g.stride_h = g3.s[1], g.stride_w = g3.s[2];
-    g.dilation_h = g3.d[1], g.dilation_w = g3.d[2], g.pad_top = g3.pb[1], g.pad_left = g3.pb[2];
-    Shape y_shape = {g.batch};
-    if (!channels_last_) y_shape.push_back(filters_);
-    y_shape.insert(y_shape.end(), geo->out.begin(), geo->out.end());
-    if (channels_last_) y_shape.push_back(filters_);
+    if (x.shape() != geometry_of_) KILN_RETURN_IF_ERROR(read_geometry(ctx, x_last));
+    const qconv::Geometry& g = geometry_;
+    const Shape& y_shape = y_shape_;
     const Tensor* residual = residual_ ? &ctx.input(12) : nullptr;
     if (residual && (residual->dtype() != y_type_ || residual->shape() != y_shape))
       return ctx.error("the residual B (input 12) must be " + std::string(dtype_name(y_type_)) + " " +
@@ -265,6 +251,30 @@ class QLinearConvKernel : public Kernel {
   }
 
  private:
+  // geometry_ and y_shape_ of X's shape, from the node's attributes (run() is not reentrant).
+  Status read_geometry(KernelContext& ctx, bool x_last) {
+    const Tensor& x = ctx.input(0);
+    const int64_t s0 = x_last ? 1 : 2;  // the first spatial axis
+    const Shape in = w_rank_ == 4 ? Shape{x.dim(s0), x.dim(s0 + 1)} : Shape{x.dim(s0)};
+    const Shape kernel = w_rank_ == 4 ? Shape{kernel_h_, kernel_w_} : Shape{kernel_w_};
+    auto geo = conv_util::read_geometry(ctx.node, in, kernel);
+    if (!geo) return ctx.error(geo.status().message());
+    const Status out = conv_util::compute_output(*geo, ctx.node.attr_string("auto_pad", "NOTSET"), false);
+    if (!out.ok()) return ctx.error(out.message());
+    const conv_util::Geo3 g3 = conv_util::to_geo3(*geo);
+    qconv::Geometry& g = geometry_;
+    g.batch = x.dim(0), g.channels = channels_, g.in_h = g3.in[1], g.in_w = g3.in[2];
+    g.filters = filters_, g.out_h = g3.out[1], g.out_w = g3.out[2];
+    g.kernel_h = g3.k[1], g.kernel_w = g3.k[2], g.stride_h = g3.s[1], g.stride_w = g3.s[2];
+    g.dilation_h = g3.d[1], g.dilation_w = g3.d[2], g.pad_top = g3.pb[1], g.pad_left = g3.pb[2];
+    y_shape_ = {g.batch};
+    if (!channels_last_) y_shape_.push_back(filters_);
+    y_shape_.insert(y_shape_.end(), geo->out.begin(), geo->out.end());
+    if (channels_last_) y_shape_.push_back(filters_);
+    geometry_of_ = x.shape();
+    return Status::ok();
+  }
+
   ir::Node node_;  // a copy: prepare reads its inputs and group
   bool channels_last_;
   bool ready_ = false;
@@ -279,6 +289,12 @@ class QLinearConvKernel : public Kernel {
   qconv::Geometry winograd_geometry_;
   std::optional<qconv::PackedWeights> winograd_;
   qconv::Requantize rq_;
+  // The geometry of the X shape of the last run, read again only when the shape changes: read
+  // from the attributes on every run it took ~1 us of the caller's a node (its vectors), while
+  // the pool's worker waited.
+  Shape geometry_of_;
+  qconv::Geometry geometry_;
+  Shape y_shape_;
   std::vector<uint8_t> table_;  // ai.kiln.QLinearConv's
   bool residual_ = false;       // ai.kiln.QLinearConv's inputs 10 to 16, QLinearAdd's parameters in add_
   QLinearBinaryParams add_{};
