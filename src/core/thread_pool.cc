@@ -155,7 +155,8 @@ bool ThreadPool::claim(std::atomic<uint64_t>& range, uint32_t gen, bool from_fro
 
 void ThreadPool::run_chunks(int self, uint32_t gen) {
   const int n_threads = threads();
-  int64_t finished = 0, first = 0, count = 0, chunks = 0;
+  int64_t finished = 0, first = 0, count = 0;
+  uint32_t target = 0;
   // Own share first, from its front; then the others' from their backs, so that a thread keeps
   // to the same part of every loop (and of the data the last loop wrote) unless it runs ahead.
   for (int k = 0; k < n_threads; ++k) {
@@ -165,10 +166,10 @@ void ThreadPool::run_chunks(int self, uint32_t gen) {
       const int64_t begin = first * chunk_;
       (*fn_)(begin, std::min(n_, begin + count * chunk_));
       finished += count;
-      chunks = chunks_;  // read while the job is unfinished: it may be the next job's after
+      target = done_target_;  // read while the job is unfinished: it may be the next job's after
     }
   }
-  if (finished > 0 && done_.fetch_add(static_cast<uint32_t>(finished)) + finished == chunks)
+  if (finished > 0 && done_.fetch_add(static_cast<uint32_t>(finished)) + static_cast<uint32_t>(finished) == target)
     wake(done_, caller_sleeping_, 1);
 }
 
@@ -187,8 +188,9 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t
   const uint32_t chunks = static_cast<uint32_t>((n + chunk_ - 1) / chunk_);
   fn_ = &fn;
   n_ = n;
-  done_.store(0);
-  chunks_ = chunks;
+  // done_ as the last job left it (all of its chunks counted: its caller waited for that).
+  const uint32_t target = done_base_ + chunks;
+  done_target_ = target;
   const uint32_t gen = ++gen_;
   // Thread t's share is the t-th of T equal parts, the same part of every loop.
   const uint64_t t_count = static_cast<uint64_t>(threads());
@@ -200,10 +202,10 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t
   t_in_pool_task = true;
   run_chunks(0, gen);
   t_in_pool_task = false;
-  for (uint32_t d = done_.load(std::memory_order_acquire); d != chunks;
+  for (uint32_t d = done_.load(std::memory_order_acquire); d != target;
        d = done_.load(std::memory_order_acquire))
     wait_for_change(done_, d, caller_sleeping_);
-  fn_ = nullptr;
+  done_base_ = target;
   busy_.store(false, std::memory_order_release);
 }
 

@@ -84,10 +84,20 @@ class ThreadPool {
   const uint64_t id_;
   int64_t spin_ns_ = 0;  // 0 when the pool has more threads than the machine has cores
 
-  // The job: written by the owning caller before ranges_ are published, stable until it returns.
+  // Each value one thread writes and another then reads costs a cache line's trip between cores
+  // (50-330 ns on the 2-vCPU VM), a few of them every loop: so what a worker reads when a job
+  // starts shares job_seq_'s line, which it watches, and what callers alone write (busy_, gen_)
+  // has a line of its own.
+  //
+  // The job: written by the owning caller before ranges_ are published and job_seq_ bumped,
+  // stable until it returns. done_ counts chunks finished over every job (never reset, which
+  // would take its line back from the worker that wrote it last): the job is done at done_target_.
+  alignas(64) std::atomic<uint32_t> job_seq_{0};  // bumped per job (and at stop): workers' futex
+  std::atomic<int> workers_sleeping_{0};
+  std::atomic<bool> stop_{false};
   const FunctionRef<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0, chunk_ = 0;
-  uint32_t chunks_ = 0;
+  uint32_t done_target_ = 0;
   // Each thread's unclaimed chunks of the job: (job generation << 32) | (begin << 16) | end. A
   // claim succeeds only for the current generation, so a late worker can never run a chunk of a
   // finished job. One cache line each: the owner's claims stay on its own core.
@@ -95,13 +105,11 @@ class ThreadPool {
     std::atomic<uint64_t> word{0};
   };
   std::unique_ptr<Range[]> ranges_;
-  alignas(64) std::atomic<uint32_t> done_{0};  // chunks finished of the current job
+  alignas(64) std::atomic<uint32_t> done_{0};  // chunks finished, over every job
   std::atomic<int> caller_sleeping_{0};
-  alignas(64) std::atomic<uint32_t> job_seq_{0};  // bumped per job (and at stop): workers' futex
-  std::atomic<int> workers_sleeping_{0};
-  std::atomic<bool> busy_{false};  // a caller owns the workers
-  std::atomic<bool> stop_{false};
-  uint32_t gen_ = 0;  // the owning caller's job counter
+  alignas(64) std::atomic<bool> busy_{false};  // a caller owns the workers
+  uint32_t gen_ = 0;        // the owning caller's job counter
+  uint32_t done_base_ = 0;  // done_ when the last job finished (read without a trip to done_'s line)
 };
 
 }  // namespace kiln
