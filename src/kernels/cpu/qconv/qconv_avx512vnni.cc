@@ -82,6 +82,24 @@ struct ResidualAdd {
   }
 };
 
+// What both stores (and the tile's bias) take of B blocks from filter m0: each block's real
+// filters (lanes_of) and their scales.
+template <int B>
+struct BlockScales {
+  __mmask16 lanes_of[B];
+  __m512 scale[B];
+
+  BlockScales(const TilePlan& plan, int64_t m0) {
+    for (int b = 0; b < B; ++b) {
+      lanes_of[b] = static_cast<__mmask16>((1u << std::clamp<int64_t>(plan.g.filters - m0 - b * 16, 0, 16)) - 1);
+      scale[b] = _mm512_maskz_loadu_ps(lanes_of[b], plan.rq.scale.data() + m0 + b * 16);
+    }
+  }
+};
+
+// A code store's residual add (CodeStore's kAdd): none, ResidualAdd::fused, ResidualAdd::steps.
+enum class Residual { kNone, kByFma, kBySteps };
+
 // A tile's store: its sums (the bias in them) to 8-bit codes (CodeStore) or floats (FloatStore),
 // a pixel's B blocks at a time. Each holds the constants of a run of tiles, and the tiles are
 // instantiated for each store (VnniTiles::run picks it once a run), so that the sums stay in
@@ -98,23 +116,6 @@ struct ResidualAdd {
 // Requantize::needs_float_clamp; the min where not needed cost a 16 -> 96 1x1 conv 8 %).
 // With a residual (kAdd, rq.add), the codes stored are the residual add's (ResidualAdd: fused
 // or by its steps); with kActivated (rq.activation), the float values go through it first.
-// What both stores (and the tile's bias) take of B blocks from filter m0: each block's real
-// filters (lanes_of) and their scales.
-template <int B>
-struct BlockScales {
-  __mmask16 lanes_of[B];
-  __m512 scale[B];
-
-  BlockScales(const TilePlan& plan, int64_t m0) {
-    for (int b = 0; b < B; ++b) {
-      lanes_of[b] = static_cast<__mmask16>((1u << std::clamp<int64_t>(plan.g.filters - m0 - b * 16, 0, 16)) - 1);
-      scale[b] = _mm512_maskz_loadu_ps(lanes_of[b], plan.rq.scale.data() + m0 + b * 16);
-    }
-  }
-};
-
-enum class Residual { kNone, kByFma, kBySteps };
-
 template <int B, bool kActivated, Residual kAdd, bool kClampHigh>
 struct CodeStore : BlockScales<B> {
   using BlockScales<B>::lanes_of, BlockScales<B>::scale;
