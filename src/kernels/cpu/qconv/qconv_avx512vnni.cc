@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <type_traits>
 
 // GCC 12 warns of the masked loads' undefined pass-through lanes (maskz zeroes them), and of the
 // unmasked intrinsics' undefined pass-through operands (the activations' too).
@@ -25,24 +26,39 @@ namespace {
 // Requantize::add on 16 lanes, as qconv_tile_ymm.h's ResidualAdd does on 8: the conv's float
 // values f (scaled) and the residual's codes b give c - cz, clamped in float to one step past
 // C's codes where it could pass int32, which the packs finish. Its constants are broadcast once a
-// store (the stores through char pointers would make the compiler reload them for every vector).
-struct ResidualAdd {
-  // fused (QLinearBinaryMethod::by_fma): the conv's codes a in float (f rounded as cvtps rounds,
-  // its zero point, its clamp), then the two multiply-adds.
+// store (the stores through char pointers would make the compiler reload them for every vector),
+// each way's alone in its struct (a store takes one way).
+//
+// FusedAdd (QLinearBinaryMethod::by_fma): the conv's codes a in float (f rounded as cvtps rounds,
+// its zero point, its clamp), then the two multiply-adds.
+struct FusedAdd {
   __m512 zero_point, lo, hi, ra, rb, k;
-  // steps: from the conv's codes less its zero point, q (cvtps of f clamped above).
+
+  explicit FusedAdd(const Requantize& rq) {
+    const QLinearBinaryMethod& m = rq.add->method;
+    zero_point = _mm512_set1_ps(static_cast<float>(rq.zero_point));
+    lo = _mm512_set1_ps(static_cast<float>(rq.lo)), hi = _mm512_set1_ps(static_cast<float>(rq.hi));
+    ra = _mm512_set1_ps(m.ra), rb = _mm512_set1_ps(m.rb), k = _mm512_set1_ps(m.k);
+  }
+
+  __m512i operator()(__m512 f, __m512i b) const {
+    const __m512 rounded = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 a = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(rounded, zero_point), lo), hi);
+    return _mm512_cvtps_epi32(_mm512_fmadd_ps(a, ra, _mm512_fmadd_ps(_mm512_cvtepi32_ps(b), rb, k)));
+  }
+};
+
+// StepsAdd: QLinearAdd's steps from the conv's codes less its zero point, q (cvtps of f clamped
+// above).
+struct StepsAdd {
   __m512 q_hi;
   __m512i a_lo, a_shift, a_hi, bz;
   __m512 as, bs, c_reciprocal, cs, v_lo, v_hi;
   bool shift, clamp_v;
   bool reciprocal_exact;
 
-  explicit ResidualAdd(const Requantize& rq) {
+  explicit StepsAdd(const Requantize& rq) {
     const QLinearBinaryParams& p = rq.add->p;
-    const QLinearBinaryMethod& m = rq.add->method;
-    zero_point = _mm512_set1_ps(static_cast<float>(rq.zero_point));
-    lo = _mm512_set1_ps(static_cast<float>(rq.lo)), hi = _mm512_set1_ps(static_cast<float>(rq.hi));
-    ra = _mm512_set1_ps(m.ra), rb = _mm512_set1_ps(m.rb), k = _mm512_set1_ps(m.k);
     q_hi = _mm512_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
     // a - az in int32 (a = q + zero point, clamped to the codes), then as a float: exact, as
     // float(a) - az is for integer codes; likewise b - bz.
@@ -56,16 +72,10 @@ struct ResidualAdd {
     // The clamp of v matters only where cvtps could overflow; below 2^30 the store's saturating
     // packs clamp it the same (QLinearAdd's rows take the same bound).
     clamp_v = !qlinear_binary_fits_int32(p);
-    reciprocal_exact = m.reciprocal;
+    reciprocal_exact = rq.add->method.reciprocal;
   }
 
-  __m512i fused(__m512 f, __m512i b) const {
-    const __m512 rounded = _mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 a = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(rounded, zero_point), lo), hi);
-    return _mm512_cvtps_epi32(_mm512_fmadd_ps(a, ra, _mm512_fmadd_ps(_mm512_cvtepi32_ps(b), rb, k)));
-  }
-
-  __m512i steps(__m512 f, __m512i b) const {
+  __m512i operator()(__m512 f, __m512i b) const {
     const __m512i q = _mm512_cvtps_epi32(_mm512_min_ps(f, q_hi));
     __m512i a = _mm512_max_epi32(q, a_lo);
     if (shift) a = _mm512_add_epi32(a, a_shift);
@@ -97,7 +107,7 @@ struct BlockScales {
   }
 };
 
-// A code store's residual add (CodeStore's kAdd): none, ResidualAdd::fused, ResidualAdd::steps.
+// A code store's residual add (CodeStore's kAdd): none, FusedAdd, StepsAdd.
 enum class Residual { kNone, kByFma, kBySteps };
 
 // A tile's store: its sums (the bias in them) to 8-bit codes (CodeStore) or floats (FloatStore),
@@ -114,8 +124,8 @@ enum class Residual { kNone, kByFma, kBySteps };
 // it to the int32 ones first. The upper clamp stays in float, where a huge positive sum would
 // otherwise wrap: only where a scale reaches 0.5 or an activation ran (kClampHigh:
 // Requantize::needs_float_clamp; the min where not needed cost a 16 -> 96 1x1 conv 8 %).
-// With a residual (kAdd, rq.add), the codes stored are the residual add's (ResidualAdd: fused
-// or by its steps); with kActivated (rq.activation), the float values go through it first.
+// With a residual (kAdd, rq.add), the codes stored are the residual add's (FusedAdd or StepsAdd);
+// with kActivated (rq.activation), the float values go through it first.
 template <int B, bool kActivated, Residual kAdd, bool kClampHigh>
 struct CodeStore : BlockScales<B> {
   using BlockScales<B>::lanes_of, BlockScales<B>::scale;
@@ -124,7 +134,8 @@ struct CodeStore : BlockScales<B> {
   const Requantize& rq;
   int8_t* y;
   const char* residual;
-  std::optional<ResidualAdd> add;
+  using Add = std::conditional_t<kAdd == Residual::kByFma, FusedAdd, StepsAdd>;
+  std::optional<Add> add;
   __m512 hi;
   __m512i zp;
   __mmask64 mask;
@@ -157,7 +168,7 @@ struct CodeStore : BlockScales<B> {
       if constexpr (kResidual) {
         const __m128i r = _mm_maskz_loadu_epi8(lanes_of[b], residual + at + b * 16);
         const __m512i rb = s8 ? _mm512_cvtepi8_epi32(r) : _mm512_cvtepu8_epi32(r);
-        q[b] = kAdd == Residual::kByFma ? add->fused(f[b], rb) : add->steps(f[b], rb);
+        q[b] = (*add)(f[b], rb);
       } else {
         q[b] = _mm512_cvtps_epi32(kClampHigh ? _mm512_min_ps(f[b], hi) : f[b]);
       }
@@ -195,9 +206,10 @@ struct FloatStore : BlockScales<B> {
 struct VnniTiles {
   static constexpr int kPixels = 6, kMaxBlocks = 4;
 
-  // Pixels [p_begin, p_end), 6 a tile, x blocks [b0, b0 + B), stored by Store.
-  template <int B, class Store>
-  static void tiles(const TilePlan& plan, int64_t p_begin, int64_t p_end, int64_t b0) {
+  // Pixels [p_begin, p_end), 6 a tile, x blocks [b0, b0 + B), stored by Store; with kPrefetch,
+  // fetching `next` on the way (Prefetch).
+  template <int B, class Store, bool kPrefetch = false>
+  static void tiles(const TilePlan& plan, int64_t p_begin, int64_t p_end, int64_t b0, Prefetch next = {}) {
     const Store store(plan, b0 * 16);
     const int64_t filters = plan.g.filters, quads = plan.w.steps(), wstride = plan.w.block_bytes();
     const __mmask16 (&lanes_of)[B] = store.lanes_of;
@@ -217,6 +229,7 @@ struct VnniTiles {
         const char* p[kPixels];
         for (int i = 0; i < kPixels; ++i) p[i] = px[i] + off;
         for (int64_t q = 0; q < quads; ++q, w += 64) {
+          if constexpr (kPrefetch) next.step();
           __m512i wv[B];
           for (int b = 0; b < B; ++b) wv[b] = _mm512_loadu_si512(w + b * wstride);
 #pragma GCC unroll 6
@@ -252,10 +265,20 @@ struct VnniTiles {
     }
   }
 
-  template <int B>
-  static void tiles_storing(const TilePlan& plan, int64_t p_begin, int64_t p_end, int64_t b0) {
+  // The tiles of B blocks with the store rq asks for. Only four blocks fetch ahead, the groups of
+  // the big layers whose weights come from memory: the tile's registers are few, and on two
+  // blocks the prefetch's pointers alone made GCC 12 keep the weights on the stack in the
+  // inner loop, a residual store's constants taking the rest (mobilenet_v2 3-7 % slower).
+  template <int B, bool kPrefetch>
+  static void tiles_storing(const TilePlan& plan, int64_t p_begin, int64_t p_end, int64_t b0, Prefetch next) {
+    auto tiles_to = [&]<class Store>() {
+      if constexpr (kPrefetch)
+        tiles<B, Store, true>(plan, p_begin, p_end, b0, next);
+      else
+        tiles<B, Store>(plan, p_begin, p_end, b0);
+    };
     const Requantize& rq = plan.rq;
-    if (rq.output == Output::kFloat) return tiles<B, FloatStore<B>>(plan, p_begin, p_end, b0);
+    if (rq.output == Output::kFloat) return tiles_to.template operator()<FloatStore<B>>();
     constexpr Residual kNone = Residual::kNone, kByFma = Residual::kByFma, kBySteps = Residual::kBySteps;
     // The add's multiply-adds on three or four blocks (resnet50's 64 -> 256 at 56x56 with its
     // residual: 102-105 -> 88-93 us); on one or two GCC 12 kept the tile's weights on the stack
@@ -263,23 +286,25 @@ struct VnniTiles {
     // (mobilenet_v2's 144 -> 24 at 56x56: 22 -> 36 us), where the steps' store keeps them.
     const bool by_fma = plan.residual && rq.add->method.by_fma && B > 2;
     if (rq.activated()) {  // (its values clamped: needs_float_clamp)
-      if (!plan.residual) return tiles<B, CodeStore<B, true, kNone, true>>(plan, p_begin, p_end, b0);
-      return by_fma ? tiles<B, CodeStore<B, true, kByFma, true>>(plan, p_begin, p_end, b0)
-                    : tiles<B, CodeStore<B, true, kBySteps, true>>(plan, p_begin, p_end, b0);
+      if (!plan.residual) return tiles_to.template operator()<CodeStore<B, true, kNone, true>>();
+      return by_fma ? tiles_to.template operator()<CodeStore<B, true, kByFma, true>>()
+                    : tiles_to.template operator()<CodeStore<B, true, kBySteps, true>>();
     }
     if (plan.residual)  // (its clamp changes nothing: the add clamps the conv's codes again)
-      return by_fma ? tiles<B, CodeStore<B, false, kByFma, true>>(plan, p_begin, p_end, b0)
-                    : tiles<B, CodeStore<B, false, kBySteps, true>>(plan, p_begin, p_end, b0);
-    return plan.clamp_high ? tiles<B, CodeStore<B, false, kNone, true>>(plan, p_begin, p_end, b0)
-                           : tiles<B, CodeStore<B, false, kNone, false>>(plan, p_begin, p_end, b0);
+      return by_fma ? tiles_to.template operator()<CodeStore<B, false, kByFma, true>>()
+                    : tiles_to.template operator()<CodeStore<B, false, kBySteps, true>>();
+    return plan.clamp_high ? tiles_to.template operator()<CodeStore<B, false, kNone, true>>()
+                           : tiles_to.template operator()<CodeStore<B, false, kNone, false>>();
   }
 
-  static void run(const TilePlan& plan, int64_t p_begin, int64_t p_end, int64_t b0, int blocks) {
+  static void run(const TilePlan& plan, int64_t p_begin, int64_t p_end, int64_t b0, int blocks, Prefetch next) {
     switch (blocks) {
-      case 4: return tiles_storing<4>(plan, p_begin, p_end, b0);
-      case 3: return tiles_storing<3>(plan, p_begin, p_end, b0);
-      case 2: return tiles_storing<2>(plan, p_begin, p_end, b0);
-      default: return tiles_storing<1>(plan, p_begin, p_end, b0);
+      case 4:
+        return next.at < next.end ? tiles_storing<4, true>(plan, p_begin, p_end, b0, next)
+                                  : tiles_storing<4, false>(plan, p_begin, p_end, b0, next);
+      case 3: return tiles_storing<3, false>(plan, p_begin, p_end, b0, next);
+      case 2: return tiles_storing<2, false>(plan, p_begin, p_end, b0, next);
+      default: return tiles_storing<1, false>(plan, p_begin, p_end, b0, next);
     }
   }
 };

@@ -92,7 +92,21 @@ inline void windows(const TilePlan& plan, int64_t p0, int rows, const char** px,
 
 inline constexpr int64_t kRunMajorWeightBytes = 256 << 10;
 
-// Runs Tiles::run(plan, p_begin, p_end, b0, blocks) over every pixel and block: runs of
+// Lines of the weights a thread reads next, fetched into L2 a line a step of its tiles: a big
+// layer's weights come from memory (a model's other layers evicted them), and a group's first
+// tile would otherwise wait for each of its lines.
+struct Prefetch {
+  const char* at = nullptr;
+  const char* end = nullptr;
+  [[gnu::always_inline]] void step() {
+    if (at < end) {
+      _mm_prefetch(at, _MM_HINT_T1);
+      at += 64;
+    }
+  }
+};
+
+// Runs Tiles::run(plan, p_begin, p_end, b0, blocks, next) over every pixel and block: runs of
 // tiles of kPixels pixels, blocks up to Tiles::kMaxBlocks.
 template <class Tiles>
 void drive(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq, void* y,
@@ -124,8 +138,18 @@ void drive(const Geometry& g, const Staged& x, const PackedWeights& w, const Req
     for (int64_t item = begin; item < end; ++item) {
       const int64_t group = run_major ? item % groups : item / runs, run = run_major ? item / groups : item % runs;
       const int64_t b0 = group * kMaxBlocks, blocks = std::min<int64_t>(kMaxBlocks, w.blocks() - b0);
-      const int64_t p_begin = run * tiles_an_item * kPixels;
-      Tiles::run(plan, p_begin, std::min(pixels, p_begin + tiles_an_item * kPixels), b0, static_cast<int>(blocks));
+      const int64_t p_begin = run * tiles_an_item * kPixels, p_end = std::min(pixels, p_begin + tiles_an_item * kPixels);
+      // Group-major, a thread's next item is mostly the next group's (its share of the items is
+      // contiguous, claimed from the front: core/thread_pool.h): each item of this group fetches
+      // its part of the next group's lines, in proportion to its pixels. (Run-major weights are
+      // few, and stay in cache from run to run.)
+      Prefetch next;
+      if (!run_major && group + 1 < groups) {
+        const int64_t lines = std::min<int64_t>(kMaxBlocks, w.blocks() - b0 - kMaxBlocks) * w.block_bytes() / 64;
+        const char* from = reinterpret_cast<const char*>(w.block(b0 + kMaxBlocks));
+        next.at = from + lines * p_begin / pixels * 64, next.end = from + lines * p_end / pixels * 64;
+      }
+      Tiles::run(plan, p_begin, p_end, b0, static_cast<int>(blocks), next);
     }
   };
   const int64_t items = groups * runs;
