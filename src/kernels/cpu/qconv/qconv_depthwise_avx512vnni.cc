@@ -48,11 +48,25 @@ struct ZmmQuads {
     __m512 scale[4];
     int64_t c0, count;  // first channel, channels
     __mmask64 mask;     // the block's bytes of a pixel
+    // The store's: the codes' upper bound less the zero point (float), the zero point (16-bit
+    // lanes), whether the upper clamp is needed (Requantize::needs_float_clamp), Y's type.
+    __m512 hi;
+    __m512i zero_point;
+    bool clamp_high;
+    Output output;
   };
 
-  static Block block_params(const Requantize& rq, int64_t channels, int64_t b) {
+  static void store_constants(const QuadsPlan& plan, Block& p) {
+    p.hi = _mm512_set1_ps(static_cast<float>(plan.rq.hi - plan.rq.zero_point));
+    p.zero_point = _mm512_set1_epi16(static_cast<int16_t>(plan.rq.zero_point));
+    p.clamp_high = plan.clamp_high, p.output = plan.rq.output;
+  }
+
+  static Block block_params(const QuadsPlan& plan, int64_t b) {
+    const Requantize& rq = plan.rq;
     Block p;
-    p.c0 = b * 64, p.count = std::min<int64_t>(64, channels - p.c0);
+    store_constants(plan, p);
+    p.c0 = b * 64, p.count = std::min<int64_t>(64, plan.g.filters - p.c0);
     p.mask = p.count == 64 ? ~__mmask64{0} : (__mmask64{1} << p.count) - 1;
     __m512 bias[4];
     for (int v = 0; v < 4; ++v) {
@@ -69,7 +83,9 @@ struct ZmmQuads {
 
   // kDepthwiseVnniPixels' block: lane v of the 64 is channel v % channels of the vector's pixel
   // v / channels.
-  static Block pixels_block_params(const Requantize& rq, int64_t channels) {
+  static Block pixels_block_params(const QuadsPlan& plan) {
+    const Requantize& rq = plan.rq;
+    const int64_t channels = plan.g.channels;
     alignas(64) int32_t bias[64];
     alignas(64) float scale[64];
     for (int64_t v = 0; v < 64; ++v) {
@@ -77,6 +93,7 @@ struct ZmmQuads {
       bias[v] = rq.bias[c], scale[v] = rq.scale[c];
     }
     Block p;
+    store_constants(plan, p);
     p.c0 = 0, p.count = 64, p.mask = ~__mmask64{0};
     __m512 b[4];
     for (int v = 0; v < 4; ++v)
@@ -109,32 +126,28 @@ struct ZmmQuads {
     return _mm512_mask_loadu_epi8(zx, m, at);
   }
 
-  // Sums of 64 channels in the tile's lane order, quantized (or as floats) to pixel `pixel` of Y.
+  // Sums of 64 channels in the tile's lane order, quantized (or as floats) to Y at `out`.
   template <bool kActivated>
-  __attribute__((always_inline)) static void store(const QuadsPlan& plan, const Block& bp, __m512i (&acc)[4], int64_t pixel) {
-    const Requantize& rq = plan.rq;
-    const int64_t at = pixel * plan.g.filters + bp.c0;
+  __attribute__((always_inline)) static void store(const QuadsPlan& plan, const Block& bp, __m512i (&acc)[4], char* out) {
     __m512 f[4];
     for (int k = 0; k < 4; ++k) f[k] = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[k]), bp.scale[k]);
-    if (rq.output == Output::kFloat) {
+    if (bp.output == Output::kFloat) {
       transpose_lanes(f);
       for (int v = 0; v < 4; ++v) {
         const int64_t lanes = std::clamp<int64_t>(bp.count - 16 * v, 0, 16);
-        _mm512_mask_storeu_ps(static_cast<float*>(plan.y) + at + 16 * v, static_cast<__mmask16>((1u << lanes) - 1), f[v]);
+        _mm512_mask_storeu_ps(reinterpret_cast<float*>(out) + 16 * v, static_cast<__mmask16>((1u << lanes) - 1), f[v]);
       }
       return;
     }
     // As the dense tile's store (qconv_avx512vnni.cc): the activation, if any (lane order does not
     // matter to it), then packs clamp below, float above if needed.
-    if constexpr (kActivated) activate<4>(rq, f);
-    const __m512 hi = _mm512_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
-    const __m512i zp = _mm512_set1_epi16(static_cast<int16_t>(rq.zero_point));
+    if constexpr (kActivated) activate<4>(plan.rq, f);
     __m512i q[4];
-    for (int k = 0; k < 4; ++k) q[k] = _mm512_cvtps_epi32(plan.clamp_high ? _mm512_min_ps(f[k], hi) : f[k]);
-    const __m512i w01 = _mm512_adds_epi16(_mm512_packs_epi32(q[0], q[1]), zp);
-    const __m512i w23 = _mm512_adds_epi16(_mm512_packs_epi32(q[2], q[3]), zp);
-    const __m512i bytes = rq.output == Output::kS8 ? _mm512_packs_epi16(w01, w23) : _mm512_packus_epi16(w01, w23);
-    _mm512_mask_storeu_epi8(static_cast<int8_t*>(plan.y) + at, bp.mask, bytes);
+    for (int k = 0; k < 4; ++k) q[k] = _mm512_cvtps_epi32(bp.clamp_high ? _mm512_min_ps(f[k], bp.hi) : f[k]);
+    const __m512i w01 = _mm512_adds_epi16(_mm512_packs_epi32(q[0], q[1]), bp.zero_point);
+    const __m512i w23 = _mm512_adds_epi16(_mm512_packs_epi32(q[2], q[3]), bp.zero_point);
+    const __m512i bytes = bp.output == Output::kS8 ? _mm512_packs_epi16(w01, w23) : _mm512_packus_epi16(w01, w23);
+    _mm512_mask_storeu_epi8(out, bp.mask, bytes);
   }
 
   // The window's sums of kPixels pixels (1, or 2 horizontally adjacent ones of a stride-1 row,

@@ -8,13 +8,15 @@
 // where it is, one output pixel x one block of channels at a time; a tap outside X reads X's
 // zero point (its product is in the bias's zx term). A Tile gives
 //   Vec                              its vector type (a block has one channel a byte of it),
-//   Block block_params(rq, channels, b)   block b's first channel, count, bias (Vec bias[4], the
-//                                    sums' start) and scales in the lane order,
+//   Block block_params(plan, b)      block b's first channel, count, bias (Vec bias[4], the
+//                                    sums' start), scales in the lane order and the store's
+//                                    constants (held in registers: a row's stores through byte
+//                                    pointers would make the compiler reload them from plan),
 //   window_sums<kKH, kKW, kFlip, kPixels>(plan, block, weights, at, acc)   the windows of
 //                                    kPixels (1 or 2) horizontally adjacent pixels into acc[p],
 //                                    column (ky, 4 q + t) read at at(ky, q, t),
-//   store<kActivated>(plan, block, acc, pixel)   the sums, requantized (or as floats), to Y's
-//                                    pixel, through rq.activation when kActivated.
+//   store<kActivated>(plan, block, acc, out)   the sums, requantized (or as floats), to Y at
+//                                    `out` (the pixel's block), through rq.activation when kActivated.
 #pragma once
 
 #include <algorithm>
@@ -45,6 +47,12 @@ struct QuadsPlan {
   const Requantize& rq;
   void* y;
   bool clamp_high;       // rq.needs_float_clamp()
+  int64_t y_element;     // bytes of a value of Y (4 floats, 1 codes)
+
+  // Y at image n's row oy, column ox, channel c.
+  char* y_at(int64_t n, int64_t oy, int64_t ox, int64_t c) const {
+    return static_cast<char*>(y) + (((n * g.out_h + oy) * g.out_w + ox) * g.filters + c) * y_element;
+  }
 };
 
 template <class Tile>
@@ -56,8 +64,11 @@ struct DepthwiseQuads {
   template <int kKH, int kKW, bool kFlip, bool kActivated>
   static void row(const QuadsPlan& plan, int64_t n, int64_t oy, int64_t b) {
     const Geometry& g = plan.g;
-    const typename Tile::Block bp = Tile::block_params(plan.rq, g.filters, b);
+    const typename Tile::Block bp = Tile::block_params(plan, b);
     const int8_t* wb = plan.w.block(b);
+    // What the loop reads of plan, in locals: its stores could alias plan's fields.
+    const int64_t out_w = g.out_w, stride = plan.stride, y_pixel = g.filters * plan.y_element;
+    char* const y_row = plan.y_at(n, oy, 0, bp.c0);
     const int64_t iy0 = oy * g.stride_h - g.pad_top, span_w = (g.kernel_w - 1) * g.dilation_w;
     const int64_t ox_lo = std::min(g.out_w, (g.pad_left + g.stride_w - 1) / g.stride_w);
     const int64_t ox_hi = g.in_w - 1 + g.pad_left - span_w < 0
@@ -75,23 +86,20 @@ struct DepthwiseQuads {
       if constexpr (kKH > 0) return rows[ky];
       return row_of(ky);
     };
-    const int64_t right = g.dilation_w * plan.stride;
+    const int64_t right = g.dilation_w * stride;
     // Two pixels at once where both windows lie inside X's columns, on a stride-1 row: the four
     // columns a quad interleaved once serve both (the second's weights one column on), half the
     // loads and shuffles of a 3x3 window.
     const int8_t* pairs = g.stride_w == 1 && g.dilation_w == 1 ? plan.w.pair_block(b) : nullptr;
-    for (int64_t ox = 0; ox < g.out_w;) {
+    for (int64_t ox = 0; ox < out_w;) {
       const int64_t ix0 = ox * g.stride_w - g.pad_left;
-      auto inside = [&](int64_t ky, int64_t q, int t) {
-        return row_start(ky) + (ix0 * plan.stride + (4 * q + t) * right);
-      };
+      auto inside = [&](int64_t ky, int64_t q, int t) { return row_start(ky) + (ix0 * stride + (4 * q + t) * right); };
       if (pairs && ox >= ox_lo && ox + 1 < ox_hi) {
         typename Tile::Vec acc[2][4] = {{bp.bias[0], bp.bias[1], bp.bias[2], bp.bias[3]},
                                         {bp.bias[0], bp.bias[1], bp.bias[2], bp.bias[3]}};
         Tile::template window_sums<kKH, kKW, kFlip, 2>(plan, bp, pairs, inside, acc);
 #pragma GCC unroll 2  // (a loop kept acc in memory: mobilenet_v2's 192-channel layer 116 GOP/s, unrolled 150)
-        for (int p = 0; p < 2; ++p)
-          Tile::template store<kActivated>(plan, bp, acc[p], (n * g.out_h + oy) * g.out_w + ox + p);
+        for (int p = 0; p < 2; ++p) Tile::template store<kActivated>(plan, bp, acc[p], y_row + (ox + p) * y_pixel);
         ox += 2;
         continue;
       }
@@ -101,10 +109,10 @@ struct DepthwiseQuads {
       } else {
         Tile::template window_sums<kKH, kKW, kFlip, 1>(plan, bp, wb, [&](int64_t ky, int64_t q, int t) {
           const int64_t ix = ix0 + (4 * q + t) * g.dilation_w;
-          return ix >= 0 && ix < g.in_w ? row_start(ky) + ix * plan.stride : plan.pad;
+          return ix >= 0 && ix < g.in_w ? row_start(ky) + ix * stride : plan.pad;
         }, acc);
       }
-      Tile::template store<kActivated>(plan, bp, acc[0], (n * g.out_h + oy) * g.out_w + ox);
+      Tile::template store<kActivated>(plan, bp, acc[0], y_row + ox * y_pixel);
       ++ox;
     }
   }
@@ -118,7 +126,7 @@ struct DepthwiseQuads {
   static void row_of_pixels(const QuadsPlan& plan, int64_t n, int64_t oy) {
     const Geometry& g = plan.g;
     const int64_t c = g.channels, per_vector = 64 / c, kw = kKW ? kKW : g.kernel_w;
-    const typename Tile::Block block = Tile::pixels_block_params(plan.rq, c);
+    const typename Tile::Block block = Tile::pixels_block_params(plan);
     const int8_t* wb = plan.w.block(0);
     const int64_t iy0 = oy * g.stride_h - g.pad_top;
     auto row_start = [&](int64_t ky) {
@@ -138,7 +146,7 @@ struct DepthwiseQuads {
         };
         Tile::template window_sums<kKH, kKW, kFlip, 1>(plan, bp, wb, load, acc);
       }
-      Tile::template store<kActivated>(plan, bp, acc[0], (n * g.out_h + oy) * g.out_w + ox);
+      Tile::template store<kActivated>(plan, bp, acc[0], plan.y_at(n, oy, ox, 0));
     }
   }
 
@@ -176,7 +184,8 @@ struct DepthwiseQuads {
     const std::vector<uint8_t>& pad = zero_point_row(g, stride, zx, 64);
     const uint8_t* xb = static_cast<const uint8_t*>(x);
     const QuadsPlan plan{g,          xb, xb + ((g.batch * g.in_h * g.in_w - 1) * stride + g.channels), stride,
-                         pad.data(), pad.data() + pad.size(), w, rq, y, rq.needs_float_clamp()};
+                         pad.data(), pad.data() + pad.size(), w, rq, y, rq.needs_float_clamp(),
+                         rq.output == Output::kFloat ? 4 : 1};
     const int64_t items = g.batch * g.out_h * w.blocks();
     // 3x3 and 5x5 (mobilenets', efficientnets') unrolled at compile time; other windows general.
     const int64_t square = g.kernel_h == g.kernel_w ? g.kernel_h : 0;

@@ -42,11 +42,20 @@ struct YmmQuads {
     __m256i bias[4];
     __m256 scale[4];
     int64_t c0, count;  // first channel, channels
+    // The store's, as the zmm tile's (qconv_depthwise_avx512vnni.cc).
+    __m256 hi;
+    __m256i zero_point;
+    bool clamp_high;
+    Output output;
   };
 
-  static Block block_params(const Requantize& rq, int64_t channels, int64_t b) {
+  static Block block_params(const QuadsPlan& plan, int64_t b) {
+    const Requantize& rq = plan.rq;
     Block p;
-    p.c0 = b * 32, p.count = std::min<int64_t>(32, channels - p.c0);
+    p.hi = _mm256_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
+    p.zero_point = _mm256_set1_epi16(static_cast<int16_t>(rq.zero_point));
+    p.clamp_high = plan.clamp_high, p.output = rq.output;
+    p.c0 = b * 32, p.count = std::min<int64_t>(32, plan.g.filters - p.c0);
     __m256 bias[4];
     for (int v = 0; v < 4; ++v) {
       const __m256i m = vec::tail_mask_avx2(static_cast<int>(p.count - 8 * v));
@@ -60,21 +69,19 @@ struct YmmQuads {
   }
 
 
-  // Sums of 32 channels in the tile's lane order, quantized (or as floats) to pixel `pixel` of Y.
+  // Sums of 32 channels in the tile's lane order, quantized (or as floats) to Y at `out`.
   // Inline, as the zmm tile's, so that the pairs' sums stay in registers (against out of line, on
   // AVX-VNNI: mobilenet_v2's 32 channels at 112x112 36 against 43 us, 144 at 56x56 46 against 54;
   // its stride-2 96 channels, single pixels, 36 against 32).
   template <bool kActivated>
-  __attribute__((always_inline)) static void store(const QuadsPlan& plan, const Block& bp, __m256i (&acc)[4],
-                                                   int64_t pixel) {
-    const Requantize& rq = plan.rq;
-    const int64_t at = pixel * plan.g.filters + bp.c0;
+  __attribute__((always_inline)) static void store(const QuadsPlan& plan, const Block& bp, __m256i (&acc)[4], char* out) {
     __m256 f[4];
     for (int k = 0; k < 4; ++k) f[k] = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[k]), bp.scale[k]);
-    if (rq.output == Output::kFloat) {
+    if (bp.output == Output::kFloat) {
       from_tile_order(f);
       for (int v = 0; v < 4; ++v)
-        _mm256_maskstore_ps(static_cast<float*>(plan.y) + at + 8 * v, vec::tail_mask_avx2(static_cast<int>(bp.count - 8 * v)), f[v]);
+        _mm256_maskstore_ps(reinterpret_cast<float*>(out) + 8 * v, vec::tail_mask_avx2(static_cast<int>(bp.count - 8 * v)),
+                            f[v]);
       return;
     }
     // As kDepthwiseVnni's store: the saturating packs clamp below (a sum too negative for cvtps'
@@ -83,15 +90,12 @@ struct YmmQuads {
     // saturating. The upper clamp stays in float, where a huge positive sum would otherwise wrap:
     // needed only where a scale reaches 0.5 (Requantize::needs_float_clamp).
     // The activation, if any, first (lane order does not matter to it).
-    if constexpr (kActivated) activate<4>(rq, f);
-    const __m256 hi = _mm256_set1_ps(static_cast<float>(rq.hi - rq.zero_point));
-    const __m256i zp = _mm256_set1_epi16(static_cast<int16_t>(rq.zero_point));
+    if constexpr (kActivated) activate<4>(plan.rq, f);
     __m256i q[4];
-    for (int k = 0; k < 4; ++k) q[k] = _mm256_cvtps_epi32(plan.clamp_high ? _mm256_min_ps(f[k], hi) : f[k]);
-    const __m256i w01 = _mm256_adds_epi16(_mm256_packs_epi32(q[0], q[1]), zp);
-    const __m256i w23 = _mm256_adds_epi16(_mm256_packs_epi32(q[2], q[3]), zp);
-    const __m256i bytes = rq.output == Output::kS8 ? _mm256_packs_epi16(w01, w23) : _mm256_packus_epi16(w01, w23);
-    char* out = static_cast<char*>(plan.y) + at;
+    for (int k = 0; k < 4; ++k) q[k] = _mm256_cvtps_epi32(bp.clamp_high ? _mm256_min_ps(f[k], bp.hi) : f[k]);
+    const __m256i w01 = _mm256_adds_epi16(_mm256_packs_epi32(q[0], q[1]), bp.zero_point);
+    const __m256i w23 = _mm256_adds_epi16(_mm256_packs_epi32(q[2], q[3]), bp.zero_point);
+    const __m256i bytes = bp.output == Output::kS8 ? _mm256_packs_epi16(w01, w23) : _mm256_packus_epi16(w01, w23);
     if (bp.count == 32) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), bytes);
       return;
