@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <limits>
 #include <type_traits>
-#include <vector>
 
 #include "core/thread_pool.h"
 #include "kernels/fast_path.h"
@@ -18,50 +17,53 @@
 namespace kiln {
 namespace {
 
-// out[0, c) = the lane-wise max of the `count` input pixels at in[k] (count >= 1), 32 bytes a
-// step in registers and stored once (s8 codes compare as signed bytes, u8 as unsigned).
 template <typename T>
-void max_of(const T* const* in, int64_t count, int64_t c, T* out) {
+__m256i max_bytes(__m256i a, __m256i b) {
+  return std::is_signed_v<T> ? _mm256_max_epi8(a, b) : _mm256_max_epu8(a, b);
+}
+
+// out[0, c) = the lane-wise max of the rows x cols input pixels from `first`, `row_step` values
+// apart down and `col_step` across, 32 bytes a step in a register and stored once (s8 codes compare as signed bytes, u8 as unsigned).
+template <typename T>
+void max_of(const T* first, int64_t rows, int64_t cols, int64_t row_step, int64_t col_step, int64_t c, T* out) {
   int64_t i = 0;
   for (; i + 32 <= c; i += 32) {
-    __m256i m = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in[0] + i));
-    for (int64_t k = 1; k < count; ++k) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in[k] + i));
-      m = std::is_signed_v<T> ? _mm256_max_epi8(m, v) : _mm256_max_epu8(m, v);
-    }
+    __m256i m = _mm256_set1_epi8(static_cast<char>(std::numeric_limits<T>::lowest()));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < cols; ++k)
+        m = max_bytes<T>(m, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(first + r * row_step + k * col_step + i)));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), m);
   }
   for (; i < c; ++i) {
-    T m = in[0][i];
-    for (int64_t k = 1; k < count; ++k) m = std::max(m, in[k][i]);
+    T m = std::numeric_limits<T>::lowest();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < cols; ++k) m = std::max(m, first[r * row_step + k * col_step + i]);
     out[i] = m;
   }
 }
 
+// Output rows [r0, r1) (image by image). A window's taps inside X are a rectangle, rows x cols
+// pixels at fixed steps from its first: no list of taps, and the geometry in locals (the stores
+// through byte pointers would make the compiler reload it from g at every pixel).
 template <typename T>
 void pool_rows(const T* x, T* y, const conv_util::Geometry& g, int64_t channels, int64_t r0, int64_t r1) {
   const int64_t ih = g.in[0], iw = g.in[1], oh = g.out[0], ow = g.out[1];
-  thread_local std::vector<const T*> taps;
-  taps.resize(static_cast<size_t>(g.kernel[0] * g.kernel[1]));
+  const int64_t kh = g.kernel[0], kw = g.kernel[1], sh = g.strides[0], sw = g.strides[1];
+  const int64_t dh = g.dilations[0], dw = g.dilations[1], ph = g.pads[0], pw = g.pads[1];
+  const int64_t row_step = dh * iw * channels, col_step = dw * channels;
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t n = r / oh, oy = r % oh;
     int64_t ky0, ky1;
-    conv_util::indices_inside(g.kernel[0], ih, g.dilations[0], oy * g.strides[0] - g.pads[0], &ky0, &ky1);
-    for (int64_t ox = 0; ox < ow; ++ox) {
-      T* out = y + ((n * oh + oy) * ow + ox) * channels;
+    conv_util::indices_inside(kh, ih, dh, oy * sh - ph, &ky0, &ky1);
+    const T* row = ky1 > ky0 ? x + (n * ih + oy * sh - ph + ky0 * dh) * iw * channels : x;
+    T* out = y + (n * oh + oy) * ow * channels;
+    for (int64_t ox = 0; ox < ow; ++ox, out += channels) {
       int64_t kx0, kx1;
-      conv_util::indices_inside(g.kernel[1], iw, g.dilations[1], ox * g.strides[1] - g.pads[1], &kx0, &kx1);
-      int64_t count = 0;
-      for (int64_t ky = ky0; ky < ky1; ++ky)
-        for (int64_t kx = kx0; kx < kx1; ++kx) {
-          const int64_t iy = oy * g.strides[0] - g.pads[0] + ky * g.dilations[0];
-          const int64_t ix = ox * g.strides[1] - g.pads[1] + kx * g.dilations[1];
-          taps[static_cast<size_t>(count++)] = x + ((n * ih + iy) * iw + ix) * channels;
-        }
-      if (count == 0)  // a window wholly in the padding: the lowest code, as MaxPool's reference
+      conv_util::indices_inside(kw, iw, dw, ox * sw - pw, &kx0, &kx1);
+      if (ky1 == ky0 || kx1 == kx0)  // a window wholly in the padding: the lowest code, as MaxPool's reference
         std::fill(out, out + channels, std::numeric_limits<T>::lowest());
       else
-        max_of(taps.data(), count, channels, out);
+        max_of(row + (ox * sw - pw + kx0 * dw) * channels, ky1 - ky0, kx1 - kx0, row_step, col_step, channels, out);
     }
   }
 }
