@@ -23,7 +23,8 @@ __m256i max_bytes(__m256i a, __m256i b) {
 }
 
 // out[0, c) = the lane-wise max of the rows x cols input pixels from `first`, `row_step` values
-// apart down and `col_step` across, 32 bytes a step in a register and stored once (s8 codes compare as signed bytes, u8 as unsigned).
+// apart down and `col_step` across, 32 bytes a step in a register and stored once (s8 codes
+// compare as signed bytes, u8 as unsigned).
 template <typename T>
 void max_of(const T* first, int64_t rows, int64_t cols, int64_t row_step, int64_t col_step, int64_t c, T* out) {
   int64_t i = 0;
@@ -31,7 +32,8 @@ void max_of(const T* first, int64_t rows, int64_t cols, int64_t row_step, int64_
     __m256i m = _mm256_set1_epi8(static_cast<char>(std::numeric_limits<T>::lowest()));
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t k = 0; k < cols; ++k)
-        m = max_bytes<T>(m, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(first + r * row_step + k * col_step + i)));
+        m = max_bytes<T>(m, _mm256_loadu_si256(
+                                reinterpret_cast<const __m256i*>(first + r * row_step + k * col_step + i)));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), m);
   }
   for (; i < c; ++i) {

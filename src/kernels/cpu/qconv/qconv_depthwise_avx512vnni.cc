@@ -128,7 +128,8 @@ struct ZmmQuads {
 
   // Sums of 64 channels in the tile's lane order, quantized (or as floats) to Y at `out`.
   template <bool kActivated>
-  __attribute__((always_inline)) static void store(const QuadsPlan& plan, const Block& bp, __m512i (&acc)[4], char* out) {
+  __attribute__((always_inline)) static void store(const QuadsPlan& plan, const Block& bp, __m512i (&acc)[4],
+                                                   char* out) {
     __m512 f[4];
     for (int k = 0; k < 4; ++k) f[k] = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[k]), bp.scale[k]);
     if (bp.output == Output::kFloat) {

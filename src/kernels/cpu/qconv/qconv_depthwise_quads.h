@@ -74,14 +74,15 @@ struct YmmQuads {
   // AVX-VNNI: mobilenet_v2's 32 channels at 112x112 36 against 43 us, 144 at 56x56 46 against 54;
   // its stride-2 96 channels, single pixels, 36 against 32).
   template <bool kActivated>
-  __attribute__((always_inline)) static void store(const QuadsPlan& plan, const Block& bp, __m256i (&acc)[4], char* out) {
+  __attribute__((always_inline)) static void store(const QuadsPlan& plan, const Block& bp, __m256i (&acc)[4],
+                                                   char* out) {
     __m256 f[4];
     for (int k = 0; k < 4; ++k) f[k] = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[k]), bp.scale[k]);
     if (bp.output == Output::kFloat) {
       from_tile_order(f);
       for (int v = 0; v < 4; ++v)
-        _mm256_maskstore_ps(reinterpret_cast<float*>(out) + 8 * v, vec::tail_mask_avx2(static_cast<int>(bp.count - 8 * v)),
-                            f[v]);
+        _mm256_maskstore_ps(reinterpret_cast<float*>(out) + 8 * v,
+                            vec::tail_mask_avx2(static_cast<int>(bp.count - 8 * v)), f[v]);
       return;
     }
     // As kDepthwiseVnni's store: the saturating packs clamp below (a sum too negative for cvtps'

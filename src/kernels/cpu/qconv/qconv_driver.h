@@ -138,7 +138,8 @@ void drive(const Geometry& g, const Staged& x, const PackedWeights& w, const Req
     for (int64_t item = begin; item < end; ++item) {
       const int64_t group = run_major ? item % groups : item / runs, run = run_major ? item / groups : item % runs;
       const int64_t b0 = group * kMaxBlocks, blocks = std::min<int64_t>(kMaxBlocks, w.blocks() - b0);
-      const int64_t p_begin = run * tiles_an_item * kPixels, p_end = std::min(pixels, p_begin + tiles_an_item * kPixels);
+      const int64_t p_begin = run * tiles_an_item * kPixels;
+      const int64_t p_end = std::min(pixels, p_begin + tiles_an_item * kPixels);
       // Group-major, a thread's next item is mostly the next group's (its share of the items is
       // contiguous, claimed from the front: core/thread_pool.h): each item of this group fetches
       // its part of the next group's lines, in proportion to its pixels. (Run-major weights are
