@@ -189,10 +189,10 @@ TEST(QdqFusion, ChainStaysChannelsLastAtO3) {
 
 // An image's QuantizeLinear and the Transpose to channels-last join the first conv at -O3
 // (qlinear-conv-quantize-input): ai.kiln.QLinearConv takes the float image and quantizes it as it
-// stages it, the very codes of the two ops. 1, 3 and 4 channels (one quad a pixel), a width past
-// whole steps of 16 pixels, u8 and s8 codes, weights within 7 bits and not (so that AVX2 stages
-// u8 and int16), a depthwise first conv (staged in 16s), NaN, infinities and values far past the
-// range; 5 channels stay as they were.
+// stages it, the very codes of the two ops. 1, 3 and 4 channels (one quad a pixel; 1 and 3 as
+// window rows on the quads' tiles), a width past whole steps of 16 and 32 pixels, u8 and s8
+// codes, weights within 7 bits and not (so that AVX2 stages u8 and int16), a depthwise first conv
+// (staged in 16s), NaN, infinities and values far past the range; 5 channels stay as they were.
 TEST(QdqFusion, ImageQuantizeJoinsTheFirstConvAtO3) {
   for (const int64_t c : {1, 3, 4, 5})
     for (const bool depthwise : {false, true})
@@ -201,9 +201,9 @@ TEST(QdqFusion, ImageQuantizeJoinsTheFirstConvAtO3) {
           if (depthwise && c == 1) continue;  // one channel: group 1
           SCOPED_TRACE(::testing::Message() << c << " channels" << (depthwise ? " depthwise" : "")
                                             << (s8 ? " s8" : " u8") << " |w| <= " << w_max);
-          const int64_t m = depthwise ? c : 8;
+          const int64_t m = depthwise ? c : 64;  // (64 filters: enough for window rows to pay)
           test::Builder b(13);
-          b.input("x", {2, c, 11, 19});
+          b.input("x", {2, c, 11, 75});
           auto& init = b.m.graph.initializers;
           init["xs"] = scalar_of(DType::kFloat32, 0.05);
           init["xz"] = scalar_of(s8 ? DType::kInt8 : DType::kUInt8, s8 ? -3 : 125);
@@ -235,7 +235,7 @@ TEST(QdqFusion, ImageQuantizeJoinsTheFirstConvAtO3) {
             EXPECT_EQ(o3.graph.nodes.front().inputs[0], "x");
           }
           test::Builder inputs;
-          Tensor x = inputs.random({2, c, 11, 19}, -8, 8);
+          Tensor x = inputs.random({2, c, 11, 75}, -8, 8);
           float* xd = x.data<float>();
           xd[0] = std::nanf(""), xd[1] = INFINITY, xd[2] = -INFINITY, xd[3] = 1e30f, xd[4] = -1e30f;
           xd[5] = 0.025f, xd[6] = -0.075f;  // halves of the scale

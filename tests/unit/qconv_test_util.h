@@ -195,6 +195,13 @@ inline const std::vector<Case>& cases() {
       {3, 8, 1, 29, 36, 1, 5, 1, 2, 1, 1, 0, 2, 0, 1},    // one row (a 1-D conv)
       {1, 1, 6, 23, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},     // one channel (grayscale), staged 4 pixels a step
       {2, 2, 5, 19, 12, 3, 3, 2, 1, 1, 1, 1, 1, 0, 1},    // two channels
+      // Window rows where the quads' tiles take them (qconv_window_rows.cc), wide enough for the
+      // staging's steps of 32 pixels: a staged pixel of 9 bytes, 21 (two blocks), 10 with a row
+      // dilation, and 3 (a store's bytes past its pixel reach four more).
+      {1, 3, 9, 70, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
+      {2, 3, 15, 75, 20, 7, 7, 2, 2, 1, 1, 3, 3, 3, 3},
+      {1, 2, 12, 40, 8, 5, 3, 1, 1, 2, 1, 2, 1, 2, 1},
+      {1, 1, 7, 66, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
   };
   return all;
 }

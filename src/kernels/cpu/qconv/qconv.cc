@@ -232,7 +232,13 @@ const char* tile_name(Tile tile) {
   return "?";
 }
 
-PackedWeights PackedWeights::pack(const int8_t* w, const Geometry& g, Tile tile) { return pack_values(w, g, tile); }
+PackedWeights PackedWeights::pack(const int8_t* w, const Geometry& g, Tile tile) {
+  if (!folds_window_rows(g, tile)) return pack_values(w, g, tile);
+  const std::vector<int8_t> rows = window_rows_weights(w, g);
+  PackedWeights r = pack_values(rows.data(), window_rows_geometry(g), tile);
+  r.window_rows_ = true;
+  return r;
+}
 
 PackedWeights PackedWeights::pack_wide(const int16_t* w, const Geometry& g, Tile tile) {
   return pack_values(w, g, tile);  // (kAvx2 or kDepthwise: the quads' bytes would truncate)
@@ -392,16 +398,21 @@ void conv(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t 
     stage<uint8_t>(whole, x, x_signed, x_nhwc, zx, 16, staged, s, pool, quantize_scale);
     conv_winograd_avx2(g, s, w, rq, out, residual, pool);
   } else if (w.tile() != Tile::kAvx2) {  // quads of u8 channels
-    if (quantize_scale || !readable_in_place(g, x_signed, x_nhwc))
+    Geometry tiled = g;  // the conv the tiles run
+    if (w.window_rows()) {
+      stage_window_rows(g, x, x_signed, x_nhwc, zx, staged, s, pool, quantize_scale);
+      tiled = window_rows_geometry(g);
+    } else if (quantize_scale || !readable_in_place(g, x_signed, x_nhwc)) {
       stage<uint8_t>(g, x, x_signed, x_nhwc, zx, 4, staged, s, pool, quantize_scale);
+    }
     const auto tiles = w.tile() == Tile::kAvx512Vnni ? conv_staged_avx512vnni
                        : w.tile() == Tile::kAvxVnni  ? conv_staged_avxvnni
                                                      : conv_staged_avx2_bytes;
     if (!rq.window_weight.empty()) {  // (kAvx512Vnni's alone)
-      window_sums_avx512vnni(g, s, sums, pool);
+      window_sums_avx512vnni(tiled, s, sums, pool);
       s.window_sums = sums.data();
     }
-    tiles(g, s, w, rq, out, residual, pool);
+    tiles(tiled, s, w, rq, out, residual, pool);
   } else {
     stage<int16_t>(g, x, x_signed, x_nhwc, zx, 2, staged, s, pool, quantize_scale);
     conv_staged_avx2(g, s, w, rq, out, residual, pool);

@@ -133,6 +133,15 @@ bool tile_fits(Tile tile, const Geometry& g);
 inline constexpr int64_t kWinogradMaxChannels = 1024;
 const char* tile_name(Tile tile);  // "avx512_vnni", "avx_vnni", "avx2", "avx2_bytes", "depthwise_..."
 
+// Window rows (qconv_window_rows.cc): a conv of an image's 1 to 3 channels on the quads' tiles
+// (kAvx512Vnni, kAvxVnni, kAvx2Bytes), whose taps' quads are mostly padding, runs as a 1x1 conv
+// of its windows' bytes (window_rows_geometry) where that takes fewer quads a window: its X
+// staged by stage_window_rows, its W packed from window_rows_weights (PackedWeights::pack does
+// both, and says so: window_rows()).
+bool folds_window_rows(const Geometry& g, Tile tile);
+Geometry window_rows_geometry(const Geometry& g);
+std::vector<int8_t> window_rows_weights(const int8_t* w, const Geometry& g);
+
 // W [filters, channels, kernel_h, kernel_w] (s8) packed for a tile: blocks of 16 filters, each
 // tap by tap, each tap's channels in steps (quads of s8 for VNNI, pairs of s16 for AVX2), a step
 // 16 filters x its channels (64 bytes either way; for the ymm tiles, kAvxVnni, kAvx2Bytes and
@@ -152,11 +161,12 @@ const char* tile_name(Tile tile);  // "avx512_vnni", "avx_vnni", "avx2", "avx2_b
 // v % channels (the weights repeated for each pixel of the zmm); no pairs.
 class PackedWeights {
  public:
-  static PackedWeights pack(const int8_t* w, const Geometry& g, Tile tile);
+  static PackedWeights pack(const int8_t* w, const Geometry& g, Tile tile);  // as window rows where they fold
   // 16-bit W (8-bit weights less zero points past s8, |w| <= 255): for kAvx2 and kDepthwise,
   // whose steps multiply 16-bit values.
   static PackedWeights pack_wide(const int16_t* w, const Geometry& g, Tile tile);
   Tile tile() const { return tile_; }
+  bool window_rows() const { return window_rows_; }  // packed as window_rows_geometry's 1x1 conv
   int64_t channels_a_step() const { return tile_ == Tile::kAvx2 ? 2 : 4; }
   bool depthwise() const {
     return tile_ == Tile::kDepthwise || tile_ == Tile::kDepthwiseVnni || tile_ == Tile::kDepthwiseAvxVnni ||
@@ -181,6 +191,7 @@ class PackedWeights {
   static PackedWeights pack_values(const T* w, const Geometry& g, Tile tile);
   static PackedWeights pack_winograd(const int8_t* w, const Geometry& g);
   Tile tile_ = Tile::kAvx2;
+  bool window_rows_ = false;
   int64_t steps_ = 0, taps_ = 0, blocks_ = 0, block_bytes_ = 0;
   std::vector<int8_t> data_, pair_data_;
   int64_t pair_block_bytes_ = 0;
@@ -206,6 +217,10 @@ struct Staged {
 };
 void conv_staged_avx512vnni(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq,
                             void* y, const void* residual, ThreadPool* pool);
+// X (as conv() takes it) staged as window rows for W packed so (qconv_window_rows.cc): into `buf`,
+// `s` describing it for the tiles of window_rows_geometry(g).
+void stage_window_rows(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t zx, std::vector<char>& buf,
+                       Staged& s, ThreadPool* pool, const float* quantize_scale);
 // Per output pixel, the sum of staged X over its window, its real channels only
 // (Requantize::window_weight), into `sums` (qconv_avx512vnni.cc).
 void window_sums_avx512vnni(const Geometry& g, const Staged& x, std::vector<int32_t>& sums, ThreadPool* pool);
