@@ -225,9 +225,9 @@ struct VnniTiles {
       }
       for (int i = 0; i < rows; ++i) store.prefetch((p0 + i) * filters);
       const int8_t* w = plan.w.block(b0);
-      for (const int64_t off : plan.tap_offsets) {
-        const char* p[kPixels];
-        for (int i = 0; i < kPixels; ++i) p[i] = px[i] + off;
+      // A tap's steps from the pixels' windows at p; a one-tap conv's (a 1x1 conv) from px itself,
+      // so that the pointers live are 6, not 12 (fewer general registers spilled into vector ones).
+      auto tap = [&](const char* const (&p)[kPixels]) __attribute__((always_inline)) {
         for (int64_t q = 0; q < quads; ++q, w += 64) {
           if constexpr (kPrefetch) next.step();
           __m512i wv[B];
@@ -237,6 +237,15 @@ struct VnniTiles {
             const __m512i a = _mm512_set1_epi32(load_u32(p[i] + q * 4));
             for (int b = 0; b < B; ++b) acc[i][b] = _mm512_dpbusd_epi32(acc[i][b], a, wv[b]);
           }
+        }
+      };
+      if (plan.one_tap) {
+        tap(px);
+      } else {
+        for (const int64_t off : plan.tap_offsets) {
+          const char* p[kPixels];
+          for (int i = 0; i < kPixels; ++i) p[i] = px[i] + off;
+          tap(p);
         }
       }
       if (plan.x.window_sums)  // weights packed less a part per filter (Requantize::window_weight)
@@ -280,11 +289,12 @@ struct VnniTiles {
     const Requantize& rq = plan.rq;
     if (rq.output == Output::kFloat) return tiles_to.template operator()<FloatStore<B>>();
     constexpr Residual kNone = Residual::kNone, kByFma = Residual::kByFma, kBySteps = Residual::kBySteps;
-    // The add's multiply-adds on three or four blocks (resnet50's 64 -> 256 at 56x56 with its
-    // residual: 102-105 -> 88-93 us); on one or two GCC 12 kept the tile's weights on the stack
-    // in its inner loop, its vector registers taken by pointers and the store's constants
-    // (mobilenet_v2's 144 -> 24 at 56x56: 22 -> 36 us), where the steps' store keeps them.
-    const bool by_fma = plan.residual && rq.add->method.by_fma && B > 2;
+    // The add's multiply-adds (resnet50's 64 -> 256 at 56x56 with its residual: 102-105 -> 88-93
+    // us), on two blocks only for a one-tap conv: with a window's tap pointers too, GCC 12 kept
+    // the tile's weights on the stack in its inner loop, its general registers spilled into
+    // vector ones (mobilenet_v2's 144 -> 24 at 56x56: 22 -> 36 us; one tap: 20.7 -> 19.3); on
+    // one block the steps (not measured).
+    const bool by_fma = plan.residual && rq.add->method.by_fma && (B > 2 || (B == 2 && plan.one_tap));
     if (rq.activated()) {  // (its values clamped: needs_float_clamp)
       if (!plan.residual) return tiles_to.template operator()<CodeStore<B, true, kNone, true>>();
       return by_fma ? tiles_to.template operator()<CodeStore<B, true, kByFma, true>>()

@@ -61,6 +61,7 @@ struct TilePlan {
   bool clamp_high = true;  // rq.needs_float_clamp()
   // Whether output pixel p's window is staged pixel p (windows()).
   bool pixel_is_window = false;
+  bool one_tap = false;  // a window of one tap, at its corner (a 1x1 conv)
 };
 
 // The window corners of pixels p0, p0 + 1, ..., `rows` of them, into px[0, count) (the last
@@ -119,6 +120,7 @@ void drive(const Geometry& g, const Staged& x, const PackedWeights& w, const Req
   for (int64_t ky = 0; ky < g.kernel_h; ++ky)
     for (int64_t kx = 0; kx < g.kernel_w; ++kx)
       plan.tap_offsets.push_back((ky * g.dilation_h * x.padded_w + kx * g.dilation_w) * x.cp * element);
+  plan.one_tap = g.kernel_h == 1 && g.kernel_w == 1;
   const int64_t pixels = g.batch * g.out_h * g.out_w;
   const int64_t tiles = (pixels + kPixels - 1) / kPixels;
   const int64_t groups = (w.blocks() + kMaxBlocks - 1) / kMaxBlocks;
