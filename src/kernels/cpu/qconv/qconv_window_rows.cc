@@ -85,6 +85,35 @@ void interleave_planes(const uint8_t* const* planes, int64_t p, int64_t n, int64
     for (int64_t j = 0; j < p; ++j) out[i * p + j] = planes[j][i] ^ flip;
 }
 
+// A row of n channels-last pixels of C (1 to 3) bytes taken apart into C planes, `plane` bytes
+// apart: 16 pixels a step, each plane's 16 bytes gathered from the step's C input vectors by
+// byte shuffles.
+void channels_apart(const uint8_t* from, int64_t channels, int64_t n, uint8_t* to, int64_t plane) {
+  alignas(16) int8_t order[3][3][16];  // [plane][input vector][byte]: the input byte, or none
+  for (int64_t c = 0; c < channels; ++c)
+    for (int64_t v = 0; v < channels; ++v)
+      for (int64_t k = 0; k < 16; ++k) {
+        const int64_t at = k * channels + c - 16 * v;
+        order[c][v][k] = at >= 0 && at < 16 ? static_cast<int8_t>(at) : -1;
+      }
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m128i in[3];
+    for (int64_t v = 0; v < channels; ++v)
+      in[v] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + (i * channels + 16 * v)));
+    for (int64_t c = 0; c < channels; ++c) {
+      __m128i bytes = _mm_setzero_si128();
+      for (int64_t v = 0; v < channels; ++v) {
+        const __m128i pick = _mm_load_si128(reinterpret_cast<const __m128i*>(order[c][v]));
+        bytes = _mm_or_si128(bytes, _mm_shuffle_epi8(in[v], pick));
+      }
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(to + c * plane + i), bytes);
+    }
+  }
+  for (; i < n; ++i)
+    for (int64_t c = 0; c < channels; ++c) to[c * plane + i] = from[i * channels + c];
+}
+
 }  // namespace
 
 // Where the quads it saves outweigh its staging: per output pixel, the tiles' steps saved (a
@@ -126,29 +155,29 @@ void stage_window_rows(const Geometry& g, const void* x, bool x_signed, bool x_n
   const int64_t channels = g.channels, in_h = g.in_h, in_w = g.in_w, p = pixel_bytes(g), width = row_pixels(g);
   const uint8_t flip = x_signed ? 0x80 : 0, code_zx = static_cast<uint8_t>(zx);  // zx as X holds it
   // X as planes of codes of X's type ([N, C, H, W]): NCHW codes where they are; a float image
-  // quantized (QuantizeLinear's rule) and channels-last codes copied apart, each row once.
+  // quantized (QuantizeLinear's rule) and channels-last codes taken apart, each row once.
   thread_local std::vector<uint8_t> planes, pad;
   const uint8_t* codes = static_cast<const uint8_t*>(x);
-  const int64_t plane_rows = g.batch * channels * in_h;
   if (quantize_scale || x_nhwc) {
-    planes.resize(static_cast<size_t>(plane_rows * in_w));
+    planes.resize(static_cast<size_t>(g.batch * channels * in_h * in_w));
     uint8_t* to = planes.data();
-    auto plane_row = [=](int64_t r0, int64_t r1) {
+    const int64_t rows = g.batch * (quantize_scale ? channels : 1) * in_h;  // plane rows, or image rows
+    auto plane_rows = [=](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         if (quantize_scale) {
           const float* from = static_cast<const float*>(x) + r * in_w;
           quantize_row_8bit(from, in_w, *quantize_scale, zx, x_signed, to + r * in_w);
-          continue;
+        } else {
+          const int64_t n = r / in_h, iy = r % in_h;
+          channels_apart(static_cast<const uint8_t*>(x) + r * in_w * channels, channels, in_w,
+                         to + (n * channels * in_h + iy) * in_w, in_h * in_w);
         }
-        const int64_t n = r / (channels * in_h), c = r / in_h % channels, iy = r % in_h;
-        const uint8_t* from = static_cast<const uint8_t*>(x) + (n * in_h + iy) * in_w * channels + c;
-        for (int64_t ix = 0; ix < in_w; ++ix) to[r * in_w + ix] = from[ix * channels];
       }
     };
-    if (pool && plane_rows * in_w > (1 << 14))
-      pool->parallel_for(plane_rows, 1, plane_row);
+    if (pool && rows * in_w * channels > (1 << 14))
+      pool->parallel_for(rows, 1, plane_rows);
     else
-      plane_row(0, plane_rows);
+      plane_rows(0, rows);
     codes = planes.data();
   }
   pad.assign(static_cast<size_t>(in_w), code_zx);  // a kernel row above or below X
