@@ -82,7 +82,7 @@ void stage(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t
            std::vector<char>& buf, Staged& s, ThreadPool* pool, const float* quantize_scale = nullptr) {
   s.cp = round_up(g.channels, step);
   s.padded_h = std::max(g.in_h + g.pad_top, (g.out_h - 1) * g.stride_h + (g.kernel_h - 1) * g.dilation_h + 1);
-  s.padded_w = std::max(g.in_w + g.pad_left, (g.out_w - 1) * g.stride_w + (g.kernel_w - 1) * g.dilation_w + 1);
+  s.padded_w = staged_columns(g);
   const uint8_t flip = x_signed ? 0x80 : 0;  // s8 + 128 as u8
   const T fill = static_cast<T>(static_cast<uint8_t>(zx) ^ flip);
   const int64_t row_values = s.padded_w * s.cp;
@@ -150,6 +150,10 @@ bool seven_bit(const int8_t* w, int64_t count) {
 }
 
 }  // namespace
+
+int64_t staged_columns(const Geometry& g) {
+  return std::max(g.in_w + g.pad_left, (g.out_w - 1) * g.stride_w + (g.kernel_w - 1) * g.dilation_w + 1);
+}
 
 Tile best_tile(const int8_t* w, int64_t count, const Geometry& g) {
   if (cpu_features().has_avx512_vnni() || cpu_features().has_avx_vnni()) return best_direct_tile(w, count);

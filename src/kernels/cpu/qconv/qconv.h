@@ -215,6 +215,8 @@ struct Staged {
   int64_t padded_h, padded_w, cp;
   const int32_t* window_sums = nullptr;  // per output pixel, with rq.window_weight
 };
+// The staged input's columns: X's padded ones, or as many as the last window reaches.
+int64_t staged_columns(const Geometry& g);
 void conv_staged_avx512vnni(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq,
                             void* y, const void* residual, ThreadPool* pool);
 // X (as conv() takes it) staged as window rows for W packed so (qconv_window_rows.cc): into `buf`,

@@ -26,11 +26,6 @@ constexpr int64_t kMaxPixelBytes = 32;
 
 int64_t pixel_bytes(const Geometry& g) { return g.kernel_h * g.channels; }
 
-// Staged pixels a row: the padded input's columns, or as many as the last window reaches.
-int64_t row_pixels(const Geometry& g) {
-  return std::max(g.in_w + g.pad_left, (g.out_w - 1) * g.stride_w + g.kernel_w);
-}
-
 // The 16 planes v[0, 16) of 32 pixels (a plane's byte p: pixel p; 128-bit lane 0 pixels 0-15,
 // lane 1 pixels 16-31) transposed: v[q] holds pixel q's 16 planes in lane 0 and pixel 16 + q's
 // in lane 1. Bytes to 16-bit pairs of planes, to quads, to eights, to sixteen.
@@ -134,7 +129,7 @@ Geometry window_rows_geometry(const Geometry& g) {
   Geometry r = g;
   r.channels = g.kernel_w * pixel_bytes(g);
   r.kernel_h = r.kernel_w = 1, r.stride_h = 1, r.dilation_h = r.dilation_w = 1, r.pad_top = r.pad_left = 0;
-  r.in_h = g.out_h, r.in_w = row_pixels(g);
+  r.in_h = g.out_h, r.in_w = staged_columns(g);
   return r;
 }
 
@@ -152,7 +147,8 @@ std::vector<int8_t> window_rows_weights(const int8_t* w, const Geometry& g) {
 
 void stage_window_rows(const Geometry& g, const void* x, bool x_signed, bool x_nhwc, int32_t zx, std::vector<char>& buf,
                        Staged& s, ThreadPool* pool, const float* quantize_scale) {
-  const int64_t channels = g.channels, in_h = g.in_h, in_w = g.in_w, p = pixel_bytes(g), width = row_pixels(g);
+  const int64_t channels = g.channels, in_h = g.in_h, in_w = g.in_w, p = pixel_bytes(g);
+  const int64_t width = staged_columns(g);  // (dilation_w 1: folds_window_rows)
   const uint8_t flip = x_signed ? 0x80 : 0, code_zx = static_cast<uint8_t>(zx);  // zx as X holds it
   // X as planes of codes of X's type ([N, C, H, W]): NCHW codes where they are; a float image
   // quantized (QuantizeLinear's rule) and channels-last codes taken apart, each row once.
