@@ -11,6 +11,8 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -80,7 +82,12 @@ void BM_QConv(benchmark::State& state, Layer l, qconv::Tile tile, int threads, A
   g.out_h = g.out_w = (l.hw + 2 * g.pad_top - l.k) / l.stride + 1;
   std::mt19937 rng(1);
   const int wmax = qconv::needs_seven_bit_weights(tile) ? 64 : 127;
-  std::uniform_int_distribution<int> byte(0, 255), weight(-wmax, wmax);
+  // Weights as a trained layer's quantize to: bell-shaped, a filter's largest near wmax (about
+  // 3.5 sigma); kAvx2Bytes pairs its quads on such weights (PackedWeights::paired_steps), on
+  // uniform ones rarely.
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::normal_distribution<float> normal(0.0f, static_cast<float>(wmax) / 3.5f);
+  auto weight = [&](std::mt19937& r) { return std::clamp(static_cast<int>(std::nearbyint(normal(r))), -wmax, wmax); };
   std::vector<uint8_t> x(static_cast<size_t>(l.hw * l.hw * l.c));
   for (auto& v : x) v = static_cast<uint8_t>(byte(rng));
   const int64_t per_filter = (l.depthwise ? 1 : l.c) * l.k * l.k;

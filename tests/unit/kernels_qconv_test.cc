@@ -82,6 +82,66 @@ TEST(QConv, MatchesAPlainLoop) {
             check_direct(k, tile, x_signed, x_signed == nhwc, out, nhwc, nhwc ? 2 : 1);
 }
 
+// kAvx2Bytes' paired steps (qconv_step_pairs.cc) on weights whose quads pair: wholly (small
+// ones), in part (every fifth quad of channels all +64, a lane's whole bound, so that it pairs with
+// none and takes a step with a zero quad; blocks then pad with zero steps), and at the pairs'
+// bound (every lane's four weights summing to +-128 against inputs of 255: 32640 in 16 bits).
+// Each case first checks that the packing paired it as meant, then runs it bit for bit against
+// the plain loop: u8 and s8 in and out, float out, threads, the residual add and an activation in
+// the store.
+int64_t paired_channels = 0;  // the case's channels, for the edits below (function pointers)
+
+void small_weights(Data& d) {
+  for (size_t i = 0; i < d.w.size(); ++i) d.w[i] = static_cast<int8_t>(static_cast<int>(i * 37 % 41) - 20);
+}
+void every_fifth_quad_large(Data& d) {
+  small_weights(d);
+  const size_t taps = d.w.size() / d.bias.size() / static_cast<size_t>(paired_channels);
+  for (size_t i = 0; i < d.w.size(); ++i)
+    if ((i / taps % static_cast<size_t>(paired_channels)) / 4 % 5 == 0) d.w[i] = 64;
+}
+void at_the_bound(Data& d) {
+  std::fill(d.x.begin(), d.x.end(), 255);
+  d.zx = 0;
+  const size_t per_filter = d.w.size() / d.bias.size();
+  for (size_t i = 0; i < d.w.size(); ++i) d.w[i] = static_cast<int8_t>(i / per_filter % 2 ? 32 : -32);
+}
+
+TEST(QConv, PairedStepsMatchAPlainLoop) {
+  const qconv::Tile tile = qconv::Tile::kAvx2Bytes;
+  const std::vector<qconv::Tile> tiles = qconv::available_tiles(false);
+  if (std::find(tiles.begin(), tiles.end(), tile) == tiles.end()) GTEST_SKIP() << "no AVX2";
+  const std::vector<Case> shapes = {
+      // n  c   h   w   m   kh kw sh sw dh dw pt pl pb pr
+      {1, 64, 6, 7, 40, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},   // 16 quads a tap, 3 blocks (one in part)
+      {1, 44, 7, 7, 24, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},   // 11 quads a tap (one alone), 9 taps, stride 2
+      {2, 128, 5, 3, 16, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},  // batches
+  };
+  QLinearBinaryParams p{0.0371f, 0.0213f, 0.0497f, 121, 117, 119, 0, 255, false};
+  const qconv::Requantize::ResidualAdd add{p, qlinear_binary_method(p, false)};
+  kiln_ops::Activation silu;
+  silu.kind = kiln_ops::Activation::Kind::kSilu;
+  for (const Case& k : shapes)
+    for (const auto edit : {small_weights, every_fifth_quad_large, at_the_bound}) {
+      paired_channels = k.c;
+      Data d = make_data(k, false, true, 1, true);
+      edit(d);
+      qconv::Geometry g;
+      g.batch = k.n, g.channels = k.c, g.filters = k.m, g.kernel_h = k.kh, g.kernel_w = k.kw;
+      const int64_t quads = (k.c + 3) / 4, pairs = qconv::PackedWeights::pack(d.w.data(), g, tile).paired_steps();
+      if (edit == every_fifth_quad_large) {
+        EXPECT_GT(pairs, (quads + 1) / 2);
+      } else {
+        EXPECT_EQ(pairs, (quads + 1) / 2);
+      }
+      for (const bool x_signed : {false, true})
+        for (const auto out : {qconv::Output::kU8, qconv::Output::kS8, qconv::Output::kFloat})
+          check_direct(k, tile, x_signed && edit != at_the_bound, true, out, true, x_signed ? 2 : 1, 0.35f, edit);
+      check_direct(k, tile, false, true, qconv::Output::kU8, true, 2, 0.35f, edit, &add);
+      check_direct(k, tile, false, true, qconv::Output::kU8, true, 2, 0.35f, edit, nullptr, &silu);
+    }
+}
+
 // Winograd's 3x3 stride-1 tile (CPUs without VNNI) on more shapes than cases() has: odd outputs
 // (part 2x2 tiles), several chunks of tiles and one, channels not in 16s, batches, threads that
 // split the filters of a chunk; and at its

@@ -237,10 +237,15 @@ const char* tile_name(Tile tile) {
 }
 
 PackedWeights PackedWeights::pack(const int8_t* w, const Geometry& g, Tile tile) {
-  if (!folds_window_rows(g, tile)) return pack_values(w, g, tile);
-  const std::vector<int8_t> rows = window_rows_weights(w, g);
-  PackedWeights r = pack_values(rows.data(), window_rows_geometry(g), tile);
-  r.window_rows_ = true;
+  PackedWeights r;
+  if (folds_window_rows(g, tile)) {
+    const std::vector<int8_t> rows = window_rows_weights(w, g);
+    r = pack_values(rows.data(), window_rows_geometry(g), tile);
+    r.window_rows_ = true;
+  } else {
+    r = pack_values(w, g, tile);
+  }
+  r.pair_steps();
   return r;
 }
 

@@ -89,7 +89,8 @@ struct Requantize {
 // The register tiles. Group 1, best first: kAvx512Vnni (vpdpbusd on zmm: u8 x s8 quads of
 // channels), kAvxVnni (vpdpbusd on ymm), kAvx2Bytes on 7-bit weights (|w| <= 64, what `kiln
 // quantize` writes for CPUs without VNNI: quads of u8 channels by vpmaddubsw + vpmaddwd, whose
-// u8 x s8 pair sums stay within 16 bits then; 3 ops for 32 products), kAvx2 on any weights
+// u8 x s8 pair sums stay within 16 bits then; 3 ops for 32 products, or 5 for 64 where a block's
+// quads pair: PackedWeights::paired_steps), kAvx2 on any weights
 // (vpmaddwd on pairs of channels widened to 16 bits, exact, where vpmaddubsw's pairs could
 // saturate; 4 ops for 32 products). All take blocks of 16 filters. Depthwise, best first:
 // kDepthwiseVnni (AVX-512 VNNI: 64 channels a block, four horizontal taps of a channel
@@ -185,17 +186,26 @@ class PackedWeights {
   }
   // sum of W over a filter's window, per filter (the zero point's term).
   const std::vector<int32_t>& filter_sums() const { return sums_; }
+  // kAvx2Bytes' quads in pairs where they pair (qconv_step_pairs.cc; 0: none): per block and tap,
+  // paired_steps() steps of two quads of channels, 128 bytes each (the first quad's 64, the
+  // second's), read at byte offsets step_offsets(b)[2 s] and [2 s + 1] of the tap's pixel (s
+  // counting on over the block's taps).
+  int64_t paired_steps() const { return paired_steps_; }
+  const int32_t* step_offsets(int64_t b) const { return step_offsets_.data() + b * taps_ * paired_steps_ * 2; }
 
  private:
   template <typename T>
   static PackedWeights pack_values(const T* w, const Geometry& g, Tile tile);
   static PackedWeights pack_winograd(const int8_t* w, const Geometry& g);
+  void pair_steps();  // kAvx2Bytes' data_ repacked in pairs of quads where that pays
   Tile tile_ = Tile::kAvx2;
   bool window_rows_ = false;
   int64_t steps_ = 0, taps_ = 0, blocks_ = 0, block_bytes_ = 0;
   std::vector<int8_t> data_, pair_data_;
   int64_t pair_block_bytes_ = 0;
   std::vector<int32_t> sums_;
+  int64_t paired_steps_ = 0;
+  std::vector<int32_t> step_offsets_;
 };
 
 // Y = conv(X, W) requantized. X is u8 (x_signed: s8) with zero point zx (X's type), NCHW or channels-last

@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/qconv/qconv_activation.h"
 #include "kernels/cpu/qconv/qconv_driver.h"
+#include "kernels/cpu/ymm_dot_steps.h"
 
 namespace kiln::qconv {
 
@@ -191,6 +192,35 @@ __attribute__((always_inline)) inline void add_steps(const char* const (&p)[kRow
   }
 }
 
+// add_steps on kAvx2Bytes' paired steps (PackedWeights::paired_steps): a step two quads of
+// every row's input, at the step's two offsets (`off`, which it advances), against their weight
+// vectors (128 bytes from w); the two vpmaddubsw results added in 16 bits, which the packing
+// keeps exact, then one vpmaddwd against ones. Row by row, the weights loaded again for each
+// row: with all four held in registers, or each row's inputs broadcast once for both halves,
+// GCC 12 kept most accumulators on the stack.
+template <int kRows>
+__attribute__((always_inline)) inline void add_step_pairs(const char* const (&p)[kRows], int64_t steps,
+                                                          const int8_t*& w, const int32_t*& off,
+                                                          __m256i (&acc)[kRows][2]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t q = 0; q < steps; ++q, w += 128, off += 2) {
+    const int64_t a = off[0], b = off[1];
+#pragma GCC unroll 6
+    for (int i = 0; i < kRows; ++i) {
+      const __m256i xa = _mm256_set1_epi32(load_u32(p[i] + a)), xb = _mm256_set1_epi32(load_u32(p[i] + b));
+      const int8_t* wi = w;
+      __asm__("" : "+r"(wi));  // (keeps the weights' loads in this row)
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m256i wa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wi + 32 * h));
+        const __m256i wb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wi + 64 + 32 * h));
+        const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(xa, wa), _mm256_maddubs_epi16(xb, wb));
+        acc[i][h] = _mm256_add_epi32(acc[i][h], _mm256_madd_epi16(pairs, ones));
+      }
+    }
+  }
+}
+
 // The ymm tiles' stores, as the VNNI tile's (qconv_avx512vnni.cc): each holds the constants of
 // a run of tiles, and the tiles are instantiated for each, picked once a run, so that the sums
 // stay in registers where the store is short. YmmCodeStore is store_ymm_sums_as with its
@@ -259,15 +289,17 @@ struct YmmFloatStore : YmmScales {
   void prefetch(int64_t) const {}
 };
 
-template <class Step>
+// kPairs: on kAvx2Bytes' paired steps (add_step_pairs), 5 pixels a tile (10 accumulators: the
+// pairs' inputs and products take more registers).
+template <class Step, bool kPairs = false>
 struct YmmTiles {
-  static constexpr int kPixels = 6, kMaxBlocks = 1;
+  static constexpr int kPixels = kPairs ? 5 : 6, kMaxBlocks = 1;
 
-  // Pixels [p_begin, p_end), 6 a tile, x block b0, stored by Store. The sums start from the bias.
+  // Pixels [p_begin, p_end), kPixels a tile, x block b0, stored by Store. The sums start from the bias.
   template <class Store>
   static void tiles(const TilePlan& plan, int64_t p_begin, int64_t p_end, int64_t b0) {
     const Store store(plan, b0 * 16);
-    const int64_t filters = plan.g.filters, steps = plan.w.steps();
+    const int64_t filters = plan.g.filters, steps = kPairs ? plan.w.paired_steps() : plan.w.steps();
     __m256i bias[2];
     load_in_tile_order(plan.rq.bias.data() + b0 * 16, std::min<int64_t>(16, filters - b0 * 16), bias);
     for (int64_t p0 = p_begin; p0 < p_end; p0 += kPixels) {
@@ -278,10 +310,14 @@ struct YmmTiles {
       for (auto& row : acc) row[0] = bias[0], row[1] = bias[1];
       for (int i = 0; i < rows; ++i) store.prefetch((p0 + i) * filters);
       const int8_t* w = plan.w.block(b0);
+      const int32_t* step_offsets = kPairs ? plan.w.step_offsets(b0) : nullptr;
       for (const int64_t off : plan.tap_offsets) {
         const char* p[kPixels];
         for (int i = 0; i < kPixels; ++i) p[i] = px[i] + off;
-        add_steps<Step>(p, steps, w, acc);
+        if constexpr (kPairs)
+          add_step_pairs(p, steps, w, step_offsets, acc);
+        else
+          add_steps<Step>(p, steps, w, acc);
       }
       // As the VNNI tile's: short stores to kPixels, unrolled, so that acc's indices are constants.
       if constexpr (Store::kTwoPass) {

@@ -1,0 +1,114 @@
+// kAvx2Bytes' steps in pairs (qconv.h, PackedWeights::paired_steps). A single step takes
+// vpmaddubsw + vpmaddwd against ones for 32 products; a paired step adds two quads' vpmaddubsw
+// results in 16 bits first, then one vpmaddwd: 3 multiplies for 64 products, not 4 (Zen 3, a
+// register loop: 37 products a cycle against 31). Exact where, for every filter and 16-bit lane,
+// the two quads' four weights in it sum to at most 128, positives and negatives apart: with u8
+// inputs (at most 255) the lane then stays within int16 (255 x 128 = 32640), and so does each
+// vpmaddubsw pair sum. 7-bit weights pass that for most pairs of quads, but a block of 16 filters
+// has some filter with a big weight in nearly every quad: of resnet50's natural pairs (quads 2k,
+// 2k + 1) 97 % pass, and only 4 % of its blocks pass whole. So each block's quads of a tap are
+// matched, the largest (in their biggest lane) with the smallest that fits, and read from where
+// they lie through per-step offsets (every quad of kiln's resnet50 found a partner). A quad
+// without one takes a step of its own, a zero quad beside it.
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "kernels/cpu/qconv/qconv.h"
+
+namespace kiln::qconv {
+namespace {
+
+constexpr int kLanes = 32;         // 16-bit lanes of a step's 64 bytes (16 filters x 2)
+constexpr int kLaneBound = 128;    // of a lane's positive (or negative) weights: 255 x 128 < 2^15
+constexpr int kPartnerTries = 16;  // candidates a quad tries, smallest first
+constexpr int64_t kLeastSteps = 8;
+
+// A quad's weights per 16-bit lane: the sums of its positive and of its negative ones' magnitudes.
+struct LaneSums {
+  std::array<int16_t, kLanes> positive{}, negative{};
+  int16_t largest = 0;
+
+  explicit LaneSums(const int8_t* step) {
+    for (int k = 0; k < kLanes; ++k) {
+      for (int j = 0; j < 2; ++j) {
+        const int v = step[2 * k + j];
+        (v > 0 ? positive : negative)[k] = static_cast<int16_t>((v > 0 ? positive : negative)[k] + std::abs(v));
+      }
+      largest = std::max({largest, positive[k], negative[k]});
+    }
+  }
+
+  bool pairs_with(const LaneSums& o) const {
+    for (int k = 0; k < kLanes; ++k)
+      if (positive[k] + o.positive[k] > kLaneBound || negative[k] + o.negative[k] > kLaneBound) return false;
+    return true;
+  }
+};
+
+// The steps of one block's tap (`steps` quads of 64 bytes) matched into pairs: {a, b}, b -1 alone.
+std::vector<std::array<int32_t, 2>> match_quads(const int8_t* tap, int64_t steps) {
+  std::vector<LaneSums> sums;
+  sums.reserve(static_cast<size_t>(steps));
+  for (int64_t s = 0; s < steps; ++s) sums.emplace_back(tap + s * 64);
+  std::vector<int32_t> order(static_cast<size_t>(steps));  // largest first
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return sums[a].largest > sums[b].largest; });
+  std::vector<bool> taken(static_cast<size_t>(steps), false);
+  std::vector<std::array<int32_t, 2>> pairs;
+  int64_t smallest = steps - 1;  // the smallest quad not taken is at or before it in `order`
+  for (const int32_t a : order) {
+    if (taken[a]) continue;
+    taken[a] = true;
+    while (smallest >= 0 && taken[order[smallest]]) --smallest;
+    int32_t partner = -1;
+    for (int64_t i = smallest, tries = 0; i >= 0 && tries < kPartnerTries; --i) {
+      const int32_t b = order[i];
+      if (taken[b]) continue;
+      ++tries;
+      if (sums[a].pairs_with(sums[b])) {
+        partner = b;
+        break;
+      }
+    }
+    if (partner >= 0) taken[partner] = true;
+    pairs.push_back({a, partner});
+  }
+  return pairs;
+}
+
+}  // namespace
+
+void PackedWeights::pair_steps() {
+  // Fewer than 8 steps a tap (32 channels): the 5-pixel tiles' stores cost more than the pairs
+  // save (mobilenet_v2's 16 -> 96 at 112x112: 233 -> 248 us; 24 -> 144 at 56x56 even).
+  if (tile_ != Tile::kAvx2Bytes || steps_ < kLeastSteps) return;
+  std::vector<std::vector<std::array<int32_t, 2>>> units;  // per block and tap
+  int64_t most = 0;
+  for (int64_t u = 0; u < blocks_ * taps_; ++u) {
+    units.push_back(match_quads(data_.data() + u * steps_ * 64, steps_));
+    most = std::max<int64_t>(most, static_cast<int64_t>(units.back().size()));
+  }
+  // A paired step costs 3 multiplies, a single one 2: pairs pay below 2/3 steps_ pairs a tap
+  // (every block takes `most`, the rest zero steps at offset 0).
+  if (3 * most >= 2 * steps_) return;
+  std::vector<int8_t> paired(static_cast<size_t>(blocks_ * taps_ * most * 128), 0);
+  std::vector<int32_t> offsets(static_cast<size_t>(blocks_ * taps_ * most * 2), 0);
+  for (int64_t u = 0; u < blocks_ * taps_; ++u)
+    for (size_t s = 0; s < units[u].size(); ++s) {
+      const auto [a, b] = units[u][s];
+      int8_t* to = paired.data() + (u * most + static_cast<int64_t>(s)) * 128;
+      std::memcpy(to, data_.data() + (u * steps_ + a) * 64, 64);
+      if (b >= 0) std::memcpy(to + 64, data_.data() + (u * steps_ + b) * 64, 64);
+      int32_t* off = offsets.data() + (u * most + static_cast<int64_t>(s)) * 2;
+      off[0] = 4 * a, off[1] = 4 * (b >= 0 ? b : a);  // (a zero quad: any readable bytes)
+    }
+  data_.swap(paired);
+  step_offsets_.swap(offsets);
+  paired_steps_ = most;
+  block_bytes_ = taps_ * most * 128;
+}
+
+}  // namespace kiln::qconv
