@@ -188,8 +188,8 @@ class PackedWeights {
   const std::vector<int32_t>& filter_sums() const { return sums_; }
   // kAvx2Bytes' quads in pairs where they pair (qconv_step_pairs.cc; 0: none): per block and tap,
   // paired_steps() steps of two quads of channels, 128 bytes each (the first quad's 64, the
-  // second's), read at byte offsets step_offsets(b)[2 s] and [2 s + 1] of the tap's pixel (s
-  // counting on over the block's taps).
+  // second's), which read the tap's pixel at the byte offsets step_offsets(b)[2 i] and [2 i + 1],
+  // i = tap x paired_steps() + step.
   int64_t paired_steps() const { return paired_steps_; }
   const int32_t* step_offsets(int64_t b) const { return step_offsets_.data() + b * taps_ * paired_steps_ * 2; }
 
