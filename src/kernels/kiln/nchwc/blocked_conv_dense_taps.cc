@@ -89,7 +89,10 @@ double taps_read(const TapPlan& plan, int b, const BlockedConvShape& in) {
 }
 
 void fill_plan_steps(const BlockedConvShape& in, int64_t in_plane, int64_t blocks, TapPlan& plan) {
-  plan.steps.resize(plan.rows.size() * plan.cols.size());
+  // Grown, never shrunk: a model's convs take different counts, and a slot dropped by a smaller
+  // plan would allocate its lists again in the next run (SteadyState.ResnetLikeAllocatesNothing).
+  const size_t lists = plan.rows.size() * plan.cols.size();
+  if (plan.steps.size() < lists) plan.steps.resize(lists);
   for (size_t r = 0; r < plan.rows.size(); ++r)
     for (size_t c = 0; c < plan.cols.size(); ++c)
       fill_steps(in, in_plane, blocks, plan.rows[r], plan.cols[c], plan.steps[r * plan.cols.size() + c]);
