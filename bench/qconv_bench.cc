@@ -10,9 +10,9 @@
 //   kiln_bench_qconv [--benchmark_filter=resnet_3x3]
 #include <benchmark/benchmark.h>
 
-#include <cstdlib>
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
