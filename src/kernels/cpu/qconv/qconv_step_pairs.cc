@@ -35,7 +35,8 @@ struct LaneSums {
     for (int k = 0; k < kLanes; ++k) {
       for (int j = 0; j < 2; ++j) {
         const int v = step[2 * k + j];
-        (v > 0 ? positive : negative)[k] = static_cast<int16_t>((v > 0 ? positive : negative)[k] + std::abs(v));
+        int16_t& sum = v > 0 ? positive[k] : negative[k];
+        sum = static_cast<int16_t>(sum + std::abs(v));
       }
       largest = std::max({largest, positive[k], negative[k]});
     }
