@@ -24,15 +24,15 @@
 namespace kiln {
 namespace {
 
-// Zero point of an 8-bit quantized operand as int32 values: scalar, or one per row/column.
-Result<std::vector<int32_t>> read_zero_points(const Tensor& zp, DType want) {
+// Zero point of an 8-bit quantized operand as int32 values, into v: scalar, or one per row/column.
+Status read_zero_points(const Tensor& zp, DType want, std::vector<int32_t>& v) {
   if (zp.dtype() != want)
     return Status::error(std::string("zero point type ") + dtype_name(zp.dtype()) +
                          " differs from input " + dtype_name(want));
-  std::vector<int32_t> v(zp.numel());
+  v.resize(static_cast<size_t>(zp.numel()));
   for (int64_t i = 0; i < zp.numel(); ++i)
-    v[i] = static_cast<int32_t>(load_as_double(zp.dtype(), zp.raw_data(), i));
-  return v;
+    v[static_cast<size_t>(i)] = static_cast<int32_t>(load_as_double(zp.dtype(), zp.raw_data(), i));
+  return Status::ok();
 }
 
 
@@ -72,12 +72,12 @@ Status integer_product(KernelContext& ctx, const Operands& ops, Tensor* y) {
   const MatMulPlan& p = *plan_r;
   std::vector<int32_t> azp{0}, bzp{0};
   if (given(ctx, ops.a_zero_point)) {
-    KILN_ASSIGN_OR_RETURN(azp, read_zero_points(ctx.input(ops.a_zero_point), a.dtype()));
+    KILN_RETURN_IF_ERROR(read_zero_points(ctx.input(ops.a_zero_point), a.dtype(), azp));
     if (azp.size() != 1 && static_cast<int64_t>(azp.size()) != p.m)
       return ctx.error("a_zero_point must be a scalar or have M elements");
   }
   if (given(ctx, ops.b_zero_point)) {
-    KILN_ASSIGN_OR_RETURN(bzp, read_zero_points(ctx.input(ops.b_zero_point), b.dtype()));
+    KILN_RETURN_IF_ERROR(read_zero_points(ctx.input(ops.b_zero_point), b.dtype(), bzp));
     if (bzp.size() != 1 && static_cast<int64_t>(bzp.size()) != p.n)
       return ctx.error("b_zero_point must be a scalar or have N elements");
   }
@@ -173,11 +173,9 @@ class MatMulIntegerKernel : public Kernel {
         (b_zero_point_input_ && !zp))
       return Status::ok();
     std::vector<int32_t> bzp{0};
-    if (zp) {
-      auto z = read_zero_points(*zp, b->dtype());
-      if (!z || (z->size() != 1 && static_cast<int64_t>(z->size()) != b->dim(1))) return Status::ok();  // run() reports it
-      bzp = std::move(z).value();
-    }
+    if (zp && (!read_zero_points(*zp, b->dtype(), bzp).is_ok() ||
+               (bzp.size() != 1 && static_cast<int64_t>(bzp.size()) != b->dim(1))))
+      return Status::ok();  // run() reports it
     const int64_t n = b->dim(1);
     absorbed[1] = true;
     if (zp) absorbed[ops_.b_zero_point] = true;
@@ -215,9 +213,10 @@ class MatMulIntegerKernel : public Kernel {
       return ctx.error("A " + shape_str(a.shape()) + " does not match B [" + std::to_string(k) + ", " +
                        std::to_string(n) + "]");
     const int64_t rows = k == 0 ? 0 : a.numel() / k, m = a.rank() >= 2 ? a.dim(a.rank() - 2) : 1;
-    std::vector<int32_t> azp{0};
+    std::vector<int32_t>& azp = a_zero_points_;  // kept from run to run
+    azp.assign(1, 0);
     if (given(ctx, ops_.a_zero_point)) {
-      KILN_ASSIGN_OR_RETURN(azp, read_zero_points(ctx.input(ops_.a_zero_point), a.dtype()));
+      KILN_RETURN_IF_ERROR(read_zero_points(ctx.input(ops_.a_zero_point), a.dtype(), azp));
       if (azp.size() != 1 && static_cast<int64_t>(azp.size()) != m)
         return ctx.error("a_zero_point must be a scalar or have M elements");
     }
@@ -246,7 +245,7 @@ class MatMulIntegerKernel : public Kernel {
   Operands ops_;
   bool b_zero_point_input_;
   gemm::PackedInt8 packed_;
-  std::vector<int32_t> row_zero_points_;
+  std::vector<int32_t> a_zero_points_, row_zero_points_;
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 // rounds each dequantized value, their mean and the quotient, so the two may differ by a code).
 #include <immintrin.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "core/thread_scratch.h"
 #include "kernels/fast_path.h"
 #include "kernels/kernel_util.h"
 #include "kernels/ref/quantize.h"
@@ -23,6 +25,20 @@ namespace {
 
 // int32 lanes hold a sum of up to this many codes (255 * 2^23 < 2^31).
 constexpr int64_t kInt32Run = int64_t{1} << 23;
+
+// The codes of a row of add_pixels' pixels: k pixels, k a multiple of 32 / gcd(C, 32), so that the
+// rows are whole vectors.
+int64_t row_codes(int64_t channels) {
+  const int64_t whole = 32 / std::gcd<int64_t>(channels, 32);
+  return whole * std::max<int64_t>(1, 512 / (whole * channels)) * channels;
+}
+
+// add_pixels' int32 lanes, a row's worth a thread, kept from run to run (pool() reserves them on
+// every thread first).
+std::vector<int32_t>& lane_buffer() {
+  thread_local std::vector<int32_t> lanes;
+  return lanes;
+}
 
 // sums[c] += the codes of pixels [p0, p1) of channels-last image x (C channels). The pixels go in
 // rows of k (about 512 codes or more, so that a row is long where C is small), and 32 columns of the
@@ -36,13 +52,11 @@ void add_pixels(const T* x, int64_t channels, int64_t p0, int64_t p1, int64_t* s
     add_pixels(x, channels, p0, p0 + kInt32Run, sums);
     return add_pixels(x, channels, p0 + kInt32Run, p1, sums);
   }
-  // k a multiple of 32 / gcd(C, 32), so that the rows are whole vectors.
-  const int64_t whole = 32 / std::gcd<int64_t>(channels, 32);
-  const int64_t k = whole * std::max<int64_t>(1, 512 / (whole * channels)), len = k * channels, rows = (p1 - p0) / k;
+  const int64_t len = row_codes(channels), k = len / channels, rows = (p1 - p0) / k;
   const __m256i flip = _mm256_set1_epi8(std::is_signed_v<T> ? static_cast<char>(0x80) : 0);
-  thread_local std::vector<int32_t> lane_buffer;
-  lane_buffer.assign(static_cast<size_t>(len), 0);
-  int32_t* lanes = lane_buffer.data();
+  std::vector<int32_t>& lane_sums = lane_buffer();
+  lane_sums.assign(static_cast<size_t>(len), 0);
+  int32_t* lanes = lane_sums.data();
   const uint8_t* base = reinterpret_cast<const uint8_t*>(x) + p0 * channels;
   int64_t j = 0;
   for (; j + 32 <= len; j += 32)
@@ -91,7 +105,16 @@ void pool(const T* x, int64_t batch, int64_t channels, int64_t image, bool chann
   // band's sums apart, added after: more bands only add their fixed costs), NCHW ones by channels.
   const bool split = threads && channels * image >= (int64_t{1} << 16);
   const int64_t bands = split && channels_last ? std::min<int64_t>(image, threads->threads()) : 1;
-  std::vector<int64_t> sums(static_cast<size_t>(bands * channels));
+  // The calling thread's sums, kept from run to run (named through a reference, which the
+  // threads' lambda reads: a thread_local named there would be each thread's own).
+  thread_local std::vector<int64_t> kept;
+  std::vector<int64_t>& sums = kept;
+  sums.resize(static_cast<size_t>(bands * channels));
+  if (channels_last) {
+    thread_local ScratchReservation<1> reserved;
+    reserved.ensure(threads, {row_codes(channels)},
+                    [](const std::array<int64_t, 1>& n) { lane_buffer().reserve(static_cast<size_t>(n[0])); });
+  }
   for (int64_t b = 0; b < batch; ++b) {
     const T* xb = x + b * channels * image;
     std::fill(sums.begin(), sums.end(), 0);

@@ -20,9 +20,10 @@ struct Dim {
 };
 
 // The view's dims outermost first, size-1 dims dropped and each dim merged into the next where
-// stepping it is stepping over the whole next dim in src (dst is row-major, so there always).
-std::vector<Dim> collapse(const Shape& shape, const Shape& strides) {
-  std::vector<Dim> dims;
+// stepping it is stepping over the whole next dim in src (dst is row-major, so there always),
+// into `dims`.
+void collapse(const Shape& shape, const Shape& strides, std::vector<Dim>& dims) {
+  dims.clear();
   const Shape dst = strides_of(shape);
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] == 1) continue;
@@ -34,7 +35,6 @@ std::vector<Dim> collapse(const Shape& shape, const Shape& strides) {
       dims.push_back({shape[d], strides[d], dst[d]});
     }
   }
-  return dims;
 }
 
 constexpr int64_t kTile = 16;              // a transposed block: 16 x 16 elements
@@ -136,7 +136,11 @@ void copy_parts(const T* in, T* out, const std::vector<Dim>& outer, const Dim& i
 
 Status copy_strided(const Tensor& src, int64_t offset, const Shape& strides, Tensor* dst, ThreadPool* pool) {
   if (dst->numel() == 0) return Status::ok();
-  std::vector<Dim> outer = collapse(dst->shape(), strides);
+  // The calling thread's list, kept from copy to copy. (Named through a reference: a lambda
+  // naming a thread_local itself would read the list of whichever thread runs it.)
+  thread_local std::vector<Dim> kept;
+  std::vector<Dim>& outer = kept;
+  collapse(dst->shape(), strides, outer);
   if (outer.empty()) outer.push_back({1, 0, 0});  // one element
   const Dim inner = outer.back();
   outer.pop_back();

@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <cstring>
-#include <functional>
 
+#include "core/function_ref.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/gemm/gemm_u8s8_ymm.h"
 #include "kernels/cpu/vec_math_avx2.h"
@@ -121,7 +121,7 @@ RowsU8 rows_for(int64_t m, int64_t stride) {
 // Whether a product of this size is worth the threads.
 bool threaded(ThreadPool* pool, int64_t m, int64_t n, int64_t k) { return pool && m * n * k >= (int64_t{1} << 18); }
 // fill(i0, i1) over A's rows: each fills its u8 rows and their sums (in row_term).
-void over_rows(ThreadPool* pool, int64_t m, int64_t n, int64_t k, const std::function<void(int64_t, int64_t)>& fill) {
+void over_rows(ThreadPool* pool, int64_t m, int64_t n, int64_t k, FunctionRef<void(int64_t, int64_t)> fill) {
   if (threaded(pool, m, n, k) && m > 1 && m * k >= (int64_t{1} << 16))
     pool->parallel_for(m, 1, fill);
   else

@@ -56,8 +56,8 @@ struct TilePlan {
   const Requantize& rq;
   void* y;
   const void* residual;              // R, with rq.add (Y's layout)
-  int64_t element;                   // bytes of a staged value
-  std::vector<int64_t> tap_offsets;  // bytes from a window's corner to each tap's pixel
+  int64_t element;                          // bytes of a staged value
+  const std::vector<int64_t>& tap_offsets;  // bytes from a window's corner to each tap's pixel
   bool clamp_high = true;  // rq.needs_float_clamp()
   // Whether output pixel p's window is staged pixel p (windows()).
   bool pixel_is_window = false;
@@ -113,13 +113,17 @@ template <class Tiles>
 void drive(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq, void* y,
            const void* residual, int64_t element, ThreadPool* pool) {
   constexpr int kPixels = Tiles::kPixels, kMaxBlocks = Tiles::kMaxBlocks;
-  TilePlan plan{g, x, w, rq, y, residual, element, {}};
+  // The tap offsets in a list of the calling thread's, kept from conv to conv, which the pool's
+  // threads read (a list of each run's own allocated once a conv a run).
+  thread_local std::vector<int64_t> tap_offsets;
+  tap_offsets.clear();
+  for (int64_t ky = 0; ky < g.kernel_h; ++ky)
+    for (int64_t kx = 0; kx < g.kernel_w; ++kx)
+      tap_offsets.push_back((ky * g.dilation_h * x.padded_w + kx * g.dilation_w) * x.cp * element);
+  TilePlan plan{g, x, w, rq, y, residual, element, tap_offsets};
   plan.pixel_is_window = g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 && g.stride_w == 1 &&
                          x.padded_h == g.out_h && x.padded_w == g.out_w;
   plan.clamp_high = rq.needs_float_clamp();
-  for (int64_t ky = 0; ky < g.kernel_h; ++ky)
-    for (int64_t kx = 0; kx < g.kernel_w; ++kx)
-      plan.tap_offsets.push_back((ky * g.dilation_h * x.padded_w + kx * g.dilation_w) * x.cp * element);
   plan.one_tap = g.kernel_h == 1 && g.kernel_w == 1;
   const int64_t pixels = g.batch * g.out_h * g.out_w;
   const int64_t tiles = (pixels + kPixels - 1) / kPixels;
