@@ -124,7 +124,8 @@ void register_integer() {
     const char* name;
     int64_t m, n, k;
   };
-  const Shape shapes[] = {{"crnn_cls_20x8210x1024", 20, 8210, 1024}, {"square_256x1024x1024", 256, 1024, 1024}};
+  const Shape shapes[] = {{"crnn_cls_20x8210x1024", 20, 8210, 1024}, {"square_256x1024x1024", 256, 1024, 1024},
+                          {"classifier_1x1000x1280", 1, 1000, 1280}};
   for (const auto& kernel : kiln::gemm::s16_kernels())
     for (const Shape& s : shapes)
       for (int threads : {1, 2}) {
@@ -139,7 +140,7 @@ void register_integer() {
                            : f.has_avx_vnni()  ? "u8s8_6x16_avxvnni"
                                                : "u8s8_6x16_avx2_7bit";
   const Shape bert[] = {{"bert_qkvo_128x768x768", 128, 768, 768}, {"bert_fc1_128x3072x768", 128, 3072, 768},
-                        {"bert_fc2_128x768x3072", 128, 768, 3072}};
+                        {"bert_fc2_128x768x3072", 128, 768, 3072}, {"classifier_1x1000x1280", 1, 1000, 1280}};
   for (const Shape& s : bert)
     for (int threads : {1, 2})
       for (bool cold : {false, true}) {

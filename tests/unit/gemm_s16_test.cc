@@ -45,7 +45,8 @@ void check(int64_t m, int64_t n, int64_t k, int threads, bool extremes, const ge
 
 TEST(GemmS16, MatchesPlainLoopsExactly) {
   const int64_t shapes[][3] = {{1, 1, 1},   {6, 16, 2},  {7, 17, 3},   {13, 33, 511},
-                               {5, 40, 513}, {64, 9, 27}, {24, 1100, 40}, {100, 70, 1030}};
+                               {5, 40, 513}, {64, 9, 27}, {24, 1100, 40}, {100, 70, 1030},
+                               {1, 100, 3000}};  // one row over several K blocks (the 1-row tile)
   for (const gemm::S16Kernel& kernel : gemm::s16_kernels())
     for (const bool prepacked : {false, true})
       for (const auto& s : shapes)

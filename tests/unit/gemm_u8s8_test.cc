@@ -140,7 +140,9 @@ TEST(GemmU8S8, MatchesPlainLoopExactly) {
   for (const bool seven_bit_b : {false, true}) {
     if (!gemm::u8s8_available(seven_bit_b)) continue;  // 8-bit B without VNNI
     for (const Shape3& s : {Shape3{1, 1, 1}, Shape3{6, 32, 4}, Shape3{7, 33, 5}, Shape3{20, 70, 1023},
-                            Shape3{13, 100, 130}, Shape3{2, 5, 8192}, Shape3{128, 40, 768}})
+                            Shape3{13, 100, 130}, Shape3{2, 5, 8192}, Shape3{128, 40, 768},
+                            // Tiles of 1 to 3 rows (wider passes) over several panels, the last in part.
+                            Shape3{1, 200, 300}, Shape3{2, 150, 64}, Shape3{3, 130, 37}})
       for (bool a_signed : {false, true})
         for (bool b_signed : {false, true})
           for (bool per_row : {false, true})

@@ -56,36 +56,55 @@ struct YmmTile {
     if (dq && dq->epilogue) apply_epilogue(*dq->epilogue, call.y + i0 * call.ldc + j0, call.ldc, i0, j0, rows, cols);
   }
 
-  // Every loop over the accumulators is unrolled and they leave through a store to memory, so
-  // that GCC keeps them in registers (gemm_u8s8_avx512vnni.cc's tile says why).
-  static void tile(const Call& call, int64_t i0, int64_t rows, int64_t p, int64_t cols, Prefetch next) {
-    alignas(32) int32_t sums[kRows][kNr];
-    const uint8_t* a[kRows];
-    for (int i = 0; i < kRows; ++i) a[i] = call.a + (i0 + i) * call.quads * 4;
-    for (int64_t h = 0; h < (cols + 15) / 16; ++h) {
-      __m256i acc[kRows][2];
+  // kR of the tile's rows into sums, 16 x kH columns a pass (kR x 2 kH accumulators): a tile of
+  // fewer rows than kRows multiplies only those, wider, so that one broadcast of A still meets
+  // several B vectors (a batch-1 classifier's one row took 6 rows' products: 1 x 1000 x 1280 in
+  // 65 us hot on 2 threads of a Zen 3). Every loop over the accumulators is unrolled and they
+  // leave through a store to memory, so that GCC keeps them in registers (gemm_u8s8_avx512vnni.cc's
+  // tile says why).
+  template <int kR>
+  static void rows_into(const Call& call, int64_t i0, int64_t p, int64_t cols, Prefetch next,
+                        int32_t (&sums)[kRows][kNr]) {
+    constexpr int kH = kR == 1 ? 4 : kR == 2 ? 2 : 1;
+    const uint8_t* a[kR];
+    for (int i = 0; i < kR; ++i) a[i] = call.a + (i0 + i) * call.quads * 4;
+    for (int64_t h = 0; h < (cols + 16 * kH - 1) / (16 * kH); ++h) {
+      __m256i acc[kR][2 * kH];
 #pragma GCC unroll 6
-      for (int i = 0; i < kRows; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_si256();
-      const int8_t* bp = call.b->panel(p) + 64 * h;
+      for (int i = 0; i < kR; ++i)
+#pragma GCC unroll 8
+        for (int v = 0; v < 2 * kH; ++v) acc[i][v] = _mm256_setzero_si256();
+      const int8_t* bp = call.b->panel(p) + 64 * kH * h;
       for (int64_t q = 0; q < call.quads; ++q, bp += kNr * 4) {
         for (int64_t l = 0; h == 0 && l < next.step && next.lines > 0; ++l, --next.lines, next.at += 64)
           _mm_prefetch(reinterpret_cast<const char*>(next.at), _MM_HINT_T1);
-        const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp));
-        const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp + 32));
+        __m256i b[2 * kH];
+#pragma GCC unroll 8
+        for (int v = 0; v < 2 * kH; ++v) b[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp + 32 * v));
 #pragma GCC unroll 6
-        for (int i = 0; i < kRows; ++i) {
+        for (int i = 0; i < kR; ++i) {
           int32_t word;
           std::memcpy(&word, a[i] + q * 4, 4);
           const __m256i av = _mm256_set1_epi32(word);
-          acc[i][0] = Step::add(acc[i][0], av, b0);
-          acc[i][1] = Step::add(acc[i][1], av, b1);
+#pragma GCC unroll 8
+          for (int v = 0; v < 2 * kH; ++v) acc[i][v] = Step::add(acc[i][v], av, b[v]);
         }
       }
 #pragma GCC unroll 6
-      for (int i = 0; i < kRows; ++i) {
-        _mm256_store_si256(reinterpret_cast<__m256i*>(sums[i] + 16 * h), acc[i][0]);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(sums[i] + 16 * h + 8), acc[i][1]);
-      }
+      for (int i = 0; i < kR; ++i)
+#pragma GCC unroll 8
+        for (int v = 0; v < 2 * kH; ++v)
+          _mm256_store_si256(reinterpret_cast<__m256i*>(sums[i] + 16 * kH * h + 8 * v), acc[i][v]);
+    }
+  }
+
+  static void tile(const Call& call, int64_t i0, int64_t rows, int64_t p, int64_t cols, Prefetch next) {
+    alignas(32) int32_t sums[kRows][kNr];
+    switch (rows) {
+      case 1: rows_into<1>(call, i0, p, cols, next, sums); break;
+      case 2: rows_into<2>(call, i0, p, cols, next, sums); break;
+      case 3: rows_into<3>(call, i0, p, cols, next, sums); break;
+      default: rows_into<kRows>(call, i0, p, cols, next, sums); break;  // (A has zero rows past m)
     }
     finish(call, sums, i0, rows, p, cols);
   }
