@@ -21,9 +21,11 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <optional>
 #include <vector>
 
+#include "core/thread_scratch.h"
 #include "kernels/cpu/qconv/qconv_tile_ymm.h"
 #include "kernels/cpu/ymm_dot_steps.h"
 
@@ -143,6 +145,16 @@ void output_transform(const Plan& plan, const int32_t* m, int64_t t0, int64_t co
   }
 }
 
+// A thread's V ([point][tile][cp] int16) and M ([point][tile][16] int32) of a chunk.
+struct Scratch {
+  std::vector<int16_t> v;
+  std::vector<int32_t> m;
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
 }  // namespace
 
 void conv_winograd_avx2(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq, void* y,
@@ -162,11 +174,19 @@ void conv_winograd_avx2(const Geometry& g, const Staged& x, const PackedWeights&
   // split transforming its chunk's input again.
   const int64_t splits = chunks >= 2 * threads ? 1 : std::min(blocks, (2 * threads + chunks - 1) / chunks);
   const int64_t per_split = (blocks + splits - 1) / splits;
+  // Each thread's V and M, grown on every thread of the pool before the loop (ScratchReservation:
+  // which threads take the chunks changes from run to run).
+  const int64_t v_size = kPoints * plan.chunk * x.cp, m_size = kPoints * plan.chunk * 16;
+  thread_local ScratchReservation<2> reservation;
+  reservation.ensure(pool, {v_size, m_size}, [](const std::array<int64_t, 2>& n) {
+    scratch().v.reserve(static_cast<size_t>(n[0]));
+    scratch().m.reserve(static_cast<size_t>(n[1]));
+  });
   auto work = [&](int64_t i0, int64_t i1) {
-    thread_local std::vector<int16_t> v;
-    thread_local std::vector<int32_t> m;
-    v.resize(static_cast<size_t>(kPoints * plan.chunk * x.cp));
-    m.resize(static_cast<size_t>(kPoints * plan.chunk * 16));
+    std::vector<int16_t>& v = scratch().v;
+    std::vector<int32_t>& m = scratch().m;
+    v.resize(static_cast<size_t>(v_size));
+    m.resize(static_cast<size_t>(m_size));
     for (int64_t item = i0; item < i1; ++item) {
       const int64_t c = item / splits, s = item % splits;
       const int64_t t0 = c * plan.chunk, count = std::min(plan.chunk, tiles - t0);
