@@ -83,9 +83,10 @@ TEST(QConv, MatchesAPlainLoop) {
 }
 
 // kAvx2Bytes' paired steps (qconv_step_pairs.cc) on weights whose quads pair: wholly (small
-// ones), in part (every fifth quad of channels all +64, a lane's whole bound, so that it pairs with
-// none and takes a step with a zero quad; blocks then pad with zero steps), and at the pairs'
-// bound (every lane's four weights summing to +-128 against inputs of 255: 32640 in 16 bits).
+// ones), in part (in the first block's filters every fifth quad of channels all +64, a lane's
+// whole bound, so that it pairs with none and takes a step with a zero quad: that block runs more
+// steps than the others, which skip the zero steps its taps' layout pads them with), and at the
+// pairs' bound (every lane's four weights summing to +-128 against inputs of 255: 32640 in 16 bits).
 // Each case first checks that the packing paired it as meant, then runs it bit for bit against
 // the plain loop: u8 and s8 in and out, float out, threads, the residual add and an activation in
 // the store.
@@ -96,8 +97,8 @@ void small_weights(Data& d) {
 }
 void every_fifth_quad_large(Data& d) {
   small_weights(d);
-  const size_t taps = d.w.size() / d.bias.size() / static_cast<size_t>(paired_channels);
-  for (size_t i = 0; i < d.w.size(); ++i)
+  const size_t per_filter = d.w.size() / d.bias.size(), taps = per_filter / static_cast<size_t>(paired_channels);
+  for (size_t i = 0; i < 16 * per_filter; ++i)  // the first block's filters
     if ((i / taps % static_cast<size_t>(paired_channels)) / 4 % 5 == 0) d.w[i] = 64;
 }
 void at_the_bound(Data& d) {
@@ -115,7 +116,7 @@ TEST(QConv, PairedStepsMatchAPlainLoop) {
       // n  c   h   w   m   kh kw sh sw dh dw pt pl pb pr
       {1, 64, 6, 7, 40, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},   // 16 quads a tap, 3 blocks (one in part)
       {1, 44, 7, 7, 24, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},   // 11 quads a tap (one alone), 9 taps, stride 2
-      {2, 128, 5, 3, 16, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},  // batches
+      {2, 128, 5, 3, 40, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},  // batches
   };
   QLinearBinaryParams p{0.0371f, 0.0213f, 0.0497f, 121, 117, 119, 0, 255, false};
   const qconv::Requantize::ResidualAdd add{p, qlinear_binary_method(p, false)};
@@ -128,11 +129,15 @@ TEST(QConv, PairedStepsMatchAPlainLoop) {
       edit(d);
       qconv::Geometry g;
       g.batch = k.n, g.channels = k.c, g.filters = k.m, g.kernel_h = k.kh, g.kernel_w = k.kw;
-      const int64_t quads = (k.c + 3) / 4, pairs = qconv::PackedWeights::pack(d.w.data(), g, tile).paired_steps();
+      const qconv::PackedWeights packed = qconv::PackedWeights::pack(d.w.data(), g, tile);
+      const int64_t quads = (k.c + 3) / 4, whole = (quads + 1) / 2, last = packed.blocks() - 1;
+      ASSERT_GT(packed.paired_steps(), 0);
+      EXPECT_EQ(packed.block_paired_steps(last), whole);
       if (edit == every_fifth_quad_large) {
-        EXPECT_GT(pairs, (quads + 1) / 2);
+        EXPECT_GT(packed.block_paired_steps(0), whole);
+        EXPECT_EQ(packed.paired_steps(), packed.block_paired_steps(0));
       } else {
-        EXPECT_EQ(pairs, (quads + 1) / 2);
+        EXPECT_EQ(packed.paired_steps(), whole);
       }
       for (const bool x_signed : {false, true})
         for (const auto out : {qconv::Output::kU8, qconv::Output::kS8, qconv::Output::kFloat})

@@ -189,8 +189,10 @@ class PackedWeights {
   // kAvx2Bytes' quads in pairs where they pair (qconv_step_pairs.cc; 0: none): per block and tap,
   // paired_steps() steps of two quads of channels, 128 bytes each (the first quad's 64, the
   // second's), which read the tap's pixel at the byte offsets step_offsets(b)[2 i] and [2 i + 1],
-  // i = tap x paired_steps() + step.
+  // i = tap x paired_steps() + step. Block b's taps take their first block_paired_steps(b) steps
+  // (the rest zero: the blocks of a conv pair differently, and a tap's layout takes the most).
   int64_t paired_steps() const { return paired_steps_; }
+  int64_t block_paired_steps(int64_t b) const { return block_paired_steps_[static_cast<size_t>(b)]; }
   const int32_t* step_offsets(int64_t b) const { return step_offsets_.data() + b * taps_ * paired_steps_ * 2; }
 
  private:
@@ -206,6 +208,7 @@ class PackedWeights {
   std::vector<int32_t> sums_;
   int64_t paired_steps_ = 0;
   std::vector<int32_t> step_offsets_;
+  std::vector<int64_t> block_paired_steps_;
 };
 
 // Y = conv(X, W) requantized. X is u8 (x_signed: s8) with zero point zx (X's type), NCHW or channels-last

@@ -299,7 +299,8 @@ struct YmmTiles {
   template <class Store>
   static void tiles(const TilePlan& plan, int64_t p_begin, int64_t p_end, int64_t b0) {
     const Store store(plan, b0 * 16);
-    const int64_t filters = plan.g.filters, steps = kPairs ? plan.w.paired_steps() : plan.w.steps();
+    const int64_t filters = plan.g.filters, steps = kPairs ? plan.w.block_paired_steps(b0) : plan.w.steps();
+    const int64_t skipped = kPairs ? plan.w.paired_steps() - steps : 0;  // a tap's zero steps past the block's
     __m256i bias[2];
     load_in_tile_order(plan.rq.bias.data() + b0 * 16, std::min<int64_t>(16, filters - b0 * 16), bias);
     for (int64_t p0 = p_begin; p0 < p_end; p0 += kPixels) {
@@ -314,10 +315,12 @@ struct YmmTiles {
       for (const int64_t off : plan.tap_offsets) {
         const char* p[kPixels];
         for (int i = 0; i < kPixels; ++i) p[i] = px[i] + off;
-        if constexpr (kPairs)
+        if constexpr (kPairs) {
           add_step_pairs(p, steps, w, step_offsets, acc);
-        else
+          w += skipped * 128, step_offsets += skipped * 2;
+        } else {
           add_steps<Step>(p, steps, w, acc);
+        }
       }
       // As the VNNI tile's: short stores to kPixels, unrolled, so that acc's indices are constants.
       if constexpr (Store::kTwoPass) {
