@@ -147,6 +147,39 @@ TEST(QConv, PairedStepsMatchAPlainLoop) {
     }
 }
 
+// |w| Laplace-like (exponential, mean 16, clamped to 64), either sign: heavier-tailed than a normal
+// law, as trained layers' weights are; drawn from mt19937's specified output alone.
+void laplace_weights(Data& d) {
+  std::mt19937 rng(11);
+  for (auto& v : d.w) {
+    const double u = (static_cast<double>(rng()) + 0.5) / 4294967296.0;
+    const int m = std::min(64, static_cast<int>(std::lround(-16.0 * std::log(u))));
+    v = static_cast<int8_t>(rng() % 2 ? -m : m);
+  }
+}
+
+// The matching on weights as trained layers' quantize to: where its greedy pass leaves quads
+// alone, two of them take the places of a pair whose quads each fit one, so that nearly every
+// block runs half its quads' steps (as a maximum matching does on kiln's resnet50 and
+// mobilenet_v2); then bit for bit against the plain loop.
+TEST(QConv, PairedStepsMatchNearlyAllQuads) {
+  const qconv::Tile tile = qconv::Tile::kAvx2Bytes;
+  const std::vector<qconv::Tile> tiles = qconv::available_tiles(false);
+  if (std::find(tiles.begin(), tiles.end(), tile) == tiles.end()) GTEST_SKIP() << "no AVX2";
+  // n  c   h   w   m    kh kw sh sw dh dw pt pl pb pr
+  const Case k{1, 64, 6, 5, 256, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0};
+  Data d = make_data(k, false, true, 7, true);
+  laplace_weights(d);
+  qconv::Geometry g;
+  g.batch = k.n, g.channels = k.c, g.filters = k.m, g.kernel_h = k.kh, g.kernel_w = k.kw;
+  const qconv::PackedWeights packed = qconv::PackedWeights::pack(d.w.data(), g, tile);
+  ASSERT_GT(packed.paired_steps(), 0);
+  int64_t steps = 0;
+  for (int64_t b = 0; b < packed.blocks(); ++b) steps += packed.block_paired_steps(b);
+  EXPECT_LE(steps, packed.blocks() * 8 + 1);  // 16 quads a block: 8 steps (the greedy pass alone: 131)
+  check_direct(k, tile, false, true, qconv::Output::kU8, true, 2, 0.35f, laplace_weights);
+}
+
 // Winograd's 3x3 stride-1 tile (CPUs without VNNI) on more shapes than cases() has: odd outputs
 // (part 2x2 tiles), several chunks of tiles and one, channels not in 16s, batches, threads that
 // split the filters of a chunk; and at its
