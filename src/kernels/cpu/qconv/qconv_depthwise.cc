@@ -164,7 +164,8 @@ void depthwise_row(const Geometry& g, const uint8_t* x, int64_t stride, uint8_t 
 void conv_depthwise(const Geometry& g, const void* x, bool x_signed, int32_t zx, int64_t stride, const PackedWeights& w,
                     const Requantize& rq, void* y, ThreadPool* pool) {
   const Staged staged{x, g.in_h, g.in_w, g.channels};
-  const TilePlan plan{g, staged, w, rq, y, nullptr, 1, {}};  // no residual: the depthwise tiles have none
+  static const std::vector<int64_t> kNoTaps;  // (the depthwise tiles find their taps themselves)
+  const TilePlan plan{g, staged, w, rq, y, nullptr, 1, kNoTaps};  // no residual: the depthwise tiles have none
   const uint8_t flip = x_signed ? 0x80 : 0;
   // (X's zero point as X holds it: the load's flip treats it as X's values.)
   const uint8_t* pad = zero_point_row(g, stride, zx, 16).data();

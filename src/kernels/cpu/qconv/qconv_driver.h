@@ -113,8 +113,8 @@ template <class Tiles>
 void drive(const Geometry& g, const Staged& x, const PackedWeights& w, const Requantize& rq, void* y,
            const void* residual, int64_t element, ThreadPool* pool) {
   constexpr int kPixels = Tiles::kPixels, kMaxBlocks = Tiles::kMaxBlocks;
-  // The tap offsets in a list of the calling thread's, kept from conv to conv, which the pool's
-  // threads read (a list of each run's own allocated once a conv a run).
+  // The tap offsets go in a list of the calling thread's, kept from conv to conv, which the pool's
+  // threads read through the plan (a list of the plan's own was allocated at every conv of a run).
   thread_local std::vector<int64_t> tap_offsets;
   tap_offsets.clear();
   for (int64_t ky = 0; ky < g.kernel_h; ++ky)

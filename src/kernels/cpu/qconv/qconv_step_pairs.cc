@@ -25,6 +25,7 @@ constexpr int kLanes = 32;         // 16-bit lanes of a step's 64 bytes (16 filt
 constexpr int kLaneBound = 128;    // of a lane's positive (or negative) weights: 255 x 128 < 2^15
 constexpr int kPartnerTries = 16;  // candidates a quad tries, smallest first
 constexpr int64_t kLeastSteps = 8;
+constexpr int64_t kSwapTries = 1 << 14;  // pairs a tap's swaps try (pair_alone_quads)
 
 // A quad's weights per 16-bit lane: the sums of its positive and of its negative ones' magnitudes.
 struct LaneSums {
@@ -53,20 +54,23 @@ struct LaneSums {
 
 // Two quads the greedy matching left alone, a and b, take the places of a pair {c, d} whose quads
 // each fit one of them: {a, c} and {b, d}, a step fewer (an augmenting path of three edges).
-// Repeated while one is found. The greedy matching alone left kiln's resnet50's 64 -> 256 convs
-// 8.44 steps a block on average and mobilenet_v2's 64 -> 384 ones 8.33-8.46 where a maximum
-// matching takes 8; with these swaps 8 and 8.00-8.04.
+// Repeated while one is found, within kSwapTries tries a tap (weights that rarely pair leave
+// many quads alone, and the tries grow as their square times the pairs). The greedy matching alone
+// left kiln's resnet50's 64 -> 256 convs 8.44 steps a block on average and mobilenet_v2's 64 -> 384
+// ones 8.33-8.46 where a maximum matching takes 8; with these swaps 8 and 8.00-8.04.
 void pair_alone_quads(const std::vector<LaneSums>& sums, std::vector<std::array<int32_t, 2>>& pairs) {
-  for (bool found = true; found;) {
+  int64_t tries = 0;
+  for (bool found = true; found && tries < kSwapTries;) {
     found = false;
     std::vector<size_t> alone;
     for (size_t i = 0; i < pairs.size(); ++i)
       if (pairs[i][1] < 0) alone.push_back(i);
     for (size_t i = 0; i < alone.size() && !found; ++i)
-      for (size_t j = i + 1; j < alone.size() && !found; ++j) {
+      for (size_t j = i + 1; j < alone.size() && !found && tries < kSwapTries; ++j) {
         const int32_t a = pairs[alone[i]][0], b = pairs[alone[j]][0];
         for (auto& pair : pairs) {
           if (pair[1] < 0) continue;
+          ++tries;
           for (const int flip : {0, 1}) {
             const int32_t c = pair[flip], d = pair[1 - flip];
             if (!sums[a].pairs_with(sums[c]) || !sums[b].pairs_with(sums[d])) continue;
