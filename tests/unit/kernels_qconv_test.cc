@@ -181,8 +181,9 @@ TEST(QConv, PairedStepsMatchNearlyAllQuads) {
 }
 
 // Winograd's 3x3 stride-1 tile (CPUs without VNNI) on more shapes than cases() has: odd outputs
-// (part 2x2 tiles), several chunks of tiles and one, channels not in 16s, batches, threads that
-// split the filters of a chunk; and at its
+// (part 2x2 tiles), several chunks of tiles and one (whose V the threads transform once, in
+// shares, then read in all the blocks' GEMMs), channels not in 16s, batches, threads that split
+// the filters of a chunk (8 on 11 chunks); and at its
 // channel bound with every product at its largest (X 255, W -128, zero point 0), where the sum
 // times 4 nears int32's limit, and with signs mixed, where the point sums wrap.
 TEST(QConv, WinogradMatchesAPlainLoop) {
@@ -190,7 +191,8 @@ TEST(QConv, WinogradMatchesAPlainLoop) {
   const std::vector<Case> shapes = {
       // n  c   h   w   m   kh kw sh sw dh dw pt pl pb pr
       {2, 20, 9, 11, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
-      {1, 16, 30, 30, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},  // 225 tiles: several chunks
+      {1, 16, 30, 30, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},  // 225 tiles, one chunk
+      {1, 16, 92, 92, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},  // 2116 tiles: 36 chunks
       {1, 17, 8, 7, 33, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0},    // no padding, 17 channels
       {1, 40, 4, 4, 24, 3, 3, 1, 1, 1, 1, 2, 1, 0, 2},    // uneven pads
   };
@@ -198,6 +200,7 @@ TEST(QConv, WinogradMatchesAPlainLoop) {
     for (const bool x_signed : {false, true})
       for (const auto out : {qconv::Output::kU8, qconv::Output::kS8, qconv::Output::kFloat})
         check_direct(k, tile, x_signed, true, out, true, 2);
+  check_direct({1, 64, 50, 50, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}, tile, false, true, qconv::Output::kU8, true, 8);
   const Case wide{1, qconv::kWinogradMaxChannels, 3, 3, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
   check_direct(wide, tile, false, true, qconv::Output::kFloat, true, 1, 0.35f, [](Data& d) {
     std::fill(d.x.begin(), d.x.end(), 255);
