@@ -63,16 +63,28 @@ Status run_samples(const ir::Model& model, const std::vector<std::string>& point
   return Status::ok();
 }
 
-// Every sample `next` gives, each checked to hold one tensor per model input.
-Result<std::vector<std::vector<Tensor>>> read_samples(const CalibrationReader& next, size_t inputs, const char* what) {
+// Every sample `next` gives, each checked to hold one tensor per model input (`inputs`, their
+// names) and no NaN in a float one: the calibrated ranges skip NaN, so a sample of NaN (a failed
+// decode, an uninitialized buffer) quantized nothing and ended as a missed budget at cosine 0.
+Result<std::vector<std::vector<Tensor>>> read_samples(const CalibrationReader& next,
+                                                      const std::vector<std::string>& inputs, const char* what) {
   std::vector<std::vector<Tensor>> samples;
   for (;;) {
     KILN_ASSIGN_OR_RETURN(std::optional<std::vector<Tensor>> sample, next());
     if (!sample) break;
-    if (sample->size() != inputs)
-      return Status::invalid_argument(std::string(what) + " sample " + std::to_string(samples.size()) + " has " +
-                                      std::to_string(sample->size()) + " tensors; the model has " +
-                                      std::to_string(inputs) + " inputs");
+    const std::string which = std::string(what) + " sample " + std::to_string(samples.size());
+    if (sample->size() != inputs.size())
+      return Status::invalid_argument(which + " has " + std::to_string(sample->size()) + " tensors; the model has " +
+                                      std::to_string(inputs.size()) + " inputs");
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const Tensor& t = (*sample)[i];
+      if (t.dtype() != DType::kFloat32) continue;
+      const float* x = t.data<float>();
+      const float* nan = std::find_if(x, x + t.numel(), [](float v) { return std::isnan(v); });
+      if (nan != x + t.numel())
+        return Status::invalid_argument(which + ": input '" + inputs[i] + "' holds NaN (element " +
+                                        std::to_string(nan - x) + ")");
+    }
     samples.push_back(std::move(*sample));
   }
   return samples;
@@ -209,8 +221,9 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
   passes::PassContext ctx(model, none);
   if (!ctx.types().inferred) return Status::error("quantize: shape inference failed on the model");
   const passes::ValueTypes& types = ctx.types();
-  size_t inputs = 0;
-  for (const ir::ValueInfo& in : model.graph.inputs) inputs += !model.graph.initializers.count(in.name);
+  std::vector<std::string> inputs;
+  for (const ir::ValueInfo& in : model.graph.inputs)
+    if (!model.graph.initializers.count(in.name)) inputs.push_back(in.name);
   // Static quantization's plan, its kept_float lines in `chosen`.
   const bool static_int8 = !options.dynamic && !float16 && !weight_only;
   QuantizeReport chosen = report;

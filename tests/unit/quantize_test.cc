@@ -313,6 +313,19 @@ TEST(Quantize, NothingToQuantizeIsAnError) {
   EXPECT_NE(report.status().message().find("no Conv, MatMul or Gemm"), std::string::npos);
 }
 
+// A calibration sample holding NaN (a failed decode) is an error naming it, its input and the
+// element, not a quantization whose ranges skipped every value.
+TEST(Quantize, NanInACalibrationSampleIsAnError) {
+  test::Builder data;
+  std::vector<Tensor> calib = test::random_samples(data, 3, {1, 8, 12, 12});
+  calib[1].data<float>()[5] = std::nanf("");
+  Model model(std::make_shared<ir::Model>(small_cnn(13)));
+  auto report = model.quantize(samples_of(calib), test::untimed());
+  ASSERT_FALSE(report.is_ok());
+  EXPECT_NE(report.status().message().find("calibration sample 1: input 'x' holds NaN (element 5)"), std::string::npos)
+      << report.status().message();
+}
+
 // An activation read inside an If's branch too (openWakeWord's heads): the branch reads its
 // DequantizeLinear, the float model measured against keeps its own branch (subgraphs are shared
 // between copies of a model until copied), and the outputs stay close.
