@@ -42,6 +42,7 @@ void transpose_lanes(__m512 (&v)[4]) {
 struct ZmmQuads {
   using Vec = __m512i;
   static constexpr bool kPixelLanes = true;  // kDepthwiseVnniPixels (qconv_depthwise_driver.h)
+  static constexpr bool kChecksNearEnd = false;  // masked loads read a block's channels alone
 
   struct Block {
     __m512i bias[4];
@@ -155,7 +156,7 @@ struct ZmmQuads {
   // from the same quads: PackedWeights::pair_block): kernel row by row, four columns a quad,
   // column (ky, 4 q + t) read at at(ky, q, t), or at(ky, q, t) itself where it is the vector.
   // kKH, kKW: the kernel when known at compile time (3x3, 5x5), else 0.
-  template <int kKH, int kKW, bool kFlip, int kPixels, typename At>
+  template <int kKH, int kKW, bool kFlip, int kPixels, bool kNearEnd, typename At>
   __attribute__((always_inline)) static void window_sums(
       const QuadsPlan& plan, const Block& bp, const int8_t* wq, At at, __m512i (&acc)[kPixels][4]) {
     const int64_t kh = kKH ? kKH : plan.g.kernel_h, columns = (kKW ? kKW : plan.g.kernel_w) + kPixels - 1;

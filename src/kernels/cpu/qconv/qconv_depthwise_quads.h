@@ -24,6 +24,8 @@ template <class Step>
 struct YmmQuads {
   using Vec = __m256i;
   static constexpr bool kPixelLanes = false;  // (kDepthwiseVnniPixels is the zmm tile's alone)
+  static constexpr bool kChecksNearEnd = true;  // a block's 32 bytes from a tap: load_tap
+  static constexpr int64_t kBlockChannels = 32;
 
   // 32 channels in order (v[0] channels 0-7, ..., v[3] 24-31) to the tile's lane order (vector k
   // holds channels 4k..4k+3 in its low half, 16+4k..16+4k+3 in its high half), and back.
@@ -106,11 +108,12 @@ struct YmmQuads {
     std::memcpy(out, tmp, static_cast<size_t>(bp.count));
   }
 
-  // 32 bytes of X (or the pad) at p, as u8; copied first where they would pass X's end.
-  template <bool kFlip>
+  // 32 bytes of X (or the pad) at p, as u8; with kNearEnd, copied first where they would pass
+  // X's end.
+  template <bool kFlip, bool kNearEnd>
   static __m256i load_tap(const QuadsPlan& plan, const uint8_t* p) {
     __m256i v;
-    if (plan.in_pad(p) || plan.x_end - p >= 32) {
+    if (!kNearEnd || plan.in_pad(p) || plan.x_end - p >= 32) {
       v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     } else {
       alignas(32) uint8_t copy[32] = {};
@@ -124,7 +127,7 @@ struct YmmQuads {
   // from the same quads: PackedWeights::pair_block): kernel row by row, four columns a quad,
   // column (ky, 4 q + t) read at at(ky, q, t). kKH, kKW: the kernel when known at compile time
   // (3x3, 5x5), else 0.
-  template <int kKH, int kKW, bool kFlip, int kPixels, typename At>
+  template <int kKH, int kKW, bool kFlip, int kPixels, bool kNearEnd, typename At>
   __attribute__((always_inline)) static void window_sums(
       const QuadsPlan& plan, const Block&, const int8_t* wq, At at, __m256i (&acc)[kPixels][4]) {
     const int64_t kh = kKH ? kKH : plan.g.kernel_h, columns = (kKW ? kKW : plan.g.kernel_w) + kPixels - 1;
@@ -133,7 +136,8 @@ struct YmmQuads {
       for (int64_t q = 0; q < quads; ++q) {
         __m256i tap[4];
         for (int t = 0; t < 4; ++t)
-          tap[t] = 4 * q + t < columns ? load_tap<kFlip>(plan, at(ky, q, t)) : _mm256_setzero_si256();  // zero weights
+          tap[t] = 4 * q + t < columns ? load_tap<kFlip, kNearEnd>(plan, at(ky, q, t))
+                                       : _mm256_setzero_si256();  // zero weights
         const __m256i ab_lo = _mm256_unpacklo_epi8(tap[0], tap[1]), ab_hi = _mm256_unpackhi_epi8(tap[0], tap[1]);
         const __m256i cd_lo = _mm256_unpacklo_epi8(tap[2], tap[3]), cd_hi = _mm256_unpackhi_epi8(tap[2], tap[3]);
         const __m256i e[4] = {_mm256_unpacklo_epi16(ab_lo, cd_lo), _mm256_unpackhi_epi16(ab_lo, cd_lo),
