@@ -123,17 +123,16 @@ std::vector<std::array<int32_t, 2>> match_quads(const int8_t* tap, int64_t steps
 void PackedWeights::pair_steps() {
   // Fewer than 8 steps a tap (32 channels): the 5-pixel tiles' stores cost more than the pairs
   // save (mobilenet_v2's 16 -> 96 at 112x112: 233 -> 248 us; 24 -> 144 at 56x56 even).
-  if (tile_ != Tile::kAvx2Bytes || steps_ < kLeastSteps) return;
+  if (tile_ != Tile::kAvx2Bytes || steps_ < kLeastSteps || blocks_ == 0) return;
   std::vector<std::vector<std::array<int32_t, 2>>> units;  // per block and tap
   std::vector<int64_t> block_steps(static_cast<size_t>(blocks_), 0);  // a block's most over its taps
-  int64_t most = 0, total = 0;
   for (int64_t u = 0; u < blocks_ * taps_; ++u) {
     units.push_back(match_quads(data_.data() + u * steps_ * 64, steps_));
     int64_t& b = block_steps[static_cast<size_t>(u / taps_)];
     b = std::max<int64_t>(b, static_cast<int64_t>(units.back().size()));
-    most = std::max(most, b);
   }
-  for (const int64_t b : block_steps) total += b;
+  const int64_t most = *std::max_element(block_steps.begin(), block_steps.end());
+  const int64_t total = std::accumulate(block_steps.begin(), block_steps.end(), int64_t{0});
   // A paired step takes 5/3 the time of a single one (3 multiplies against 2, in 5-pixel tiles:
   // 64 products at 37 a cycle against 32 at 31): pairs pay below 3/5 of steps_ a tap, counted as
   // the blocks run them (each its most over its taps, the rest of a tap's steps zero steps at
