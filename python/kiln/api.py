@@ -213,7 +213,8 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, prec
     activations with ``signed_activations`` (else uint8 with a zero point); ``keep_float`` names
     nodes left in float. ``weight_bits`` 8, 7 (a u8 x s8 pair sum then fits 16 bits: the AVX2
     kernels' faster vpmaddubsw route) or "auto" (7 where this CPU lacks VNNI, static quantization
-    only: its accuracy guard measures the cost; dynamic keeps 8). The accuracy guard: each output must keep a cosine of at least
+    only: its accuracy guard measures the cost; dynamic keeps 8-bit weights and, where this CPU
+    lacks VNNI, quantizes the activations' rows to 7 bits, which the same route multiplies). The accuracy guard: each output must keep a cosine of at least
     ``min_cosine`` to the float model's, and so must the mean of its features' (outputs of rank 3
     or more: each feature along their smallest axis alike, a detector's boxes and class scores), on
     ``held_out`` (samples as ``calibration_data``; default
@@ -253,6 +254,7 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, prec
         raise InvalidArgument("weight_bits must be 8, 7 or 'auto' (4 with weight_only)")
     reduce = not weight_only and (str(weight_bits) == "7" or
                                   (weight_bits == "auto" and not _kiln.has_vnni() and not dynamic))
+    row_bits = 7 if dynamic and not portable and weight_bits == "auto" and not _kiln.has_vnni() else 8
     weight_only_bits = (4 if str(weight_bits) == "4" else 8) if weight_only else 0
     report = core.quantize(samples, held_out=held, dynamic=bool(dynamic), portable=bool(portable),
                            reduce_range=reduce, method=method,
@@ -261,7 +263,7 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, prec
                            min_cosine=float(min_cosine), max_fallbacks=int(max_fallbacks),
                            precision=str(precision), weight_only_bits=weight_only_bits, block_size=int(block_size),
                            hold_out_every=int(hold_out_every), min_top1=float(min_top1), metric=metric,
-                           min_metric=float(min_metric), check_speed=bool(check_speed))
+                           min_metric=float(min_metric), check_speed=bool(check_speed), row_bits=row_bits)
     if not portable and not weights16:
         core.optimize()
     return Model(core, {"quantization": report})

@@ -390,8 +390,10 @@ PYBIND11_MODULE(_kiln, m) {
                           const std::vector<std::string>& keep_float, double min_cosine, int max_fallbacks,
                           bool dynamic, bool portable, bool reduce_range, const std::string& precision,
                           int weight_only_bits, int64_t block_size, int hold_out_every, double min_top1,
-                          const py::object& metric, double min_metric, bool check_speed) {
+                          const py::object& metric, double min_metric, bool check_speed, int row_bits) {
         QuantizeOptions o;
+        if (row_bits != 7 && row_bits != 8) throw StatusError{Status::invalid_argument("row_bits must be 7 or 8")};
+        o.dynamic_row_bits = row_bits;
         o.check_speed = check_speed;
         o.hold_out_every = hold_out_every;
         o.min_top1 = min_top1;
@@ -504,7 +506,7 @@ PYBIND11_MODULE(_kiln, m) {
          py::arg("dynamic") = false, py::arg("portable") = false, py::arg("reduce_range") = false,
          py::arg("precision") = "int8", py::arg("weight_only_bits") = 0, py::arg("block_size") = 32,
          py::arg("hold_out_every") = 4, py::arg("min_top1") = 0.0, py::arg("metric") = py::none(),
-         py::arg("min_metric") = 0.0, py::arg("check_speed") = true)
+         py::arg("min_metric") = 0.0, py::arg("check_speed") = true, py::arg("row_bits") = 8)
       .def("copy", [](const Model& model) { return Model(model); })
       .def("clear_backend_choices", &Model::clear_backend_choices)
       .def("summary", [](const Model& model, int64_t batch, int64_t seq) {

@@ -8,7 +8,8 @@
 //
 // That is the portable form: ONNX Runtime runs it as is, and kiln's dynamic-quant-matmul fuses each
 // chain into one MatMulIntegerToFloat. kiln's own form (QuantizeOptions::portable false) is one
-// ai.kiln.DynamicQuantMatMul a node, which quantizes each row of the activation on its own. No
+// ai.kiln.DynamicQuantMatMul a node, which quantizes each row of the activation on its own (to
+// QuantizeOptions::dynamic_row_bits). No
 // calibration either way: the activations' ranges are each run's.
 #include <algorithm>
 #include <array>
@@ -103,7 +104,9 @@ Status write_dynamic(ir::Model& model, const passes::ValueTypes& types, const Qu
       const std::string product = !bias.empty() && !bias_input ? fresh_name(g, stem + "_product") : result;
       std::vector<std::string> in = {n.inputs[0], wq_name, ws_name};
       if (bias_input) in.push_back(bias);
-      nodes.push_back(make_node(stem + "_DynamicQuantMatMul", "DynamicQuantMatMul", in, {product}, "ai.kiln"));
+      ir::Node dq = make_node(stem + "_DynamicQuantMatMul", "DynamicQuantMatMul", in, {product}, "ai.kiln");
+      if (options.dynamic_row_bits != 8) dq.attrs.push_back(ir::Attribute::of_int("row_bits", options.dynamic_row_bits));
+      nodes.push_back(std::move(dq));
       if (!bias.empty() && !bias_input) nodes.push_back(make_node(stem + "_bias", "Add", {product, bias}, {result}));
       model.opsets.emplace("ai.kiln", 1);
       continue;

@@ -3,10 +3,11 @@
 // shapes (partial row tiles and 32-column panels, depths that are no multiple of 4, the deepest
 // 8192), leading dimensions wider than the matrices, 1 and 2 threads; and the same sums dequantized
 // to floats in the tiles, and with a GELU applied there. B of any 8-bit values on VNNI CPUs
-// (AVX-512 VNNI or AVX-VNNI, at the ISA level KILN_ISA leaves), B of 7-bit values (what AVX2's
-// vpmaddubsw tile takes) everywhere.
+// (AVX-512 VNNI or AVX-VNNI, at the ISA level KILN_ISA leaves), B of 7-bit values or u8 A below
+// 128 (what AVX2's vpmaddubsw tile takes: DynamicQuantMatMul's 7-bit rows) everywhere.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -22,10 +23,12 @@ struct Shape3 {
   int64_t m, n, k;
 };
 
+// seven_bit_a: A's u8 values (and zero points) below 128, with B of any 8-bit values.
 void check(const Shape3& s, bool a_signed, bool b_signed, bool per_row, bool extremes, int threads,
-           bool seven_bit_b = false) {
+           bool seven_bit_b = false, bool seven_bit_a = false) {
   SCOPED_TRACE(::testing::Message() << s.m << "x" << s.n << "x" << s.k << " A " << (a_signed ? "s8" : "u8")
-                                    << " B " << (b_signed ? "s8" : "u8") << (seven_bit_b ? " 7-bit" : "")
+                                    << (seven_bit_a ? " 7-bit" : "") << " B " << (b_signed ? "s8" : "u8")
+                                    << (seven_bit_b ? " 7-bit" : "")
                                     << (per_row ? " per-row zp" : "") << (extremes ? " extremes" : "")
                                     << " threads " << threads);
   std::mt19937 rng(static_cast<uint32_t>(s.m * 131 + s.n * 7 + s.k + a_signed * 3 + b_signed * 5));
@@ -36,13 +39,13 @@ void check(const Shape3& s, bool a_signed, bool b_signed, bool per_row, bool ext
   };
   const int64_t lda = s.k + 3, ldb = s.n + 5, ldc = s.n + 2;
   std::vector<int> a(static_cast<size_t>(s.m * lda)), b(static_cast<size_t>(s.k * ldb));
-  for (int& v : a) v = value(a_signed);
+  for (int& v : a) v = seven_bit_a ? value(false) / 2 : value(a_signed);  // 0 and 127 at the extremes
   for (int& v : b) {
     v = value(b_signed);
     if (seven_bit_b) v = (b_signed ? 0 : 128) + (v - (b_signed ? 0 : 128)) / 2;  // bs within [-64, 64]
   }
   std::vector<int32_t> za(per_row ? s.m : 1), zb(per_row ? s.n : 1);
-  for (int32_t& z : za) z = value(a_signed);
+  for (int32_t& z : za) z = seven_bit_a ? value(false) / 2 : value(a_signed);
   for (int32_t& z : zb) z = value(b_signed);
   std::vector<int8_t> a8(a.begin(), a.end()), b8(b.begin(), b.end());  // the bytes, either sign
   std::vector<int32_t> c(static_cast<size_t>(s.m * ldc), 12345);
@@ -95,14 +98,16 @@ void check(const Shape3& s, bool a_signed, bool b_signed, bool per_row, bool ext
 
 // DynamicQuantMatMul's product: float rows quantized into the tiles' layout (padded rows, their
 // sums and zero points in the compensation) give the same floats as quantizing first and
-// multiplying those codes: rows of zeros, of positives only, with a NaN, odd depths, partial tiles.
+// multiplying those codes: rows of zeros, of positives only, with a NaN, odd depths, partial tiles;
+// rows of 8 bits and of 7 (codes up to 127, whatever B holds).
 TEST(GemmU8S8, DynamicRowsMatchQuantizingFirst) {
   for (const Shape3& s : {Shape3{1, 3, 1}, Shape3{7, 70, 37}, Shape3{13, 64, 768}, Shape3{128, 40, 768}})
     for (const bool seven_bit_b : {false, true})
+    for (const int top : {255, 127})
     for (int threads : {1, 2}) {
-      if (!gemm::u8s8_available(seven_bit_b)) continue;  // 8-bit B without VNNI
+      if (!gemm::u8s8_available(seven_bit_b, top == 127)) continue;  // 8-bit B and rows without VNNI
       SCOPED_TRACE(::testing::Message() << s.m << "x" << s.n << "x" << s.k << " threads " << threads
-                                        << (seven_bit_b ? " 7-bit B" : ""));
+                                        << (seven_bit_b ? " 7-bit B" : "") << " rows up to " << top);
       std::mt19937 rng(static_cast<uint32_t>(s.m + s.n + s.k));
       std::normal_distribution<float> normal(0.0f, 3.0f);
       std::vector<float> a(static_cast<size_t>(s.m * s.k));
@@ -123,13 +128,17 @@ TEST(GemmU8S8, DynamicRowsMatchQuantizingFirst) {
       gemm::Dequantize dq;
       dq.b_scale = bs.data(), dq.b_per_column = true, dq.bias = bias.data();
       std::vector<float> got(static_cast<size_t>(s.m * s.n)), want(got.size());
-      gemm::gemm_u8s8_dynamic(s.m, a.data(), s.k, packed, dq, got.data(), s.n, threads > 1 ? &pool : nullptr);
+      gemm::gemm_u8s8_dynamic(s.m, a.data(), s.k, packed, dq, got.data(), s.n, threads > 1 ? &pool : nullptr, top);
       std::vector<uint8_t> codes(a.size());
       std::vector<float> scales(static_cast<size_t>(s.m));
       std::vector<int32_t> zps(static_cast<size_t>(s.m));
       for (int64_t i = 0; i < s.m; ++i)
         dynamic_quantize_row_u8(a.data() + i * s.k, s.k, codes.data() + i * s.k, &scales[static_cast<size_t>(i)],
-                                &zps[static_cast<size_t>(i)]);
+                                &zps[static_cast<size_t>(i)], top);
+      if (s.m > 2) {  // row 1, all positive, reaches the top code
+        ASSERT_EQ(*std::max_element(codes.begin() + s.k, codes.begin() + 2 * s.k), top);
+      }
+      ASSERT_LE(*std::max_element(codes.begin(), codes.end()), top);
       dq.a_scale = scales.data(), dq.a_per_row = true;
       gemm::gemm_u8s8(s.m, codes.data(), false, s.k, zps, packed, dq, want.data(), s.n, nullptr);
       for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "element " << i;
@@ -151,6 +160,11 @@ TEST(GemmU8S8, MatchesPlainLoopExactly) {
     for (bool a_signed : {false, true})
       for (bool b_signed : {false, true}) check({3, 40, 8192}, a_signed, b_signed, true, true, 2, seven_bit_b);
   }
+  // u8 A below 128 against B of any 8-bit values (every CPU): pair sums up to 2 x 127 x 128.
+  for (const Shape3& s : {Shape3{7, 33, 5}, Shape3{13, 100, 130}, Shape3{128, 40, 768}, Shape3{2, 150, 64}})
+    for (bool b_signed : {false, true})
+      for (int threads : {1, 2}) check(s, false, b_signed, true, false, threads, false, true);
+  for (bool b_signed : {false, true}) check({3, 40, 8192}, false, b_signed, true, true, 2, false, true);
 }
 
 }  // namespace

@@ -375,33 +375,38 @@ TEST(AttentionFusion, BertWithMaskBecomesOneNode) {
 
 // `kiln quantize --dynamic` leaves the projections as DynamicQuantMatMul (bias taken in): Q, K
 // and V merge into the int8 form (W int8 [E, 3E] with the three scales side by side), which
-// quantizes X once per row for all three; the output projection stays one. The same outputs as
-// the quantized model run op by op.
+// quantizes X once per row for all three, to the projections' row_bits (8, or 7); the output
+// projection stays one. The same outputs as the quantized model run op by op.
 TEST(AttentionFusion, DynamicQuantProjectionsMergeIntoInt8Attention) {
-  Builder b(17);
-  bert_block(b, true, false);
-  Model model(std::make_shared<ir::Model>(b.m));
-  QuantizeOptions o = test::untimed();
-  o.dynamic = true;
-  auto report = model.quantize({}, o);
-  ASSERT_TRUE(report.is_ok()) << report.status().message();
-  ASSERT_EQ(qualified_histogram(model.ir())["ai.kiln.DynamicQuantMatMul"], 4);
-  ir::Model m = model.ir();
-  EXPECT_EQ(run_fusion(m), 1);
-  auto ops = qualified_histogram(m);
-  EXPECT_EQ(ops["ai.kiln.MultiHeadAttention"], 1);
-  EXPECT_EQ(ops["ai.kiln.DynamicQuantMatMul"], 1);
-  EXPECT_EQ(ops["Softmax"], 0);
-  for (const auto& n : m.graph.nodes)
-    if (n.op_type == "MultiHeadAttention") {
-      ASSERT_EQ(n.inputs.size(), 5u);
-      EXPECT_EQ(n.inputs[3], "mask_add");
-      const Tensor& w = m.graph.initializers.at(n.inputs[1]);
-      EXPECT_EQ(w.dtype(), DType::kInt8);
-      EXPECT_EQ(w.shape(), (Shape{kE, 3 * kE}));
-      EXPECT_EQ(m.graph.initializers.at(n.inputs[4]).shape(), (Shape{3 * kE}));
-    }
-  expect_same_outputs(model.ir(), m, feeds(b, {2, 5, kE}, {2, 5}));
+  for (const int row_bits : {8, 7}) {
+    SCOPED_TRACE(::testing::Message() << "row_bits " << row_bits);
+    Builder b(17);
+    bert_block(b, true, false);
+    Model model(std::make_shared<ir::Model>(b.m));
+    QuantizeOptions o = test::untimed();
+    o.dynamic = true;
+    o.dynamic_row_bits = row_bits;
+    auto report = model.quantize({}, o);
+    ASSERT_TRUE(report.is_ok()) << report.status().message();
+    ASSERT_EQ(qualified_histogram(model.ir())["ai.kiln.DynamicQuantMatMul"], 4);
+    ir::Model m = model.ir();
+    EXPECT_EQ(run_fusion(m), 1);
+    auto ops = qualified_histogram(m);
+    EXPECT_EQ(ops["ai.kiln.MultiHeadAttention"], 1);
+    EXPECT_EQ(ops["ai.kiln.DynamicQuantMatMul"], 1);
+    EXPECT_EQ(ops["Softmax"], 0);
+    for (const auto& n : m.graph.nodes)
+      if (n.op_type == "MultiHeadAttention") {
+        ASSERT_EQ(n.inputs.size(), 5u);
+        EXPECT_EQ(n.inputs[3], "mask_add");
+        const Tensor& w = m.graph.initializers.at(n.inputs[1]);
+        EXPECT_EQ(w.dtype(), DType::kInt8);
+        EXPECT_EQ(w.shape(), (Shape{kE, 3 * kE}));
+        EXPECT_EQ(m.graph.initializers.at(n.inputs[4]).shape(), (Shape{3 * kE}));
+        EXPECT_EQ(n.attr_int("row_bits", 8), row_bits);
+      }
+    expect_same_outputs(model.ir(), m, feeds(b, {2, 5, kE}, {2, 5}));
+  }
 }
 
 TEST(AttentionFusion, OnnxRuntimeDynamicProjectionsKeepTheirsAndFuseTheRest) {

@@ -78,8 +78,10 @@ TEST(Quantize, DynamicMatMulAndGemm) {
 
 // kiln's form of --dynamic: one ai.kiln.DynamicQuantMatMul a node (a MatMul's bias Add taken
 // in); the op against plain loops of its definition (each row of A quantized on its own, a row
-// of zeros and an all-positive row among them).
-TEST(Quantize, DynamicQuantMatMulPerRow) {
+// of zeros and an all-positive row among them), with rows of 8 bits and of 7 (row_bits 7: the
+// u8s8 tile on vpmaddubsw where the CPU lacks VNNI, against full-range int8 weights).
+void check_dynamic_rows(int row_bits) {
+  SCOPED_TRACE(::testing::Message() << "row_bits " << row_bits);
   test::Builder b(13);
   b.input("x", {3, 16});
   b.weight("w", {16, 12});
@@ -90,9 +92,12 @@ TEST(Quantize, DynamicQuantMatMulPerRow) {
   Model model(std::make_shared<ir::Model>(b.m));
   QuantizeOptions o = test::untimed();
   o.dynamic = true;
+  o.dynamic_row_bits = row_bits;
   auto report = model.quantize({}, o);
   ASSERT_TRUE(report.is_ok()) << report.status().message();
   EXPECT_EQ(test::qualified_histogram(model.ir()), (std::map<std::string, int>{{"ai.kiln.DynamicQuantMatMul", 1}}));
+  EXPECT_EQ(model.ir().graph.nodes[0].attr_int("row_bits", 8), row_bits);
+  const float top = row_bits == 7 ? 127.0f : 255.0f;
   Tensor x = b.random({3, 16});
   for (int64_t k = 0; k < 16; ++k) x.data<float>()[k] = 0.0f;                       // row 0: zeros
   for (int64_t k = 0; k < 16; ++k) x.data<float>()[16 + k] = 0.5f + 0.1f * float(k);  // row 1: positive
@@ -108,12 +113,12 @@ TEST(Quantize, DynamicQuantMatMulPerRow) {
     const float* row = x.data<float>() + i * 16;
     float lo = 0, hi = 0;
     for (int64_t k = 0; k < 16; ++k) lo = std::min(lo, row[k]), hi = std::max(hi, row[k]);
-    const float scale = (hi == lo ? 1.0f : hi - lo) / 255.0f;
-    const float zp = std::nearbyint(std::clamp(-lo / scale, 0.0f, 255.0f));
+    const float scale = (hi == lo ? 1.0f : hi - lo) / top;
+    const float zp = std::nearbyint(std::clamp(-lo / scale, 0.0f, top));
     for (int64_t j = 0; j < 12; ++j) {
       int64_t sum = 0;
       for (int64_t k = 0; k < 16; ++k) {
-        const float q = std::min(255.0f, std::max(0.0f, std::nearbyint(row[k] * (1.0f / scale)) + zp));
+        const float q = std::min(top, std::max(0.0f, std::nearbyint(row[k] * (1.0f / scale)) + zp));
         sum += (static_cast<int64_t>(q) - static_cast<int64_t>(zp)) * wq.data<int8_t>()[k * 12 + j];
       }
       const float want = static_cast<float>(sum) * (scale * ws.data<float>()[ws.numel() == 1 ? 0 : j]) + bias.data<float>()[j];
@@ -122,6 +127,29 @@ TEST(Quantize, DynamicQuantMatMulPerRow) {
     }
   }
   EXPECT_GT(cosine(test::run_model(b.m, {x})[0].tensor, y), 0.999f);
+}
+
+TEST(Quantize, DynamicQuantMatMulPerRow) {
+  check_dynamic_rows(8);
+  check_dynamic_rows(7);
+}
+
+// A row_bits other than 7 or 8 is an error that names it, when the session is made.
+TEST(Quantize, DynamicQuantMatMulRowBitsOtherThanSevenOrEightIsAnError) {
+  test::Builder b(13);
+  b.input("x", {3, 16});
+  b.weight("w", {16, 12});
+  b.add("MatMul", {"x", "w"}, {"y"});
+  b.output("y");
+  Model model(std::make_shared<ir::Model>(b.m));
+  QuantizeOptions o = test::untimed();
+  o.dynamic = true;
+  ASSERT_TRUE(model.quantize({}, o).is_ok());
+  auto m = std::make_shared<ir::Model>(model.ir());
+  m->graph.nodes[0].attrs.push_back(ir::Attribute::of_int("row_bits", 5));
+  auto s = Session::create(m);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.status().message().find("row_bits must be 7 or 8, got 5"), std::string::npos) << s.status().message();
 }
 
 // reduce_range with dynamic quantization: 7-bit weights (each column's largest |w| at 63), which

@@ -4,9 +4,10 @@
 // a whole tensor), so a token with small activations keeps its precision next to one with large
 // ones; then
 //   Y[i, j] = float(sum_k (aq[i,k] - za[i]) * B[k,j]) * (a_scale[i] * b_scale[j]) + bias[j],
-// then the epilogue attributes' activation and residual Z (input 4), as FusedMatMul's.
-// The product is gemm::DynamicQuantGemm (gemm_u8s8 on VNNI CPUs, its per-row zero points, else
-// gemm_s16), B packed once in prepare. What `kiln quantize --dynamic` writes
+// then the epilogue attributes' activation and residual Z (input 4), as FusedMatMul's. Attribute
+// row_bits 7 quantizes the rows to codes 0-127 instead of 0-255.
+// The product is gemm::DynamicQuantGemm (gemm_u8s8 on VNNI CPUs, or on 7-bit rows, its per-row
+// zero points, else gemm_s16), B packed once in prepare. What `kiln quantize --dynamic` writes
 // for kiln's own form; its --portable form is ONNX Runtime's per-tensor chain instead.
 #include <algorithm>
 #include <cmath>
@@ -22,10 +23,12 @@ namespace {
 
 class DynamicQuantMatMulKernel : public Kernel {
  public:
+  explicit DynamicQuantMatMulKernel(int row_bits) : row_bits_(row_bits) {}
+
   Status prepare(const std::vector<const Tensor*>& c, std::vector<bool>& absorbed) override {
     const Tensor* b = c.size() > 1 ? c[1] : nullptr;
     if (!b || b->dtype() != DType::kInt8 || b->rank() != 2 || b->dim(0) > gemm::kMaxS16Depth) return Status::ok();
-    gemm_ = gemm::DynamicQuantGemm::pack(b->data<int8_t>(), b->dim(0), b->dim(1));
+    gemm_ = gemm::DynamicQuantGemm::pack(b->data<int8_t>(), b->dim(0), b->dim(1), row_bits_);
     absorbed[1] = true;
     return Status::ok();
   }
@@ -57,13 +60,15 @@ class DynamicQuantMatMulKernel : public Kernel {
   }
 
  private:
+  int row_bits_;
   gemm::DynamicQuantGemm gemm_;
 };
 
 const KernelRegistrar kDynamicQuantMatMul(
     "ai.kiln", "DynamicQuantMatMul", "ref",
-    [](const ir::Node&, int64_t) {
-      return Result<std::unique_ptr<Kernel>>(std::unique_ptr<Kernel>(std::make_unique<DynamicQuantMatMulKernel>()));
+    [](const ir::Node& node, int64_t) -> Result<std::unique_ptr<Kernel>> {
+      KILN_ASSIGN_OR_RETURN(const int row_bits, gemm::checked_row_bits(node.attr_int("row_bits", 8)));
+      return std::unique_ptr<Kernel>(std::make_unique<DynamicQuantMatMulKernel>(row_bits));
     },
     {{0, {DType::kFloat32}}, {1, {DType::kInt8}}, {2, {DType::kFloat32}}, {3, {DType::kFloat32}}, {4, {DType::kFloat32}}});
 

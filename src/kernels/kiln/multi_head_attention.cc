@@ -1,7 +1,7 @@
 // Kernels of ai.kiln.MultiHeadAttention and ai.kiln.ScaledDotProductAttention (docs/ops.md). The
 // first runs the merged Q/K/V projection as one GEMM with the bias in its write-out (W packed once
 // in prepare when it is a constant; an int8 W with its W_scale runs gemm::DynamicQuantGemm, X
-// quantized per row as DynamicQuantMatMul does); both then run softmax(scale * Q·K^T + mask)·V per
+// quantized per row as DynamicQuantMatMul does, to row_bits); both then run softmax(scale * Q·K^T + mask)·V per
 // batch element and head by the flash-attention kernel (kernels/cpu/attention), written straight
 // into the merged output.
 #include "core/thread_pool.h"
@@ -34,13 +34,15 @@ Status read_mask(KernelContext& ctx, size_t at, int64_t batch, int64_t heads, in
 
 class MultiHeadAttention : public Kernel {
  public:
+  explicit MultiHeadAttention(int row_bits) : row_bits_(row_bits) {}
+
   Status prepare(const std::vector<const Tensor*>& constants,
                  std::vector<bool>& absorbed) override {
     if (constants.size() < 2 || !constants[1]) return Status::ok();
     const Tensor& w = *constants[1];
     if (w.rank() != 2) return Status::ok();
     if (w.dtype() == DType::kInt8 && w.dim(0) <= gemm::kMaxS16Depth) {
-      w_int8_ = gemm::DynamicQuantGemm::pack(w.data<int8_t>(), w.dim(0), w.dim(1));
+      w_int8_ = gemm::DynamicQuantGemm::pack(w.data<int8_t>(), w.dim(0), w.dim(1), row_bits_);
       absorbed[1] = true;
       return Status::ok();
     }
@@ -52,6 +54,7 @@ class MultiHeadAttention : public Kernel {
   Status run(KernelContext& ctx) override;
 
  private:
+  int row_bits_;
   gemm::PackedMatrix w_packed_;
   gemm::DynamicQuantGemm w_int8_;
 };
@@ -168,8 +171,9 @@ Status scaled_dot_product_attention(KernelContext& ctx) {
   return Status::ok();
 }
 
-Result<std::unique_ptr<Kernel>> create(const ir::Node&, int64_t) {
-  return std::unique_ptr<Kernel>(std::make_unique<MultiHeadAttention>());
+Result<std::unique_ptr<Kernel>> create(const ir::Node& node, int64_t) {
+  KILN_ASSIGN_OR_RETURN(const int row_bits, gemm::checked_row_bits(node.attr_int("row_bits", 8)));
+  return std::unique_ptr<Kernel>(std::make_unique<MultiHeadAttention>(row_bits));
 }
 
 const KernelRegistrar kMultiHeadAttention(

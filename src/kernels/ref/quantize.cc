@@ -125,10 +125,11 @@ void range_with_zero(const float* x, int64_t n, float* mn, float* mx) {
   for (; i < n; ++i) *mn = std::min(*mn, x[i]), *mx = std::max(*mx, x[i]);
 }
 
-// y = saturate(round_half_even(x / scale) + zp) into [0, 255] (or [-128, 127] when Signed), 32
-// at a time: the same results as the scalar tail's float operations (division, nearbyint in the
-// default rounding mode, NaN to lo). With Reciprocal, `scale` is 1 / scale and x is multiplied by
-// it (DynamicQuantMatMul's rule).
+// y = saturate(round_half_even(x / scale) + zp) into [0, top] (or [-128, top] when Signed), top
+// the type's largest code (top_code), 32 at a time: the same results as the scalar tail's float
+// operations (division, nearbyint in the default rounding mode, NaN to lo). With Reciprocal,
+// `scale` is 1 / scale and x is multiplied by it (DynamicQuantMatMul's rule, whose 7-bit rows take
+// top 127; without it the AVX-512 loops below take the type's range).
 //
 // Without it the vectors multiply by inv = 1 / scale too, where that gives the quotient's code, and
 // divide (~10x a multiply's time) only where it might not. The product is within 2^-22 |x / scale|
@@ -136,12 +137,14 @@ void range_with_zero(const float* x, int64_t n, float* mn, float* mx) {
 // half: within 2^-13 of one where |x / scale| <= 512. Larger values saturate either way (|zp| <=
 // 255 and the codes span 256). So 32 products that all lie further than 2^-11 from a half are
 // the quotients' codes.
+constexpr float top_code(bool is_signed) { return is_signed ? 127.0f : 255.0f; }
+
 template <bool Signed, bool Reciprocal = false>
-void quantize_8bit(const float* x, int64_t n, float scale, float zp, void* out) {
+void quantize_8bit(const float* x, int64_t n, float scale, float zp, float top, void* out) {
   if (!Reciprocal && cpu_features().has_avx512()) return qlinear::quantize_avx512(x, n, scale, zp, Signed, out);
   using T = std::conditional_t<Signed, int8_t, uint8_t>;
   T* y = static_cast<T*>(out);
-  const float lo_f = Signed ? -128.0f : 0.0f, hi_f = Signed ? 127.0f : 255.0f;
+  const float lo_f = Signed ? -128.0f : 0.0f, hi_f = top;
   constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   // The bound above needs a normal scale and reciprocal (a subnormal one carries fewer bits).
   const bool by_inverse = Reciprocal || (std::isnormal(scale) && std::isnormal(1.0f / scale));
@@ -254,8 +257,8 @@ Status quantize_linear(KernelContext& ctx) {
     const float* xd = x.data<float>();
     char* yd = static_cast<char*>(y->raw_data());
     ew::run_range(ctx, x.numel(), [&](int64_t b, int64_t e) {
-      (pt.is_signed ? quantize_8bit<true> : quantize_8bit<false>)(xd + b, e - b, pt.scale,
-                                                                  static_cast<float>(pt.zero_point), yd + b);
+      (pt.is_signed ? quantize_8bit<true> : quantize_8bit<false>)(
+          xd + b, e - b, pt.scale, static_cast<float>(pt.zero_point), top_code(pt.is_signed), yd + b);
     });
     return Status::ok();
   }
@@ -342,7 +345,7 @@ Status dynamic_quantize_linear(KernelContext& ctx) {
   float mn = 0, mx = 0, scale = 0, zpf = 0;
   for (int64_t c = 0; c < chunks; ++c) mn = std::min(mn, lows[static_cast<size_t>(c)]), mx = std::max(mx, highs[static_cast<size_t>(c)]);
   dynamic_u8_params(mn, mx, &scale, &zpf);
-  auto codes = [&](int64_t b, int64_t e) { quantize_8bit<false>(xd + b, e - b, scale, zpf, y->data<uint8_t>() + b); };
+  auto codes = [&](int64_t b, int64_t e) { quantize_8bit<false>(xd + b, e - b, scale, zpf, 255.0f, y->data<uint8_t>() + b); };
   if (ctx.pool && chunks > 1) ctx.pool->parallel_for(n, kChunk, codes);
   else codes(0, n);
   if (ctx.wants_output(1)) {
@@ -460,15 +463,15 @@ Result<float> per_tensor_parameter(const Tensor* t, size_t i, bool scale, DType 
 }
 
 void quantize_row_8bit(const float* x, int64_t n, float scale, int32_t zero_point, bool to_int8, void* y) {
-  (to_int8 ? quantize_8bit<true> : quantize_8bit<false>)(x, n, scale, static_cast<float>(zero_point), y);
+  (to_int8 ? quantize_8bit<true> : quantize_8bit<false>)(x, n, scale, static_cast<float>(zero_point), top_code(to_int8), y);
 }
 
-void dynamic_quantize_row_u8(const float* x, int64_t n, uint8_t* y, float* scale, int32_t* zero_point) {
+void dynamic_quantize_row_u8(const float* x, int64_t n, uint8_t* y, float* scale, int32_t* zero_point, int top) {
   float mn = 0.0f, mx = 0.0f, zp = 0.0f;
   range_with_zero(x, n, &mn, &mx);
-  dynamic_u8_params(mn, mx, scale, &zp);
+  dynamic_u8_params(mn, mx, scale, &zp, static_cast<float>(top));
   *zero_point = static_cast<int32_t>(zp);
-  quantize_8bit<false, true>(x, n, 1.0f / *scale, zp, y);
+  quantize_8bit<false, true>(x, n, 1.0f / *scale, zp, static_cast<float>(top), y);
 }
 
 KILN_REGISTER_KERNEL("", "QuantizeLinear", quantize_linear);

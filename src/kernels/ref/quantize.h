@@ -12,11 +12,12 @@
 namespace kiln {
 
 // DynamicQuantizeLinear's u8 scale and zero point of a range [mn, mx] that holds 0: scale
-// (mx - mn) / 255 (1 / 255 for an empty range), zero point round(clamp(-mn / scale, 0, 255)).
-// Its per-tensor kernel, DynamicQuantMatMul's rows and their AVX-512 twin all use it.
-inline void dynamic_u8_params(float mn, float mx, float* scale, float* zero_point) {
-  *scale = (mx == mn ? 1.0f : (mx - mn)) / 255.0f;
-  *zero_point = std::nearbyint(std::min(255.0f, std::max(0.0f, 0.0f - mn / *scale)));
+// (mx - mn) / top (1 / top for an empty range), zero point round(clamp(-mn / scale, 0, top)), top
+// 255 (or 127: DynamicQuantMatMul's 7-bit rows). Its per-tensor kernel and DynamicQuantMatMul's
+// rows use it.
+inline void dynamic_u8_params(float mn, float mx, float* scale, float* zero_point, float top = 255.0f) {
+  *scale = (mx == mn ? 1.0f : (mx - mn)) / top;
+  *zero_point = std::nearbyint(std::min(top, std::max(0.0f, 0.0f - mn / *scale)));
 }
 
 // A per-tensor quantization parameter of an 8-bit op (QLinearAdd/Mul/Sigmoid): `t` (input i,
@@ -31,7 +32,8 @@ void quantize_row_8bit(const float* x, int64_t n, float scale, int32_t zero_poin
 
 // DynamicQuantMatMul's rule for one row x[0, n) (docs/ops.md): the u8 scale and zero point of
 // its range with 0 included (NaN skipped), as DynamicQuantizeLinear's, and
-// y = saturate(round_half_even(x * (1 / scale)) + zero_point), 32 at a time.
-void dynamic_quantize_row_u8(const float* x, int64_t n, uint8_t* y, float* scale, int32_t* zero_point);
+// y = saturate(round_half_even(x * (1 / scale)) + zero_point), 32 at a time, codes in [0, top]:
+// 255, or 127 for its 7-bit rows (row_bits 7).
+void dynamic_quantize_row_u8(const float* x, int64_t n, uint8_t* y, float* scale, int32_t* zero_point, int top = 255);
 
 }  // namespace kiln

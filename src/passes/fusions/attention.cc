@@ -33,6 +33,7 @@ struct Match {
   int64_t heads = 0, hidden = 0;
   double scale = 1;
   Tensor w, bias, w_scale;  // w_scale: the int8 W's (DynamicQuantMatMul projections), else undefined
+  int64_t row_bits = 8;     // and their rows'
   std::string name;                  // the Softmax's
   // P·V's MatMul: the fused node goes where it was, after whatever computes Q, K, V and the mask.
   const ir::Node* anchor = nullptr;
@@ -156,9 +157,10 @@ std::optional<Match> match(const ir::Graph& g, const GraphIndex& idx, const Type
   m.scale *= q.scale * k.scale;
   // The three projections merge when they read one X, have the same kind of W (float32, or int8
   // from DynamicQuantMatMul: each column's result is the same either way, as every column
-  // quantizes the same X row by row) and E columns each.
+  // quantizes the same X row by row, to the same row_bits) and E columns each.
   m.projected = q.w && k.w && v.w && q.x == k.x && q.x == v.x && q.w->dtype() == k.w->dtype() &&
-                q.w->dtype() == v.w->dtype() && q.w->dim(0) == k.w->dim(0) &&
+                q.w->dtype() == v.w->dtype() && q.row_bits == k.row_bits && q.row_bits == v.row_bits &&
+                q.w->dim(0) == k.w->dim(0) &&
                 q.w->dim(0) == v.w->dim(0) && q.end - q.begin == k.end - k.begin &&
                 q.end - q.begin == v.end - v.begin;
   const ir::TypeInfo* qt = type_of(types, qk->inputs[0]);
@@ -299,6 +301,7 @@ std::optional<Match> match(const ir::Graph& g, const GraphIndex& idx, const Type
     auto scale = merge_columns({&q, &k, &v}, 1, Part::kScale);
     if (!scale) return std::nullopt;
     m.w_scale = std::move(scale).value();
+    m.row_bits = q.row_bits;
   }
   return m;
 }
@@ -358,6 +361,7 @@ void rewrite(ir::Graph& g, Types& types, const Match& m) {
   const std::string batch_first_x = m.projected && m.seq_first && !m.end_is_2d ? untransposed(g, m.x) : "";
   if (m.seq_first && batch_first_x.empty()) mha.attrs.push_back(ir::Attribute::of_int("seq_first", 1));
   if (m.zero_nan_rows) mha.attrs.push_back(ir::Attribute::of_int("zero_nan_rows", 1));
+  if (m.row_bits != 8) mha.attrs.push_back(ir::Attribute::of_int("row_bits", m.row_bits));
   std::vector<ir::Node> added;
   if (!batch_first_x.empty()) {
     mha.inputs[0] = batch_first_x;

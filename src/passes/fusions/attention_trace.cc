@@ -101,10 +101,12 @@ static std::optional<std::pair<int64_t, int64_t>> last_axis_range(
   return std::nullopt;
 }
 
-// kiln's DynamicQuantMatMul with nothing after its bias (no epilogue attributes or residual).
+// kiln's DynamicQuantMatMul with nothing after its bias (no epilogue attributes or residual;
+// row_bits alone).
 static bool is_dynamic_quant_projection(const ir::Node* n) {
   return n && n->domain == "ai.kiln" && n->op_type == "DynamicQuantMatMul" && n->inputs.size() >= 3 &&
-         n->inputs.size() <= 4 && n->attrs.empty() && n->outputs.size() == 1;
+         n->inputs.size() <= 4 && n->outputs.size() == 1 &&
+         std::all_of(n->attrs.begin(), n->attrs.end(), [](const ir::Attribute& a) { return a.name == "row_bits"; });
 }
 
 // The projection `b.operand` comes from, filled into b (x, w, w_scale, bias, columns, roots), or
@@ -138,6 +140,7 @@ static bool find_projection(const GraphIndex& idx, const Types& types, const Val
   const int64_t cols = b.w->dim(1);
   if (int8) {
     b.w_scale = idx.constant(n->inputs[2]);
+    b.row_bits = n->attr_int("row_bits", 8);
     if (!b.w_scale || b.w_scale->dtype() != DType::kFloat32 || (b.w_scale->numel() != 1 && b.w_scale->numel() != cols))
       return false;
     if (n->inputs.size() > 3 && !n->inputs[3].empty()) {  // its own bias, and no Add after it

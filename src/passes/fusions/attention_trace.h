@@ -38,6 +38,7 @@ struct Branch {
   std::string x;                       // with a projection: hidden states, [A0, A1, E_in]
   const Tensor* w = nullptr;           // null: no projection; else [E_in, cols], float32 or int8
   const Tensor* w_scale = nullptr;     // a DynamicQuantMatMul projection's: one or cols values
+  int64_t row_bits = 8;                // and its rows' (its row_bits)
   const Tensor* bias = nullptr;        // cols values, or nullptr
   int64_t begin = 0, end = 0;          // the columns of w this branch uses
   std::vector<const ir::Node*> path;   // from the projection output to the operand, in order

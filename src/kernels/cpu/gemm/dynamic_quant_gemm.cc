@@ -8,9 +8,10 @@
 
 namespace kiln::gemm {
 
-DynamicQuantGemm DynamicQuantGemm::pack(const int8_t* b, int64_t k, int64_t n) {
+DynamicQuantGemm DynamicQuantGemm::pack(const int8_t* b, int64_t k, int64_t n, int row_bits) {
   DynamicQuantGemm g;
-  g.packed_ = PackedInt8::pack(b, true, n, k, n, {0});
+  g.row_top_ = row_bits == 7 ? 127 : 255;
+  g.packed_ = PackedInt8::pack(b, true, n, k, n, {0}, row_bits == 7);
   return g;
 }
 
@@ -22,8 +23,8 @@ void DynamicQuantGemm::run(const float* a, int64_t rows, const float* b_scale, b
   dq.b_scale = b_scale, dq.b_per_column = b_per_column;
   dq.bias = bias;
   dq.epilogue = epilogue;
-  if (const PackedU8S8* b = packed_.u8s8()) {  // VNNI: the rows quantized into the tiles' layout
-    gemm_u8s8_dynamic(rows, a, depth, *b, dq, y, n(), pool);
+  if (const PackedU8S8* b = packed_.u8s8()) {  // the rows quantized into the tiles' layout
+    gemm_u8s8_dynamic(rows, a, depth, *b, dq, y, n(), pool, row_top_);
     return;
   }
   // Each row's codes, scale and zero point: buffers that grow once per calling thread. Workers
@@ -38,7 +39,8 @@ void DynamicQuantGemm::run(const float* a, int64_t rows, const float* b_scale, b
   float* scales = scales_buffer.data();
   int32_t* zps = zero_points.data();
   auto quantize_rows = [&](int64_t r0, int64_t r1) {
-    for (int64_t i = r0; i < r1; ++i) dynamic_quantize_row_u8(a + i * depth, depth, codes + i * depth, &scales[i], &zps[i]);
+    for (int64_t i = r0; i < r1; ++i)
+      dynamic_quantize_row_u8(a + i * depth, depth, codes + i * depth, &scales[i], &zps[i], row_top_);
   };
   if (pool && rows > 1 && rows * depth > (1 << 14))
     pool->parallel_for(rows, 1, quantize_rows);

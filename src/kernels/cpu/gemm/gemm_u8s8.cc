@@ -1,8 +1,8 @@
 // gemm_u8s8's driver (gemm_u8s8.h): B's packing, A's rows copied (or, for DynamicQuantMatMul,
 // quantized) into u8 rows padded to whole quads with their sums, for every ISA's tiles, and the
 // tiles over B's panels, threads taking panels; the ISA's tile (gemm_u8s8_kernels.h) does the
-// arithmetic. Here too the AVX2 tile: gemm_u8s8_ymm.h's with vpmaddubsw + vpmaddwd, for B of
-// 7-bit values on CPUs without VNNI.
+// arithmetic. Here too the AVX2 tile: gemm_u8s8_ymm.h's with vpmaddubsw + vpmaddwd, for B or A
+// of 7-bit values on CPUs without VNNI.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -72,14 +72,15 @@ void copy_rows(const void* a, bool a_signed, int64_t lda, int64_t k, int64_t str
   }
 }
 
-// DynamicQuantMatMul's rule itself (dynamic_quantize_row_u8) on A's rows [i0, i1), into u8 rows
-// of `stride` (zero past k), with each row's sum, zero point and scale: every ISA's tiles take
-// these rows (the rows' k values are little work beside their k x n products).
-void quantize_rows(const float* a, int64_t lda, int64_t k, int64_t stride, int64_t i0, int64_t i1, uint8_t* au,
-                   int32_t* sums, int32_t* zero_points, float* scales) {
+// DynamicQuantMatMul's rule itself (dynamic_quantize_row_u8, codes up to `top`) on A's rows
+// [i0, i1), into u8 rows of `stride` (zero past k), with each row's sum, zero point and scale:
+// every ISA's tiles take these rows (the rows' k values are little work beside their k x n
+// products).
+void quantize_rows(const float* a, int64_t lda, int64_t k, int64_t stride, int64_t i0, int64_t i1, int top,
+                   uint8_t* au, int32_t* sums, int32_t* zero_points, float* scales) {
   for (int64_t i = i0; i < i1; ++i) {
     uint8_t* out = au + i * stride;
-    dynamic_quantize_row_u8(a + i * lda, k, out, &scales[i], &zero_points[i]);
+    dynamic_quantize_row_u8(a + i * lda, k, out, &scales[i], &zero_points[i], top);
     std::memset(out + k, 0, static_cast<size_t>(stride - k));
     int32_t sum = 0;
     int64_t q = 0;
@@ -92,8 +93,8 @@ void quantize_rows(const float* a, int64_t lda, int64_t k, int64_t stride, int64
 
 constexpr int64_t kMr = u8s8::kRows, kNr = PackedU8S8::kPanelColumns;
 
-// The kernels of this CPU: AVX-512 VNNI, AVX-VNNI, else AVX2's (whose tile takes 7-bit B only:
-// u8s8_available(b.seven_bit()) holds for every B the callers bring).
+// The kernels of this CPU: AVX-512 VNNI, AVX-VNNI, else AVX2's (whose tile takes 7-bit B or A
+// only: u8s8_available holds for every pair the callers bring).
 u8s8::Kernels kernels() {
   if (cpu_features().has_avx512_vnni()) return u8s8::avx512vnni_kernels();
   if (cpu_features().has_avx_vnni()) return u8s8::avxvnni_kernels();
@@ -213,7 +214,7 @@ void gemm_u8s8(int64_t m, const void* a, bool a_signed, int64_t lda, const std::
 
 
 void gemm_u8s8_dynamic(int64_t m, const float* a, int64_t lda, const PackedU8S8& b, Dequantize dq, float* y,
-                       int64_t ldy, ThreadPool* pool) {
+                       int64_t ldy, ThreadPool* pool, int row_top) {
   const int64_t k = b.k(), n = b.n(), stride = b.quads() * 4;
   if (m <= 0 || n <= 0) return;
   const u8s8::Kernels ks = kernels();
@@ -222,7 +223,7 @@ void gemm_u8s8_dynamic(int64_t m, const float* a, int64_t lda, const PackedU8S8&
   scale_buffer.resize(static_cast<size_t>(m));
   float* scales = scale_buffer.data();
   over_rows(pool, m, n, k, [&](int64_t i0, int64_t i1) {
-    quantize_rows(a, lda, k, stride, i0, i1, rows.data, rows.row_term, rows.alpha, scales);
+    quantize_rows(a, lda, k, stride, i0, i1, row_top, rows.data, rows.row_term, rows.alpha, scales);
   });
   dq.a_scale = scales, dq.a_per_row = true;
   run_tiles(ks, m, rows, b, nullptr, y, &dq, ldy, pool);

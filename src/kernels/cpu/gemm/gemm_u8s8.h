@@ -2,9 +2,10 @@
 // AVX-512 VNNI and AVX-VNNI CPUs vpdpbusd multiplies 4 pairs of u8 x s8 values and adds them into
 // one int32 lane, exactly (the non-saturating form), 64 (zmm) or 32 (ymm) products an
 // instruction; on AVX2 alone, for B of 7-bit values (|bs| <= 64, what `kiln quantize` writes
-// for such CPUs), vpmaddubsw's u8 x s8 pair sums stay within 16 bits and vpmaddwd against ones
-// adds the pairs into the int32 lane, exactly (3 instructions for 32 products, where gemm_s16's
-// vpmaddwd on widened values takes 4, on B twice the bytes). The zero points and the other
+// for such CPUs) or A of 7-bit ones (au <= 127: DynamicQuantMatMul's 7-bit rows), vpmaddubsw's
+// u8 x s8 pair sums stay within 16 bits (2 x 255 x 64 or 2 x 127 x 128 at most) and vpmaddwd
+// against ones adds the pairs into the int32 lane, exactly (3 instructions for 32 products, where
+// gemm_s16's vpmaddwd on widened values takes 4, on B twice the bytes). The zero points and the other
 // signs become exact compensation terms: with A's values moved to u8 (au = a, or a + 128 when
 // signed) and B's to s8 (bs = b, or b - 128 when unsigned),
 //   sum_k (a - za)(b - zb) = sum_k au bs + beta_j sum_k au - alpha_i sum_k bs - K alpha_i beta_j
@@ -23,10 +24,10 @@ class ThreadPool;
 
 namespace kiln::gemm {
 
-// Whether this CPU runs gemm_u8s8 on a B of any s8 values (AVX-512 VNNI or AVX-VNNI), or of
-// 7-bit ones (b_seven_bit: AVX2 too).
-inline bool u8s8_available(bool b_seven_bit = false) {
-  return cpu_features().has_avx512_vnni() || cpu_features().has_avx_vnni() || b_seven_bit;
+// Whether this CPU runs gemm_u8s8 on a B of any s8 values and any u8 A (AVX-512 VNNI or
+// AVX-VNNI), or where one side holds 7-bit values (b_seven_bit, a_seven_bit: AVX2 too).
+inline bool u8s8_available(bool b_seven_bit = false, bool a_seven_bit = false) {
+  return cpu_features().has_avx512_vnni() || cpu_features().has_avx_vnni() || b_seven_bit || a_seven_bit;
 }
 
 // Sums of up to this many products: sum_k au bs stays well inside int32, and so does the
@@ -80,9 +81,10 @@ void gemm_u8s8(int64_t m, const void* a, bool a_signed, int64_t lda, const std::
 void gemm_u8s8(int64_t m, const void* a, bool a_signed, int64_t lda, const std::vector<int32_t>& za,
                const PackedU8S8& b, const Dequantize& dq, float* y, int64_t ldy, ThreadPool* pool);
 // DynamicQuantMatMul's product: float A [m x k] (leading dimension lda) quantized row by row
-// (dynamic_quantize_row_u8's rule, kernels/ref/quantize.h) straight into the tiles' rows, then
-// the above with those rows' scales (dq.a_scale is set here).
+// (dynamic_quantize_row_u8's rule, kernels/ref/quantize.h, codes up to row_top: 255, or 127 for
+// its 7-bit rows) straight into the tiles' rows, then the above with those rows' scales
+// (dq.a_scale is set here). u8s8_available(b.seven_bit(), row_top <= 127) must hold.
 void gemm_u8s8_dynamic(int64_t m, const float* a, int64_t lda, const PackedU8S8& b, Dequantize dq, float* y,
-                       int64_t ldy, ThreadPool* pool);
+                       int64_t ldy, ThreadPool* pool, int row_top = 255);
 
 }  // namespace kiln::gemm

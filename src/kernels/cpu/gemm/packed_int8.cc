@@ -16,12 +16,12 @@ int32_t value(const void* p, bool is_signed, int64_t i) {
 }  // namespace
 
 PackedInt8 PackedInt8::pack(const void* b, bool b_signed, int64_t ldb, int64_t k, int64_t n,
-                            const std::vector<int32_t>& zb) {
+                            const std::vector<int32_t>& zb, bool a_seven_bit) {
   PackedInt8 r;
-  if (u8s8_available(true) && k <= kMaxU8S8Depth) {
+  if (k <= kMaxU8S8Depth) {
     r.u8s8_ = PackedU8S8::pack(b, b_signed, ldb, k, n, zb);
-    if (u8s8_available(r.u8s8_.seven_bit())) return r;
-    r.u8s8_ = PackedU8S8();  // 8-bit B on AVX2: gemm_s16's exact vpmaddwd
+    if (u8s8_available(r.u8s8_.seven_bit(), a_seven_bit)) return r;
+    r.u8s8_ = PackedU8S8();  // 8-bit B and A on AVX2: gemm_s16's exact vpmaddwd
   }
   std::vector<int16_t> wide(static_cast<size_t>(k * n));
   for (int64_t q = 0; q < k; ++q)

@@ -1,7 +1,7 @@
 // An 8-bit B [k x n] minus its zero points, packed once for the integer GEMM this CPU runs best
-// (gemm_u8s8 for k <= kMaxU8S8Depth on VNNI CPUs, or on AVX2 for 7-bit B; else gemm_s16), its products with 8-bit rows of
-// A, and the rows' dequantization: what MatMulInteger, MatMulIntegerToFloat and
-// DynamicQuantMatMul share.
+// (gemm_u8s8 for k <= kMaxU8S8Depth on VNNI CPUs, or on AVX2 for 7-bit B or A; else gemm_s16),
+// its products with 8-bit rows of A, and the rows' dequantization: what MatMulInteger,
+// MatMulIntegerToFloat and DynamicQuantMatMul share.
 #pragma once
 
 #include <cstdint>
@@ -19,9 +19,10 @@ namespace kiln::gemm {
 class PackedInt8 {
  public:
   // b row-major with leading dimension ldb, int8 when b_signed else uint8; zb one zero point or
-  // one per column; k <= kMaxS16Depth.
+  // one per column; k <= kMaxS16Depth. a_seven_bit: every A it will multiply holds u8 values
+  // below 128 (DynamicQuantMatMul's 7-bit rows), which AVX2's u8s8 tile takes with any B.
   static PackedInt8 pack(const void* b, bool b_signed, int64_t ldb, int64_t k, int64_t n,
-                         const std::vector<int32_t>& zb);
+                         const std::vector<int32_t>& zb, bool a_seven_bit = false);
   bool empty() const { return u8s8_.empty() && s16_.empty(); }
   // B as gemm_u8s8 packed it, or null where this CPU runs gemm_s16.
   const PackedU8S8* u8s8() const { return u8s8_.empty() ? nullptr : &u8s8_; }
