@@ -17,6 +17,7 @@
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
 #include "fma_peak.h"
+#include "kernels/cpu/gemm/dynamic_quant_gemm.h"
 #include "kernels/cpu/gemm/gemm.h"
 #include "kernels/cpu/gemm/gemm_s16.h"
 #include "kernels/cpu/gemm/gemm_u8s8.h"
@@ -119,6 +120,32 @@ void BM_GemmU8S8(benchmark::State& state, int64_t m, int64_t n, int64_t k, int t
   state.counters["pct_f32_peak"] = 100.0 * gops / kiln::bench::peak_gflops(threads);
 }
 
+// DynamicQuantMatMul's product as the op runs it (DynamicQuantGemm): float A quantized to rows
+// of `row_bits` at each run, int8 B (each column's normal values scaled so that its largest is
+// 127, as per-column symmetric quantization writes them). Rows of 7 bits take gemm_u8s8's
+// vpmaddubsw tile on any CPU; rows of 8, gemm_s16 where the CPU lacks VNNI.
+void BM_DynamicQuantGemm(benchmark::State& state, int64_t m, int64_t n, int64_t k, int threads, int row_bits) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> a(m * k), w(k * n);
+  for (float& x : a) x = normal(rng);
+  for (float& x : w) x = normal(rng);
+  std::vector<int8_t> b(k * n);
+  for (int64_t j = 0; j < n; ++j) {
+    float top = 0;
+    for (int64_t q = 0; q < k; ++q) top = std::max(top, std::fabs(w[q * n + j]));
+    for (int64_t q = 0; q < k; ++q) b[q * n + j] = static_cast<int8_t>(std::nearbyint(w[q * n + j] / top * 127.0f));
+  }
+  std::vector<float> bs(n, 0.02f), y(m * n);
+  kiln::ThreadPool pool(threads);
+  const kiln::gemm::DynamicQuantGemm g = kiln::gemm::DynamicQuantGemm::pack(b.data(), k, n, row_bits);
+  auto run = [&] { g.run(a.data(), m, bs.data(), true, nullptr, nullptr, y.data(), &pool); };
+  run();
+  const kiln::bench::RunTimes t = kiln::bench::time_runs(state, run);
+  state.counters["GOPs"] = 2.0 * m * n * k * state.iterations() / t.seconds * 1e-9;
+  state.counters["GOPs_best"] = 2.0 * m * n * k / t.best * 1e-9;
+}
+
 void register_integer() {
   struct Shape {
     const char* name;
@@ -141,6 +168,16 @@ void register_integer() {
                                                : "u8s8_6x16_avx2_7bit";
   const Shape bert[] = {{"bert_qkvo_128x768x768", 128, 768, 768}, {"bert_fc1_128x3072x768", 128, 3072, 768},
                         {"bert_fc2_128x768x3072", 128, 768, 3072}, {"classifier_1x1000x1280", 1, 1000, 1280}};
+  for (const Shape& s : bert)
+    for (int threads : {1, 2})
+      for (int row_bits : {8, 7}) {
+        const std::string name = std::string("dynamic_quant_gemm/") + s.name + "/rows_" + std::to_string(row_bits) +
+                                 "bit/threads:" + std::to_string(threads);
+        benchmark::RegisterBenchmark(name.c_str(), BM_DynamicQuantGemm, s.m, s.n, s.k, threads, row_bits)
+            ->UseRealTime()
+            ->MinTime(0.3)
+            ->Unit(benchmark::kMillisecond);
+      }
   for (const Shape& s : bert)
     for (int threads : {1, 2})
       for (bool cold : {false, true}) {
