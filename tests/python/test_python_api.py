@@ -437,7 +437,8 @@ def test_quantize_bad_calibration_data(model_dir):
 
 def test_quantize_dynamic_runs_in_onnxruntime(model_dir, tmp_path):
     """kiln.quantize(dynamic=True) needs no samples; its portable form loads in ONNX Runtime and
-    both agree with the float model."""
+    both agree with the float model. kiln's form quantizes the rows to 7 bits where the CPU lacks
+    VNNI (row_bits 7), unless weight_bits=8."""
     path = os.path.join(model_dir, "two_inputs.onnx")
     feeds = feeds_for("two_inputs")
     want = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"]).run(["y"], feeds)[0]
@@ -450,6 +451,14 @@ def test_quantize_dynamic_runs_in_onnxruntime(model_dir, tmp_path):
     got_kiln = fused.session().run(["y"], feeds)[0]
     tol = 0.05 * np.abs(want).max()
     assert np.abs(got_ort - want).max() < tol and np.abs(got_kiln - want).max() < tol
+
+    def row_bits(model):
+        saved = os.path.join(tmp_path, "rows.onnx")
+        model.save(saved)
+        return [a.i for n in onnx.load(saved).graph.node if n.op_type == "DynamicQuantMatMul"
+                for a in n.attribute if a.name == "row_bits"]
+    assert row_bits(fused) == ([] if kiln._kiln.has_vnni() else [7])
+    assert row_bits(kiln.quantize(path, dynamic=True, weight_bits=8)) == []
     with pytest.raises(kiln.InvalidArgument, match="calibration_data"):
         kiln.quantize(path)
 
