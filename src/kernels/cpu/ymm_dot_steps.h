@@ -3,7 +3,8 @@
 // 16-bit pair or 8-bit quad of a and b, exactly.
 //   PairsOf16Bits       vpmaddwd: two int16 products a lane (any values up to 16 bits).
 //   QuadsOf7BitValues   vpmaddubsw + vpmaddwd against ones: four u8 x s8 products a lane, exact
-//                       when b is within +-64 (pair sums at most 255 * 64 * 2 = 32640).
+//                       when b is within +-64 (pair sums at most 255 * 64 * 2 = 32640) or a
+//                       below 128 (127 * 128 * 2 = 32512: DynamicQuantMatMul's 7-bit rows).
 //   VnniQuads           vpdpbusd (AVX-VNNI): four u8 x s8 products a lane, any s8 b; declared
 //                       only in files compiled with -mavxvnni.
 // The tiles are templates of their step. Each step is instantiated in files of one ISA only
