@@ -214,7 +214,8 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, prec
     nodes left in float. ``weight_bits`` 8, 7 (a u8 x s8 pair sum then fits 16 bits: the AVX2
     kernels' faster vpmaddubsw route) or "auto" (7 where this CPU lacks VNNI, static quantization
     only: its accuracy guard measures the cost; dynamic keeps 8-bit weights and, where this CPU
-    lacks VNNI, quantizes the activations' rows to 7 bits, which the same route multiplies). The accuracy guard: each output must keep a cosine of at least
+    lacks VNNI, quantizes the activations' rows to 7 bits, which the same route multiplies).
+    The accuracy guard: each output must keep a cosine of at least
     ``min_cosine`` to the float model's, and so must the mean of its features' (outputs of rank 3
     or more: each feature along their smallest axis alike, a detector's boxes and class scores), on
     ``held_out`` (samples as ``calibration_data``; default

@@ -105,7 +105,8 @@ Status write_dynamic(ir::Model& model, const passes::ValueTypes& types, const Qu
       std::vector<std::string> in = {n.inputs[0], wq_name, ws_name};
       if (bias_input) in.push_back(bias);
       ir::Node dq = make_node(stem + "_DynamicQuantMatMul", "DynamicQuantMatMul", in, {product}, "ai.kiln");
-      if (options.dynamic_row_bits != 8) dq.attrs.push_back(ir::Attribute::of_int("row_bits", options.dynamic_row_bits));
+      if (options.dynamic_row_bits != 8)
+        dq.attrs.push_back(ir::Attribute::of_int("row_bits", options.dynamic_row_bits));
       nodes.push_back(std::move(dq));
       if (!bias.empty() && !bias_input) nodes.push_back(make_node(stem + "_bias", "Add", {product, bias}, {result}));
       model.opsets.emplace("ai.kiln", 1);

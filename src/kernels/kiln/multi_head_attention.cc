@@ -1,9 +1,9 @@
 // Kernels of ai.kiln.MultiHeadAttention and ai.kiln.ScaledDotProductAttention (docs/ops.md). The
 // first runs the merged Q/K/V projection as one GEMM with the bias in its write-out (W packed once
 // in prepare when it is a constant; an int8 W with its W_scale runs gemm::DynamicQuantGemm, X
-// quantized per row as DynamicQuantMatMul does, to row_bits); both then run softmax(scale * Q·K^T + mask)·V per
-// batch element and head by the flash-attention kernel (kernels/cpu/attention), written straight
-// into the merged output.
+// quantized per row as DynamicQuantMatMul does, to row_bits); both then run
+// softmax(scale * Q·K^T + mask)·V per batch element and head by the flash-attention kernel
+// (kernels/cpu/attention), written straight into the merged output.
 #include "core/thread_pool.h"
 #include "kernels/cpu/attention/attention.h"
 #include "kernels/cpu/gemm/dynamic_quant_gemm.h"

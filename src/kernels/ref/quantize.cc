@@ -125,8 +125,11 @@ void range_with_zero(const float* x, int64_t n, float* mn, float* mx) {
   for (; i < n; ++i) *mn = std::min(*mn, x[i]), *mx = std::max(*mx, x[i]);
 }
 
-// y = saturate(round_half_even(x / scale) + zp) into [0, top] (or [-128, top] when Signed), top
-// the type's largest code (top_code), 32 at a time: the same results as the scalar tail's float
+// An 8-bit type's largest code.
+constexpr float top_code(bool is_signed) { return is_signed ? 127.0f : 255.0f; }
+
+// y = saturate(round_half_even(x / scale) + zp) into [lo, top] (lo 0, or -128 when Signed; top the
+// type's largest code, top_code), 32 at a time: the same results as the scalar tail's float
 // operations (division, nearbyint in the default rounding mode, NaN to lo). With Reciprocal,
 // `scale` is 1 / scale and x is multiplied by it (DynamicQuantMatMul's rule, whose 7-bit rows take
 // top 127; without it the AVX-512 loops below take the type's range).
@@ -137,8 +140,6 @@ void range_with_zero(const float* x, int64_t n, float* mn, float* mx) {
 // half: within 2^-13 of one where |x / scale| <= 512. Larger values saturate either way (|zp| <=
 // 255 and the codes span 256). So 32 products that all lie further than 2^-11 from a half are
 // the quotients' codes.
-constexpr float top_code(bool is_signed) { return is_signed ? 127.0f : 255.0f; }
-
 template <bool Signed, bool Reciprocal = false>
 void quantize_8bit(const float* x, int64_t n, float scale, float zp, float top, void* out) {
   if (!Reciprocal && cpu_features().has_avx512()) return qlinear::quantize_avx512(x, n, scale, zp, Signed, out);
@@ -345,7 +346,9 @@ Status dynamic_quantize_linear(KernelContext& ctx) {
   float mn = 0, mx = 0, scale = 0, zpf = 0;
   for (int64_t c = 0; c < chunks; ++c) mn = std::min(mn, lows[static_cast<size_t>(c)]), mx = std::max(mx, highs[static_cast<size_t>(c)]);
   dynamic_u8_params(mn, mx, &scale, &zpf);
-  auto codes = [&](int64_t b, int64_t e) { quantize_8bit<false>(xd + b, e - b, scale, zpf, 255.0f, y->data<uint8_t>() + b); };
+  auto codes = [&](int64_t b, int64_t e) {
+    quantize_8bit<false>(xd + b, e - b, scale, zpf, 255.0f, y->data<uint8_t>() + b);
+  };
   if (ctx.pool && chunks > 1) ctx.pool->parallel_for(n, kChunk, codes);
   else codes(0, n);
   if (ctx.wants_output(1)) {
@@ -463,7 +466,8 @@ Result<float> per_tensor_parameter(const Tensor* t, size_t i, bool scale, DType 
 }
 
 void quantize_row_8bit(const float* x, int64_t n, float scale, int32_t zero_point, bool to_int8, void* y) {
-  (to_int8 ? quantize_8bit<true> : quantize_8bit<false>)(x, n, scale, static_cast<float>(zero_point), top_code(to_int8), y);
+  const float zp = static_cast<float>(zero_point);
+  (to_int8 ? quantize_8bit<true> : quantize_8bit<false>)(x, n, scale, zp, top_code(to_int8), y);
 }
 
 void dynamic_quantize_row_u8(const float* x, int64_t n, uint8_t* y, float* scale, int32_t* zero_point, int top) {

@@ -5,8 +5,8 @@
 // for such CPUs) or A of 7-bit ones (au <= 127: DynamicQuantMatMul's 7-bit rows), vpmaddubsw's
 // u8 x s8 pair sums stay within 16 bits (2 x 255 x 64 or 2 x 127 x 128 at most) and vpmaddwd
 // against ones adds the pairs into the int32 lane, exactly (3 instructions for 32 products, where
-// gemm_s16's vpmaddwd on widened values takes 4, on B twice the bytes). The zero points and the other
-// signs become exact compensation terms: with A's values moved to u8 (au = a, or a + 128 when
+// gemm_s16's vpmaddwd on widened values takes 4, on B twice the bytes). The zero points and the
+// other signs become exact compensation terms: with A's values moved to u8 (au = a, or a + 128 when
 // signed) and B's to s8 (bs = b, or b - 128 when unsigned),
 //   sum_k (a - za)(b - zb) = sum_k au bs + beta_j sum_k au - alpha_i sum_k bs - K alpha_i beta_j
 // where alpha_i = za_i (+ 128 for a signed A) and beta_j = -zb_j (+ 128 for an unsigned B).
