@@ -382,12 +382,7 @@ TEST(AttentionFusion, DynamicQuantProjectionsMergeIntoInt8Attention) {
     SCOPED_TRACE(::testing::Message() << "row_bits " << row_bits);
     Builder b(17);
     bert_block(b, true, false);
-    Model model(std::make_shared<ir::Model>(b.m));
-    QuantizeOptions o = test::untimed();
-    o.dynamic = true;
-    o.dynamic_row_bits = row_bits;
-    auto report = model.quantize({}, o);
-    ASSERT_TRUE(report.is_ok()) << report.status().message();
+    Model model = test::dynamically_quantized(b.m, row_bits);
     ASSERT_EQ(qualified_histogram(model.ir())["ai.kiln.DynamicQuantMatMul"], 4);
     ir::Model m = model.ir();
     EXPECT_EQ(run_fusion(m), 1);

@@ -89,12 +89,7 @@ void check_dynamic_rows(int row_bits) {
   b.add("MatMul", {"x", "w"}, {"m"});
   b.add("Add", {"m", "bias"}, {"y"});
   b.output("y");
-  Model model(std::make_shared<ir::Model>(b.m));
-  QuantizeOptions o = test::untimed();
-  o.dynamic = true;
-  o.dynamic_row_bits = row_bits;
-  auto report = model.quantize({}, o);
-  ASSERT_TRUE(report.is_ok()) << report.status().message();
+  Model model = test::dynamically_quantized(b.m, row_bits);
   EXPECT_EQ(test::qualified_histogram(model.ir()), (std::map<std::string, int>{{"ai.kiln.DynamicQuantMatMul", 1}}));
   EXPECT_EQ(model.ir().graph.nodes[0].attr_int("row_bits", 8), row_bits);
   const float top = row_bits == 7 ? 127.0f : 255.0f;
@@ -141,11 +136,7 @@ TEST(Quantize, DynamicQuantMatMulRowBitsOtherThanSevenOrEightIsAnError) {
   b.weight("w", {16, 12});
   b.add("MatMul", {"x", "w"}, {"y"});
   b.output("y");
-  Model model(std::make_shared<ir::Model>(b.m));
-  QuantizeOptions o = test::untimed();
-  o.dynamic = true;
-  ASSERT_TRUE(model.quantize({}, o).is_ok());
-  auto m = std::make_shared<ir::Model>(model.ir());
+  auto m = std::make_shared<ir::Model>(test::dynamically_quantized(b.m).ir());
   m->graph.nodes[0].attrs.push_back(ir::Attribute::of_int("row_bits", 5));
   auto s = Session::create(m);
   ASSERT_FALSE(s.is_ok());
@@ -161,11 +152,7 @@ TEST(Quantize, DynamicReduceRangeWritesSevenBitWeights) {
   b.weight("w", {48, 20});
   b.add("MatMul", {"x", "w"}, {"y"});
   b.output("y");
-  Model model(std::make_shared<ir::Model>(b.m));
-  QuantizeOptions o = test::untimed();
-  o.dynamic = true;
-  o.reduce_range = true;
-  ASSERT_TRUE(model.quantize({}, o).is_ok());
+  Model model = test::dynamically_quantized(b.m, 8, true);
   const ir::Node& n = model.ir().graph.nodes[0];
   const Tensor& wq = model.ir().graph.initializers.at(n.inputs[1]);
   for (int64_t j = 0; j < 20; ++j) {

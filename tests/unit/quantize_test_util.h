@@ -39,6 +39,18 @@ inline QuantizeOptions untimed() {
   return o;
 }
 
+// m quantized by --dynamic (kiln's form unless `portable`, rows of row_bits), untimed.
+inline Model dynamically_quantized(const ir::Model& m, int row_bits = 8, bool reduce_range = false) {
+  Model model(std::make_shared<ir::Model>(m));
+  QuantizeOptions o = untimed();
+  o.dynamic = true;
+  o.dynamic_row_bits = row_bits;
+  o.reduce_range = reduce_range;
+  auto report = model.quantize({}, o);
+  EXPECT_TRUE(report.is_ok()) << report.status().message();
+  return model;
+}
+
 // `count` samples of `shape`, each b.random(shape, lo, hi) in turn.
 inline std::vector<Tensor> random_samples(Builder& b, int count, const Shape& shape, float lo = -1, float hi = 1) {
   std::vector<Tensor> xs;
