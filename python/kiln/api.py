@@ -213,7 +213,9 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, prec
     activations with ``signed_activations`` (else uint8 with a zero point); ``keep_float`` names
     nodes left in float. ``weight_bits`` 8, 7 (a u8 x s8 pair sum then fits 16 bits: the AVX2
     kernels' faster vpmaddubsw route) or "auto" (7 where this CPU lacks VNNI, static quantization
-    only: its accuracy guard measures the cost; dynamic keeps 8-bit weights and, where this CPU
+    only: its accuracy guard measures the cost, and where 7 bits miss the budget the weights take 8
+    before any node goes back to float, report["quantization"]["seven_bit_weights_missed"] saying
+    which budget; dynamic keeps 8-bit weights and, where this CPU
     lacks VNNI, quantizes the activations' rows to 7 bits, which the same route multiplies).
     The accuracy guard: each output must keep a cosine of at least
     ``min_cosine`` to the float model's, and so must the mean of its features' (outputs of rank 3
@@ -264,7 +266,8 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, prec
                            min_cosine=float(min_cosine), max_fallbacks=int(max_fallbacks),
                            precision=str(precision), weight_only_bits=weight_only_bits, block_size=int(block_size),
                            hold_out_every=int(hold_out_every), min_top1=float(min_top1), metric=metric,
-                           min_metric=float(min_metric), check_speed=bool(check_speed), row_bits=row_bits)
+                           min_metric=float(min_metric), check_speed=bool(check_speed), row_bits=row_bits,
+                           widen_weights_if_missed=reduce and weight_bits == "auto")
     if not portable and not weights16:
         core.optimize()
     return Model(core, {"quantization": report})

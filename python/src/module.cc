@@ -390,8 +390,10 @@ PYBIND11_MODULE(_kiln, m) {
                           const std::vector<std::string>& keep_float, double min_cosine, int max_fallbacks,
                           bool dynamic, bool portable, bool reduce_range, const std::string& precision,
                           int weight_only_bits, int64_t block_size, int hold_out_every, double min_top1,
-                          const py::object& metric, double min_metric, bool check_speed, int row_bits) {
+                          const py::object& metric, double min_metric, bool check_speed, int row_bits,
+                          bool widen_weights_if_missed) {
         QuantizeOptions o;
+        o.widen_weights_if_missed = widen_weights_if_missed;
         if (row_bits != 7 && row_bits != 8) throw StatusError{Status::invalid_argument("row_bits must be 7 or 8")};
         o.dynamic_row_bits = row_bits;
         o.check_speed = check_speed;
@@ -497,6 +499,7 @@ PYBIND11_MODULE(_kiln, m) {
                         py::arg("calibration_trials") = r.calibration_trials,
                         py::arg("top1") = r.top1 ? py::object(py::float_(*r.top1)) : py::object(py::none()),
                         py::arg("latency_ms") = r.latency_ms, py::arg("latency_all_8bit_ms") = r.latency_all_8bit_ms,
+                        py::arg("seven_bit_weights_missed") = r.seven_bit_weights_missed,
                         py::arg("metric") = r.metric ? py::object(py::float_(*r.metric)) : py::object(py::none()),
                         py::arg("weight_bytes_before") = r.weight_bytes_before,
                         py::arg("weight_bytes_after") = r.weight_bytes_after);
@@ -506,7 +509,8 @@ PYBIND11_MODULE(_kiln, m) {
          py::arg("dynamic") = false, py::arg("portable") = false, py::arg("reduce_range") = false,
          py::arg("precision") = "int8", py::arg("weight_only_bits") = 0, py::arg("block_size") = 32,
          py::arg("hold_out_every") = 4, py::arg("min_top1") = 0.0, py::arg("metric") = py::none(),
-         py::arg("min_metric") = 0.0, py::arg("check_speed") = true, py::arg("row_bits") = 8)
+         py::arg("min_metric") = 0.0, py::arg("check_speed") = true, py::arg("row_bits") = 8,
+         py::arg("widen_weights_if_missed") = false)
       .def("copy", [](const Model& model) { return Model(model); })
       .def("clear_backend_choices", &Model::clear_backend_choices)
       .def("summary", [](const Model& model, int64_t batch, int64_t seq) {

@@ -500,8 +500,16 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
     } else {
       KILN_ASSIGN_OR_RETURN(a, attempt(current, float_tensors, calibration));
     }
+    if (!a.missed.empty() && fallbacks.empty() && current.reduce_range && options.widen_weights_if_missed) {
+      // 7-bit weights miss the budget: 8-bit ones (the exact 16-bit tiles of a CPU without VNNI)
+      // before any activation goes back to float.
+      report.seven_bit_weights_missed = a.missed;
+      current.reduce_range = false;
+      continue;
+    }
     if (fallbacks.empty()) all_8bit = a.qdq;
     QuantizeReport& r = a.r;
+    r.seven_bit_weights_missed = report.seven_bit_weights_missed;
     if (a.missed.empty() || a.plan.points.empty()) {
       if (!a.missed.empty()) return Status::error("quantize: nothing left in 8 bits, and the budget is still missed: " + a.missed);
       // The speed check's and the guard's fallbacks with their reasons, not choose()'s "asked to".

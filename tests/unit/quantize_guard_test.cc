@@ -289,5 +289,47 @@ TEST(Quantize, CarrierOfAFloatTensorStaysFloat) {
   EXPECT_FALSE(without.count("y")) << "the Concat would quantize sg's values at its output";
 }
 
+// --weight-bits auto on a CPU without VNNI (reduce_range with widen_weights_if_missed): where the
+// 7-bit weights miss the budget and 8-bit ones hold it, the model written has 8-bit weights (each
+// filter's largest at 127) and nothing back in float, the report naming the budget missed; without
+// the rung the guard puts activations back in float instead.
+TEST(Quantize, SevenBitWeightsThatMissTheBudgetWidenToEight) {
+  const ir::Model m = test::small_cnn(13);
+  test::Builder data;
+  std::vector<Tensor> calib = test::random_samples(data, 8, {1, 8, 12, 12});
+  auto quantize = [&](bool reduce_range, bool widen, double min_cosine) {
+    QuantizeOptions o = test::untimed();
+    o.method = CalibrationMethod::kMinMax;
+    o.reduce_range = reduce_range, o.widen_weights_if_missed = widen, o.min_cosine = min_cosine;
+    o.hold_out_every = 0;
+    auto model = std::make_unique<Model>(std::make_shared<ir::Model>(m));
+    std::vector<Tensor> xs = calib;
+    auto r = model->quantize(test::samples_of(xs), o);
+    return std::make_pair(std::move(model), std::move(r));
+  };
+  auto [m7, r7] = quantize(true, false, 0);
+  auto [m8, r8] = quantize(false, false, 0);
+  ASSERT_TRUE(r7.is_ok() && r8.is_ok());
+  const double c7 = r7->outputs.at(0).cosine, c8 = r8->outputs.at(0).cosine;
+  ASSERT_GT(c8, c7);  // 8-bit weights nearer the float model
+  const double budget = (c7 + c8) / 2;
+  auto [widened, r] = quantize(true, true, budget);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_NE(r->seven_bit_weights_missed.find("cosine"), std::string::npos) << r->seven_bit_weights_missed;
+  EXPECT_GE(r->outputs.at(0).cosine, budget);
+  for (const std::string& k : r->kept_float) EXPECT_EQ(k.find("accuracy guard"), std::string::npos) << k;
+  int most = 0;  // the conv weights written: 8-bit
+  for (const auto& [name, t] : widened->ir().graph.initializers)
+    if (t.dtype() == DType::kInt8 && t.rank() == 4)
+      for (int64_t i = 0; i < t.numel(); ++i) most = std::max(most, std::abs(int{t.data<int8_t>()[i]}));
+  EXPECT_EQ(most, 127);
+  auto [fell_back, rf] = quantize(true, false, budget);  // without the rung: fallbacks to float
+  if (rf.is_ok()) {
+    EXPECT_TRUE(rf->seven_bit_weights_missed.empty());
+    EXPECT_TRUE(std::any_of(rf->kept_float.begin(), rf->kept_float.end(),
+                            [](const std::string& k) { return k.find("accuracy guard") != std::string::npos; }));
+  }
+}
+
 }  // namespace
 }  // namespace kiln

@@ -199,8 +199,8 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(50.0, 100.0));
   cmd->add_option("--weight-bits", opt->weight_bits,
                   "8, or 7 (7-bit weights: the AVX2 kernels' faster vpmaddubsw route); auto (default): 7 where this "
-                  "CPU lacks VNNI, for static quantization (its accuracy guard measures the cost), else 8; with "
-                  "--dynamic, 8-bit weights and, where this CPU lacks VNNI, 7-bit activation rows")
+                  "CPU lacks VNNI, for static quantization (its accuracy guard measures the cost; 8 where 7 miss the "
+                  "budget), else 8; with --dynamic, 8-bit weights and, where this CPU lacks VNNI, 7-bit activation rows")
       ->check(CLI::IsMember({"auto", "4", "7", "8"}));
   cmd->add_flag("--weight-only", opt->weight_only,
                 "Only MatMul weights: 8 bits (int8 per column, standard QDQ) or, with --weight-bits 4, ONNX Runtime's "
@@ -296,6 +296,7 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     // cosine min 0.9962), which its vpmaddubsw multiplies exactly as well; --weight-bits 8 keeps
     // 8-bit rows.
     qo.dynamic_row_bits = opt->dynamic && !opt->portable && opt->weight_bits == "auto" && !has_vnni() ? 7 : 8;
+    qo.widen_weights_if_missed = qo.reduce_range && opt->weight_bits == "auto";
     qo.percentile = opt->percentile;
     qo.per_channel = !opt->per_tensor;
     qo.signed_activations = opt->signed_activations;
@@ -338,7 +339,10 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
       std::printf("conv activations: %lld in float on the sums, %lld through tables of 8-bit codes (as accurate there)\n",
                   static_cast<long long>(report->activations_in_float),
                   static_cast<long long>(report->activations_in_tables));
-    if (qo.reduce_range && !weights16)
+    if (!report->seven_bit_weights_missed.empty())
+      std::printf("7-bit weights missed the budget (%s): 8-bit weights instead, this CPU's exact 16-bit tiles\n",
+                  report->seven_bit_weights_missed.c_str());
+    else if (qo.reduce_range && !weights16)
       std::printf("7-bit weights (--weight-bits %s): this CPU's 8-bit convs and MatMuls take vpmaddubsw\n",
                   opt->weight_bits.c_str());
     if (qo.dynamic_row_bits == 7)
