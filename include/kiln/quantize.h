@@ -52,10 +52,10 @@ struct QuantizeOptions {
   // Runtime's reduce_range). The CLI and Python turn it on where the CPU in use lacks VNNI
   // unless told otherwise.
   bool reduce_range = false;
-  // With reduce_range (static quantization): where the 7-bit model misses the accuracy budget,
-  // 8-bit weights next (those CPUs' exact 16-bit tiles), before any activation goes back to
-  // float. The CLI's and Python's --weight-bits auto set it (the zoo's yolov8n on AVX2: 7-bit
-  // weights missed the default budget after 16 fallbacks; 8-bit ones hold it with 4).
+  // With reduce_range (static quantization): where the 7-bit model misses the accuracy budget
+  // even after the guard's fallbacks, 8-bit weights (those CPUs' exact 16-bit tiles), the
+  // fallbacks started again. The CLI's and Python's --weight-bits auto set it (the zoo's yolov8n
+  // on AVX2: 7-bit weights missed the default budget after 16 fallbacks; 8-bit ones hold it).
   bool widen_weights_if_missed = false;
   // Activations: uint8 with a zero point (asymmetric), or int8 with zero point 0 (symmetric).
   bool signed_activations = false;
@@ -177,8 +177,8 @@ struct QuantizeReport {
   // sample) of the model with every candidate in 8 bits and of the model written: what the
   // fallbacks cost.
   double latency_all_8bit_ms = 0, latency_ms = 0;
-  // QuantizeOptions::widen_weights_if_missed: the budget the 7-bit weights missed ("" where they
-  // held it, or were not asked for); the weights written are 8-bit then.
+  // QuantizeOptions::widen_weights_if_missed: the budget the 7-bit weights missed after their
+  // fallbacks ("" where they held it, or were not asked for); the weights written are 8-bit then.
   std::string seven_bit_weights_missed;
   // The speed check's timings, each candidate node's (check_speed).
   std::vector<NodeSpeed> speeds;

@@ -213,9 +213,9 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, prec
     activations with ``signed_activations`` (else uint8 with a zero point); ``keep_float`` names
     nodes left in float. ``weight_bits`` 8, 7 (a u8 x s8 pair sum then fits 16 bits: the AVX2
     kernels' faster vpmaddubsw route) or "auto" (7 where this CPU lacks VNNI, static quantization
-    only: its accuracy guard measures the cost, and where 7 bits miss the budget the weights take 8
-    before any node goes back to float, report["quantization"]["seven_bit_weights_missed"] saying
-    which budget; dynamic keeps 8-bit weights and, where this CPU
+    only: its accuracy guard measures the cost, and where 7 bits miss the budget even after its
+    fallbacks the weights take 8, report["quantization"]["seven_bit_weights_missed"] saying which
+    budget; dynamic keeps 8-bit weights and, where this CPU
     lacks VNNI, quantizes the activations' rows to 7 bits, which the same route multiplies).
     The accuracy guard: each output must keep a cosine of at least
     ``min_cosine`` to the float model's, and so must the mean of its features' (outputs of rank 3

@@ -492,6 +492,17 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
   std::optional<ir::Model> all_8bit;  // the model before any fallback, to time against
   std::optional<std::vector<Fallback>> ranked;
   size_t next_fallback = 0;  // in ranked
+  // Where auto's 7-bit weights miss the budget even after the fallbacks: 8-bit ones (the exact
+  // 16-bit tiles of a CPU without VNNI), the fallbacks started again (widen_weights_if_missed).
+  const QuantizeOptions before_fallbacks = current;
+  auto widened = [&](const std::string& missed) {
+    if (!current.reduce_range || !options.widen_weights_if_missed) return false;
+    report.seven_bit_weights_missed = missed;
+    current = before_fallbacks;
+    current.reduce_range = false;
+    float_tensors.clear(), fallbacks.clear(), ranked.reset(), next_fallback = 0;
+    return true;
+  };
   for (;;) {
     Attempt a;
     if (first) {
@@ -500,17 +511,11 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
     } else {
       KILN_ASSIGN_OR_RETURN(a, attempt(current, float_tensors, calibration));
     }
-    if (!a.missed.empty() && fallbacks.empty() && current.reduce_range && options.widen_weights_if_missed) {
-      // 7-bit weights miss the budget: 8-bit ones (the exact 16-bit tiles of a CPU without VNNI)
-      // before any activation goes back to float.
-      report.seven_bit_weights_missed = a.missed;
-      current.reduce_range = false;
-      continue;
-    }
     if (fallbacks.empty()) all_8bit = a.qdq;
     QuantizeReport& r = a.r;
     r.seven_bit_weights_missed = report.seven_bit_weights_missed;
     if (a.missed.empty() || a.plan.points.empty()) {
+      if (!a.missed.empty() && widened(a.missed)) continue;
       if (!a.missed.empty()) return Status::error("quantize: nothing left in 8 bits, and the budget is still missed: " + a.missed);
       // The speed check's and the guard's fallbacks with their reasons, not choose()'s "asked to".
       std::vector<std::string> reasons = faster_float;
@@ -524,6 +529,7 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
       model = std::move(a.qdq);
       return std::move(r);
     }
+    if (static_cast<int>(fallbacks.size()) >= options.max_fallbacks && widened(a.missed)) continue;
     if (static_cast<int>(fallbacks.size()) >= options.max_fallbacks)
       return Status::error("quantize: the budget is missed after " + std::to_string(fallbacks.size()) +
                            " fallbacks to float: " + a.missed +
@@ -550,6 +556,7 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
     while (next_fallback < ranked->size() &&
            !std::count(a.plan.points.begin(), a.plan.points.end(), (*ranked)[next_fallback].tensor))
       ++next_fallback;  // gone with an earlier fallback's node
+    if (next_fallback == ranked->size() && widened(a.missed)) continue;
     if (next_fallback == ranked->size())
       return Status::error("quantize: the budget is missed with every activation tried in float: " + a.missed);
     const Fallback& f = (*ranked)[next_fallback++];

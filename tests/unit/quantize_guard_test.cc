@@ -290,9 +290,9 @@ TEST(Quantize, CarrierOfAFloatTensorStaysFloat) {
 }
 
 // --weight-bits auto on a CPU without VNNI (reduce_range with widen_weights_if_missed): where the
-// 7-bit weights miss the budget and 8-bit ones hold it, the model written has 8-bit weights (each
-// filter's largest at 127) and nothing back in float, the report naming the budget missed; without
-// the rung the guard puts activations back in float instead.
+// 7-bit weights miss the budget after the fallbacks allowed (none here) and 8-bit ones hold it, the
+// model written has 8-bit weights (each filter's largest at 127), the report naming the budget
+// missed; without the rung quantizing fails.
 TEST(Quantize, SevenBitWeightsThatMissTheBudgetWidenToEight) {
   const ir::Model m = test::small_cnn(13);
   test::Builder data;
@@ -302,6 +302,7 @@ TEST(Quantize, SevenBitWeightsThatMissTheBudgetWidenToEight) {
     o.method = CalibrationMethod::kMinMax;
     o.reduce_range = reduce_range, o.widen_weights_if_missed = widen, o.min_cosine = min_cosine;
     o.hold_out_every = 0;
+    o.max_fallbacks = 0;
     auto model = std::make_unique<Model>(std::make_shared<ir::Model>(m));
     std::vector<Tensor> xs = calib;
     auto r = model->quantize(test::samples_of(xs), o);
@@ -323,12 +324,10 @@ TEST(Quantize, SevenBitWeightsThatMissTheBudgetWidenToEight) {
     if (t.dtype() == DType::kInt8 && t.rank() == 4)
       for (int64_t i = 0; i < t.numel(); ++i) most = std::max(most, std::abs(int{t.data<int8_t>()[i]}));
   EXPECT_EQ(most, 127);
-  auto [fell_back, rf] = quantize(true, false, budget);  // without the rung: fallbacks to float
-  if (rf.is_ok()) {
-    EXPECT_TRUE(rf->seven_bit_weights_missed.empty());
-    EXPECT_TRUE(std::any_of(rf->kept_float.begin(), rf->kept_float.end(),
-                            [](const std::string& k) { return k.find("accuracy guard") != std::string::npos; }));
-  }
+  auto [missed, rm] = quantize(true, false, budget);  // without the rung
+  ASSERT_FALSE(rm.is_ok());
+  EXPECT_NE(rm.status().message().find("the budget is missed after 0 fallbacks"), std::string::npos)
+      << rm.status().message();
 }
 
 }  // namespace

@@ -340,7 +340,8 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
                   static_cast<long long>(report->activations_in_float),
                   static_cast<long long>(report->activations_in_tables));
     if (!report->seven_bit_weights_missed.empty())
-      std::printf("7-bit weights missed the budget (%s): 8-bit weights instead, this CPU's exact 16-bit tiles\n",
+      std::printf("7-bit weights missed the budget after their fallbacks (%s): 8-bit weights instead, this CPU's "
+                  "exact 16-bit tiles\n",
                   report->seven_bit_weights_missed.c_str());
     else if (qo.reduce_range && !weights16)
       std::printf("7-bit weights (--weight-bits %s): this CPU's 8-bit convs and MatMuls take vpmaddubsw\n",
