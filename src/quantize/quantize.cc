@@ -512,11 +512,12 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
       KILN_ASSIGN_OR_RETURN(a, attempt(current, float_tensors, calibration));
     }
     if (fallbacks.empty()) all_8bit = a.qdq;
-    QuantizeReport& r = a.r;
-    r.seven_bit_weights_missed = report.seven_bit_weights_missed;
+    QuantizeReport& r = a.r;  // (an attempt after widened() copied its seven_bit_weights_missed)
     if (a.missed.empty() || a.plan.points.empty()) {
-      if (!a.missed.empty() && widened(a.missed)) continue;
-      if (!a.missed.empty()) return Status::error("quantize: nothing left in 8 bits, and the budget is still missed: " + a.missed);
+      if (!a.missed.empty()) {
+        if (widened(a.missed)) continue;
+        return Status::error("quantize: nothing left in 8 bits, and the budget is still missed: " + a.missed);
+      }
       // The speed check's and the guard's fallbacks with their reasons, not choose()'s "asked to".
       std::vector<std::string> reasons = faster_float;
       reasons.insert(reasons.end(), fallbacks.begin(), fallbacks.end());
@@ -529,11 +530,12 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
       model = std::move(a.qdq);
       return std::move(r);
     }
-    if (static_cast<int>(fallbacks.size()) >= options.max_fallbacks && widened(a.missed)) continue;
-    if (static_cast<int>(fallbacks.size()) >= options.max_fallbacks)
+    if (static_cast<int>(fallbacks.size()) >= options.max_fallbacks) {
+      if (widened(a.missed)) continue;
       return Status::error("quantize: the budget is missed after " + std::to_string(fallbacks.size()) +
                            " fallbacks to float: " + a.missed +
                            " (lower it, allow more fallbacks, or calibrate on more data)");
+    }
     if (!ranked) {
       std::map<std::string, std::string> writer;  // the plan's nodes by their 8-bit output
       for (const QuantizedNode& q : a.plan.nodes) writer[q.output] = node_label(model.graph.nodes[q.node]);
@@ -556,9 +558,10 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
     while (next_fallback < ranked->size() &&
            !std::count(a.plan.points.begin(), a.plan.points.end(), (*ranked)[next_fallback].tensor))
       ++next_fallback;  // gone with an earlier fallback's node
-    if (next_fallback == ranked->size() && widened(a.missed)) continue;
-    if (next_fallback == ranked->size())
+    if (next_fallback == ranked->size()) {
+      if (widened(a.missed)) continue;
       return Status::error("quantize: the budget is missed with every activation tried in float: " + a.missed);
+    }
     const Fallback& f = (*ranked)[next_fallback++];
     const std::string why = ": accuracy guard (" + a.missed + "; " + std::to_string(next_fallback) + " of " +
                             std::to_string(ranked->size()) + " by what it alone in float does to the budget)";
