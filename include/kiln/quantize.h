@@ -116,6 +116,12 @@ struct QuantizeOptions {
   bool check_speed = true;
 };
 
+// `kiln quantize --weight-bits` / kiln.quantize's weight_bits ("auto", "7" or "8"; "4" is
+// weight-only's) on the CPU in use, into o's reduce_range, widen_weights_if_missed and
+// dynamic_row_bits: auto takes vpmaddubsw's exact route where the CPU lacks VNNI (7-bit weights,
+// or for dynamic quantization 7-bit rows). Set o's dynamic, portable and weight_only_bits first.
+void apply_weight_bits(QuantizeOptions& o, const std::string& weight_bits);
+
 // One calibration sample: a tensor per model input, in the order of the model's inputs; nullopt
 // once there are no more. An error stops the quantization with it.
 using CalibrationReader = std::function<Result<std::optional<std::vector<Tensor>>>()>;

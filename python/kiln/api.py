@@ -255,19 +255,15 @@ def quantize(model, calibration_data=None, *, held_out=None, dynamic=False, prec
     samples = _calibration_next(core, calibration_data if calibration_data is not None else [], input_shapes)
     if weight_bits not in ("auto", 4, 7, 8, "4", "7", "8") or (str(weight_bits) == "4" and not weight_only):
         raise InvalidArgument("weight_bits must be 8, 7 or 'auto' (4 with weight_only)")
-    reduce = not weight_only and (str(weight_bits) == "7" or
-                                  (weight_bits == "auto" and not _kiln.has_vnni() and not dynamic))
-    row_bits = 7 if dynamic and not portable and weight_bits == "auto" and not _kiln.has_vnni() else 8
     weight_only_bits = (4 if str(weight_bits) == "4" else 8) if weight_only else 0
     report = core.quantize(samples, held_out=held, dynamic=bool(dynamic), portable=bool(portable),
-                           reduce_range=reduce, method=method,
+                           weight_bits=str(weight_bits), method=method,
                            percentile=float(percentile), per_channel=bool(per_channel),
                            signed_activations=bool(signed_activations), keep_float=list(keep_float),
                            min_cosine=float(min_cosine), max_fallbacks=int(max_fallbacks),
                            precision=str(precision), weight_only_bits=weight_only_bits, block_size=int(block_size),
                            hold_out_every=int(hold_out_every), min_top1=float(min_top1), metric=metric,
-                           min_metric=float(min_metric), check_speed=bool(check_speed), row_bits=row_bits,
-                           widen_weights_if_missed=reduce and weight_bits == "auto")
+                           min_metric=float(min_metric), check_speed=bool(check_speed))
     if not portable and not weights16:
         core.optimize()
     return Model(core, {"quantization": report})

@@ -388,14 +388,10 @@ PYBIND11_MODULE(_kiln, m) {
       .def("quantize", [](Model& model, const py::function& next, const py::object& held_out, const std::string& method,
                           double percentile, bool per_channel, bool signed_activations,
                           const std::vector<std::string>& keep_float, double min_cosine, int max_fallbacks,
-                          bool dynamic, bool portable, bool reduce_range, const std::string& precision,
+                          bool dynamic, bool portable, const std::string& weight_bits, const std::string& precision,
                           int weight_only_bits, int64_t block_size, int hold_out_every, double min_top1,
-                          const py::object& metric, double min_metric, bool check_speed, int row_bits,
-                          bool widen_weights_if_missed) {
+                          const py::object& metric, double min_metric, bool check_speed) {
         QuantizeOptions o;
-        o.widen_weights_if_missed = widen_weights_if_missed;
-        if (row_bits != 7 && row_bits != 8) throw StatusError{Status::invalid_argument("row_bits must be 7 or 8")};
-        o.dynamic_row_bits = row_bits;
         o.check_speed = check_speed;
         o.hold_out_every = hold_out_every;
         o.min_top1 = min_top1;
@@ -443,7 +439,7 @@ PYBIND11_MODULE(_kiln, m) {
         o.max_fallbacks = max_fallbacks;
         o.dynamic = dynamic;
         o.portable = portable;
-        o.reduce_range = reduce_range;
+        apply_weight_bits(o, weight_bits);  // after dynamic, portable and weight_only_bits
         const std::vector<IoInfo> ios = model.inputs();
         // `next` returns a list of arrays in input order, or None; samples are copied (kept).
         auto reader_of = [&](const py::object& source) -> CalibrationReader {
@@ -506,11 +502,10 @@ PYBIND11_MODULE(_kiln, m) {
       }, py::arg("next"), py::arg("held_out") = py::none(), py::arg("method") = "auto", py::arg("percentile") = 99.999,
          py::arg("per_channel") = true, py::arg("signed_activations") = false,
          py::arg("keep_float") = std::vector<std::string>{}, py::arg("min_cosine") = 0.99, py::arg("max_fallbacks") = 16,
-         py::arg("dynamic") = false, py::arg("portable") = false, py::arg("reduce_range") = false,
+         py::arg("dynamic") = false, py::arg("portable") = false, py::arg("weight_bits") = "8",
          py::arg("precision") = "int8", py::arg("weight_only_bits") = 0, py::arg("block_size") = 32,
          py::arg("hold_out_every") = 4, py::arg("min_top1") = 0.0, py::arg("metric") = py::none(),
-         py::arg("min_metric") = 0.0, py::arg("check_speed") = true, py::arg("row_bits") = 8,
-         py::arg("widen_weights_if_missed") = false)
+         py::arg("min_metric") = 0.0, py::arg("check_speed") = true)
       .def("copy", [](const Model& model) { return Model(model); })
       .def("clear_backend_choices", &Model::clear_backend_choices)
       .def("summary", [](const Model& model, int64_t batch, int64_t seq) {

@@ -20,7 +20,6 @@
 #include "cli.h"
 #include "io_files.h"
 #include "kiln/bench_inputs.h"
-#include "kiln/cpu.h"
 #include "kiln/image_input.h"
 #include "kiln/model.h"
 #include "kiln/quantize.h"
@@ -287,16 +286,7 @@ void add_quantize_command(CLI::App& app, int* exit_code) {
     qo.check_speed = !opt->no_speed_check;
     qo.hold_out_every = opt->hold_out_every;
     qo.method = *method;
-    // auto: 7 bits where no VNNI, for static quantization alone, whose accuracy guard measures
-    // the cost; dynamic has no samples to measure with (MiniLM's sentence embeddings: cosine min
-    // 0.9989 at 8 bits, 0.9949 at 7), so it keeps 8 unless told.
-    qo.reduce_range = !opt->weight_only && (opt->weight_bits == "7" ||
-                                            (opt->weight_bits == "auto" && !has_vnni() && !opt->dynamic));
-    // Dynamic's auto on such a CPU: 7-bit rows of the activations instead, 8-bit weights (MiniLM:
-    // cosine min 0.9962), which its vpmaddubsw multiplies exactly as well; --weight-bits 8 keeps
-    // 8-bit rows.
-    qo.dynamic_row_bits = opt->dynamic && !opt->portable && opt->weight_bits == "auto" && !has_vnni() ? 7 : 8;
-    qo.widen_weights_if_missed = qo.reduce_range && opt->weight_bits == "auto";
+    apply_weight_bits(qo, opt->weight_bits);
     qo.percentile = opt->percentile;
     qo.per_channel = !opt->per_tensor;
     qo.signed_activations = opt->signed_activations;
