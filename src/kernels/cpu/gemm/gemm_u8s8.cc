@@ -188,12 +188,14 @@ PackedU8S8 PackedU8S8::pack(const void* b, bool b_signed, int64_t ldb, int64_t k
   for (int64_t j = 0; j < n; ++j) {
     const int32_t z = zb.size() == 1 ? zb[0] : zb[static_cast<size_t>(j)];
     r.beta_[static_cast<size_t>(j)] = (b_signed ? 0 : 128) - z;
-    int8_t* panel = r.data_.data() + (j / kNr) * quads * kNr * 4 + (j % kNr) * 4;
+    const int64_t in_panel = j % kNr, strip = in_panel / PackedU8S8::kStripColumns;
+    int8_t* column = r.data_.data() + (j / kNr) * quads * kNr * 4 + strip * r.strip_bytes() +
+                     (in_panel % PackedU8S8::kStripColumns) * 4;
     int32_t sum = 0;
     for (int64_t q = 0; q < k; ++q) {
       const int32_t v = b_signed ? static_cast<const int8_t*>(b)[q * ldb + j]
                                  : static_cast<const uint8_t*>(b)[q * ldb + j] - 128;
-      panel[(q / 4) * kNr * 4 + q % 4] = static_cast<int8_t>(v);
+      column[(q / 4) * PackedU8S8::kStripColumns * 4 + q % 4] = static_cast<int8_t>(v);
       sum += v;
       r.seven_bit_ = r.seven_bit_ && v >= -64 && v <= 64;
     }

@@ -100,12 +100,13 @@ void tile(const Call& call, int64_t i0, int64_t rows, int64_t p, int64_t cols, P
   const uint8_t* a[kMr];
   for (int i = 0; i < kMr; ++i) a[i] = call.a + (i0 + i) * call.quads * 4;
   const int8_t* bp = call.b->panel(p);
-  for (int64_t q = 0; q < call.quads; ++q, bp += kNr * 4) {
+  const int64_t strip_bytes = call.b->strip_bytes();  // a zmm's 16 columns are one strip
+  for (int64_t q = 0; q < call.quads; ++q, bp += 64) {
     for (int64_t l = 0; l < next.step && next.lines > 0; ++l, --next.lines, next.at += 64)
       _mm_prefetch(reinterpret_cast<const char*>(next.at), _MM_HINT_T1);
     __m512i b[kBlocks];
 #pragma GCC unroll 4
-    for (int h = 0; h < kBlocks; ++h) b[h] = _mm512_loadu_si512(bp + 64 * h);
+    for (int h = 0; h < kBlocks; ++h) b[h] = _mm512_loadu_si512(bp + h * strip_bytes);
 #pragma GCC unroll 6
     for (int i = 0; i < kMr; ++i) {
       int32_t word;

@@ -74,13 +74,15 @@ struct YmmTile {
       for (int i = 0; i < kR; ++i)
 #pragma GCC unroll 8
         for (int v = 0; v < 2 * kH; ++v) acc[i][v] = _mm256_setzero_si256();
-      const int8_t* bp = call.b->panel(p) + 64 * kH * h;
-      for (int64_t q = 0; q < call.quads; ++q, bp += kNr * 4) {
+      const int64_t strip_bytes = call.b->strip_bytes();
+      const int8_t* bp = call.b->panel(p) + kH * h * strip_bytes;  // the pass's first strip
+      for (int64_t q = 0; q < call.quads; ++q, bp += 64) {
         for (int64_t l = 0; h == 0 && l < next.step && next.lines > 0; ++l, --next.lines, next.at += 64)
           _mm_prefetch(reinterpret_cast<const char*>(next.at), _MM_HINT_T1);
         __m256i b[2 * kH];
 #pragma GCC unroll 8
-        for (int v = 0; v < 2 * kH; ++v) b[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp + 32 * v));
+        for (int v = 0; v < 2 * kH; ++v)
+          b[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp + v / 2 * strip_bytes + v % 2 * 32));
 #pragma GCC unroll 6
         for (int i = 0; i < kR; ++i) {
           int32_t word;
