@@ -438,21 +438,28 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
     return a;
   };
 
-  // 4. The calibration: with kAuto, the method whose model is nearest the float one.
+  // 4. The calibration: with kAuto, the method whose model (written with options o) is nearest
+  //    the float one, that model kept in `first`.
   Calibration calibration = calibrations[0];
   std::optional<Attempt> first;
-  for (const Calibration& c : calibrations) {
-    if (calibrations.size() == 1) break;
-    KILN_ASSIGN_OR_RETURN(Attempt a, attempt(options, {}, c));
-    report.calibration_trials.emplace_back(method_name(c.method), a.score);
-    if (!first || a.score > first->score) {
-      calibration = c;
-      first = std::move(a);
+  auto pick_calibration = [&](const QuantizeOptions& o) -> Status {
+    report.calibration_trials.clear();
+    first.reset();
+    for (const Calibration& c : calibrations) {
+      if (calibrations.size() == 1) break;
+      KILN_ASSIGN_OR_RETURN(Attempt a, attempt(o, {}, c));
+      report.calibration_trials.emplace_back(method_name(c.method), a.score);
+      if (!first || a.score > first->score) {
+        calibration = c;
+        first = std::move(a);
+      }
     }
-  }
-  report.calibration_method = method_name(calibration.method);
+    report.calibration_method = method_name(calibration.method);
+    if (first) first->r.calibration_method = report.calibration_method, first->r.calibration_trials = report.calibration_trials;
+    return Status::ok();
+  };
+  KILN_RETURN_IF_ERROR(pick_calibration(options));
   const std::map<std::string, QuantParams>& params = calibration.params;
-  if (first) first->r.calibration_method = report.calibration_method, first->r.calibration_trials = report.calibration_trials;
 
   // 5. The speed check: the nodes that run faster in float, conversions paid, go back to float,
   //    where the model so written is faster as a whole (speed_check.cc).
@@ -493,14 +500,18 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
   std::optional<std::vector<Fallback>> ranked;
   size_t next_fallback = 0;  // in ranked
   // Where auto's 7-bit weights miss the budget even after the fallbacks: 8-bit ones (the exact
-  // 16-bit tiles of a CPU without VNNI), the fallbacks started again (widen_weights_if_missed).
+  // 16-bit tiles of a CPU without VNNI), the calibration method picked again on them (the one
+  // nearest the float model with 7-bit weights needs not be with 8: yolov8n's mse took 8 fallbacks
+  // after widening where percentile, 8-bit from the start, took 4), the fallbacks started again
+  // (widen_weights_if_missed).
   const QuantizeOptions before_fallbacks = current;
-  auto widened = [&](const std::string& missed) {
+  auto widened = [&](const std::string& missed) -> Result<bool> {
     if (!current.reduce_range || !options.widen_weights_if_missed) return false;
     report.seven_bit_weights_missed = missed;
     current = before_fallbacks;
     current.reduce_range = false;
     float_tensors.clear(), fallbacks.clear(), ranked.reset(), next_fallback = 0;
+    KILN_RETURN_IF_ERROR(pick_calibration(current));
     return true;
   };
   for (;;) {
@@ -515,7 +526,8 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
     QuantizeReport& r = a.r;  // (an attempt after widened() copied its seven_bit_weights_missed)
     if (a.missed.empty() || a.plan.points.empty()) {
       if (!a.missed.empty()) {
-        if (widened(a.missed)) continue;
+        KILN_ASSIGN_OR_RETURN(const bool again, widened(a.missed));
+        if (again) continue;
         return Status::error("quantize: nothing left in 8 bits, and the budget is still missed: " + a.missed);
       }
       // The speed check's and the guard's fallbacks with their reasons, not choose()'s "asked to".
@@ -531,7 +543,8 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
       return std::move(r);
     }
     if (static_cast<int>(fallbacks.size()) >= options.max_fallbacks) {
-      if (widened(a.missed)) continue;
+      KILN_ASSIGN_OR_RETURN(const bool again, widened(a.missed));
+      if (again) continue;
       return Status::error("quantize: the budget is missed after " + std::to_string(fallbacks.size()) +
                            " fallbacks to float: " + a.missed +
                            " (lower it, allow more fallbacks, or calibrate on more data)");
@@ -559,7 +572,8 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
            !std::count(a.plan.points.begin(), a.plan.points.end(), (*ranked)[next_fallback].tensor))
       ++next_fallback;  // gone with an earlier fallback's node
     if (next_fallback == ranked->size()) {
-      if (widened(a.missed)) continue;
+      KILN_ASSIGN_OR_RETURN(const bool again, widened(a.missed));
+      if (again) continue;
       return Status::error("quantize: the budget is missed with every activation tried in float: " + a.missed);
     }
     const Fallback& f = (*ranked)[next_fallback++];

@@ -330,5 +330,35 @@ TEST(Quantize, SevenBitWeightsThatMissTheBudgetWidenToEight) {
       << rm.status().message();
 }
 
+// Widened, the calibration method is picked again on the 8-bit weights: the trials and the pick
+// are those of quantizing with 8-bit weights from the start, not those measured on 7-bit ones.
+TEST(Quantize, WidenedWeightsPickTheirCalibrationAgain) {
+  const ir::Model m = test::small_cnn(13);
+  test::Builder data;
+  std::vector<Tensor> calib = test::random_samples(data, 8, {1, 8, 12, 12});
+  auto quantize = [&](bool reduce_range, bool widen, double min_cosine) {
+    QuantizeOptions o = test::untimed();
+    o.method = CalibrationMethod::kAuto;
+    o.reduce_range = reduce_range, o.widen_weights_if_missed = widen, o.min_cosine = min_cosine;
+    o.hold_out_every = 0;
+    o.max_fallbacks = 0;
+    Model model(std::make_shared<ir::Model>(m));
+    std::vector<Tensor> xs = calib;
+    return model.quantize(test::samples_of(xs), o);
+  };
+  auto r7 = quantize(true, false, 0), r8 = quantize(false, false, 0);
+  ASSERT_TRUE(r7.is_ok() && r8.is_ok());
+  ASSERT_EQ(r7->calibration_trials.size(), 4u);
+  ASSERT_NE(r7->calibration_trials, r8->calibration_trials);  // else the test would tell nothing
+  const double c7 = r7->outputs.at(0).cosine, c8 = r8->outputs.at(0).cosine;
+  ASSERT_GT(c8, c7);
+  auto r = quantize(true, true, (c7 + c8) / 2);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_FALSE(r->seven_bit_weights_missed.empty());
+  EXPECT_EQ(r->calibration_trials, r8->calibration_trials);
+  EXPECT_EQ(r->calibration_method, r8->calibration_method);
+  EXPECT_EQ(r->outputs.at(0).cosine, c8);
+}
+
 }  // namespace
 }  // namespace kiln
