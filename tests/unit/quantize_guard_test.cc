@@ -293,20 +293,25 @@ TEST(Quantize, CarrierOfAFloatTensorStaysFloat) {
 // 7-bit weights miss the budget after the fallbacks allowed (none here) and 8-bit ones hold it, the
 // model written has 8-bit weights (each filter's largest at 127), the report naming the budget
 // missed; without the rung quantizing fails.
-TEST(Quantize, SevenBitWeightsThatMissTheBudgetWidenToEight) {
-  const ir::Model m = test::small_cnn(13);
+// small_cnn(13) quantized on 8 random samples, no fallbacks allowed: the model and the report.
+std::pair<std::unique_ptr<Model>, Result<QuantizeReport>> quantize_without_fallbacks(CalibrationMethod method,
+                                                                                   bool reduce_range, bool widen,
+                                                                                   double min_cosine) {
   test::Builder data;
   std::vector<Tensor> calib = test::random_samples(data, 8, {1, 8, 12, 12});
-  auto quantize = [&](bool reduce_range, bool widen, double min_cosine) {
-    QuantizeOptions o = test::untimed();
-    o.method = CalibrationMethod::kMinMax;
-    o.reduce_range = reduce_range, o.widen_weights_if_missed = widen, o.min_cosine = min_cosine;
-    o.hold_out_every = 0;
-    o.max_fallbacks = 0;
-    auto model = std::make_unique<Model>(std::make_shared<ir::Model>(m));
-    std::vector<Tensor> xs = calib;
-    auto r = model->quantize(test::samples_of(xs), o);
-    return std::make_pair(std::move(model), std::move(r));
+  QuantizeOptions o = test::untimed();
+  o.method = method;
+  o.reduce_range = reduce_range, o.widen_weights_if_missed = widen, o.min_cosine = min_cosine;
+  o.hold_out_every = 0;
+  o.max_fallbacks = 0;
+  auto model = std::make_unique<Model>(std::make_shared<ir::Model>(test::small_cnn(13)));
+  auto r = model->quantize(test::samples_of(calib), o);
+  return {std::move(model), std::move(r)};
+}
+
+TEST(Quantize, SevenBitWeightsThatMissTheBudgetWidenToEight) {
+  auto quantize = [](bool reduce_range, bool widen, double min_cosine) {
+    return quantize_without_fallbacks(CalibrationMethod::kMinMax, reduce_range, widen, min_cosine);
   };
   auto [m7, r7] = quantize(true, false, 0);
   auto [m8, r8] = quantize(false, false, 0);
@@ -333,18 +338,8 @@ TEST(Quantize, SevenBitWeightsThatMissTheBudgetWidenToEight) {
 // Widened, the calibration method is picked again on the 8-bit weights: the trials and the pick
 // are those of quantizing with 8-bit weights from the start, not those measured on 7-bit ones.
 TEST(Quantize, WidenedWeightsPickTheirCalibrationAgain) {
-  const ir::Model m = test::small_cnn(13);
-  test::Builder data;
-  std::vector<Tensor> calib = test::random_samples(data, 8, {1, 8, 12, 12});
-  auto quantize = [&](bool reduce_range, bool widen, double min_cosine) {
-    QuantizeOptions o = test::untimed();
-    o.method = CalibrationMethod::kAuto;
-    o.reduce_range = reduce_range, o.widen_weights_if_missed = widen, o.min_cosine = min_cosine;
-    o.hold_out_every = 0;
-    o.max_fallbacks = 0;
-    Model model(std::make_shared<ir::Model>(m));
-    std::vector<Tensor> xs = calib;
-    return model.quantize(test::samples_of(xs), o);
+  auto quantize = [](bool reduce_range, bool widen, double min_cosine) {
+    return quantize_without_fallbacks(CalibrationMethod::kAuto, reduce_range, widen, min_cosine).second;
   };
   auto r7 = quantize(true, false, 0), r8 = quantize(false, false, 0);
   ASSERT_TRUE(r7.is_ok() && r8.is_ok());
