@@ -55,8 +55,9 @@ struct QuantizeOptions {
   // With reduce_range (static quantization): where the 7-bit model misses the accuracy budget
   // even after the guard's fallbacks, 8-bit weights (those CPUs' exact 16-bit tiles), the
   // calibration method (kAuto) picked again and the fallbacks started again: reduce_range
-  // false's model, but for the speed check's choices (timed with 7-bit weights). The CLI's and Python's --weight-bits auto set it (the zoo's yolov8n
-  // on AVX2: 7-bit weights missed the default budget after 16 fallbacks; 8-bit ones hold it).
+  // false's model, but for the speed check's choices (timed with 7-bit weights). The CLI's and
+  // Python's --weight-bits auto set it (the zoo's yolov8n on AVX2: 7-bit weights missed the
+  // default budget after 16 fallbacks; 8-bit ones hold it).
   bool widen_weights_if_missed = false;
   // Activations: uint8 with a zero point (asymmetric), or int8 with zero point 0 (symmetric).
   bool signed_activations = false;
