@@ -455,8 +455,10 @@ Result<QuantizeReport> quantize_model(ir::Model& model, const CalibrationReader&
       }
     }
     report.calibration_method = method_name(calibration.method);
-    if (first) first->r.calibration_method = report.calibration_method;
-    if (first) first->r.calibration_trials = report.calibration_trials;
+    if (first) {
+      first->r.calibration_method = report.calibration_method;
+      first->r.calibration_trials = report.calibration_trials;
+    }
     return Status::ok();
   };
   KILN_RETURN_IF_ERROR(pick_calibration(options));

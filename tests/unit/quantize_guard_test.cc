@@ -289,10 +289,6 @@ TEST(Quantize, CarrierOfAFloatTensorStaysFloat) {
   EXPECT_FALSE(without.count("y")) << "the Concat would quantize sg's values at its output";
 }
 
-// --weight-bits auto on a CPU without VNNI (reduce_range with widen_weights_if_missed): where the
-// 7-bit weights miss the budget after the fallbacks allowed (none here) and 8-bit ones hold it, the
-// model written has 8-bit weights (each filter's largest at 127), the report naming the budget
-// missed; without the rung quantizing fails.
 // small_cnn(13) quantized on 8 random samples, no fallbacks allowed: the model and the report.
 std::pair<std::unique_ptr<Model>, Result<QuantizeReport>> quantize_without_fallbacks(CalibrationMethod method,
                                                                                    bool reduce_range, bool widen,
@@ -309,6 +305,10 @@ std::pair<std::unique_ptr<Model>, Result<QuantizeReport>> quantize_without_fallb
   return {std::move(model), std::move(r)};
 }
 
+// --weight-bits auto on a CPU without VNNI (reduce_range with widen_weights_if_missed): where the
+// 7-bit weights miss the budget after the fallbacks allowed (none here) and 8-bit ones hold it, the
+// model written has 8-bit weights (each filter's largest at 127), the report naming the budget
+// missed; without the rung quantizing fails.
 TEST(Quantize, SevenBitWeightsThatMissTheBudgetWidenToEight) {
   auto quantize = [](bool reduce_range, bool widen, double min_cosine) {
     return quantize_without_fallbacks(CalibrationMethod::kMinMax, reduce_range, widen, min_cosine);
